@@ -1,0 +1,176 @@
+"""Fitting the few free parameters of a scenario to measured data (scipy least squares).
+
+Parameter names: a calibration/serving parameter (``t_layer``), every node of a kind (``node:rdma_nic.op_cost``)
+or every link touching a GPU (``link:gpu.latency``). Residuals are relative errors (fetch latency) or log
+ratios (serving metrics), so every metric weighs alike. :func:`write_params` records the fitted values in
+the scenario file with a ``fitted:`` source.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+from scipy.optimize import least_squares
+
+from .measured import METRICS, FetchPoint, Run
+from .systems import as_topology, fetch_latency_us
+from .topology import Topology, TopologyError
+
+# name -> (display unit, SI scale, lower, upper) ; the fit works in display units
+PARAM_UNITS: dict[str, tuple[str, float, float, float]] = {
+    "t_kernel": ("us", 1e-6, 0.0, 100.0),
+    "outstanding_lines": ("", 1.0, 10.0, 1e5),
+    "link:gpu.latency": ("ns", 1e-9, 0.0, 1e4),
+    "node:rdma_nic.op_cost": ("us", 1e-6, 0.0, 100.0),
+    "t_layer": ("ms", 1e-3, 0.0, 10.0),
+    "compute_eff": ("", 1.0, 0.02, 1.0),
+    "topk_overlap": ("", 1.0, 0.0, 1.0),
+    "t_admit": ("ms", 1e-3, 0.0, 5000.0),
+    "t_request": ("ms", 1e-3, 0.0, 5000.0),
+    "admit_bandwidth": ("GB/s", 1e9, 0.1, 1000.0),
+    "copy_bandwidth": ("GB/s", 1e9, 0.1, 1000.0),
+}
+MICROBENCH_PARAMS = ("t_kernel", "outstanding_lines", "link:gpu.latency", "node:rdma_nic.op_cost")
+SERVING_PARAMS = ("t_layer", "compute_eff", "topk_overlap", "t_admit", "t_request", "admit_bandwidth",
+                  "copy_bandwidth")
+SERVING_METRICS = ("ttft_mean_ms", "tbt_mean_ms", "output_throughput_tok_s")
+
+
+def get_param(topo: Topology, name: str) -> float:
+    if name.startswith("node:"):
+        kind, fld = name[5:].split(".")
+        return topo.node(topo.nodes_of(kind)[0])[fld]
+    if name.startswith("link:"):
+        kind, fld = name[5:].split(".")
+        u = topo.nodes_of(kind)[0]
+        v = next(iter(topo.graph.successors(u)))
+        return topo.graph.edges[u, v][fld]
+    return topo.param(name)
+
+
+def set_param(topo: Topology, name: str, value: float) -> None:
+    """Set parameter ``name`` (SI) on an in-memory scenario (copy it first if it is shared)."""
+    if name.startswith("node:"):
+        kind, fld = name[5:].split(".")
+        for n in topo.nodes_of(kind):
+            topo.graph.nodes[n][fld] = value
+    elif name.startswith("link:"):
+        kind, fld = name[5:].split(".")
+        for n in topo.nodes_of(kind):
+            for u, v in list(topo.graph.out_edges(n)) + list(topo.graph.in_edges(n)):
+                topo.graph.edges[u, v][fld] = value
+    elif name in topo.calibration:
+        topo.calibration[name].value = value
+    elif name in topo.serving:
+        topo.serving[name].value = value
+    else:
+        raise TopologyError(f"{topo.name}: no parameter {name!r} to set")
+    topo._routes.clear()
+
+
+def with_params(scenario, values: dict[str, float]) -> Topology:
+    """A private copy of ``scenario`` with parameters replaced (SI values)."""
+    t = copy.deepcopy(as_topology(scenario))
+    for k, v in values.items():
+        set_param(t, k, v)
+    return t
+
+
+@dataclass
+class FitResult:
+    params: dict[str, float]           # SI values
+    display: dict[str, str]
+    residual_rms: float
+    n_points: int
+    what: str
+
+
+def _fit(topo, names, residuals, what) -> FitResult:
+    for n in names:
+        if n not in PARAM_UNITS:
+            raise TopologyError(f"cannot fit {n!r}; fittable: {', '.join(PARAM_UNITS)}")
+    scale = np.array([PARAM_UNITS[n][1] for n in names])
+    lo = np.array([PARAM_UNITS[n][2] for n in names])
+    hi = np.array([PARAM_UNITS[n][3] for n in names])
+    x0 = np.clip(np.array([get_param(topo, n) for n in names]) / scale, lo + 1e-9, hi - 1e-9)
+    work = copy.deepcopy(topo)
+
+    def fun(x):
+        for n, v in zip(names, x * scale):
+            set_param(work, n, float(v))
+        return residuals(work)
+    r = least_squares(fun, x0, bounds=(lo, hi), x_scale=np.maximum(np.abs(x0), 1e-3), diff_step=1e-3)
+    vals = {n: float(v) for n, v in zip(names, r.x * scale)}
+    disp = {n: f"{v / PARAM_UNITS[n][1]:.4g} {PARAM_UNITS[n][0]}".strip() for n, v in vals.items()}
+    return FitResult(vals, disp, float(np.sqrt(np.mean(r.fun ** 2))), len(r.fun), what)
+
+
+def fit_microbench(scenario, points: list[FetchPoint], names=MICROBENCH_PARAMS) -> FitResult:
+    """Fit fetch-path parameters to micro-benchmark means (relative residuals)."""
+    topo = as_topology(scenario)
+
+    def res(t):
+        return np.array([fetch_latency_us(t, p.backend, topk=p.topk, entry_bytes=p.entry_bytes) / p.mean_us - 1
+                         for p in points])
+    return _fit(topo, list(names), res, f"{len(points)} micro-benchmark points")
+
+
+def serving_residuals(topo: Topology, runs: list[Run], metrics=SERVING_METRICS) -> np.ndarray:
+    from .serving import predict
+    out = []
+    for r in runs:
+        p = predict(topo, r.system, **run_kwargs(r))
+        for m in metrics:
+            if m in r.metrics and r.metrics[m] > 0:
+                v = getattr(p, m)
+                out.append(math.log(v / r.metrics[m]) if p.feasible and v > 0 else 3.0)
+    return np.array(out)
+
+
+def run_kwargs(r: Run) -> dict:
+    kw = dict(context=r.context, output=r.output, concurrency=r.concurrency, requests=r.requests)
+    if r.cxl_devices and r.system in ("cxl", "cxl-prefetch"):
+        kw["cxl_devices"] = r.cxl_devices
+    if r.rdma_nics and r.system in ("rdma", "rdma-topk"):
+        kw["rdma_nics"] = r.rdma_nics
+    if r.device_buffer:
+        kw["device_buffer"] = r.device_buffer
+    return kw
+
+
+def fit_serving(scenario, runs: list[Run], names=SERVING_PARAMS, metrics=SERVING_METRICS) -> FitResult:
+    """Fit serving parameters to measured runs (log-ratio residuals of ``metrics``)."""
+    topo = as_topology(scenario)
+    runs = [r for r in runs if not r.failed]
+    return _fit(topo, list(names), lambda t: serving_residuals(t, runs, metrics), f"{len(runs)} serving runs")
+
+
+def write_params(path: str | Path, fit: FitResult, source: str) -> None:
+    """Record fitted values in the scenario YAML at ``path`` with source ``fitted: <source>``."""
+    path = Path(path)
+    text = path.read_text()
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#")
+                     and text.startswith(line[:1]) and text.index(line) < text.find("schema_version"))
+    data = yaml.safe_load(text)
+    for name, v in fit.params.items():
+        unit, scale = PARAM_UNITS[name][0], PARAM_UNITS[name][1]
+        entry = {"value": f"{v / scale:.6g} {unit}".strip() if unit else float(f"{v:.6g}"),
+                 "source": f"fitted: {source}"}
+        if name.startswith("node:"):
+            kind, fld = name[5:].split(".")
+            for n in data["nodes"]:
+                if n.get("kind") == kind:
+                    n[fld] = entry
+        elif name.startswith("link:"):
+            kind, fld = name[5:].split(".")
+            ids = {n["id"] for n in data["nodes"] if n.get("kind") == kind}
+            for lk in data["links"]:
+                if lk.get("from") in ids or lk.get("to") in ids:
+                    lk[fld] = entry
+        else:
+            data.setdefault("calibration", {})[name] = entry
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True))

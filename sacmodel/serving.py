@@ -1,0 +1,563 @@
+"""Serving model: TTFT, TBT, throughput and capacity of each KV-cache architecture.
+
+Decode: all data-parallel attention ranks step together (the tensor-parallel MoE/dense layers are shared),
+so a step lasts as long as the busiest rank. One step of a rank with ``b`` decoding requests, global batch
+``B``, context ``L``:
+
+    T = layers x t_layer                                  fixed per-layer overheads (launches, collectives)
+      + roofline(attention projections: replicated weights, b tokens)
+      + roofline(MLP: dense + shared + distinct routed experts touched by B tokens, split over tp GPUs)
+      + b x layers x roofline(indexer over L keys)       DSA lightning indexer (keys in HBM)
+      + b x layers x roofline(attention over min(k, L))   sparse (or dense) attention
+      + layers x swap-in of the b x m LRU misses          pool systems; gather over the topology route,
+                                                          bandwidth max-min shared by the ranks
+
+Admission of a request (its first token) is an extend step on its rank: ``t_admit`` plus loading the prefix's
+indexer keys at ``admit_bandwidth`` plus a cold gather of k entries per layer. The RDMA pool first RDMA-reads
+the whole prefix (one READ per entry spread over ``rdma_nics`` NICs; each rank fetches its requests in FIFO
+order and the ranks that fetch share the NICs equally), then copies it from the staging buffer into the host
+pool in the scheduler as it arrives (``copy_bandwidth``): while fetches run, the scheduler spends the copy's
+share of the fetch time copying, and every rank's steps stretch by that share.
+
+The workload follows the testbed benchmark: ``requests`` released at t = 0, at most ``concurrency`` in flight,
+the same cached prompt; or Poisson arrivals at ``rate``. A small event-driven engine steps the batch and jumps
+over runs of identical steps; with one request in flight it reduces to the closed forms of
+:func:`unloaded_expressions`.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import sympy as sp
+
+from .access import steady_state_misses
+from .costs import compile_expr, gather_time, lines_per_entry, rdma_time, sym
+from .models import ModelSpec
+from .systems import (SYSTEMS, as_topology, check_system, entry_bytes, model_of, swap_paths)
+from .topology import Topology, TopologyError, max_min_share
+
+
+class ConfigError(ValueError):
+    """A workload or configuration the model cannot take (bad argument values)."""
+
+
+# ---- symbolic step model --------------------------------------------------------------------------
+def _roof(flops, hbm_bytes, peak):
+    eff, heff = sym("compute_eff", "dimensionless"), sym("hbm_eff", "dimensionless")
+    return sp.Max(flops / (peak * eff), hbm_bytes / (sym("hbm_bw", "byte/second") * heff))
+
+
+def step_expressions() -> dict[str, sp.Expr]:
+    """Components (s) of one decode step of the busiest rank, as sympy expressions over named symbols."""
+    b = sym("b", "dimensionless", "decoding requests on the busiest rank")
+    B = sym("B", "dimensionless", "decoding requests over all ranks")
+    L = sym("L", "dimensionless", "context length (tokens)")
+    kk = sym("k_attn", "dimensionless", "entries the attention reads per layer: min(topk, L) or L")
+    layers = sym("layers", "dimensionless", "transformer layers")
+    wb = sym("w_bytes", "byte", "bytes per weight parameter")
+    tp = sym("tp", "dimensionless", "tensor-parallel GPUs sharing the MLP")
+    p16, p8 = sym("peak_bf16", "FLOP/second"), sym("peak_fp8", "FLOP/second")
+    m = sym("m_miss", "dimensionless", "LRU misses per request per layer per step")
+    swap_on = sym("swap_on", "dimensionless", "1 if the context does not fit the device buffer, else 0")
+    R, e = sym("n_experts", "dimensionless", "routed experts"), sym("e_active", "dimensionless", "experts per token")
+    n_sh = sym("n_shared", "dimensionless", "shared experts")
+    P_att, P_exp = sym("p_attn", "dimensionless", "attention params per layer"), sym("p_expert", "dimensionless", "params per expert")
+    P_mlp = sym("p_dense_mlp", "dimensionless", "dense MLP params per layer")
+    l_moe, l_dense = sym("moe_layers", "dimensionless"), sym("dense_layers", "dimensionless")
+    f_ix = sym("f_index", "FLOP", "indexer FLOPs per key per layer")
+    f_at = sym("f_attn", "FLOP", "attention FLOPs per entry per layer")
+    ikb = sym("index_key_bytes", "byte", "indexer key bytes per token per layer")
+    eb = sym("entry_bytes", "byte", "main KV entry bytes per token per layer")
+    distinct = R * (1 - (1 - e / R) ** B)
+    mlp_w = wb * (l_dense * P_mlp + l_moe * (n_sh + distinct) * P_exp) / tp
+    mlp_f = sym("flop_unit", "FLOP", "one FLOP") * 2 * B * (l_dense * P_mlp + l_moe * (n_sh + e) * P_exp) / tp
+    g = gather_time("sw_").subs(sym("sw_n", "dimensionless"), b * m)
+    return {
+        "fixed": layers * sym("t_layer", "second", "fixed overhead per layer per step"),
+        "attn_proj": _roof(sym("flop_unit", "FLOP") * 2 * b * layers * P_att, wb * layers * P_att, p16),
+        "mlp": _roof(mlp_f, mlp_w, p16),
+        "indexer": b * layers * _roof(f_ix * L, ikb * L, p8),
+        "attention": b * layers * _roof(f_at * kk, eb * kk, p16),
+        "swap": swap_on * layers * g,
+    }
+
+
+def admission_expressions() -> dict[str, sp.Expr]:
+    """Components (s) of admitting one cached-prefix request (extend step) and of fetching its prefix."""
+    L = sym("L", "dimensionless")
+    layers = sym("layers", "dimensionless")
+    ikb, eb = sym("index_key_bytes", "byte"), sym("entry_bytes", "byte")
+    pool_on = sym("pool_on", "dimensionless", "1 for pool systems (prefix indexer keys loaded), else 0")
+    swap_on = sym("swap_on", "dimensionless")
+    cold = gather_time("sw_").subs(sym("sw_n", "dimensionless"), sym("k_attn", "dimensionless"))
+    ops = sym("rdma_ops_per_token", "dimensionless", "RDMA READs per token per layer")
+    fetch = rdma_time("pf_").subs({sym("pf_ops"): ops * L * layers, sym("pf_bytes", "byte"): eb * L * layers})
+    return {
+        "admit": sym("t_admit", "second", "fixed cost of admitting a request (scheduling, extend step)")
+        + pool_on * L * layers * ikb / sym("admit_bandwidth", "byte/second", "prefix indexer-key load bandwidth")
+        + swap_on * layers * cold,
+        "rdma_fetch": fetch,
+        "rdma_copy": eb * L * layers / sym("copy_bandwidth", "byte/second", "staging-to-pool copy bandwidth"),
+        "dma_fetch": eb * L * layers / sym("pf_dma_bw", "byte/second", "bulk prefix copy bandwidth"),
+    }
+
+
+_COMPILED: dict[str, object] = {}
+
+
+def _fn(name: str):
+    if not _COMPILED:
+        for k, e in {**step_expressions(), **admission_expressions()}.items():
+            _COMPILED[k] = compile_expr(e)
+    return _COMPILED[name]
+
+
+# ---- binding a scenario ---------------------------------------------------------------------------
+@dataclass
+class Config:
+    """A resolved configuration: scenario, model, system and resource counts."""
+    topo: Topology
+    model: ModelSpec
+    system: str
+    cxl_devices: int
+    rdma_nics: int
+    device_buffer: int
+    dp: int
+
+
+def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma_nics=None) -> Config:
+    topo = as_topology(scenario)
+    check_system(system)
+    model = model_of(topo)
+    dp = int(topo.param("dp"))
+    if dp < 1 or dp > len(topo.gpus):
+        raise TopologyError(f"{topo.name}: dp={dp} but the scenario has {len(topo.gpus)} GPUs")
+
+    def count(v, name, pool):
+        n = int(topo.param(name)) if v is None else v
+        if isinstance(n, bool) or int(n) != n or n < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        have = len(topo.pools.get(pool, []))
+        if system_uses(system, pool) and n > have:
+            raise ConfigError(f"{name}={n} but the scenario has {have} {pool} pool member(s)")
+        return int(n)
+    buf = int(topo.param("device_buffer")) if device_buffer is None else device_buffer
+    if int(buf) != buf or buf < 1:
+        raise ConfigError(f"device_buffer must be a positive integer, got {device_buffer!r}")
+    return Config(topo, model, system, count(cxl_devices, "cxl_devices", "cxl"),
+                  count(rdma_nics, "rdma_nics", "rdma"), int(buf), dp)
+
+
+def system_uses(system: str, pool: str) -> bool:
+    return {"cxl": {"cxl"}, "cxl-prefetch": {"cxl", "dram"}, "rdma": {"rdma", "dram"}, "rdma-topk": {"rdma"},
+            "dram": {"dram"}, "gpu": set()}[system].__contains__(pool)
+
+
+def bind(cfg: Config, context: float, active_ranks: int | None = None) -> dict[str, float]:
+    """Numeric values of every symbol of the step and admission expressions."""
+    t, m = cfg.topo, cfg.model
+    gpu = t.node(t.gpus[0])
+    eb = entry_bytes(t, m)
+    k_attn = m.attention_entries(context)
+    pool = cfg.system not in ("gpu",)
+    swap_on = 1.0 if pool and context > cfg.device_buffer else 0.0
+    v = dict(
+        L=float(context), k_attn=float(k_attn), layers=float(m.layers), w_bytes=t.param("weight_bytes_per_param"),
+        tp=t.param("tp"), peak_bf16=gpu["flops_bf16"], peak_fp8=gpu["flops_fp8"], hbm_bw=gpu["hbm_bandwidth"],
+        compute_eff=t.param("compute_eff"), hbm_eff=t.param("hbm_eff"), t_layer=t.param("t_layer"),
+        n_experts=float(max(m.routed_experts, 1)), e_active=float(m.experts_per_token),
+        n_shared=float(m.shared_experts), p_attn=m.attn_params(), p_expert=m.expert_params(),
+        p_dense_mlp=m.dense_mlp_params(), moe_layers=float(m.moe_layers),
+        dense_layers=float(m.layers - m.moe_layers), flop_unit=1.0,
+        f_index=m.flops_indexer(1.0), f_attn=m.flops_sparse_attn(1.0), index_key_bytes=m.index_key_bytes,
+        entry_bytes=eb, swap_on=swap_on, pool_on=1.0 if pool else 0.0,
+        t_admit=t.param("t_admit"), admit_bandwidth=t.param("admit_bandwidth"),
+        m_miss=steady_state_misses(context, k_attn, cfg.device_buffer, t.param("topk_overlap")) if swap_on else 0.0,
+        rdma_ops_per_token=t.param("rdma_ops_per_token"), copy_bandwidth=t.param("copy_bandwidth"),
+        lines_per_entry=lines_per_entry(eb, t.param("cacheline")), cacheline=t.param("cacheline"),
+        outstanding_lines=t.param("outstanding_lines"), t_kernel=t.param("t_kernel"),
+    )
+    if m.routed_experts == 0:
+        v["n_experts"], v["e_active"] = 1.0, 0.0
+    # swap-in path of the busiest rank with ``active_ranks`` ranks gathering at once
+    pk = {"dram": "dram", "cxl": "cxl", "rdma": "dram", "cxl-prefetch": "dram", "rdma-topk": "dram"}.get(cfg.system)
+    if pk in ("dram", "cxl"):
+        paths = swap_paths(t, pk, active_ranks=active_ranks or cfg.dp,
+                           n_devices=cfg.cxl_devices if pk == "cxl" else None)
+        worst = min(paths, key=lambda p: p.bandwidth)
+        v.update(sw_bw=worst.bandwidth, sw_lat=worst.latency)
+    else:
+        v.update(sw_bw=1.0, sw_lat=1e-6)
+    nics = t.pools.get("rdma", [])
+    if nics:
+        nic = t.node(nics[0])
+        v.update(pf_rate=nic["rate"] * cfg.rdma_nics, rdma_op_cost=nic["op_cost"] / cfg.rdma_nics)
+    else:
+        v.update(pf_rate=1.0, rdma_op_cost=0.0)
+    if cfg.system == "cxl-prefetch":
+        flows = [(d, t.pool_for(0, "dram")) for d in t.pools["cxl"][:cfg.cxl_devices]]
+        v["pf_dma_bw"] = sum(max_min_share(t, flows))
+    else:
+        v["pf_dma_bw"] = 1.0
+    return v
+
+
+def _rdma_topk_reads(cfg: Config, v: dict, entries: float, ranks: int) -> float:
+    """Seconds to RDMA-read ``entries`` entries, one READ each, when ``ranks`` ranks share the NICs.
+
+    (rdma-topk: the reads land in a host staging buffer that the usual gather then copies to the GPU.)
+    """
+    if not v["swap_on"] or entries <= 0:
+        return 0.0
+    ops = entries
+    share = 1.0 / max(ranks, 1)
+    return float(_fn("rdma_fetch")(pf_rate=v["pf_rate"] * share, rdma_op_cost=v["rdma_op_cost"] / share,
+                                   rdma_ops_per_token=1.0, L=ops / v["layers"], layers=v["layers"],
+                                   entry_bytes=v["entry_bytes"]))
+
+
+def step_breakdown(cfg: Config, v: dict, b: float, B: float) -> dict[str, float]:
+    """Seconds of each component of one decode step with ``b`` requests on the busiest rank, ``B`` total."""
+    vals = dict(v, b=b, B=B)
+    out = {}
+    for k in ("fixed", "attn_proj", "mlp", "indexer", "attention", "swap"):
+        f = _fn(k)
+        out[k] = float(f(**{n: vals[n] for n in f.names}))
+    if cfg.system == "rdma-topk":
+        out["swap"] += _rdma_topk_reads(cfg, v, b * v["m_miss"] * v["layers"], cfg.dp)
+    return out
+
+
+def admission_breakdown(cfg: Config, v: dict) -> dict[str, float]:
+    """Seconds of the admission (extend) step and, for prefetch systems, of the prefix fetch phases."""
+    get = lambda k: float(_fn(k)(**{n: v[n] for n in _fn(k).names}))  # noqa: E731
+    out = {"admit": get("admit"), "fetch": 0.0, "copy": 0.0}
+    if cfg.system == "rdma-topk":   # cold buffer: k entries per layer over RDMA
+        out["admit"] += _rdma_topk_reads(cfg, v, v["k_attn"] * v["layers"], 1)
+    if cfg.system == "rdma":
+        out["fetch"] = get("rdma_fetch")
+        out["copy"] = get("rdma_copy")
+    elif cfg.system == "cxl-prefetch":
+        out["fetch"] = get("dma_fetch")
+    return out
+
+
+# ---- capacity -------------------------------------------------------------------------------------
+def capacity(cfg: Config, context: int, output: int, concurrency: int) -> dict:
+    """Memory use per GPU and per pool for ``concurrency`` requests in flight; names the binding limit."""
+    t, m = cfg.topo, cfg.model
+    eb = entry_bytes(t, m)
+    per_rank = math.ceil(concurrency / cfg.dp)
+    gpu = t.node(t.gpus[0])
+    wb = t.param("weight_bytes_per_param")
+    tp = t.param("tp")
+    shared_w = m.params_total() - m.layers * m.attn_params()
+    weights = wb * (m.layers * m.attn_params() + shared_w / tp)
+    budget = t.param("mem_fraction") * gpu["hbm_capacity"] - weights
+    tok_kv = m.layers * (eb + m.index_key_bytes)
+    private_prefix = cfg.system in ("rdma",)          # each fetched copy is the request's own
+    if cfg.system == "gpu":
+        tokens = context * (per_rank if private_prefix else 1) + per_rank * output
+        hbm = tokens * tok_kv
+    else:
+        idx_tokens = context * (per_rank if private_prefix else 1) + per_rank * output
+        tokens = per_rank * (min(cfg.device_buffer, context) + output)
+        hbm = idx_tokens * m.layers * m.index_key_bytes + per_rank * (
+            min(cfg.device_buffer, context) * m.layers * eb + output * m.layers * eb)
+    limits = {"hbm": (hbm, budget), "max_total_tokens": (tokens, t.param("max_total_tokens"))}
+    pool_bytes = (concurrency if private_prefix else 1) * context * m.layers * eb + concurrency * output * m.layers * eb
+    if cfg.system in ("dram", "rdma", "cxl-prefetch"):
+        cap = sum(t.node(n)["capacity"] for n in t.pools.get("dram", []))
+        if t.has_param("host_pool_capacity"):
+            cap = t.param("host_pool_capacity")
+        limits["host_pool"] = (pool_bytes * (cfg.dp if not private_prefix else 1), cap)
+    if cfg.system in ("cxl", "cxl-prefetch"):
+        devs = t.pools["cxl"][:cfg.cxl_devices]
+        limits["cxl_pool"] = (pool_bytes * cfg.dp, sum(t.node(n)["capacity"] for n in devs))
+    if cfg.system in ("rdma", "rdma-topk"):
+        remote = t.nodes_of("remote_memory")
+        if remote:
+            limits["remote_pool"] = (context * m.layers * eb, sum(t.node(n)["capacity"] for n in remote))
+    if budget <= 0:
+        return {"feasible": False, "limit": "hbm (weights alone exceed the memory budget)", "usage": {},
+                "weights_per_gpu_bytes": weights, "hbm_budget_bytes": budget}
+    over = {k: u / c for k, (u, c) in limits.items() if u > c}
+    usage = {k: {"used": u, "capacity": c} for k, (u, c) in limits.items()}
+    worst = max(over, key=over.get) if over else None
+    return {"feasible": not over, "limit": worst, "usage": usage, "weights_per_gpu_bytes": weights,
+            "hbm_budget_bytes": budget, "requests_per_rank": per_rank}
+
+
+# ---- prediction -----------------------------------------------------------------------------------
+@dataclass
+class Prediction:
+    """Predicted serving metrics of one system on one workload. Times in ms, throughput in tokens/s."""
+    system: str
+    scenario: str
+    context: int
+    output: int
+    concurrency: int
+    requests: int
+    feasible: bool
+    limit: str | None
+    ttft_mean_ms: float = math.nan
+    ttft_p50_ms: float = math.nan
+    ttft_p99_ms: float = math.nan
+    tbt_mean_ms: float = math.nan
+    tbt_p99_ms: float = math.nan
+    e2e_mean_ms: float = math.nan
+    output_throughput_tok_s: float = math.nan
+    request_throughput_req_s: float = math.nan
+    duration_s: float = math.nan
+    breakdown: dict = field(default_factory=dict)
+    capacity: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+
+
+def _check_workload(context, output, concurrency, requests, rate):
+    for name, v in (("context", context), ("output", output), ("concurrency", concurrency)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+    if requests is not None and (not isinstance(requests, (int, np.integer)) or requests < 1):
+        raise ConfigError(f"requests must be a positive integer, got {requests!r}")
+    if rate is not None and not (isinstance(rate, (int, float)) and rate > 0 and math.isfinite(rate)):
+        raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
+
+
+def predict(scenario, system: str, *, context: int, output: int, concurrency: int, requests: int | None = None,
+            cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
+            rate: float | None = None, seed: int = 0) -> Prediction:
+    """Predict TTFT, TBT, E2E latency and throughput of ``system`` on ``scenario`` for a workload.
+
+    Closed loop (default): ``requests`` (default 8 x concurrency, as the testbed benchmark) released at
+    t = 0 with at most ``concurrency`` in flight. Open loop: Poisson arrivals at ``rate`` requests/s
+    (``seed`` fixes them), at most ``concurrency`` in flight.
+    """
+    _check_workload(context, output, concurrency, requests, rate)
+    cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics)
+    n_req = requests if requests is not None else 8 * concurrency
+    max_ctx = cfg.model.extra.get("max_context")
+    pred = Prediction(system, cfg.topo.name, context, output, concurrency, n_req, True, None,
+                      config={"cxl_devices": cfg.cxl_devices, "rdma_nics": cfg.rdma_nics,
+                              "device_buffer": cfg.device_buffer, "dp": cfg.dp, "rate": rate})
+    if max_ctx and context > max_ctx:
+        pred.feasible, pred.limit = False, "model max context"
+        return pred
+    cap = capacity(cfg, context, output, concurrency)
+    pred.capacity = cap
+    if not cap["feasible"]:
+        pred.feasible, pred.limit = False, cap["limit"]
+        return pred
+    res = simulate_serving(cfg, context=context, output=output, concurrency=concurrency, requests=n_req,
+                           rate=rate, seed=seed)
+    for k, v in res.items():
+        setattr(pred, k, v)
+    return pred
+
+
+def compare(scenario, systems=("gpu", "dram", "cxl", "rdma"), **kw) -> dict[str, Prediction]:
+    """``predict`` for several systems on the same workload."""
+    return {s: predict(scenario, s, **kw) for s in systems}
+
+
+# ---- event-driven engine --------------------------------------------------------------------------
+class _Fetcher:
+    """Prefix fetches: one FIFO lane per rank; active lanes share the fetch path equally (processor sharing).
+
+    ``work`` is the fetch time of one prefix alone on the idle path (s).
+    """
+
+    def __init__(self, lanes: int, work: float):
+        self.queues: list[list[int]] = [[] for _ in range(lanes)]
+        self.left: dict[int, float] = {}            # lane -> remaining work of its head
+        self.work, self.t = work, 0.0
+
+    def add(self, i: int, lane: int) -> None:
+        self.queues[lane].append(i)
+        if lane not in self.left:
+            self.left[lane] = self.work
+
+    def next_done(self, now: float) -> float:
+        if not self.left:
+            return math.inf
+        return max(now, self.t) + min(self.left.values()) * len(self.left)
+
+    def advance(self, now: float) -> list[int]:
+        """Progress to ``now``; returns requests whose fetch finished, in completion order."""
+        done = []
+        while self.left and now > self.t:
+            n = len(self.left)
+            step = min(min(self.left.values()) * n, now - self.t)
+            for lane in self.left:
+                self.left[lane] -= step / n
+            self.t += step
+            for lane in sorted(self.left, key=lambda ln: self.left[ln]):
+                if self.left[lane] <= 1e-12:
+                    done.append(self.queues[lane].pop(0))
+                    del self.left[lane]
+                    if self.queues[lane]:
+                        self.left[lane] = self.work
+        self.t = max(self.t, now)
+        return done
+
+
+class _StepCache:
+    """Step time by (b, B) for one configuration; bandwidth shares depend on how many ranks gather."""
+
+    def __init__(self, cfg: Config, context: int):
+        self.cfg, self.context = cfg, context
+        self.v_by_ranks: dict[int, dict] = {}
+        self.cache: dict[tuple, tuple[float, dict]] = {}
+
+    def values(self, ranks: int) -> dict:
+        if ranks not in self.v_by_ranks:
+            self.v_by_ranks[ranks] = bind(self.cfg, self.context, active_ranks=max(1, ranks))
+        return self.v_by_ranks[ranks]
+
+    def step(self, b: int, B: int, ranks: int) -> tuple[float, dict]:
+        key = (b, B, ranks)
+        if key not in self.cache:
+            br = step_breakdown(self.cfg, self.values(ranks), b, B)
+            self.cache[key] = (sum(br.values()), br)
+        return self.cache[key]
+
+
+def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int, requests: int,
+                     rate: float | None = None, seed: int = 0) -> dict:
+    """Run the engine; returns the metric fields of :class:`Prediction` and a time breakdown."""
+    dp = cfg.dp
+    steps = _StepCache(cfg, context)
+    adm = admission_breakdown(cfg, steps.values(dp))
+    t_admit, t_fetch, t_copy = adm["admit"], adm["fetch"], adm["copy"]
+    fetcher = _Fetcher(dp, t_fetch + t_copy) if cfg.system in ("rdma", "cxl-prefetch") else None
+    # the scheduler copies fetched data into the host pool as it arrives: while fetches run, it spends this
+    # share of its time copying instead of stepping the batch
+    blocked = t_copy / (t_fetch + t_copy) if t_fetch + t_copy > 0 else 0.0
+    rng = np.random.default_rng(seed)
+    arrivals = (np.cumsum(rng.exponential(1.0 / rate, size=requests)) if rate else np.zeros(requests))
+
+    release = np.full(requests, np.nan)
+    first = np.full(requests, np.nan)
+    done = np.full(requests, np.nan)
+    remaining: list[dict[int, int]] = [dict() for _ in range(dp)]   # rank -> {req: tokens left}
+    ready: list[list[int]] = [[] for _ in range(dp)]                # waiting for admission on a rank
+    pending: list[tuple[float, int]] = []                           # heap of (reaches the engine, req)
+    t_request = cfg.topo.param("t_request")
+    next_req, in_flight, t = 0, 0, 0.0
+    busy = {"step_time": 0.0, "admit_time": 0.0, "copy_stall": 0.0, "decode_steps": 0}
+    comp_time: dict[str, float] = {}
+
+    def enter(i: int, now: float):
+        release[i] = now
+        heapq.heappush(pending, (now + t_request, i))
+
+    def arrive_engine(now: float):
+        while pending and pending[0][0] <= now + 1e-12:
+            _, i = heapq.heappop(pending)
+            if fetcher:
+                fetcher.add(i, i % dp)
+            else:
+                ready[i % dp].append(i)
+
+    def start_fetches(now: float):
+        if fetcher:
+            for i in fetcher.advance(now):
+                ready[i % dp].append(i)
+
+    def release_more(now: float):
+        nonlocal next_req, in_flight
+        while next_req < requests and in_flight < concurrency and arrivals[next_req] <= now + 1e-12:
+            enter(next_req, max(now, arrivals[next_req]))
+            next_req += 1
+            in_flight += 1
+
+    release_more(0.0)
+    arrive_engine(0.0)
+    start_fetches(0.0)
+    guard = 0
+    while np.isnan(done).any():
+        guard += 1
+        if guard > 50 * requests + 10 * output + 10000:
+            raise RuntimeError("serving engine did not converge (internal error)")
+        arrive_engine(t)
+        start_fetches(t)
+        admitting = [r for r in range(dp) if ready[r]]
+        decoding = [r for r in range(dp) if remaining[r] and r not in admitting]
+        B = sum(len(remaining[r]) for r in decoding)
+        if not admitting and not decoding:
+            t_next = min(fetcher.next_done(t) if fetcher else math.inf, pending[0][0] if pending else math.inf,
+                         arrivals[next_req] if next_req < requests and in_flight < concurrency else math.inf)
+            if not math.isfinite(t_next):
+                raise RuntimeError("serving engine stalled (internal error)")
+            t = max(t, t_next)
+            release_more(t)
+            start_fetches(t)
+            continue
+        b = max((len(remaining[r]) for r in decoding), default=0)
+        T_dec, br = steps.step(b, B, len(decoding)) if decoding else (0.0, {})
+        slow = 1.0 / (1.0 - blocked) if fetcher and fetcher.left else 1.0
+        T_dec *= slow
+        if admitting:
+            n_steps, T = 1, max(t_admit * slow, T_dec)
+        else:
+            n_steps = min(min(remaining[r].values()) for r in decoding)
+            horizon = [fetcher.next_done(t) if fetcher else math.inf, pending[0][0] if pending else math.inf]
+            if next_req < requests and in_flight < concurrency:
+                horizon.append(arrivals[next_req])
+            dt = min(horizon) - t
+            if math.isfinite(dt):
+                n_steps = max(1, min(n_steps, math.ceil(dt / T_dec - 1e-9)))
+            T = T_dec
+        t += n_steps * T
+        busy["copy_stall"] += n_steps * T * (1 - 1 / slow)
+        if decoding:
+            busy["decode_steps"] += n_steps
+            busy["step_time"] += n_steps * T
+            for k, x in br.items():
+                comp_time[k] = comp_time.get(k, 0.0) + n_steps * x
+            comp_time["copy_stall"] = comp_time.get("copy_stall", 0.0) + n_steps * T * (1 - 1 / slow)
+        for r in decoding:
+            fin = []
+            for i in remaining[r]:
+                remaining[r][i] -= n_steps
+                if remaining[r][i] <= 0:
+                    fin.append(i)
+            for i in fin:
+                del remaining[r][i]
+                done[i] = t
+                in_flight -= 1
+        for r in admitting:
+            i = ready[r].pop(0)
+            first[i] = t
+            busy["admit_time"] += T
+            if output <= 1:
+                done[i] = t
+                in_flight -= 1
+            else:
+                remaining[r][i] = output - 1
+        release_more(t)
+        start_fetches(t)
+
+    ttft = (first - release) * 1e3
+    e2e = (done - release) * 1e3
+    tbt = (done - first) / max(output - 1, 1) * 1e3
+    duration = float(np.nanmax(done) - np.nanmin(release))
+    steps_total = max(busy["decode_steps"], 1)
+    breakdown = {f"step_{k}_ms": v / steps_total * 1e3 for k, v in comp_time.items()}
+    breakdown.update({"admit_ms": t_admit * 1e3, "prefix_fetch_ms": t_fetch * 1e3, "prefix_copy_ms": t_copy * 1e3,
+                      "mean_step_ms": busy["step_time"] / steps_total * 1e3,
+                      "share_time_admitting": busy["admit_time"] / duration if duration else 0.0,
+                      "share_time_copying": busy["copy_stall"] / duration if duration else 0.0})
+    return {"ttft_mean_ms": float(ttft.mean()), "ttft_p50_ms": float(np.percentile(ttft, 50)),
+            "ttft_p99_ms": float(np.percentile(ttft, 99)), "tbt_mean_ms": float(tbt.mean()),
+            "tbt_p99_ms": float(np.percentile(tbt, 99)), "e2e_mean_ms": float(e2e.mean()),
+            "output_throughput_tok_s": requests * output / duration if duration else math.nan,
+            "request_throughput_req_s": requests / duration if duration else math.nan,
+            "duration_s": duration, "breakdown": breakdown}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,14 +30,16 @@ PARAM_UNITS: dict[str, tuple[str, float, float, float]] = {
     "t_layer": ("ms", 1e-3, 0.0, 10.0),
     "compute_eff": ("", 1.0, 0.02, 1.0),
     "topk_overlap": ("", 1.0, 0.0, 1.0),
+    "topk_churn_exponent": ("", 1.0, -1.0, 2.0),
     "t_admit": ("ms", 1e-3, 0.0, 5000.0),
     "t_request": ("ms", 1e-3, 0.0, 5000.0),
+    "prefetch_poll": ("s", 1.0, 0.0, 60.0),
     "admit_bandwidth": ("GB/s", 1e9, 0.1, 1000.0),
     "copy_bandwidth": ("GB/s", 1e9, 0.1, 1000.0),
 }
 MICROBENCH_PARAMS = ("t_kernel", "outstanding_lines", "link:gpu.latency", "node:rdma_nic.op_cost")
-SERVING_PARAMS = ("t_layer", "compute_eff", "topk_overlap", "t_admit", "t_request", "admit_bandwidth",
-                  "copy_bandwidth")
+SERVING_PARAMS = ("t_layer", "compute_eff", "topk_overlap", "topk_churn_exponent", "t_admit", "t_request",
+                  "admit_bandwidth", "copy_bandwidth", "prefetch_poll")
 SERVING_METRICS = ("ttft_mean_ms", "tbt_mean_ms", "output_throughput_tok_s")
 
 
@@ -96,14 +99,29 @@ def _fit(topo, names, residuals, what) -> FitResult:
     scale = np.array([PARAM_UNITS[n][1] for n in names])
     lo = np.array([PARAM_UNITS[n][2] for n in names])
     hi = np.array([PARAM_UNITS[n][3] for n in names])
-    x0 = np.clip(np.array([get_param(topo, n) for n in names]) / scale, lo + 1e-9, hi - 1e-9)
+    x0 = np.array([get_param(topo, n) for n in names]) / scale
     work = copy.deepcopy(topo)
+    span = hi - lo
+    u0 = np.clip((x0 - lo) / span, 1e-6, 1 - 1e-6)   # fit in unit coordinates: every parameter in [0, 1]
 
-    def fun(x):
-        for n, v in zip(names, x * scale):
+    def fun(u):
+        for n, v in zip(names, (lo + u * span) * scale):
             set_param(work, n, float(v))
         return residuals(work)
-    r = least_squares(fun, x0, bounds=(lo, hi), x_scale=np.maximum(np.abs(x0), 1e-3), diff_step=1e-3)
+
+    def jac(u):
+        # forward differences with an absolute step of 1% of each parameter's range: the engine's event
+        # times make the objective slightly rough at finer scales
+        f0 = fun(u)
+        J = np.empty((len(f0), len(u)))
+        for j in range(len(u)):
+            h = 0.01 if u[j] + 0.01 <= 1 else -0.01
+            du = u.copy()
+            du[j] += h
+            J[:, j] = (fun(du) - f0) / h
+        return J
+    r = least_squares(fun, u0, jac=jac, bounds=(0.0, 1.0), x_scale=1.0, xtol=1e-6)
+    r.x = lo + r.x * span
     vals = {n: float(v) for n, v in zip(names, r.x * scale)}
     disp = {n: f"{v / PARAM_UNITS[n][1]:.4g} {PARAM_UNITS[n][0]}".strip() for n, v in vals.items()}
     return FitResult(vals, disp, float(np.sqrt(np.mean(r.fun ** 2))), len(r.fun), what)
@@ -149,28 +167,53 @@ def fit_serving(scenario, runs: list[Run], names=SERVING_PARAMS, metrics=SERVING
     return _fit(topo, list(names), lambda t: serving_residuals(t, runs, metrics), f"{len(runs)} serving runs")
 
 
+def _entry(name: str, v: float) -> str:
+    unit, scale = PARAM_UNITS[name][0], PARAM_UNITS[name][1]
+    return f"{v / scale:.6g} {unit}".strip()
+
+
 def write_params(path: str | Path, fit: FitResult, source: str) -> None:
-    """Record fitted values in the scenario YAML at ``path`` with source ``fitted: <source>``."""
+    """Record fitted values in the scenario YAML at ``path`` with source ``fitted: <source>``.
+
+    Calibration-table entries are edited in place (one flow-style line each, comments kept); node and link
+    fields are set on every node of the kind / link touching it, which rewrites the file in block style.
+    """
     path = Path(path)
-    text = path.read_text()
-    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#")
-                     and text.startswith(line[:1]) and text.index(line) < text.find("schema_version"))
-    data = yaml.safe_load(text)
+    lines = path.read_text().splitlines()
+    src = f"fitted: {source}".replace('"', "'")
+    structural = {}
     for name, v in fit.params.items():
-        unit, scale = PARAM_UNITS[name][0], PARAM_UNITS[name][1]
-        entry = {"value": f"{v / scale:.6g} {unit}".strip() if unit else float(f"{v:.6g}"),
-                 "source": f"fitted: {source}"}
-        if name.startswith("node:"):
-            kind, fld = name[5:].split(".")
-            for n in data["nodes"]:
-                if n.get("kind") == kind:
-                    n[fld] = entry
-        elif name.startswith("link:"):
-            kind, fld = name[5:].split(".")
-            ids = {n["id"] for n in data["nodes"] if n.get("kind") == kind}
-            for lk in data["links"]:
-                if lk.get("from") in ids or lk.get("to") in ids:
-                    lk[fld] = entry
+        if name.startswith(("node:", "link:")):
+            structural[name] = v
+            continue
+        new = f'  {name}: {{value: {_entry(name, v)}, source: "{src}"}}'
+        idx = next((i for i, ln in enumerate(lines) if re.match(rf"^\s+{re.escape(name)}:\s*\{{", ln)), None)
+        if idx is not None:
+            lines[idx] = new
         else:
-            data.setdefault("calibration", {})[name] = entry
-    path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True))
+            if not any(ln.startswith("calibration:") for ln in lines):
+                lines.append("calibration:")
+            cal = next(i for i, ln in enumerate(lines) if ln.startswith("calibration:"))
+            end = cal + 1
+            while end < len(lines) and (lines[end].startswith(" ") or not lines[end].strip()):
+                end += 1
+            lines.insert(end, new)
+    text = "\n".join(lines) + "\n"
+    if structural:
+        header = "".join(ln + "\n" for ln in text.splitlines()[:text.count("\n")] if ln.startswith("#")
+                         and text.index(ln) < text.find("schema_version"))
+        data = yaml.safe_load(text)
+        for name, v in structural.items():
+            kind, fld = name[5:].split(".")
+            entry = {"value": _entry(name, v), "source": src}
+            if name.startswith("node:"):
+                for n in data["nodes"]:
+                    if n.get("kind") == kind:
+                        n[fld] = entry
+            else:
+                ids = {n["id"] for n in data["nodes"] if n.get("kind") == kind}
+                for lk in data["links"]:
+                    if lk.get("from") in ids or lk.get("to") in ids:
+                        lk[fld] = entry
+        text = header + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
+    path.write_text(text)

@@ -16,8 +16,8 @@ Admission of a request (its first token) is an extend step on its rank: ``t_admi
 indexer keys at ``admit_bandwidth`` plus a cold gather of k entries per layer. The RDMA pool first RDMA-reads
 the whole prefix (one READ per entry spread over ``rdma_nics`` NICs; each rank fetches its requests in FIFO
 order and the ranks that fetch share the NICs equally), then copies it from the staging buffer into the host
-pool in the scheduler as it arrives (``copy_bandwidth``): while fetches run, the scheduler spends the copy's
-share of the fetch time copying, and every rank's steps stretch by that share.
+pool (``copy_bandwidth``). An RDMA-loaded prefix is the request's own copy in the host pool, indexer keys
+included, so its indexer scans the keys over the host route each step instead of from HBM.
 
 The workload follows the testbed benchmark: ``requests`` released at t = 0, at most ``concurrency`` in flight,
 the same cached prompt; or Poisson arrivals at ``rate``. A small event-driven engine steps the batch and jumps
@@ -79,7 +79,8 @@ def step_expressions() -> dict[str, sp.Expr]:
         "fixed": layers * sym("t_layer", "second", "fixed overhead per layer per step"),
         "attn_proj": _roof(sym("flop_unit", "FLOP") * 2 * b * layers * P_att, wb * layers * P_att, p16),
         "mlp": _roof(mlp_f, mlp_w, p16),
-        "indexer": b * layers * _roof(f_ix * L, ikb * L, p8),
+        "indexer": b * layers * sp.Max(f_ix * L / (p8 * sym("compute_eff", "dimensionless")),
+                                        ikb * L / sym("ikey_bw", "byte/second", "bandwidth of the indexer-key scan")),
         "attention": b * layers * _roof(f_at * kk, eb * kk, p16),
         "swap": swap_on * layers * g,
     }
@@ -175,7 +176,7 @@ def bind(cfg: Config, context: float, active_ranks: int | None = None) -> dict[s
         f_index=m.flops_indexer(1.0), f_attn=m.flops_sparse_attn(1.0), index_key_bytes=m.index_key_bytes,
         entry_bytes=eb, swap_on=swap_on, pool_on=1.0 if pool else 0.0,
         t_admit=t.param("t_admit"), admit_bandwidth=t.param("admit_bandwidth"),
-        m_miss=steady_state_misses(context, k_attn, cfg.device_buffer, t.param("topk_overlap")) if swap_on else 0.0,
+        m_miss=steady_state_misses(context, k_attn, cfg.device_buffer, overlap_at(t, context)) if swap_on else 0.0,
         rdma_ops_per_token=t.param("rdma_ops_per_token"), copy_bandwidth=t.param("copy_bandwidth"),
         lines_per_entry=lines_per_entry(eb, t.param("cacheline")), cacheline=t.param("cacheline"),
         outstanding_lines=t.param("outstanding_lines"), t_kernel=t.param("t_kernel"),
@@ -191,6 +192,10 @@ def bind(cfg: Config, context: float, active_ranks: int | None = None) -> dict[s
         v.update(sw_bw=worst.bandwidth, sw_lat=worst.latency)
     else:
         v.update(sw_bw=1.0, sw_lat=1e-6)
+    if cfg.system == "rdma":   # private prefix copy: keys in the host pool, scanned over the PCIe route
+        v["ikey_bw"] = min(p.bandwidth for p in swap_paths(t, "dram", active_ranks=active_ranks or cfg.dp))
+    else:
+        v["ikey_bw"] = v["hbm_bw"] * v["hbm_eff"]
     nics = t.pools.get("rdma", [])
     if nics:
         nic = t.node(nics[0])
@@ -203,6 +208,20 @@ def bind(cfg: Config, context: float, active_ranks: int | None = None) -> dict[s
     else:
         v["pf_dma_bw"] = 1.0
     return v
+
+
+REF_CONTEXT = 32768  # context at which ``topk_overlap`` is stated (tokens)
+
+
+def overlap_at(topo: Topology, context: float) -> float:
+    """Fraction of a step's top-k kept from the previous step at ``context`` tokens.
+
+    ``topk_overlap`` holds at 32K tokens; the churn (1 - overlap) scales as (L / 32K)^topk_churn_exponent,
+    since a longer context spreads the selection over more candidates (exponent 0: no dependence).
+    """
+    rho0 = topo.param("topk_overlap")
+    gamma = topo.param("topk_churn_exponent") if topo.has_param("topk_churn_exponent") else 0.0
+    return float(min(1.0, max(0.0, 1.0 - (1.0 - rho0) * (context / REF_CONTEXT) ** gamma)))
 
 
 def _rdma_topk_reads(cfg: Config, v: dict, entries: float, ranks: int) -> float:
@@ -263,7 +282,7 @@ def capacity(cfg: Config, context: int, output: int, concurrency: int) -> dict:
         tokens = context * (per_rank if private_prefix else 1) + per_rank * output
         hbm = tokens * tok_kv
     else:
-        idx_tokens = context * (per_rank if private_prefix else 1) + per_rank * output
+        idx_tokens = (0 if private_prefix else context) + per_rank * output   # rdma: prefix keys in host pool
         tokens = per_rank * (min(cfg.device_buffer, context) + output)
         hbm = idx_tokens * m.layers * m.index_key_bytes + per_rank * (
             min(cfg.device_buffer, context) * m.layers * eb + output * m.layers * eb)
@@ -389,8 +408,8 @@ class _Fetcher:
             return math.inf
         return max(now, self.t) + min(self.left.values()) * len(self.left)
 
-    def advance(self, now: float) -> list[int]:
-        """Progress to ``now``; returns requests whose fetch finished, in completion order."""
+    def advance(self, now: float) -> list[tuple[int, float]]:
+        """Progress to ``now``; returns (request, completion time) of finished fetches, in order."""
         done = []
         while self.left and now > self.t:
             n = len(self.left)
@@ -400,7 +419,7 @@ class _Fetcher:
             self.t += step
             for lane in sorted(self.left, key=lambda ln: self.left[ln]):
                 if self.left[lane] <= 1e-12:
-                    done.append(self.queues[lane].pop(0))
+                    done.append((self.queues[lane].pop(0), self.t))
                     del self.left[lane]
                     if self.queues[lane]:
                         self.left[lane] = self.work
@@ -437,9 +456,6 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
     adm = admission_breakdown(cfg, steps.values(dp))
     t_admit, t_fetch, t_copy = adm["admit"], adm["fetch"], adm["copy"]
     fetcher = _Fetcher(dp, t_fetch + t_copy) if cfg.system in ("rdma", "cxl-prefetch") else None
-    # the scheduler copies fetched data into the host pool as it arrives: while fetches run, it spends this
-    # share of its time copying instead of stepping the batch
-    blocked = t_copy / (t_fetch + t_copy) if t_fetch + t_copy > 0 else 0.0
     rng = np.random.default_rng(seed)
     arrivals = (np.cumsum(rng.exponential(1.0 / rate, size=requests)) if rate else np.zeros(requests))
 
@@ -449,9 +465,11 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
     remaining: list[dict[int, int]] = [dict() for _ in range(dp)]   # rank -> {req: tokens left}
     ready: list[list[int]] = [[] for _ in range(dp)]                # waiting for admission on a rank
     pending: list[tuple[float, int]] = []                           # heap of (reaches the engine, req)
+    polled: list[tuple[float, int]] = []                            # heap of (fetch seen done, req)
+    poll = cfg.topo.param("prefetch_poll") if fetcher else 0.0
     t_request = cfg.topo.param("t_request")
     next_req, in_flight, t = 0, 0, 0.0
-    busy = {"step_time": 0.0, "admit_time": 0.0, "copy_stall": 0.0, "decode_steps": 0}
+    busy = {"step_time": 0.0, "admit_time": 0.0, "decode_steps": 0}
     comp_time: dict[str, float] = {}
 
     def enter(i: int, now: float):
@@ -468,8 +486,13 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
 
     def start_fetches(now: float):
         if fetcher:
-            for i in fetcher.advance(now):
-                ready[i % dp].append(i)
+            # the scheduler notices a finished prefetch at its next periodic check: on average half a period
+            # later (the phase of the checks is not synchronised with the fetches)
+            for i, t_done in fetcher.advance(now):
+                heapq.heappush(polled, (t_done + poll / 2, i))
+        while polled and polled[0][0] <= now + 1e-12:
+            i = heapq.heappop(polled)[1]
+            ready[i % dp].append(i)
 
     def release_more(now: float):
         nonlocal next_req, in_flight
@@ -493,6 +516,7 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
         B = sum(len(remaining[r]) for r in decoding)
         if not admitting and not decoding:
             t_next = min(fetcher.next_done(t) if fetcher else math.inf, pending[0][0] if pending else math.inf,
+                         polled[0][0] if polled else math.inf,
                          arrivals[next_req] if next_req < requests and in_flight < concurrency else math.inf)
             if not math.isfinite(t_next):
                 raise RuntimeError("serving engine stalled (internal error)")
@@ -502,13 +526,12 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
             continue
         b = max((len(remaining[r]) for r in decoding), default=0)
         T_dec, br = steps.step(b, B, len(decoding)) if decoding else (0.0, {})
-        slow = 1.0 / (1.0 - blocked) if fetcher and fetcher.left else 1.0
-        T_dec *= slow
         if admitting:
-            n_steps, T = 1, max(t_admit * slow, T_dec)
+            n_steps, T = 1, max(t_admit, T_dec)
         else:
             n_steps = min(min(remaining[r].values()) for r in decoding)
-            horizon = [fetcher.next_done(t) if fetcher else math.inf, pending[0][0] if pending else math.inf]
+            horizon = [fetcher.next_done(t) if fetcher else math.inf, pending[0][0] if pending else math.inf,
+                       polled[0][0] if polled else math.inf]
             if next_req < requests and in_flight < concurrency:
                 horizon.append(arrivals[next_req])
             dt = min(horizon) - t
@@ -516,13 +539,11 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
                 n_steps = max(1, min(n_steps, math.ceil(dt / T_dec - 1e-9)))
             T = T_dec
         t += n_steps * T
-        busy["copy_stall"] += n_steps * T * (1 - 1 / slow)
         if decoding:
             busy["decode_steps"] += n_steps
             busy["step_time"] += n_steps * T
             for k, x in br.items():
                 comp_time[k] = comp_time.get(k, 0.0) + n_steps * x
-            comp_time["copy_stall"] = comp_time.get("copy_stall", 0.0) + n_steps * T * (1 - 1 / slow)
         for r in decoding:
             fin = []
             for i in remaining[r]:
@@ -553,8 +574,7 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
     breakdown = {f"step_{k}_ms": v / steps_total * 1e3 for k, v in comp_time.items()}
     breakdown.update({"admit_ms": t_admit * 1e3, "prefix_fetch_ms": t_fetch * 1e3, "prefix_copy_ms": t_copy * 1e3,
                       "mean_step_ms": busy["step_time"] / steps_total * 1e3,
-                      "share_time_admitting": busy["admit_time"] / duration if duration else 0.0,
-                      "share_time_copying": busy["copy_stall"] / duration if duration else 0.0})
+                      "share_time_admitting": busy["admit_time"] / duration if duration else 0.0})
     return {"ttft_mean_ms": float(ttft.mean()), "ttft_p50_ms": float(np.percentile(ttft, 50)),
             "ttft_p99_ms": float(np.percentile(ttft, 99)), "tbt_mean_ms": float(tbt.mean()),
             "tbt_p99_ms": float(np.percentile(tbt, 99)), "e2e_mean_ms": float(e2e.mean()),

@@ -231,7 +231,7 @@ def _first_error(exc: ValidationError) -> str:
 PARAM_DIMENSIONS = {
     "max_total_tokens": "tokens", "device_buffer": "tokens", "page_tokens": "tokens",
     "activation_reserve": "bytes", "host_pool_capacity": "bytes",
-    "t_kernel": "time", "t_layer": "time", "t_step": "time", "t_admit": "time", "t_request": "time", "t_admit_per_token": "time",
+    "t_kernel": "time", "t_layer": "time", "t_step": "time", "t_admit": "time", "t_request": "time", "prefetch_poll": "time", "t_admit_per_token": "time",
     "copy_bandwidth": "bandwidth", "admit_bandwidth": "bandwidth", "outstanding_lines": "dimensionless", "cacheline": "bytes",
     "dma_setup": "time", "t_rdma_post": "time", "rdma_ops_per_token": "dimensionless",
     "kv_dtype": "string", "attn_dtype": "string",

@@ -13,7 +13,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from .costs import lines_per_entry
-from .reference import KEYS, _check, lines_touched
+from .reference import KEYS, _check, lines_touched, new_per_step
 
 
 def expected_pages(m: float, context: int, page_tokens: int) -> float:
@@ -44,7 +44,7 @@ def miss_series(context: int, topk: int, steps: int, buffer_slots: int, overlap:
     k = min(topk, L)
     if B >= L:
         return np.array([float(L)] + [0.0] * (steps - 1))
-    n_new = k - int(round(overlap * k))
+    n_new = new_per_step(context, topk, overlap)
     out = np.empty(steps)
     out[0] = k
     D = float(k)
@@ -83,5 +83,5 @@ def steady_state_misses(context: float, topk: float, buffer_slots: float, overla
     k = min(topk, context)
     if buffer_slots >= context:
         return 0.0
-    n_new = k * (1.0 - overlap)
+    n_new = min(k * (1.0 - overlap), context - k)
     return n_new * (1.0 - (buffer_slots - k) / (context - k))

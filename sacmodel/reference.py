@@ -107,17 +107,24 @@ def _check(context, topk, steps, buffer_slots, overlap):
                          f"{min(topk, context)})")
 
 
+def new_per_step(context: int, topk: int, overlap: float) -> int:
+    """Tokens newly drawn at each step after the first: k - round(overlap k), at most the L - k others."""
+    k = min(topk, context)
+    return min(k - int(round(overlap * k)), context - k)
+
+
 def simulate(*, context: int, topk: int, entry_bytes: int = 656, steps: int = 100, buffer_slots: int = 4096,
              overlap: float = 0.9, page_tokens: int = 64, seed: int = 0) -> dict[str, int]:
     """Run the synthetic top-k process through the LRU buffer; totals over ``steps`` for one layer.
 
-    Step 0 selects ``min(topk, context)`` tokens uniformly; each later step keeps ``round(overlap * k)`` of
-    the previous selection (chosen uniformly) and draws the rest uniformly from the other tokens.
+    Step 0 selects ``k = min(topk, context)`` tokens uniformly; each later step keeps ``round(overlap * k)`` of
+    the previous selection (chosen uniformly; more if fewer than the rest remain unselected) and draws the rest
+    uniformly from the other tokens.
     """
     _check(context, topk, steps, buffer_slots, overlap)
     rng = np.random.default_rng(seed)
     k = min(topk, context)
-    keep = int(round(overlap * k))
+    keep = k - new_per_step(context, topk, overlap)
     buf = LRUBuffer(context, buffer_slots)
     tot = dict.fromkeys(KEYS, 0)
     sel = rng.choice(context, size=k, replace=False)

@@ -462,6 +462,6 @@ def water_fill(uses: list[list], demand: list[float], capacity) -> list[float]:
         for r, us in users.items():
             remaining[r] -= inc * len(us)
         saturated = {r for r, us in users.items() if remaining[r] <= 1e-9 * capacity(r)}
-        active = {i for i in active if demand[i] - rate[i] > 1e-12 * max(1.0, demand[i])
+        active = {i for i in active if (math.isinf(demand[i]) or demand[i] - rate[i] > 1e-12 * max(1.0, demand[i]))
                   and not (set(uses[i]) & saturated)}
     return rate

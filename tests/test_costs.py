@@ -1,0 +1,55 @@
+import numpy as np
+import pint
+import pytest
+import sympy as sp
+
+from sacmodel.costs import (check_dimensions, compile_expr, dma_time, gather_time, lines_per_entry, rdma_time,
+                            roofline_time, sym)
+from sacmodel.serving import admission_expressions, step_expressions
+
+
+def all_expressions():
+    exprs = {"gather": gather_time(), "dma": dma_time(), "rdma": rdma_time("x_"),
+             "roofline": roofline_time("k_", "fp8")}
+    exprs.update(step_expressions())
+    exprs.update(admission_expressions())
+    return exprs
+
+
+@pytest.mark.parametrize("name", sorted(all_expressions()))
+def test_every_cost_expression_is_a_time(name):
+    check_dimensions(all_expressions()[name], "second")
+
+
+def test_dimension_check_catches_mistakes():
+    bad = sym("t_kernel", "second") + sym("cacheline", "byte")
+    with pytest.raises(pint.DimensionalityError):
+        check_dimensions(bad)
+    with pytest.raises(pint.DimensionalityError):  # bytes / bandwidth is a time, not bytes
+        check_dimensions(dma_time(), "byte")
+
+
+def test_lambdified_equals_symbolic_evaluation():
+    e = gather_time()
+    vals = dict(n=2048, lines_per_entry=11, cacheline=64, bw=22.5e9, lat=1.6e-6, outstanding_lines=612,
+                t_kernel=8.5e-6)
+    f = compile_expr(e)
+    ref = float(e.subs({sp.Symbol(k, positive=True): v for k, v in vals.items()}).evalf())
+    assert f(**vals) == pytest.approx(ref, rel=1e-12)
+    arr = f(**{**vals, "n": np.array([1, 10, 100])})
+    assert arr.shape == (3,) and np.all(np.diff(arr) > 0)
+
+
+def test_gather_latency_bound_vs_bandwidth_bound():
+    f = compile_expr(gather_time())
+    base = dict(n=10000, lines_per_entry=11, cacheline=64, outstanding_lines=612, t_kernel=0.0)
+    slow = f(**base, bw=1e12, lat=2e-6)   # latency bound: achieved = 612 * 64 / 2 us
+    assert slow == pytest.approx(2e-6 + 10000 * 11 * 64 / (612 * 64 / 2e-6))
+    fast = f(**base, bw=1e9, lat=1e-9)    # bandwidth bound
+    assert fast == pytest.approx(1e-9 + 10000 * 11 * 64 / 1e9)
+
+
+@pytest.mark.parametrize("size,line,expect", [(656, 64, 11.0), (64, 64, 1.0), (1152, 64, 18.0), (32, 64, 1.0),
+                                               (100, 64, 2.5)])
+def test_lines_per_entry(size, line, expect):
+    assert lines_per_entry(size, line) == pytest.approx(expect)

@@ -1,0 +1,131 @@
+"""Property tests (hypothesis) of the access-count laws, the cost models and max-min sharing."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sacmodel.access import access_counts, miss_series
+from sacmodel.calibrate import with_params
+from sacmodel.costs import compile_expr, gather_time
+from sacmodel.reference import KEYS, lines_touched, simulate
+from sacmodel.systems import fetch_latency_us
+from sacmodel.topology import load_topology, max_min_share
+
+FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+configs = st.fixed_dictionaries({
+    "context": st.integers(64, 3000), "topk": st.integers(8, 256), "entry_bytes": st.sampled_from([64, 100, 656, 1152]),
+    "steps": st.integers(1, 25), "overlap": st.floats(0.0, 1.0), "page_tokens": st.sampled_from([1, 16, 64]),
+}).flatmap(lambda c: st.builds(lambda b: {**c, "buffer_slots": b},
+                                st.integers(min(c["topk"], c["context"]), 2 * c["context"])))
+
+
+@FAST
+@given(configs)
+def test_deterministic_counts_equal_reference(c):
+    """Counts that do not depend on randomness agree exactly with the reference."""
+    r = simulate(**c, seed=1)
+    a = access_counts(**c)
+    k = min(c["topk"], c["context"])
+    assert r["bytes_fetched"] == r["misses"] * c["entry_bytes"]
+    assert r["hits"] + r["misses"] == c["steps"] * k + (c["context"] - k if c["buffer_slots"] >= c["context"] else 0)
+    if c["buffer_slots"] >= c["context"] or k == c["context"] or c["steps"] == 1:
+        assert r["misses"] == a["misses"] and r["hits"] == a["hits"] and r["bytes_fetched"] == a["bytes_fetched"]
+    if c["buffer_slots"] >= c["context"]:
+        assert {key: float(v) for key, v in r.items()} == a
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(2000, 6000), st.integers(64, 400), st.floats(0.2, 0.95), st.integers(1, 3),
+       st.sampled_from([16, 64]))
+def test_expectations_agree_with_reference(L, k, overlap, bmul, page):
+    """Mean of 12 seeds vs closed form: within 4 standard errors + 2% (model approximations)."""
+    c = dict(context=L, topk=k, entry_bytes=656, steps=15, buffer_slots=k * (1 + bmul), overlap=overlap,
+             page_tokens=page)
+    a = access_counts(**c)
+    runs = [simulate(**c, seed=s) for s in range(12)]
+    for key in KEYS:
+        x = np.array([r[key] for r in runs], float)
+        tol = 4 * x.std(ddof=1) / math.sqrt(len(x)) + 0.02 * abs(a[key]) + 1.0
+        assert abs(x.mean() - a[key]) <= tol, (key, x.mean(), a[key])
+
+
+@FAST
+@given(configs)
+def test_limits(c):
+    r = simulate(**{**c, "topk": c["context"], "buffer_slots": c["context"]}, seed=2)
+    assert r["misses"] == c["context"] and r["bytes_fetched"] == c["context"] * c["entry_bytes"]  # k >= L: once
+    assert r["cachelines"] == lines_touched(np.arange(c["context"]), c["entry_bytes"])
+    big = {**c, "buffer_slots": c["context"]}
+    s = miss_series(big["context"], big["topk"], big["steps"], big["buffer_slots"], big["overlap"])
+    assert np.all(s[1:] == 0)
+    one = simulate(**{**big, "steps": 1}, seed=5)
+    assert simulate(**big, seed=5)["misses"] == one["misses"]   # nothing after the first step
+
+
+@FAST
+@given(configs, st.integers(1, 200))
+def test_larger_buffer_never_more_misses_after_first_step(c, extra):
+    """LRU is a stack algorithm: same access sequence, a larger buffer never misses more (after step 0,
+    which a whole-context preload may make larger)."""
+    def later(b):
+        return simulate(**{**c, "buffer_slots": b}, seed=7)["misses"] - simulate(
+            **{**c, "buffer_slots": b, "steps": 1}, seed=7)["misses"]
+    assert later(c["buffer_slots"] + extra) <= later(c["buffer_slots"])
+    if c["buffer_slots"] + extra < c["context"]:
+        a0, a1 = (access_counts(**{**c, "buffer_slots": b})["misses"] for b in (c["buffer_slots"], c["buffer_slots"] + extra))
+        assert a1 <= a0 + 1e-9
+
+
+@FAST
+@given(configs, st.integers(1, 100))
+def test_larger_k_never_moves_fewer_bytes(c, dk):
+    c = {**c, "buffer_slots": max(c["buffer_slots"], c["topk"] + dk)}
+    a0 = access_counts(**c)
+    a1 = access_counts(**{**c, "topk": c["topk"] + dk})
+    assert a1["bytes_fetched"] >= a0["bytes_fetched"] - 1e-6 * a0["bytes_fetched"]
+
+
+@FAST
+@given(st.floats(1e8, 1e11), st.floats(1.01, 10.0), st.integers(1, 5000), st.floats(1e-8, 1e-5))
+def test_more_bandwidth_is_never_slower(bw, factor, n, lat):
+    f = compile_expr(gather_time())
+    base = dict(n=n, lines_per_entry=11, cacheline=64, lat=lat, outstanding_lines=612, t_kernel=8e-6)
+    assert f(**base, bw=bw * factor) <= f(**base, bw=bw)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.floats(1.1, 4.0), st.sampled_from([64, 512, 2048]))
+def test_faster_cxl_devices_never_slower_end_to_end(factor, k):
+    t = load_topology("sac-testbed")
+    bw = t.node("cxl_dev[0]")["bandwidth"]
+    faster = with_params(t, {"node:cxl_device.bandwidth": bw * factor})
+    assert fetch_latency_us(faster, "cxl", topk=k) <= fetch_latency_us(t, "cxl", topk=k)
+
+
+TOPO = load_topology("sac-testbed")
+SOURCES = TOPO.nodes_of("cxl_device") + TOPO.nodes_of("host_dram") + TOPO.nodes_of("rdma_nic")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(SOURCES), st.sampled_from(TOPO.gpus),
+                          st.one_of(st.just(math.inf), st.floats(1e8, 1e11))), min_size=1, max_size=10))
+def test_max_min_sharing_conserves_capacity(flows):
+    rates = max_min_share(TOPO, flows)
+    used = {}
+    for (src, dst, demand), r in zip(flows, rates):
+        path = TOPO.route(src, dst)
+        assert 0 < r <= min(demand, TOPO.flow_cap(path)) * (1 + 1e-9)
+        for res in TOPO.resources(path):
+            used[res] = used.get(res, 0.0) + r
+    for res, u in used.items():
+        assert u <= TOPO.capacity(res) * (1 + 1e-9)
+    # max-min optimality: every flow is at its demand or crosses a saturated resource where it is largest
+    for (src, dst, demand), r in zip(flows, rates):
+        path = TOPO.route(src, dst)
+        if r >= min(demand, TOPO.flow_cap(path)) * (1 - 1e-9):
+            continue
+        sat = [res for res in TOPO.resources(path) if used[res] >= TOPO.capacity(res) * (1 - 1e-9)]
+        assert sat, "a flow below its demand must cross a saturated resource"

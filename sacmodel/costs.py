@@ -24,6 +24,8 @@ def sym(name: str, unit: str = "dimensionless", desc: str = "") -> sp.Symbol:
         s, u, _ = SYMBOLS[name]
         if unit != "dimensionless" and u != unit:
             raise ValueError(f"symbol {name!r} already registered with unit {u!r}, not {unit!r}")
+        if desc and not SYMBOLS[name][2]:
+            SYMBOLS[name] = (s, u, desc)
         return s
     s = sp.Symbol(name, positive=True)
     SYMBOLS[name] = (s, unit, desc)

@@ -46,8 +46,9 @@ class ConfigError(ValueError):
 
 # ---- symbolic step model --------------------------------------------------------------------------
 def _roof(flops, hbm_bytes, peak):
-    eff, heff = sym("compute_eff", "dimensionless"), sym("hbm_eff", "dimensionless")
-    return sp.Max(flops / (peak * eff), hbm_bytes / (sym("hbm_bw", "byte/second") * heff))
+    eff = sym("compute_eff", "dimensionless", "achieved fraction of peak FLOP/s")
+    heff = sym("hbm_eff", "dimensionless", "achieved fraction of HBM bandwidth")
+    return sp.Max(flops / (peak * eff), hbm_bytes / (sym("hbm_bw", "byte/second", "GPU HBM bandwidth") * heff))
 
 
 def step_expressions() -> dict[str, sp.Expr]:
@@ -59,14 +60,16 @@ def step_expressions() -> dict[str, sp.Expr]:
     layers = sym("layers", "dimensionless", "transformer layers")
     wb = sym("w_bytes", "byte", "bytes per weight parameter")
     tp = sym("tp", "dimensionless", "tensor-parallel GPUs sharing the MLP")
-    p16, p8 = sym("peak_bf16", "FLOP/second"), sym("peak_fp8", "FLOP/second")
+    p16 = sym("peak_bf16", "FLOP/second", "GPU peak BF16 FLOP/s")
+    p8 = sym("peak_fp8", "FLOP/second", "GPU peak FP8 FLOP/s")
     m = sym("m_miss", "dimensionless", "LRU misses per request per layer per step")
     swap_on = sym("swap_on", "dimensionless", "1 if the context does not fit the device buffer, else 0")
     R, e = sym("n_experts", "dimensionless", "routed experts"), sym("e_active", "dimensionless", "experts per token")
     n_sh = sym("n_shared", "dimensionless", "shared experts")
     P_att, P_exp = sym("p_attn", "dimensionless", "attention params per layer"), sym("p_expert", "dimensionless", "params per expert")
     P_mlp = sym("p_dense_mlp", "dimensionless", "dense MLP params per layer")
-    l_moe, l_dense = sym("moe_layers", "dimensionless"), sym("dense_layers", "dimensionless")
+    l_moe = sym("moe_layers", "dimensionless", "MoE layers")
+    l_dense = sym("dense_layers", "dimensionless", "dense-MLP layers")
     f_ix = sym("f_index", "FLOP", "indexer FLOPs per key per layer")
     f_at = sym("f_attn", "FLOP", "attention FLOPs per entry per layer")
     ikb = sym("index_key_bytes", "byte", "indexer key bytes per token per layer")
@@ -82,8 +85,15 @@ def step_expressions() -> dict[str, sp.Expr]:
         "indexer": b * layers * sp.Max(f_ix * L / (p8 * sym("compute_eff", "dimensionless")),
                                         ikb * L / sym("ikey_bw", "byte/second", "bandwidth of the indexer-key scan")),
         "attention": b * layers * _roof(f_at * kk, eb * kk, p16),
-        "swap": swap_on * layers * g,
+        "swap": swap_on * layers * (g + _rdma_reads(b * m, sym("rdma_share", "dimensionless",
+                                                               "share of the NICs one rank gets"))),
     }
+
+
+def _rdma_reads(entries, share):
+    """RDMA-topk only (``rdma_topk_on`` = 1): one READ per missed entry over the rank's share of the NICs."""
+    on = sym("rdma_topk_on", "dimensionless", "1 for rdma-topk, else 0")
+    return on * entries * (sym("rdma_op_cost", "second") + sym("entry_bytes", "byte") / sym("pf_rate", "byte/second")) / share
 
 
 def admission_expressions() -> dict[str, sp.Expr]:
@@ -93,7 +103,8 @@ def admission_expressions() -> dict[str, sp.Expr]:
     ikb, eb = sym("index_key_bytes", "byte"), sym("entry_bytes", "byte")
     pool_on = sym("pool_on", "dimensionless", "1 for pool systems (prefix indexer keys loaded), else 0")
     swap_on = sym("swap_on", "dimensionless")
-    cold = gather_time("sw_").subs(sym("sw_n", "dimensionless"), sym("k_attn", "dimensionless"))
+    kk = sym("k_attn", "dimensionless")
+    cold = gather_time("sw_").subs(sym("sw_n", "dimensionless"), kk) + _rdma_reads(kk, 1)
     ops = sym("rdma_ops_per_token", "dimensionless", "RDMA READs per token per layer")
     fetch = rdma_time("pf_").subs({sym("pf_ops"): ops * L * layers, sym("pf_bytes", "byte"): eb * L * layers})
     return {
@@ -202,6 +213,8 @@ def bind(cfg: Config, context: float, active_ranks: int | None = None) -> dict[s
         v.update(pf_rate=nic["rate"] * cfg.rdma_nics, rdma_op_cost=nic["op_cost"] / cfg.rdma_nics)
     else:
         v.update(pf_rate=1.0, rdma_op_cost=0.0)
+    v["rdma_topk_on"] = 1.0 if cfg.system == "rdma-topk" else 0.0
+    v["rdma_share"] = 1.0 / cfg.dp     # every rank fetches at once: each gets 1/dp of the NICs
     if cfg.system == "cxl-prefetch":
         flows = [(d, t.pool_for(0, "dram")) for d in t.pools["cxl"][:cfg.cxl_devices]]
         v["pf_dma_bw"] = sum(max_min_share(t, flows))
@@ -224,20 +237,6 @@ def overlap_at(topo: Topology, context: float) -> float:
     return float(min(1.0, max(0.0, 1.0 - (1.0 - rho0) * (context / REF_CONTEXT) ** gamma)))
 
 
-def _rdma_topk_reads(cfg: Config, v: dict, entries: float, ranks: int) -> float:
-    """Seconds to RDMA-read ``entries`` entries, one READ each, when ``ranks`` ranks share the NICs.
-
-    (rdma-topk: the reads land in a host staging buffer that the usual gather then copies to the GPU.)
-    """
-    if not v["swap_on"] or entries <= 0:
-        return 0.0
-    ops = entries
-    share = 1.0 / max(ranks, 1)
-    return float(_fn("rdma_fetch")(pf_rate=v["pf_rate"] * share, rdma_op_cost=v["rdma_op_cost"] / share,
-                                   rdma_ops_per_token=1.0, L=ops / v["layers"], layers=v["layers"],
-                                   entry_bytes=v["entry_bytes"]))
-
-
 def step_breakdown(cfg: Config, v: dict, b: float, B: float) -> dict[str, float]:
     """Seconds of each component of one decode step with ``b`` requests on the busiest rank, ``B`` total."""
     vals = dict(v, b=b, B=B)
@@ -245,8 +244,6 @@ def step_breakdown(cfg: Config, v: dict, b: float, B: float) -> dict[str, float]
     for k in ("fixed", "attn_proj", "mlp", "indexer", "attention", "swap"):
         f = _fn(k)
         out[k] = float(f(**{n: vals[n] for n in f.names}))
-    if cfg.system == "rdma-topk":
-        out["swap"] += _rdma_topk_reads(cfg, v, b * v["m_miss"] * v["layers"], cfg.dp)
     return out
 
 
@@ -254,8 +251,6 @@ def admission_breakdown(cfg: Config, v: dict) -> dict[str, float]:
     """Seconds of the admission (extend) step and, for prefetch systems, of the prefix fetch phases."""
     get = lambda k: float(_fn(k)(**{n: v[n] for n in _fn(k).names}))  # noqa: E731
     out = {"admit": get("admit"), "fetch": 0.0, "copy": 0.0}
-    if cfg.system == "rdma-topk":   # cold buffer: k entries per layer over RDMA
-        out["admit"] += _rdma_topk_reads(cfg, v, v["k_attn"] * v["layers"], 1)
     if cfg.system == "rdma":
         out["fetch"] = get("rdma_fetch")
         out["copy"] = get("rdma_copy")
@@ -453,7 +448,7 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
     """Run the engine; returns the metric fields of :class:`Prediction` and a time breakdown."""
     dp = cfg.dp
     steps = _StepCache(cfg, context)
-    adm = admission_breakdown(cfg, steps.values(dp))
+    adm = admission_breakdown(cfg, steps.values(1))   # one rank admits; its cold gather runs alone
     t_admit, t_fetch, t_copy = adm["admit"], adm["fetch"], adm["copy"]
     fetcher = _Fetcher(dp, t_fetch + t_copy) if cfg.system in ("rdma", "cxl-prefetch") else None
     rng = np.random.default_rng(seed)

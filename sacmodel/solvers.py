@@ -1,0 +1,631 @@
+"""Solvers and planning: symbolic forms, break-even, capacity planning, sensitivity, sweeps.
+
+The *unloaded* metrics (one request alone on the system) have closed forms built from the same sympy
+expressions the serving engine evaluates (:func:`symbolic`); bound to a scenario they equal
+``predict(..., concurrency=1, requests=1)``. Loaded questions (throughput at concurrency c, percentiles)
+go through :func:`sacmodel.predict`.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import sympy as sp
+import yaml
+from scipy.optimize import brentq
+
+from .calibrate import get_param, set_param
+from .costs import SYMBOLS, compile_expr, lines_per_entry, sym
+from .serving import (REF_CONTEXT, ConfigError, admission_expressions, bind, predict, resolve,
+                      step_expressions)
+from .systems import as_topology, check_system
+from .topology import Topology, TopologyError
+
+UNLOADED = ("ttft", "tbt", "e2e", "bytes_per_step")
+METRIC_ALIASES = {"ttft": "ttft", "ttft_mean_ms": "ttft", "tbt": "tbt", "tbt_mean_ms": "tbt", "e2e": "e2e",
+                  "e2e_mean_ms": "e2e", "bytes_per_step": "bytes_per_step", "bytes": "bytes_per_step"}
+LOADED = ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tbt_mean_ms", "tbt_p99_ms", "e2e_mean_ms",
+          "output_throughput_tok_s", "request_throughput_req_s")
+HIGHER_IS_BETTER = {"output_throughput_tok_s", "request_throughput_req_s"}
+WORKLOAD_SYMBOLS = {"context": "L", "output": "O"}
+
+
+class SolverError(ValueError):
+    """A question the solvers cannot answer as asked (bad metric, parameter or range)."""
+
+
+# ---- symbolic forms -------------------------------------------------------------------------------
+def _workload_symbols():
+    L = sym("L", "dimensionless", "context length (tokens)")
+    O = sym("O", "dimensionless", "output tokens per request")
+    k = sym("topk", "dimensionless", "top-k entries selected per layer")
+    Bb = sym("buffer_slots", "dimensionless", "GPU buffer slots per request and layer")
+    rho0 = sym("topk_overlap", "dimensionless", "fraction of top-k kept between steps at 32K")
+    gam = sym("topk_churn_exponent", "dimensionless", "growth of top-k churn with context")
+    return L, O, k, Bb, rho0, gam
+
+
+def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Expr:
+    """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step).
+
+    ``ttft``: request latency + prefix fetch (rdma, cxl-prefetch) + admission; ``tbt``: one decode step with
+    one request; ``e2e``: ttft + (O - 1) tbt; ``bytes_per_step``: bytes read over the pool route per step.
+    """
+    check_system(system)
+    m = METRIC_ALIASES.get(metric)
+    if m is None:
+        raise SolverError(f"unknown unloaded metric {metric!r}; known: {', '.join(UNLOADED)}")
+    L, O, k, Bb, rho0, gam = _workload_symbols()
+    steps, adm = step_expressions(), admission_expressions()
+    b, B = sym("b", "dimensionless"), sym("B", "dimensionless")
+    tbt = sum(steps.values()).subs({b: 1, B: 1})
+    fetch = {"rdma": adm["rdma_fetch"] + adm["rdma_copy"], "cxl-prefetch": adm["dma_fetch"]}.get(system, 0)
+    if fetch != 0:
+        fetch = fetch + sym("prefetch_poll", "second", "period of the scheduler's prefetch check") / 2
+    ttft = sym("t_request", "second", "request latency outside the engine (HTTP, tokenizer)") + fetch + adm["admit"]
+    e2e = ttft + (O - 1) * tbt
+    nbytes = (sym("swap_on", "dimensionless") * sym("layers", "dimensionless") * sym("m_miss", "dimensionless")
+              * sym("lines_per_entry", "dimensionless") * sym("cacheline", "byte"))
+    expr = {"ttft": ttft, "tbt": tbt, "e2e": e2e, "bytes_per_step": nbytes}[m]
+    # context dependence of the access process (same rules as the engine's numeric binding)
+    pool = system != "gpu"
+    k_attn = sp.Min(k, L) if sparse else L
+    rho = sp.Max(0, sp.Min(1, 1 - (1 - rho0) * (L / REF_CONTEXT) ** gam))
+    gap = sp.Max(L - k_attn, 1)   # L - k >= 1 wherever L > buffer >= k; the guard keeps numpy finite
+    miss = sp.Piecewise((sp.Min(k_attn * (1 - rho), L - k_attn) * (1 - (Bb - k_attn) / gap), L > Bb),
+                        (0, True))
+    swap_on = sp.Piecewise((1, L > Bb), (0, True)) if pool else 0
+    return expr.subs({sym("k_attn", "dimensionless"): k_attn, sym("m_miss", "dimensionless"): miss,
+                      sym("swap_on", "dimensionless"): swap_on})
+
+
+def scenario_values(scenario, system: str, **resources) -> dict[str, float]:
+    """Numbers for every non-workload symbol of ``system`` on ``scenario`` (one rank active)."""
+    cfg = resolve(scenario, system, **resources)
+    v = bind(cfg, REF_CONTEXT, active_ranks=1)
+    for key in ("L", "k_attn", "m_miss", "swap_on"):
+        v.pop(key, None)
+    t = cfg.topo
+    v.update(topk=float(cfg.model.topk or 0), buffer_slots=float(cfg.device_buffer),
+             topk_overlap=t.param("topk_overlap"),
+             topk_churn_exponent=t.param("topk_churn_exponent") if t.has_param("topk_churn_exponent") else 0.0,
+             t_request=t.param("t_request"), prefetch_poll=t.param("prefetch_poll"))
+    return v
+
+
+def symbolic(system: str, metric: str, scenario=None, *, free=(), context=None, output=None, **resources):
+    """The sympy expression of an unloaded metric (seconds, or bytes for ``bytes_per_step``).
+
+    Without ``scenario``: over named symbols (see :func:`symbol_docs`). With it: every symbol bound except
+    those named in ``free`` (and ``L``/``O`` unless ``context``/``output`` are given); fully bound, it is a
+    number equal to ``predict(..., concurrency=1, requests=1)``.
+    """
+    sparse = True
+    if scenario is not None:
+        sparse = resolve(scenario, system, **resources).model.sparse
+    expr = unloaded_expression(system, metric, sparse)
+    if scenario is None:
+        return expr
+    free = {WORKLOAD_SYMBOLS.get(f, f) for f in free}
+    vals = scenario_values(scenario, system, **resources)
+    if context is not None:
+        vals["L"] = float(context)
+    if output is not None:
+        vals["O"] = float(output)
+    unknown = free - {s.name for s in expr.free_symbols} - {"L", "O"}
+    if unknown:
+        raise SolverError(f"{', '.join(sorted(unknown))}: not a symbol of {system} {metric} "
+                          f"(symbols: {', '.join(sorted(s.name for s in expr.free_symbols))})")
+    subs = {s: vals[s.name] for s in expr.free_symbols if s.name in vals and s.name not in free}
+    return expr.xreplace({s: sp.Float(v, 17) for s, v in subs.items()})
+
+
+def symbol_docs(expr: sp.Expr) -> list[tuple[str, str, str]]:
+    """(name, unit, meaning) of the symbols in ``expr``."""
+    return [(s.name, SYMBOLS[s.name][1], SYMBOLS[s.name][2]) for s in sorted(expr.free_symbols, key=lambda s: s.name)]
+
+
+# ---- evaluation helpers ---------------------------------------------------------------------------
+DISCRETE = {"cxl_devices", "rdma_nics", "concurrency", "device_buffer", "dp", "output", "context", "topk",
+            "requests"}
+
+
+def _metric_kind(metric: str) -> str:
+    if metric in LOADED:
+        return "loaded"
+    if metric in METRIC_ALIASES:
+        return "unloaded"
+    raise SolverError(f"unknown metric {metric!r}; unloaded: {', '.join(UNLOADED)}; loaded: {', '.join(LOADED)}")
+
+
+def _with_value(topo: Topology, vary: str, value: float) -> tuple[Topology, dict]:
+    """Scenario and predict kwargs for one value of the varied quantity."""
+    kw = {}
+    if vary in ("context", "output", "concurrency", "requests", "cxl_devices", "rdma_nics", "device_buffer", "rate"):
+        kw[vary] = int(round(value)) if vary != "rate" else float(value)
+        if vary in ("cxl_devices", "rdma_nics"):
+            pool = {"cxl_devices": "cxl", "rdma_nics": "rdma"}[vary]
+            if kw[vary] > len(topo.pools.get(pool, [])):
+                topo = with_pool_size(topo, pool, kw[vary])
+        return topo, kw
+    t = copy.deepcopy(topo)
+    if vary == "topk":
+        t.model_override = {"index_topk": int(round(value))}
+    elif vary == "dp":
+        n = int(round(value))
+        if n > len(t.gpus):
+            raise SolverError(f"dp={n} but the scenario has {len(t.gpus)} GPUs")
+        set_param(t, "dp", n)
+        set_param(t, "tp", n)
+    else:
+        set_param(t, vary, value)
+    return t, kw
+
+
+def with_pool_size(topo: Topology, pool: str, n: int) -> Topology:
+    """A copy of ``topo`` whose ``pool`` has ``n`` members (extra ones cloned from the first, same links)."""
+    t = copy.deepcopy(topo)
+    members = t.pools.get(pool)
+    if not members:
+        raise SolverError(f"{t.name}: no {pool} pool to grow")
+    proto = members[0]
+    base = proto.split("[")[0]
+    while len(t.pools[pool]) < n:
+        new = f"{base}[+{len(t.pools[pool])}]"
+        t.graph.add_node(new, **copy.deepcopy(t.graph.nodes[proto]))
+        for u, _, d in list(t.graph.in_edges(proto, data=True)):
+            t.graph.add_edge(u, new, **copy.deepcopy(d))
+        for _, v, d in list(t.graph.out_edges(proto, data=True)):
+            t.graph.add_edge(new, v, **copy.deepcopy(d))
+        t.pools[pool].append(new)
+    t._routes.clear()
+    return t
+
+
+def evaluate(scenario, system: str, metric: str, vary: str | None = None, value: float | None = None,
+             **fixed) -> float:
+    """One number: ``metric`` of ``system`` with ``vary`` = ``value`` and the ``fixed`` workload.
+
+    Unloaded metrics in seconds (bytes for bytes_per_step); loaded ones in the Prediction's units.
+    Returns nan when the configuration is infeasible.
+    """
+    topo = as_topology(scenario)
+    kw = dict(fixed)
+    if vary is not None:
+        topo, extra = _with_value(topo, vary, value)
+        kw.update(extra)
+    if _metric_kind(metric) == "unloaded":
+        res = {k: kw.pop(k) for k in ("cxl_devices", "rdma_nics", "device_buffer") if k in kw}
+        ctx, out = kw.pop("context", None), kw.pop("output", None)
+        for k in ("concurrency", "requests", "rate"):
+            kw.pop(k, None)
+        if ctx is None or out is None:
+            raise SolverError("unloaded metrics need context and output")
+        topo = _apply_topk(topo)
+        e = symbolic(system, metric, topo, context=ctx, output=out, **res)
+        return float(e)
+    kw.setdefault("concurrency", 1)
+    p = predict(_apply_topk(topo), system, **kw)
+    return getattr(p, metric) if p.feasible else math.nan
+
+
+def _apply_topk(topo: Topology) -> Topology:
+    ov = getattr(topo, "model_override", None)
+    if not ov:
+        return topo
+    from .models import CATALOG_CONFIGS, from_hf_config
+    cfg = dict(CATALOG_CONFIGS.get(topo.model_name, {}))
+    if not cfg:
+        raise SolverError(f"varying top-k needs a catalog model, not {topo.model_name!r}")
+    cfg.update(ov)
+    t = copy.copy(topo)
+    name = f"{topo.model_name}@topk{ov['index_topk']}"
+    CATALOG_CONFIGS[name] = cfg
+    t.model_name = name
+    return t
+
+
+# ---- break-even -----------------------------------------------------------------------------------
+@dataclass
+class BreakEven:
+    """Where systems ``a`` and ``b`` give the same metric as ``vary`` goes from lo to hi."""
+    a: str
+    b: str
+    metric: str
+    vary: str
+    lo: float
+    hi: float
+    found: bool
+    value: float | None                       # the first crossing
+    values: list[float] = field(default_factory=list)
+    method: str = "numeric"
+    residual: float | None = None             # |f_a - ratio f_b| / |f_b| at the crossing
+    winner_below: str | None = None           # winner just below the first crossing
+    winner_above: str | None = None           # winner just above it
+    winner: str | None = None                 # winner throughout, when nothing crosses
+    ratio: float = 1.0
+    curve: dict = field(default_factory=dict, repr=False)
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _better(metric: str, fa: float, fb: float, ratio: float, a: str, b: str) -> str:
+    hib = metric in HIGHER_IS_BETTER
+    return a if ((fa > ratio * fb) if hib else (fa < ratio * fb)) else b
+
+
+def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi: float, ratio: float = 1.0,
+              points: int = 48, **fixed) -> BreakEven:
+    """Find where ``metric(a) = ratio x metric(b)`` as ``vary`` goes from ``lo`` to ``hi``.
+
+    ``vary``: context, output, topk, concurrency, cxl_devices, rdma_nics, device_buffer, a scenario parameter
+    (``t_layer``), or a hardware number (``node:cxl_device.bandwidth``, ``link:gpu.latency``). ``ratio``
+    = 1.1 asks where ``a`` becomes 10% worse than ``b`` (for latency metrics). Unloaded metrics are solved
+    in closed form by sympy when it can, else numerically (scipy ``brentq`` between sign changes on a
+    grid of ``points``); every crossing in the range is reported.
+    """
+    check_system(a)
+    check_system(b)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
+        raise SolverError(f"need lo < hi, got lo={lo}, hi={hi}")
+    kind = _metric_kind(metric)
+    topo = as_topology(scenario)
+    discrete = vary in DISCRETE
+    fast = {s: _unloaded_fn(topo, s, metric, vary, fixed) for s in (a, b)} if kind == "unloaded" else {}
+
+    def f(s, x):
+        if fast.get(s):
+            return float(fast[s](x))
+        return evaluate(topo, s, metric, vary, x, **fixed)
+    d = lambda x: f(a, x) - ratio * f(b, x)  # noqa: E731
+    res = BreakEven(a, b, metric, vary, lo, hi, False, None, ratio=ratio)
+
+    sym_roots = _symbolic_roots(topo, a, b, metric, vary, lo, hi, ratio, fixed) if kind == "unloaded" else None
+    if discrete:
+        xs = np.unique(np.round(np.linspace(lo, hi, min(points, int(hi - lo) + 1))).astype(int)).astype(float)
+    elif lo > 0 and hi / lo > 20:
+        xs = np.geomspace(lo, hi, points)
+    else:
+        xs = np.linspace(lo, hi, points)
+    fa = np.array([f(a, x) for x in xs])
+    fb = np.array([f(b, x) for x in xs])
+    res.curve = {"x": xs.tolist(), a: fa.tolist(), b: fb.tolist()}
+    diff = fa - ratio * fb
+    ok = np.isfinite(diff)
+    if not ok.any():
+        res.message = "both systems are infeasible over the whole range"
+        return res
+    if sym_roots is not None:
+        roots, res.method = sym_roots, "symbolic"
+    else:
+        roots = []
+        for i in range(len(xs) - 1):
+            if not (ok[i] and ok[i + 1]) or diff[i] * diff[i + 1] > 0:
+                continue
+            if diff[i] == 0:
+                roots.append(float(xs[i]))
+            elif discrete:
+                roots.append(float(xs[i + 1]))      # first value on the other side
+            elif diff[i + 1] != 0:
+                roots.append(float(brentq(d, xs[i], xs[i + 1], xtol=1e-9 * max(1.0, abs(xs[i])), rtol=1e-12)))
+        roots = sorted(set(roots))
+    if not roots:
+        w = {_better(metric, x, y, ratio, a, b) for x, y in zip(fa[ok], fb[ok])}
+        res.winner = w.pop() if len(w) == 1 else None
+        res.message = (f"no crossing in [{lo:g}, {hi:g}]: {res.winner} wins throughout" if res.winner
+                       else "no crossing found, but the winner changes where a system becomes infeasible")
+        return res
+    res.found, res.values, res.value = True, roots, roots[0]
+    fa0, fb0 = f(a, roots[0]), f(b, roots[0])
+    res.residual = abs(fa0 - ratio * fb0) / max(abs(fb0), 1e-300) if discrete is False else None
+    below = xs[xs < roots[0]]
+    above = xs[xs > roots[0]]
+    if len(below):
+        res.winner_below = _better(metric, f(a, below[-1]), f(b, below[-1]), ratio, a, b)
+    if len(above):
+        res.winner_above = _better(metric, f(a, above[0]), f(b, above[0]), ratio, a, b)
+    res.message = (f"{a} and {b} cross at {vary} = {roots[0]:.6g}" + (f" (and at {', '.join(f'{r:.6g}' for r in roots[1:])})"
+                                                                      if len(roots) > 1 else ""))
+    return res
+
+
+def _unloaded_fn(topo, system, metric, vary, fixed):
+    """A compiled f(x) of an unloaded metric when ``vary`` is a symbol of its closed form, else None."""
+    name = WORKLOAD_SYMBOLS.get(vary, vary)
+    if ":" in vary or vary in ("cxl_devices", "rdma_nics", "device_buffer", "topk", "dp", "concurrency"):
+        return None
+    fx = {k: v for k, v in fixed.items() if k in ("context", "output") and WORKLOAD_SYMBOLS[k] != name}
+    res = {k: v for k, v in fixed.items() if k in ("cxl_devices", "rdma_nics", "device_buffer")}
+    try:
+        e = symbolic(system, metric, topo, free=(name,), **fx, **res)
+    except SolverError:
+        return None
+    if e.free_symbols - {sp.Symbol(name, positive=True)}:
+        return None
+    return _lambdify(e, (name,))
+
+
+def _symbolic_roots(topo, a, b, metric, vary, lo, hi, ratio, fixed):
+    """Closed-form roots when ``vary`` is a symbol and the difference is polynomial in it; else None."""
+    name = {"context": "L", "output": "O"}.get(vary, vary)
+    if vary in ("cxl_devices", "rdma_nics", "concurrency", "device_buffer", "topk", "dp") or ":" in vary:
+        return None
+    if "context" not in fixed and vary != "context" or "output" not in fixed and vary != "output":
+        return None
+    fx = {k: v for k, v in fixed.items() if k in ("context", "output")}
+    res = {k: v for k, v in fixed.items() if k in ("cxl_devices", "rdma_nics", "device_buffer")}
+    try:
+        ea = symbolic(a, metric, topo, free=(name,), **fx, **res)
+        eb = symbolic(b, metric, topo, free=(name,), **fx, **res)
+    except SolverError:
+        return None
+    x = sp.Symbol(name, positive=True)
+    diff = sp.simplify(ea - ratio * eb)
+    if diff.has(sp.Min, sp.Max, sp.Piecewise) or x not in diff.free_symbols:
+        return None
+    num, _ = sp.fraction(sp.together(diff))
+    try:
+        poly = sp.Poly(sp.expand(num), x)
+    except sp.PolynomialError:
+        return None
+    if poly.degree() > 4:
+        return None
+    roots = [float(sp.re(r)) for r in sp.solve(poly.as_expr(), x)
+             if abs(complex(r).imag) < 1e-12 * max(1.0, abs(complex(r).real)) and lo <= float(sp.re(r)) <= hi]
+    return sorted(roots)
+
+
+# ---- planning -------------------------------------------------------------------------------------
+PRICE_FILE = Path(__file__).resolve().parent / "data" / "prices.yaml"
+
+
+def prices(path: str | Path | None = None) -> dict[str, dict]:
+    """The price table (USD per hour of each part); see ``sacmodel/data/prices.yaml`` for sources."""
+    p = Path(path) if path else PRICE_FILE
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SolverError(f"{p}: cannot read price table ({exc})") from None
+    return data["parts"]
+
+
+def configuration_cost(scenario, system: str, *, cxl_devices=None, rdma_nics=None, dp=None,
+                       price_table=None) -> dict[str, float]:
+    """USD per hour of the parts a configuration uses (GPUs; CXL devices, adapters, switch; NICs)."""
+    cfg = resolve(scenario, system, cxl_devices=cxl_devices, rdma_nics=rdma_nics)
+    pt = prices(price_table)
+    t = cfg.topo
+    n_gpu = int(dp or cfg.dp)
+    parts = {"gpu": n_gpu}
+    if system in ("cxl", "cxl-prefetch"):
+        parts.update(cxl_device=cxl_devices or cfg.cxl_devices, cxl_adapter=len(t.nodes_of("cxl_adapter")),
+                     cxl_switch=len(t.nodes_of("cxl_switch")))
+    if system in ("rdma", "rdma-topk"):
+        parts["rdma_nic"] = rdma_nics or cfg.rdma_nics
+    cost = {k: n * float(pt[k]["usd_per_hour"]) for k, n in parts.items()}
+    cost["total"] = sum(cost.values())
+    return cost
+
+
+@dataclass
+class PlanResult:
+    system: str
+    vary: str
+    slo: dict
+    found: bool
+    value: float | None
+    prediction: dict | None = None           # at the chosen value
+    prediction_one_less: dict | None = None  # at one step less (misses the SLO)
+    cost_usd_per_hour: dict | None = None
+    message: str = ""
+    tried: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _meets(pred, slo: dict) -> bool:
+    if not pred.feasible:
+        return False
+    for m, target in slo.items():
+        v = getattr(pred, m, None)
+        if v is None or not math.isfinite(v):
+            return False
+        if (m in HIGHER_IS_BETTER and v < target) or (m not in HIGHER_IS_BETTER and v > target):
+            return False
+    return True
+
+
+def _check_slo(slo: dict):
+    if not slo:
+        raise SolverError("give at least one SLO, e.g. {'tbt_mean_ms': 80}")
+    for m, v in slo.items():
+        if m not in LOADED:
+            raise SolverError(f"unknown SLO metric {m!r}; known: {', '.join(LOADED)}")
+        if not (isinstance(v, (int, float)) and v > 0):
+            raise SolverError(f"SLO {m} must be a positive number")
+
+
+def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_devices", max_value: int = 16,
+         min_value: int = 1, price_table=None) -> PlanResult:
+    """Smallest ``vary`` (cxl_devices, rdma_nics, dp, device_buffer, ...) in [min, max] meeting the SLO."""
+    _check_slo(slo)
+    check_system(system)
+    topo = as_topology(scenario)
+    res = PlanResult(system, vary, dict(slo), False, None)
+    step = 512 if vary == "device_buffer" else 1
+    prev = None
+    for v in range(int(min_value), int(max_value) + 1, step):
+        t, kw = _with_value(topo, vary, v)
+        p = predict(_apply_topk(t), system, **{**workload, **kw})
+        ok = _meets(p, slo)
+        res.tried.append({"value": v, "meets": ok, "feasible": p.feasible, "limit": p.limit,
+                          **{m: getattr(p, m) for m in slo}})
+        if ok:
+            res.found, res.value, res.prediction = True, v, p.to_dict()
+            res.prediction_one_less = prev.to_dict() if prev is not None else None
+            kwc = {k: kw[k] for k in ("cxl_devices", "rdma_nics") if k in kw}
+            if vary == "dp":
+                kwc["dp"] = v
+            res.cost_usd_per_hour = configuration_cost(t, system, price_table=price_table, **kwc)
+            res.message = (f"smallest {vary} meeting the SLO: {v}" +
+                           ("" if prev is None else f" ({vary} = {v - step} misses it)"))
+            return res
+        prev = p
+    res.message = f"no {vary} in [{min_value}, {max_value}] meets the SLO"
+    return res
+
+
+def max_load(scenario, system: str, *, workload: dict, slo: dict, vary: str = "concurrency",
+             max_value: int = 1024, min_value: int = 1) -> PlanResult:
+    """Largest ``vary`` (concurrency or context) in [min, max] that a configuration sustains within the SLO.
+
+    Bisection assumes the metrics worsen monotonically in ``vary``; the neighbours of the answer are checked.
+    """
+    _check_slo(slo)
+    if vary not in ("concurrency", "context", "output", "rate"):
+        raise SolverError(f"max_load varies concurrency, context, output or rate, not {vary!r}")
+    topo = as_topology(scenario)
+
+    def meets(v):
+        p = predict(topo, system, **{**workload, vary: v})
+        return _meets(p, slo), p
+    res = PlanResult(system, vary, dict(slo), False, None)
+    ok_lo, p_lo = meets(min_value)
+    if not ok_lo:
+        res.message = f"even {vary} = {min_value} misses the SLO"
+        res.prediction = p_lo.to_dict()
+        return res
+    ok_hi, p_hi = meets(max_value)
+    if ok_hi:
+        res.found, res.value, res.prediction = True, max_value, p_hi.to_dict()
+        res.message = f"{vary} = {max_value} (the upper end) still meets the SLO"
+        return res
+    lo, hi = min_value, max_value
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meets(mid)[0]:
+            lo = mid
+        else:
+            hi = mid
+    res.found, res.value = True, lo
+    res.prediction = meets(lo)[1].to_dict()
+    res.prediction_one_less = meets(hi)[1].to_dict()   # one step more: misses
+    res.message = f"largest {vary} within the SLO: {lo} ({vary} = {hi} misses it)"
+    return res
+
+
+# ---- sensitivity ----------------------------------------------------------------------------------
+def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, output: int = 1024,
+                **resources) -> list[tuple[str, float, float, str]]:
+    """Elasticities d ln(metric) / d ln(p) at a point for every bound symbol p, ranked by |elasticity|.
+
+    Returns (symbol, elasticity, value, meaning). Symbols are the topology, model and calibration numbers
+    the unloaded metric depends on (e.g. ``sw_bw`` = the pool-route bandwidth the GPU sees).
+    """
+    expr = symbolic(system, metric, None if False else scenario, free=_all_free(system, metric, scenario, resources),
+                    context=context, output=output, **resources)
+    vals = scenario_values(scenario, system, **resources)
+    vals.update(L=float(context), O=float(output))
+    f = float(expr.xreplace({s: vals[s.name] for s in expr.free_symbols}))
+    out = []
+    for s in sorted(expr.free_symbols, key=lambda s: s.name):
+        if s.name in ("L", "O"):
+            continue
+        d = sp.diff(expr, s)
+        dv = float(d.xreplace({x: vals[x.name] for x in d.free_symbols}))
+        el = dv * vals[s.name] / f if f else 0.0
+        if el != 0.0:
+            out.append((s.name, el, vals[s.name], SYMBOLS[s.name][2]))
+    return sorted(out, key=lambda r: -abs(r[1]))
+
+
+def _all_free(system, metric, scenario, resources):
+    sparse = resolve(scenario, system, **resources).model.sparse
+    names = {s.name for s in unloaded_expression(system, metric, sparse).free_symbols} - {"L", "O"}
+    return tuple(n for n in names if n not in ("flop_unit", "b", "B", "swap_on", "pool_on", "rdma_topk_on"))
+
+
+# ---- sweeps ---------------------------------------------------------------------------------------
+def sweep(scenario, system: str, grid: dict, metric: str = "tbt", *, context=None, output=None,
+          **resources) -> dict[str, np.ndarray]:
+    """Vectorised unloaded ``metric`` over the Cartesian product of ``grid`` (name -> array of values).
+
+    Grid names are symbols of the closed form (``context``/``L``, ``output``/``O``, ``sw_bw``, ``hbm_bw``,
+    ``t_layer``, ...). Returns columns: one per grid name plus ``metric`` (seconds or bytes).
+    """
+    if not grid:
+        raise SolverError("empty grid")
+    names = list(grid)
+    syms = [WORKLOAD_SYMBOLS.get(n, n) for n in names]
+    ctx = None if "L" in syms else context
+    out_ = None if "O" in syms else output
+    if ctx is None and "L" not in syms:
+        raise SolverError("give context= or put 'context' in the grid")
+    if out_ is None and "O" not in syms and METRIC_ALIASES.get(metric) == "e2e":
+        raise SolverError("give output= or put 'output' in the grid")
+    expr = symbolic(system, metric, scenario, free=tuple(syms), context=ctx, output=out_ or 1, **resources)
+    f = _lambdify(expr, tuple(syms))
+    axes = [np.asarray(grid[n], dtype=float).ravel() for n in names]
+    mesh = np.meshgrid(*axes, indexing="ij")
+    cols = {n: m.ravel() for n, m in zip(names, mesh)}
+    val = f(*[cols[n] for n in names])
+    cols[metric] = np.broadcast_to(np.asarray(val, dtype=float), (mesh[0].size,)).copy()
+    return cols
+
+
+_LAMBDAS: dict = {}
+
+
+def _lambdify(expr, names):
+    key = (sp.srepr(expr), names)
+    if key not in _LAMBDAS:
+        _LAMBDAS[key] = sp.lambdify([sp.Symbol(n, positive=True) for n in names], expr, modules="numpy")
+    return _LAMBDAS[key]
+
+
+def _predict_point(args):
+    scenario, system, kw = args
+    p = predict(scenario, system, **kw)
+    return p.to_dict()
+
+
+def sweep_predict(scenario, system: str, grid: dict, *, fixed: dict | None = None, workers: int | None = None,
+                  scheduler: str | None = None, progress: bool = True) -> list[dict]:
+    """Full ``predict`` over the Cartesian product of ``grid`` (workload/resource arguments).
+
+    Runs on all local cores (processes) with a progress bar, or on a Dask cluster when ``scheduler``
+    (``tcp://host:port``) is given. Returns one Prediction dict per point, in grid order.
+    """
+    names = list(grid)
+    combos = [dict(zip(names, vals)) for vals in itertools.product(*[list(grid[n]) for n in names])]
+    topo = as_topology(scenario)
+    jobs = [(topo, system, {**(fixed or {}), **{k: (int(v) if k != "rate" else float(v)) for k, v in c.items()}})
+            for c in combos]
+    if scheduler:
+        try:
+            from dask.distributed import Client
+        except ImportError:
+            raise SolverError("--scheduler needs dask.distributed: pip install 'sacmodel[dask]'") from None
+        with Client(scheduler, timeout="10s") as client:
+            futures = client.map(_predict_point, jobs, pure=False)
+            return client.gather(futures)
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(jobs) < 8:
+        return [_predict_point(j) for j in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+    from rich.progress import Progress
+    out = [None] * len(jobs)
+    with ProcessPoolExecutor(workers) as ex, Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task(f"predict {system}", total=len(jobs))
+        for i, r in enumerate(ex.map(_predict_point, jobs, chunksize=max(1, len(jobs) // (8 * workers)))):
+            out[i] = r
+            bar.advance(task)
+    return out

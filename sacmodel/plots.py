@@ -33,3 +33,59 @@ def plot_compare(rows, path, title="", metrics=("output_throughput_tok_s", "ttft
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_breakeven(be, path):
+    """Both systems' metric over the varied range, with every crossing marked."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    x = be.curve["x"]
+    for s in (be.a, be.b):
+        ys = be.curve[s] if s == be.a else [be.ratio * v for v in be.curve[s]]
+        ax.plot(x, ys, "-", label=s if s == be.a or be.ratio == 1 else f"{be.ratio:g} x {s}", color=COLORS.get(s))
+    for r in be.values:
+        ax.axvline(r, color="k", ls="--", lw=0.8)
+        ax.annotate(f"{r:.4g}", (r, ax.get_ylim()[1]), ha="center", va="bottom", fontsize=8)
+    if x[0] > 0 and x[-1] / x[0] > 20:
+        ax.set_xscale("log")
+    ax.set_xlabel(be.vary)
+    ax.set_ylabel(METRIC_LABELS.get(be.metric, be.metric))
+    ax.set_title(be.message, fontsize=9)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_winner_map(xs, ys, winner, labels, path, xlabel, ylabel, title=""):
+    """Heatmap of which system wins (``winner`` 2-D array of indices into ``labels``) over two parameters."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    fig, ax = plt.subplots(figsize=(6.5, 4.8))
+    cmap = ListedColormap([COLORS.get(s, "#999999") for s in labels])
+    ax.pcolormesh(xs, ys, np.asarray(winner).T, cmap=cmap, vmin=-0.5, vmax=len(labels) - 0.5, shading="auto")
+    for i, s in enumerate(labels):
+        ax.plot([], [], "s", color=COLORS.get(s, "#999999"), label=f"{s} wins")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_tornado(rows, path, title="", top=12):
+    """Ranked elasticities (rows of (name, elasticity, ...)) as a tornado chart."""
+    rows = rows[:top][::-1]
+    fig, ax = plt.subplots(figsize=(6.5, 0.35 * len(rows) + 1.5))
+    ax.barh([r[0] for r in rows], [r[1] for r in rows], color=["#d62728" if r[1] > 0 else "#1f77b4" for r in rows])
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlabel("elasticity d ln(metric) / d ln(parameter)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

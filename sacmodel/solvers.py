@@ -131,8 +131,7 @@ def symbol_docs(expr: sp.Expr) -> list[tuple[str, str, str]]:
 
 
 # ---- evaluation helpers ---------------------------------------------------------------------------
-DISCRETE = {"cxl_devices", "rdma_nics", "concurrency", "device_buffer", "dp", "output", "context", "topk",
-            "requests"}
+DISCRETE = {"cxl_devices", "rdma_nics", "concurrency", "device_buffer", "dp", "topk", "requests"}
 
 
 def _metric_kind(metric: str) -> str:
@@ -311,8 +310,16 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
                 continue
             if diff[i] == 0:
                 roots.append(float(xs[i]))
-            elif discrete:
-                roots.append(float(xs[i + 1]))      # first value on the other side
+            elif discrete:                          # bisect on integers: first value on the other side
+                lo_i, hi_i = int(xs[i]), int(xs[i + 1])
+                while hi_i - lo_i > 1:
+                    mid = (lo_i + hi_i) // 2
+                    dm = d(mid)
+                    if math.isfinite(dm) and dm * diff[i] > 0:
+                        lo_i = mid
+                    else:
+                        hi_i = mid
+                roots.append(float(hi_i))
             elif diff[i + 1] != 0:
                 roots.append(float(brentq(d, xs[i], xs[i + 1], xtol=1e-9 * max(1.0, abs(xs[i])), rtol=1e-12)))
         roots = sorted(set(roots))
@@ -324,7 +331,7 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
         return res
     res.found, res.values, res.value = True, roots, roots[0]
     fa0, fb0 = f(a, roots[0]), f(b, roots[0])
-    res.residual = abs(fa0 - ratio * fb0) / max(abs(fb0), 1e-300) if discrete is False else None
+    res.residual = abs(fa0 - ratio * fb0) / max(abs(fb0), 1e-300)   # for a discrete vary: the gap there
     below = xs[xs < roots[0]]
     above = xs[xs > roots[0]]
     if len(below):
@@ -399,7 +406,7 @@ def prices(path: str | Path | None = None) -> dict[str, dict]:
 def configuration_cost(scenario, system: str, *, cxl_devices=None, rdma_nics=None, dp=None,
                        price_table=None) -> dict[str, float]:
     """USD per hour of the parts a configuration uses (GPUs; CXL devices, adapters, switch; NICs)."""
-    cfg = resolve(scenario, system, cxl_devices=cxl_devices, rdma_nics=rdma_nics)
+    cfg = resolve(scenario, system)   # counts above the scenario's pool size are priced as planned additions
     pt = prices(price_table)
     t = cfg.topo
     n_gpu = int(dp or cfg.dp)
@@ -453,16 +460,22 @@ def _check_slo(slo: dict):
             raise SolverError(f"SLO {m} must be a positive number")
 
 
-def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_devices", max_value: int = 16,
-         min_value: int = 1, price_table=None) -> PlanResult:
-    """Smallest ``vary`` (cxl_devices, rdma_nics, dp, device_buffer, ...) in [min, max] meeting the SLO."""
+def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_devices", max_value: float = 16,
+         min_value: float = 1, step: float | None = None, price_table=None) -> PlanResult:
+    """Smallest ``vary`` in [min, max] (in ``step``s) meeting the SLO.
+
+    ``vary``: cxl_devices, rdma_nics (pools grow by cloning their first member), dp (GPUs), device_buffer,
+    or a hardware number such as ``node:cxl_device.capacity`` / ``node:host_dram.capacity`` (give ``step``).
+    The prediction at one step less is returned too (it misses the SLO), with the cost of the parts.
+    """
     _check_slo(slo)
     check_system(system)
     topo = as_topology(scenario)
     res = PlanResult(system, vary, dict(slo), False, None)
-    step = 512 if vary == "device_buffer" else 1
+    step = step or (512 if vary == "device_buffer" else 1)
     prev = None
-    for v in range(int(min_value), int(max_value) + 1, step):
+    for v in np.arange(min_value, max_value + step / 2, step):
+        v = int(v) if float(v).is_integer() else float(v)
         t, kw = _with_value(topo, vary, v)
         p = predict(_apply_topk(t), system, **{**workload, **kw})
         ok = _meets(p, slo)
@@ -629,3 +642,16 @@ def sweep_predict(scenario, system: str, grid: dict, *, fixed: dict | None = Non
             out[i] = r
             bar.advance(task)
     return out
+
+
+def winner_map(scenario, systems, metric: str, x: tuple[str, np.ndarray], y: tuple[str, np.ndarray],
+               **fixed) -> dict:
+    """Which system has the best unloaded ``metric`` at every (x, y) grid point (vectorised sweeps)."""
+    (xn, xv), (yn, yv) = x, y
+    vals = []
+    for s in systems:
+        cols = sweep(scenario, s, {xn: xv, yn: yv}, metric, **fixed)
+        vals.append(cols[metric].reshape(len(xv), len(yv)))
+    arr = np.stack(vals)
+    best = np.argmax(arr, axis=0) if metric in HIGHER_IS_BETTER else np.argmin(arr, axis=0)
+    return {"x": np.asarray(xv), "y": np.asarray(yv), "winner": best, "systems": list(systems), "values": arr}

@@ -1,0 +1,150 @@
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from sacmodel import predict
+from sacmodel.cli import main
+from sacmodel.costs import SYMBOLS, check_dimensions
+from sacmodel.solvers import (SolverError, breakeven, configuration_cost, evaluate, max_load, plan, sensitivity,
+                              sweep, sweep_predict, symbolic, unloaded_expression, winner_map)
+
+SYSTEMS = ["gpu", "dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk"]
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+@pytest.mark.parametrize("context", [3000, 98304])
+def test_symbolic_equals_predict_at_concurrency_one(system, context):
+    p = predict("sac-testbed", system, context=context, output=300, concurrency=1, requests=1)
+    for metric, field in (("ttft", "ttft_mean_ms"), ("tbt", "tbt_mean_ms"), ("e2e", "e2e_mean_ms")):
+        e = symbolic(system, metric, "sac-testbed", context=context, output=300)
+        assert e.is_Number
+        assert float(e) * 1e3 == pytest.approx(getattr(p, field), rel=1e-12)
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_unbound_forms_are_documented_and_dimensionally_sound(system):
+    for metric, unit in (("ttft", "second"), ("tbt", "second"), ("e2e", "second"), ("bytes_per_step", "byte")):
+        e = unloaded_expression(system, metric)
+        assert all(s.name in SYMBOLS and SYMBOLS[s.name][2] for s in e.free_symbols), metric
+        check_dimensions(e.subs({sp.Symbol("L", positive=True): 70000, sp.Symbol("O", positive=True): 10}), unit)
+
+
+def test_breakeven_closed_form_in_output_length():
+    """cxl-prefetch pays a bulk copy up front but then decodes from DRAM: it wins for long outputs."""
+    be = breakeven("sac-testbed", "cxl", "cxl-prefetch", metric="e2e", vary="output", lo=1, hi=10**6,
+                   context=131072)
+    assert be.found and be.method == "symbolic" and len(be.values) == 1
+    assert be.winner_below == "cxl" and be.winner_above == "cxl-prefetch" and be.residual < 1e-9
+    x = be.value
+    lo = evaluate("sac-testbed", "cxl", "e2e", "output", x * 0.9, context=131072) - evaluate(
+        "sac-testbed", "cxl-prefetch", "e2e", "output", x * 0.9, context=131072)
+    hi = evaluate("sac-testbed", "cxl", "e2e", "output", x * 1.1, context=131072) - evaluate(
+        "sac-testbed", "cxl-prefetch", "e2e", "output", x * 1.1, context=131072)
+    assert lo < 0 < hi
+
+
+def test_breakeven_numeric_in_context_and_no_crossing():
+    be = breakeven("sac-testbed", "cxl", "cxl-prefetch", metric="e2e", vary="context", lo=8192, hi=262144,
+                   output=20000)
+    assert be.found and be.method == "numeric" and be.residual < 1e-9
+    none = breakeven("sac-testbed", "cxl", "rdma", metric="e2e", vary="context", lo=8192, hi=131072,
+                     output=1024, points=12)
+    assert not none.found and none.winner == "cxl" and "throughout" in none.message
+    with pytest.raises(SolverError):
+        breakeven("sac-testbed", "cxl", "rdma", metric="e2e", vary="context", lo=5, hi=1, output=1)
+    with pytest.raises(SolverError, match="unknown metric"):
+        breakeven("sac-testbed", "cxl", "rdma", metric="speed", vary="context", lo=1, hi=5, output=1)
+
+
+def test_breakeven_loaded_hardware_parameter():
+    be = breakeven("sac-testbed", "cxl", "dram", metric="tbt_mean_ms", vary="link:gpu.latency", lo=1e-7,
+                   hi=2e-5, ratio=1.1, points=12, context=131072, output=256, concurrency=64)
+    assert be.found
+    a = evaluate("sac-testbed", "cxl", "tbt_mean_ms", "link:gpu.latency", be.value, context=131072, output=256,
+                 concurrency=64)
+    b = evaluate("sac-testbed", "dram", "tbt_mean_ms", "link:gpu.latency", be.value, context=131072, output=256,
+                 concurrency=64)
+    assert a == pytest.approx(1.1 * b, rel=1e-6)
+
+
+def test_plan_smallest_value_and_one_less_misses():
+    slo = {"tbt_mean_ms": 80.0, "output_throughput_tok_s": 750.0}
+    wl = dict(context=131072, output=1024, concurrency=64)
+    r = plan("sac-testbed", "cxl", workload=wl, slo=slo, vary="cxl_devices", max_value=8)
+    assert r.found and r.value >= 2
+    assert r.prediction["tbt_mean_ms"] <= 80 and r.prediction["output_throughput_tok_s"] >= 750
+    less = r.prediction_one_less
+    assert less["tbt_mean_ms"] > 80 or less["output_throughput_tok_s"] < 750
+    c = r.cost_usd_per_hour
+    assert c["total"] == pytest.approx(sum(v for k, v in c.items() if k != "total"))
+    assert configuration_cost("sac-testbed", "cxl", cxl_devices=r.value)["cxl_device"] == c["cxl_device"]
+    miss = plan("sac-testbed", "cxl", workload=wl, slo={"tbt_mean_ms": 1.0}, vary="cxl_devices", max_value=3)
+    assert not miss.found and "no cxl_devices" in miss.message
+
+
+def test_max_load_is_the_edge_of_the_slo():
+    r = max_load("sac-testbed", "cxl", workload=dict(context=32768, output=512), slo={"tbt_mean_ms": 60.0},
+                 vary="concurrency", max_value=256)
+    assert r.found and r.prediction["tbt_mean_ms"] <= 60 and r.prediction_one_less["tbt_mean_ms"] > 60
+
+
+def test_sensitivity_matches_finite_differences():
+    rows = sensitivity("sac-testbed", "cxl", "tbt", context=131072)
+    el = dict((n, e) for n, e, _, _ in rows)
+    assert abs(el["t_layer"]) > 0.1 and rows == sorted(rows, key=lambda r: -abs(r[1]))
+    f = lambda v: float(symbolic("cxl", "tbt", "sac-testbed", free=("t_layer",), context=131072).subs(  # noqa
+        sp.Symbol("t_layer", positive=True), v))
+    t0 = 0.5576e-3
+    fd = (math.log(f(t0 * 1.001)) - math.log(f(t0 / 1.001))) / (2 * math.log(1.001))
+    assert el["t_layer"] == pytest.approx(fd, rel=1e-4)
+
+
+def test_vectorised_sweep_equals_pointwise():
+    ctx = np.array([8192.0, 65536.0, 262144.0])
+    bw = np.array([5e9, 20e9])
+    cols = sweep("sac-testbed", "cxl", {"context": ctx, "sw_bw": bw}, "tbt")
+    assert len(cols["tbt"]) == 6
+    for L, b, v in zip(cols["context"], cols["sw_bw"], cols["tbt"]):
+        e = symbolic("cxl", "tbt", "sac-testbed", free=("sw_bw",), context=L)
+        assert v == pytest.approx(float(e.subs(sp.Symbol("sw_bw", positive=True), b)), rel=1e-12)
+    wm = winner_map("sac-testbed", ["cxl", "dram"], "tbt", ("context", ctx), ("sw_bw", bw))
+    assert wm["winner"].shape == (3, 2)
+
+
+def test_full_predict_sweeps_local_processes_and_dask():
+    grid = {"context": [16384, 65536], "concurrency": [8, 16]}
+    serial = sweep_predict("sac-testbed", "cxl", grid, fixed={"output": 128}, workers=1)
+    par = sweep_predict("sac-testbed", "cxl", grid, fixed={"output": 128}, workers=2)
+    assert [r["tbt_mean_ms"] for r in serial] == [r["tbt_mean_ms"] for r in par]
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster:
+        dask = sweep_predict("sac-testbed", "cxl", grid, fixed={"output": 128}, scheduler=cluster.scheduler_address)
+    assert [r["tbt_mean_ms"] for r in dask] == [r["tbt_mean_ms"] for r in serial]
+
+
+def test_solver_cli_commands(capsys, tmp_path):
+    assert main(["expr", "--system", "cxl", "--metric", "e2e", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert "O" in d["plain"] and "\\" in d["latex"]
+    assert main(["breakeven", "--a", "cxl", "--b", "cxl-prefetch", "--metric", "e2e", "--vary", "output",
+                 "--lo", "1", "--hi", "1000000", "--context", "128K", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["method"] == "symbolic"
+    out = tmp_path / "s.csv"
+    assert main(["sweep", "--system", "dram", "--grid", "context=8K:256K:5", "--grid", "t_layer=1e-4,5e-4",
+                 "--csv", str(out)]) == 0
+    capsys.readouterr()
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 10 and set(rows[0]) == {"context", "t_layer", "tbt"}
+    assert main(["plan", "--system", "cxl", "--context", "32K", "--slo", "tbt_mean_ms=75", "--max", "4",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["found"]
+    assert main(["sensitivity", "--system", "rdma", "--context", "64K", "--json", "--plot",
+                 str(tmp_path / "t.png")]) == 0
+    assert (tmp_path / "t.png").stat().st_size > 1000
+    assert main(["breakeven", "--a", "cxl", "--b", "dram", "--metric", "e2e", "--vary", "context", "--lo", "9",
+                 "--hi", "3"]) == 2

@@ -506,6 +506,9 @@ def max_load(scenario, system: str, *, workload: dict, slo: dict, vary: str = "c
     if vary not in ("concurrency", "context", "output", "rate"):
         raise SolverError(f"max_load varies concurrency, context, output or rate, not {vary!r}")
     topo = as_topology(scenario)
+    for key, pool in (("cxl_devices", "cxl"), ("rdma_nics", "rdma")):
+        if workload.get(key) and workload[key] > len(topo.pools.get(pool, [])):
+            topo = with_pool_size(topo, pool, workload[key])
 
     def meets(v):
         p = predict(topo, system, **{**workload, vary: v})
@@ -536,6 +539,26 @@ def max_load(scenario, system: str, *, workload: dict, slo: dict, vary: str = "c
 
 
 # ---- sensitivity ----------------------------------------------------------------------------------
+HARDWARE_SYMBOLS = {"sw_bw": "pool-route bandwidth the GPU gets", "sw_lat": "pool-route load latency",
+                    "hbm_bw": "GPU HBM bandwidth", "peak_bf16": "GPU BF16 FLOP/s", "peak_fp8": "GPU FP8 FLOP/s",
+                    "pf_rate": "RDMA NIC rate", "rdma_op_cost": "RDMA per-operation cost",
+                    "ikey_bw": "indexer-key scan bandwidth", "pf_dma_bw": "bulk CXL copy bandwidth",
+                    "cacheline": "cache-line size", "outstanding_lines": "loads in flight per gather kernel",
+                    "t_kernel": "gather kernel fixed cost", "copy_bandwidth": "staging copy bandwidth",
+                    "admit_bandwidth": "prefix indexer-key load bandwidth"}
+
+
+def symbol_kind(name: str) -> str:
+    """'hardware', 'model' or 'software' (fitted serving constants) for a symbol of the closed forms."""
+    if name in HARDWARE_SYMBOLS:
+        return "hardware"
+    if name in ("layers", "p_attn", "p_expert", "p_dense_mlp", "moe_layers", "dense_layers", "n_experts",
+                "e_active", "n_shared", "f_index", "f_attn", "index_key_bytes", "entry_bytes", "topk",
+                "lines_per_entry", "w_bytes"):
+        return "model"
+    return "software"
+
+
 def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, output: int = 1024,
                 **resources) -> list[tuple[str, float, float, str]]:
     """Elasticities d ln(metric) / d ln(p) at a point for every bound symbol p, ranked by |elasticity|.
@@ -655,3 +678,51 @@ def winner_map(scenario, systems, metric: str, x: tuple[str, np.ndarray], y: tup
     arr = np.stack(vals)
     best = np.argmax(arr, axis=0) if metric in HIGHER_IS_BETTER else np.argmin(arr, axis=0)
     return {"x": np.asarray(xv), "y": np.asarray(yv), "winner": best, "systems": list(systems), "values": arr}
+
+
+def hardware_parameters(scenario) -> list[str]:
+    """Every rate/latency number of the scenario's nodes and GPU links, as ``node:KIND.FIELD`` names."""
+    t = as_topology(scenario)
+    names = set()
+    for _, d in t.graph.nodes(data=True):
+        for fld in d.get("sources", {}):
+            if "capacity" not in fld:
+                names.add(f"node:{d['kind']}.{fld}")
+    for fld in ("latency", "bandwidth"):
+        names.add(f"link:gpu.{fld}")
+    return sorted(names)
+
+
+def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, rel: float = 0.01,
+                       params=None, **workload) -> list[tuple[str, float, float, str]]:
+    """Elasticities of a loaded metric (``predict`` at the given workload) by central log differences.
+
+    ``params`` default: every hardware number (:func:`hardware_parameters`) and the fitted serving constants.
+    A parameter whose change makes the configuration infeasible gets elasticity nan.
+    """
+    from .calibrate import SERVING_PARAMS
+    if metric not in LOADED:
+        raise SolverError(f"loaded sensitivity takes a Prediction metric ({', '.join(LOADED)})")
+    topo = as_topology(scenario)
+    params = list(params or hardware_parameters(topo) + [p for p in SERVING_PARAMS if topo.has_param(p)])
+    base = predict(topo, system, **workload)
+    if not base.feasible:
+        raise SolverError(f"the configuration is infeasible ({base.limit}): no sensitivity to report")
+    out = []
+    for name in params:
+        try:
+            v0 = get_param(topo, name)
+        except (TopologyError, IndexError, StopIteration, KeyError):
+            continue
+        if not v0:
+            continue
+        vals = []
+        for fac in (1 + rel, 1 / (1 + rel)):
+            t = copy.deepcopy(topo)
+            set_param(t, name, v0 * fac)
+            p = predict(t, system, **workload)
+            vals.append(getattr(p, metric) if p.feasible else math.nan)
+        el = (math.log(vals[0]) - math.log(vals[1])) / (2 * math.log(1 + rel)) if all(
+            v > 0 for v in vals) else math.nan
+        out.append((name, el, v0, "loaded, numeric"))
+    return sorted(out, key=lambda r: -abs(r[1]) if math.isfinite(r[1]) else 0)

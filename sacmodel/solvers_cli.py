@@ -125,22 +125,36 @@ def cmd_plan(a):
 
 
 def cmd_sensitivity(a):
-    from .solvers import sensitivity
-    rows = sensitivity(a.scenario, a.system, a.metric, context=a.context, output=a.output,
-                       **{k: v for k, v in dict(cxl_devices=a.cxl_devices, rdma_nics=a.rdma_nics,
-                                                device_buffer=a.device_buffer).items() if v})
+    from .solvers import sensitivity, sensitivity_loaded, symbol_kind
+    res = {k: v for k, v in dict(cxl_devices=a.cxl_devices, rdma_nics=a.rdma_nics,
+                                 device_buffer=a.device_buffer).items() if v}
+    if a.concurrency:
+        metric = {"ttft": "ttft_mean_ms", "tbt": "tbt_mean_ms", "e2e": "e2e_mean_ms"}.get(a.metric, a.metric)
+        rows = sensitivity_loaded(a.scenario, a.system, metric, context=a.context, output=a.output,
+                                  concurrency=a.concurrency, **res)
+        if a.hardware:
+            rows = [r for r in rows if r[0].startswith(("node:", "link:"))]
+        a.metric = f"{metric} at concurrency {a.concurrency}"
+        symbol_kind_ = lambda n: "hardware" if n.startswith(("node:", "link:")) else "software"  # noqa: E731
+    else:
+        rows = sensitivity(a.scenario, a.system, a.metric, context=a.context, output=a.output, **res)
+        symbol_kind_ = symbol_kind
+    symbol_kind = symbol_kind_  # noqa: F811
+    if a.hardware and not a.concurrency:
+        rows = [r for r in rows if symbol_kind(r[0]) == "hardware"]
     if a.plot:
         from .plots import plot_tornado
         plot_tornado(rows, a.plot, title=f"{a.metric} of {a.system}, context {a.context}")
     if a.json:
-        _dump([{"symbol": n, "elasticity": e, "value": v, "meaning": m} for n, e, v, m in rows])
+        _dump([{"symbol": n, "kind": symbol_kind(n), "elasticity": e, "value": v, "meaning": m}
+               for n, e, v, m in rows])
         return
-    t = Table(title=f"elasticity of unloaded {a.metric} ({a.system}, context {a.context}): "
+    t = Table(title=f"elasticity of {'' if a.concurrency else 'unloaded '}{a.metric} ({a.system}, context {a.context}): "
                     "d ln(metric) / d ln(parameter)")
-    for c in ("parameter", "elasticity", "value", "meaning"):
+    for c in ("parameter", "kind", "elasticity", "value", "meaning"):
         t.add_column(c, justify="right" if c in ("elasticity", "value") else "left")
     for n, e, v, m in rows[:a.top]:
-        t.add_row(n, f"{e:+.3f}", f"{v:.4g}", m)
+        t.add_row(n, symbol_kind(n), f"{e:+.3f}", f"{v:.4g}", m)
     Console().print(t)
 
 
@@ -247,13 +261,16 @@ def register(sub, add_scenario, add_workload):
     p = sub.add_parser("sensitivity", help="elasticities of an unloaded metric to every parameter")
     add_scenario(p)
     p.add_argument("--system", choices=SYSTEMS, required=True)
-    p.add_argument("--metric", choices=("ttft", "tbt", "e2e", "bytes_per_step"), default="tbt")
+    p.add_argument("--metric", default="tbt", help="ttft|tbt|e2e|bytes_per_step (unloaded, symbolic) or, with "
+                   "--concurrency, a Prediction field such as output_throughput_tok_s")
+    p.add_argument("--concurrency", type=int, default=None, help="loaded sensitivity through predict()")
     p.add_argument("--context", type=lambda s: __import__("sacmodel.cli").cli.tokens(s), required=True)
     p.add_argument("--output", type=lambda s: __import__("sacmodel.cli").cli.tokens(s), default=1024)
     p.add_argument("--cxl-devices", type=int, default=None)
     p.add_argument("--rdma-nics", type=int, default=None)
     p.add_argument("--device-buffer", type=int, default=None)
     p.add_argument("--top", type=int, default=15)
+    p.add_argument("--hardware", action="store_true", help="only hardware numbers (bandwidths, latencies, FLOP/s)")
     p.add_argument("--plot", default=None, help="tornado plot file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sensitivity)

@@ -98,9 +98,18 @@ def test_sensitivity_matches_finite_differences():
     assert abs(el["t_layer"]) > 0.1 and rows == sorted(rows, key=lambda r: -abs(r[1]))
     f = lambda v: float(symbolic("cxl", "tbt", "sac-testbed", free=("t_layer",), context=131072).subs(  # noqa
         sp.Symbol("t_layer", positive=True), v))
-    t0 = 0.5576e-3
+    t0 = next(v for n, _, v, _ in rows if n == "t_layer")
     fd = (math.log(f(t0 * 1.001)) - math.log(f(t0 / 1.001))) / (2 * math.log(1.001))
     assert el["t_layer"] == pytest.approx(fd, rel=1e-4)
+
+
+def test_loaded_sensitivity_ranks_the_cxl_device_for_sac():
+    from sacmodel.solvers import sensitivity_loaded
+    rows = sensitivity_loaded("sac-testbed", "cxl", "tbt_mean_ms", context=131072, output=256, concurrency=64,
+                              params=["node:cxl_device.bandwidth", "node:rdma_nic.rate", "link:gpu.latency"])
+    el = {n: e for n, e, _, _ in rows}
+    assert el["node:cxl_device.bandwidth"] < -0.05 and el["node:rdma_nic.rate"] == 0.0
+    assert rows[0][0] == "node:cxl_device.bandwidth"
 
 
 def test_vectorised_sweep_equals_pointwise():

@@ -1,0 +1,52 @@
+"""Benchmark: vectorised sweep points per second, predict calls per second, lambdified fetch model speed.
+
+    python benchmarks/bench.py
+
+Not a test: prints figures for the closing notes and the README.
+"""
+import time
+
+import numpy as np
+
+import sacmodel
+from sacmodel.costs import compile_expr, gather_time
+from sacmodel.solvers import sweep, sweep_predict
+
+
+def rate(fn, n, repeat=3):
+    best = min(_t(fn) for _ in range(repeat))
+    return n / best, best
+
+
+def _t(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+f = compile_expr(gather_time())
+N = 1_000_000
+n = np.random.default_rng(0).integers(1, 4096, N)
+r, s = rate(lambda: f(n=n, lines_per_entry=11, cacheline=64, bw=22.5e9, lat=1.6e-6, outstanding_lines=612,
+                      t_kernel=8.5e-6), N)
+print(f"lambdified fetch (gather) model: {N:,} inputs in {s * 1e3:.1f} ms ({r / 1e6:.1f} M/s)")
+
+grid = {"context": np.geomspace(4096, 1 << 20, 1000), "sw_bw": np.linspace(2e9, 64e9, 1000)}
+sweep("sac-testbed", "cxl", grid, "tbt")  # compile once
+r, s = rate(lambda: sweep("sac-testbed", "cxl", grid, "tbt"), 1_000_000)
+print(f"vectorised sweep (unloaded TBT, cxl): 1,000,000 design points in {s:.2f} s ({r / 1e6:.2f} M points/s, one core)")
+
+sacmodel.predict("sac-testbed", "cxl", context=32768, output=1024, concurrency=64)
+for system in ("dram", "cxl", "rdma"):
+    k = 30
+    t = time.perf_counter()
+    for i in range(k):
+        sacmodel.predict("sac-testbed", system, context=16384 + 4096 * i, output=1024, concurrency=64)
+    dt = (time.perf_counter() - t) / k
+    print(f"predict ({system}, 512 requests, concurrency 64): {dt * 1e3:.1f} ms per call ({1 / dt:.0f} calls/s)")
+
+combos = {"context": [16384, 32768, 65536, 131072], "concurrency": [8, 16, 32, 48, 64, 80, 96, 128]}
+t = time.perf_counter()
+rows = sweep_predict("sac-testbed", "cxl", combos, fixed={"output": 1024}, progress=False)
+dt = time.perf_counter() - t
+print(f"sweep_predict on all local cores: {len(rows)} predictions in {dt:.1f} s ({len(rows) / dt:.0f} predict/s)")

@@ -45,7 +45,8 @@ for system in ("dram", "cxl", "rdma"):
     dt = (time.perf_counter() - t) / k
     print(f"predict ({system}, 512 requests, concurrency 64): {dt * 1e3:.1f} ms per call ({1 / dt:.0f} calls/s)")
 
-combos = {"context": [16384, 32768, 65536, 131072], "concurrency": [8, 16, 32, 48, 64, 80, 96, 128]}
+combos = {"context": [16384, 24576, 32768, 49152, 65536, 98304, 131072, 196608],
+          "concurrency": list(range(8, 264, 8))}
 t = time.perf_counter()
 rows = sweep_predict("sac-testbed", "cxl", combos, fixed={"output": 1024}, progress=False)
 dt = time.perf_counter() - t

@@ -22,7 +22,10 @@ def plot_compare(rows, path, title="", metrics=("output_throughput_tok_s", "ttft
             if pts:
                 ax.plot([p[0] / 1024 for p in pts], [p[1] for p in pts], "o-", label=s, color=COLORS.get(s))
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("context (K tokens)")
+        ticks = sorted({L / 1024 for L, _ in rows})
+        ax.set_xticks(ticks, [f"{t:g}K" for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("context (tokens)")
         ax.set_ylabel(METRIC_LABELS.get(m, m))
         if m == "ttft_mean_ms":
             ax.set_yscale("log")

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 
 from rich.console import Console
@@ -15,7 +14,7 @@ from .models import ModelError
 from .serving import ConfigError
 from .systems import MAIN_SYSTEMS, SYSTEMS, SystemError_
 from .topology import TopologyError
-from .units import UnitError
+from .units import UnitError, parse_tokens
 
 USER_ERRORS = (TopologyError, ModelError, UnitError, DataError, ConfigError, SystemError_, KeyError, ValueError,
                FileNotFoundError)
@@ -23,14 +22,11 @@ DEFAULT_CONTEXTS = "16K,32K,64K,128K"
 
 
 def tokens(s: str) -> int:
-    """'32768', '32K' (x1024) or '1M' (x1024^2) -> int tokens."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", str(s))
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a token count: {s!r} (use e.g. 32768 or 32K)")
-    v = float(m.group(1)) * {"": 1, "k": 1024, "m": 1024 ** 2}[m.group(2).lower()]
-    if v != int(v) or v < 1:
-        raise argparse.ArgumentTypeError(f"not a positive whole token count: {s!r}")
-    return int(v)
+    """argparse type: '32768', '32K' (x1024) or '1M' (x1024^2) -> int tokens."""
+    try:
+        return parse_tokens(s)
+    except UnitError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def token_list(s: str) -> list[int]:

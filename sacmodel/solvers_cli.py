@@ -10,13 +10,13 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from .cli import tokens
 from .systems import SYSTEMS
 from .units import UnitError, parse_quantity
 
 
 def parse_value(s: str, vary: str) -> float:
     """A number for ``vary``: tokens ('32K'), a plain number, or a quantity with a unit ('26 GB/s')."""
-    from .cli import tokens
     s = str(s).strip()
     if vary in ("context", "output", "topk", "device_buffer"):
         return float(tokens(s))
@@ -210,14 +210,23 @@ def cmd_sweep(a):
         print(f"wrote {a.csv}")
 
 
+def _optional_workload(p):
+    """Workload and resource options that default to the scenario's values."""
+    p.add_argument("--context", type=tokens, default=None)
+    p.add_argument("--output", type=tokens, default=1024)
+    for name, typ in (("--concurrency", int), ("--requests", int), ("--rate", float), ("--cxl-devices", int),
+                      ("--rdma-nics", int), ("--device-buffer", int)):
+        p.add_argument(name, type=typ, default=None)
+
+
 def register(sub, add_scenario, add_workload):
     p = sub.add_parser("expr", help="the closed form of an unloaded metric (plain and LaTeX)")
     add_scenario(p)
     p.add_argument("--system", choices=SYSTEMS, required=True)
     p.add_argument("--metric", choices=("ttft", "tbt", "e2e", "bytes_per_step"), default="tbt")
     p.add_argument("--bind", action="store_true", help="bind the scenario's numbers (needs --context)")
-    p.add_argument("--context", default=32768, type=lambda s: __import__("sacmodel.cli").cli.tokens(s))
-    p.add_argument("--output", default=1024, type=lambda s: __import__("sacmodel.cli").cli.tokens(s))
+    p.add_argument("--context", default=32768, type=tokens)
+    p.add_argument("--output", default=1024, type=tokens)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_expr)
 
@@ -233,14 +242,7 @@ def register(sub, add_scenario, add_workload):
     p.add_argument("--hi", required=True)
     p.add_argument("--ratio", type=float, default=1.0, help="find metric(a) = ratio x metric(b)")
     p.add_argument("--points", type=int, default=48)
-    p.add_argument("--context", type=lambda s: __import__("sacmodel.cli").cli.tokens(s), default=None)
-    p.add_argument("--output", type=lambda s: __import__("sacmodel.cli").cli.tokens(s), default=1024)
-    p.add_argument("--concurrency", type=int, default=None)
-    p.add_argument("--requests", type=int, default=None)
-    p.add_argument("--rate", type=float, default=None)
-    p.add_argument("--cxl-devices", type=int, default=None)
-    p.add_argument("--rdma-nics", type=int, default=None)
-    p.add_argument("--device-buffer", type=int, default=None)
+    _optional_workload(p)
     p.add_argument("--plot", default=None)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_breakeven)
@@ -264,8 +266,8 @@ def register(sub, add_scenario, add_workload):
     p.add_argument("--metric", default="tbt", help="ttft|tbt|e2e|bytes_per_step (unloaded, symbolic) or, with "
                    "--concurrency, a Prediction field such as output_throughput_tok_s")
     p.add_argument("--concurrency", type=int, default=None, help="loaded sensitivity through predict()")
-    p.add_argument("--context", type=lambda s: __import__("sacmodel.cli").cli.tokens(s), required=True)
-    p.add_argument("--output", type=lambda s: __import__("sacmodel.cli").cli.tokens(s), default=1024)
+    p.add_argument("--context", type=tokens, required=True)
+    p.add_argument("--output", type=tokens, default=1024)
     p.add_argument("--cxl-devices", type=int, default=None)
     p.add_argument("--rdma-nics", type=int, default=None)
     p.add_argument("--device-buffer", type=int, default=None)
@@ -285,12 +287,5 @@ def register(sub, add_scenario, add_workload):
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--csv", default=None, help="write columns here (default: standard output)")
     p.add_argument("--plot", default=None)
-    p.add_argument("--context", type=lambda s: __import__("sacmodel.cli").cli.tokens(s), default=None)
-    p.add_argument("--output", type=lambda s: __import__("sacmodel.cli").cli.tokens(s), default=1024)
-    p.add_argument("--concurrency", type=int, default=None)
-    p.add_argument("--requests", type=int, default=None)
-    p.add_argument("--rate", type=float, default=None)
-    p.add_argument("--cxl-devices", type=int, default=None)
-    p.add_argument("--rdma-nics", type=int, default=None)
-    p.add_argument("--device-buffer", type=int, default=None)
+    _optional_workload(p)
     p.set_defaults(func=cmd_sweep)

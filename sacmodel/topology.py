@@ -221,6 +221,25 @@ def _num(raw: Any, dimension: str, where: str) -> tuple[float, str, str]:
     return v, n.source, str(n.value)
 
 
+def _fields(raw: dict, spec: dict[str, tuple[str, bool]], loc: str, what: str) -> dict:
+    """Parse the numeric fields ``spec`` (name -> (dimension, required)) of a node or link entry."""
+    extra = dict(raw)
+    out: dict[str, Any] = {"sources": {}}
+    for fname, (dim, required) in spec.items():
+        if fname not in extra:
+            if required:
+                raise TopologyError(f"{loc}: missing field {fname!r} ({what} needs it)")
+            continue
+        v, src, _ = _num(extra.pop(fname), dim, f"{loc}.{fname}")
+        if dim in ("bandwidth", "flops", "bytes") and v <= 0:
+            raise TopologyError(f"{loc}.{fname}: must be positive")
+        out[fname] = v
+        out["sources"][fname] = src
+    if extra:
+        raise TopologyError(f"{loc}: unknown field(s) {', '.join(sorted(extra))} for {what}")
+    return out
+
+
 def _first_error(exc: ValidationError) -> str:
     e = exc.errors()[0]
     loc = ".".join(str(x) for x in e["loc"])
@@ -301,20 +320,8 @@ def load_topology(spec: str | Path | dict) -> Topology:
             raise TopologyError(f"{loc}: count must be >= 1")
         if ns.id in groups:
             raise TopologyError(f"{loc}: duplicate id")
-        attrs: dict[str, Any] = {"kind": ns.kind, "sources": {}}
         extra = {k: v for k, v in raw.items() if k not in ("id", "kind", "count", "description")}
-        for fname, (dim, required) in NODE_FIELDS[ns.kind].items():
-            if fname not in extra:
-                if required:
-                    raise TopologyError(f"{loc}: missing field {fname!r} (a {ns.kind} needs it)")
-                continue
-            v, src, _ = _num(extra.pop(fname), dim, f"{loc}.{fname}")
-            if dim in ("bandwidth", "flops", "bytes") and v <= 0:
-                raise TopologyError(f"{loc}.{fname}: must be positive")
-            attrs[fname] = v
-            attrs["sources"][fname] = src
-        if extra:
-            raise TopologyError(f"{loc}: unknown field(s) {', '.join(sorted(extra))} for a {ns.kind}")
+        attrs: dict[str, Any] = {"kind": ns.kind, **_fields(extra, NODE_FIELDS[ns.kind], loc, f"a {ns.kind}")}
         ids = [ns.id] if ns.count == 1 else [f"{ns.id}[{j}]" for j in range(ns.count)]
         groups[ns.id] = ids
         for nid in ids:
@@ -342,19 +349,8 @@ def load_topology(spec: str | Path | dict) -> Topology:
         if ls.protocol not in PROTOCOLS:
             raise TopologyError(f"{loc}: unknown protocol {ls.protocol!r} (known: {', '.join(PROTOCOLS)})")
         extra = {k: v for k, v in raw.items() if k not in ("from_", "to", "protocol")}
-        attrs = {"protocol": ls.protocol, "sources": {}, "latency": 0.0, "granularity": 64.0}
-        for fname, (dim, required) in LINK_FIELDS.items():
-            if fname not in extra:
-                if required:
-                    raise TopologyError(f"{loc}: missing field {fname!r}")
-                continue
-            v, src, _ = _num(extra.pop(fname), dim, f"{loc}.{fname}")
-            if dim == "bandwidth" and v <= 0:
-                raise TopologyError(f"{loc}.{fname}: must be positive")
-            attrs[fname] = v
-            attrs["sources"][fname] = src
-        if extra:
-            raise TopologyError(f"{loc}: unknown field(s) {', '.join(sorted(extra))}")
+        attrs = {"protocol": ls.protocol, "latency": 0.0, "granularity": 64.0,
+                 **_fields(extra, LINK_FIELDS, loc, "a link")}
         a, b = members(ls.from_, loc), members(ls.to, loc)
         if len(a) > 1 and len(b) > 1:
             if len(a) != len(b):

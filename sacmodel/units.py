@@ -75,3 +75,15 @@ def fmt_time(x: float) -> str:
     if x < 1:
         return f"{x * 1e3:.3g} ms"
     return f"{x:.3g} s"
+
+
+def parse_tokens(s: str | int) -> int:
+    """'32768', '32K' (x 1024) or '1M' (x 1024^2) -> a positive whole number of tokens."""
+    import re
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", str(s))
+    if not m:
+        raise UnitError(f"not a token count: {s!r} (use e.g. 32768 or 32K)")
+    v = float(m.group(1)) * {"": 1, "k": 1024, "m": 1024 ** 2}[m.group(2).lower()]
+    if v != int(v) or v < 1:
+        raise UnitError(f"not a positive whole token count: {s!r}")
+    return int(v)

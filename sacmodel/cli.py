@@ -14,7 +14,7 @@ from .models import ModelError
 from .serving import ConfigError
 from .systems import MAIN_SYSTEMS, SYSTEMS, SystemError_
 from .topology import TopologyError
-from .units import UnitError, parse_tokens
+from .units import UnitError, parse_quantity, parse_tokens
 
 USER_ERRORS = (TopologyError, ModelError, UnitError, DataError, ConfigError, SystemError_, KeyError, ValueError,
                FileNotFoundError)
@@ -50,6 +50,20 @@ def pos_float(s: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
     if not (v > 0 and math.isfinite(v)):
         raise argparse.ArgumentTypeError(f"must be a positive number: {s!r}")
+    return v
+
+
+def byte_size(s: str) -> float:
+    """argparse type: a positive number of bytes, plain ('656') or with a unit ('1.125 KiB')."""
+    try:
+        v = float(s)
+    except ValueError:
+        try:
+            v = parse_quantity(s, "bytes", field="--entry-bytes")
+        except UnitError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"must be a positive size: {s!r}")
     return v
 
 
@@ -111,7 +125,8 @@ def cmd_predict(a):
     b.add_column("component")
     b.add_column("ms", justify="right")
     for k, v in p.breakdown.items():
-        b.add_row(k, _fmt(v * (1 if k.endswith("_ms") else 100), 3) + ("" if k.endswith("_ms") else " %"))
+        share = k.startswith("share")
+        b.add_row(k, _fmt(v * (100 if share else 1), 3) + (" %" if share else ""))
     con.print(b)
 
 
@@ -278,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario(p)
     p.add_argument("--backend", choices=("dram", "cxl", "rdma"), required=True)
     p.add_argument("--topk", type=pos_int, required=True)
-    p.add_argument("--entry-bytes", type=pos_float, default=656)
+    p.add_argument("--entry-bytes", type=byte_size, default=656.0, help="bytes per entry (656 or '1152 B')")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_microbench)
 

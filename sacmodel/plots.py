@@ -68,6 +68,9 @@ def plot_winner_map(xs, ys, winner, labels, path, xlabel, ylabel, title=""):
     fig, ax = plt.subplots(figsize=(6.5, 4.8))
     cmap = ListedColormap([COLORS.get(s, "#999999") for s in labels])
     ax.pcolormesh(xs, ys, np.asarray(winner).T, cmap=cmap, vmin=-0.5, vmax=len(labels) - 0.5, shading="auto")
+    for values, setter in ((xs, ax.set_xscale), (ys, ax.set_yscale)):
+        if values[0] > 0 and values[-1] / values[0] > 20:   # geometric grids read better on log axes
+            setter("log")
     for i, s in enumerate(labels):
         ax.plot([], [], "s", color=COLORS.get(s, "#999999"), label=f"{s} wins")
     ax.set_xlabel(xlabel)

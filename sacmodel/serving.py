@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import sympy as sp
 
-from .access import steady_state_misses
+from .access import expected_pages, steady_state_misses
 from .costs import compile_expr, gather_time, lines_per_entry, rdma_time, sym
 from .models import ModelSpec
 from .systems import (SYSTEMS, as_topology, check_system, entry_bytes, model_of, swap_paths)
@@ -91,9 +91,15 @@ def step_expressions() -> dict[str, sp.Expr]:
 
 
 def _rdma_reads(entries, share):
-    """RDMA-topk only (``rdma_topk_on`` = 1): one READ per missed entry over the rank's share of the NICs."""
+    """RDMA-topk only (``rdma_topk_on`` = 1): READs of missed entries over the rank's share of the NICs.
+
+    Per missed entry: ``rdma_ops_per_miss`` operations moving ``rdma_bytes_per_miss`` bytes (1 op and one
+    entry when reading entry by entry; the expected pages and whole pages when reading page by page).
+    """
     on = sym("rdma_topk_on", "dimensionless", "1 for rdma-topk, else 0")
-    return on * entries * (sym("rdma_op_cost", "second") + sym("entry_bytes", "byte") / sym("pf_rate", "byte/second")) / share
+    ops = sym("rdma_ops_per_miss", "dimensionless", "RDMA READs per missed entry (rdma-topk)")
+    nbytes = sym("rdma_bytes_per_miss", "byte", "bytes RDMA-read per missed entry (rdma-topk)")
+    return on * entries * (ops * sym("rdma_op_cost", "second") + nbytes / sym("pf_rate", "byte/second")) / share
 
 
 def admission_expressions() -> dict[str, sp.Expr]:
@@ -168,6 +174,21 @@ def system_uses(system: str, pool: str) -> bool:
             "dram": {"dram"}, "gpu": set()}[system].__contains__(pool)
 
 
+def _rdma_granularity(cfg: Config, v: dict, context: float) -> tuple[float, float]:
+    """(operations, bytes) per missed entry for rdma-topk: by entry, or by page (``rdma_topk_granularity``)."""
+    t = cfg.topo
+    unit = t.serving["rdma_topk_granularity"].raw if "rdma_topk_granularity" in t.serving else "entry"
+    if unit == "entry":
+        return 1.0, v["entry_bytes"]
+    if unit != "page":
+        raise ConfigError(f"{t.name}: rdma_topk_granularity must be 'entry' or 'page', not {unit!r}")
+    page = t.param("page_tokens")
+    m = v["m_miss"] or v["k_attn"]
+    pages = expected_pages(m, int(context), int(page)) if m > 0 else 0.0
+    per = pages / m if m > 0 else 1.0
+    return per, per * page * v["entry_bytes"]
+
+
 def bind(cfg: Config, context: float, active_ranks: int | None = None) -> dict[str, float]:
     """Numeric values of every symbol of the step and admission expressions."""
     t, m = cfg.topo, cfg.model
@@ -214,6 +235,7 @@ def bind(cfg: Config, context: float, active_ranks: int | None = None) -> dict[s
     else:
         v.update(pf_rate=1.0, rdma_op_cost=0.0)
     v["rdma_topk_on"] = 1.0 if cfg.system == "rdma-topk" else 0.0
+    v["rdma_ops_per_miss"], v["rdma_bytes_per_miss"] = _rdma_granularity(cfg, v, context)
     v["rdma_share"] = 1.0 / cfg.dp     # every rank fetches at once: each gets 1/dp of the NICs
     if cfg.system == "cxl-prefetch":
         flows = [(d, t.pool_for(0, "dram")) for d in t.pools["cxl"][:cfg.cxl_devices]]
@@ -567,6 +589,9 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
     duration = float(np.nanmax(done) - np.nanmin(release))
     steps_total = max(busy["decode_steps"], 1)
     breakdown = {f"step_{k}_ms": v / steps_total * 1e3 for k, v in comp_time.items()}
+    # asynchronous backup of every new token's KV entry to the pool: bandwidth it takes (no step time)
+    backup = requests * output * cfg.model.layers * entry_bytes(cfg.topo, cfg.model) / duration if duration else 0.0
+    breakdown.update({"backup_write_GBps": backup / 1e9 if cfg.system != "gpu" else 0.0})
     breakdown.update({"admit_ms": t_admit * 1e3, "prefix_fetch_ms": t_fetch * 1e3, "prefix_copy_ms": t_copy * 1e3,
                       "mean_step_ms": busy["step_time"] / steps_total * 1e3,
                       "share_time_admitting": busy["admit_time"] / duration if duration else 0.0})

@@ -219,7 +219,39 @@ def _optional_workload(p):
         p.add_argument(name, type=typ, default=None)
 
 
+def cmd_winner_map(a):
+    from .cli import system_list
+    from .plots import plot_winner_map
+    from .solvers import winner_map
+    (xn, xv), (yn, yv) = _grid_axis(a.x), _grid_axis(a.y)
+    fixed = {k: v for k, v in dict(context=a.context, output=a.output).items() if v is not None and
+             k not in (xn, yn)}
+    systems = system_list(a.systems)
+    wm = winner_map(a.scenario, systems, a.metric, (xn, xv), (yn, yv), **fixed)
+    plot_winner_map(wm["x"], wm["y"], wm["winner"], systems, a.plot, xn, yn,
+                    title=f"best unloaded {a.metric} on {a.scenario}")
+    counts = {s: int((wm["winner"] == i).sum()) for i, s in enumerate(systems)}
+    if a.json:
+        _dump({"x": wm["x"], "y": wm["y"], "winner": [[systems[i] for i in row] for row in wm["winner"]],
+               "counts": counts})
+        return
+    print(f"winner counts over {wm['winner'].size} points: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+    print(f"plot written to {a.plot}")
+
+
 def register(sub, add_scenario, add_workload):
+    p = sub.add_parser("winner-map", help="break-even map: which system wins over two parameters (heatmap)")
+    add_scenario(p)
+    p.add_argument("--systems", default="dram,cxl,rdma")
+    p.add_argument("--metric", default="tbt", choices=("ttft", "tbt", "e2e"))
+    p.add_argument("--x", required=True, help="NAME=LO:HI:N, e.g. context=8K:256K:48")
+    p.add_argument("--y", required=True, help="NAME=LO:HI:N, e.g. output=64:16K:48")
+    p.add_argument("--context", type=tokens, default=None)
+    p.add_argument("--output", type=tokens, default=1024)
+    p.add_argument("--plot", default="winner_map.png")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_winner_map)
+
     p = sub.add_parser("expr", help="the closed form of an unloaded metric (plain and LaTeX)")
     add_scenario(p)
     p.add_argument("--system", choices=SYSTEMS, required=True)

@@ -253,7 +253,7 @@ PARAM_DIMENSIONS = {
     "t_kernel": "time", "t_layer": "time", "t_step": "time", "t_admit": "time", "t_request": "time", "prefetch_poll": "time", "t_admit_per_token": "time",
     "copy_bandwidth": "bandwidth", "admit_bandwidth": "bandwidth", "outstanding_lines": "dimensionless", "cacheline": "bytes",
     "dma_setup": "time", "t_rdma_post": "time", "rdma_ops_per_token": "dimensionless",
-    "kv_dtype": "string", "attn_dtype": "string",
+    "kv_dtype": "string", "attn_dtype": "string", "rdma_topk_granularity": "string",
 }
 
 

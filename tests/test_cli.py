@@ -59,3 +59,27 @@ def test_broken_run_file(capsys, tmp_path):
     p.write_text('{"config": {"target_input_tokens": 1}, ')
     rc, _, err = run(capsys, "validate", str(p))
     assert rc == 2 and "p_cxl2_ctx32k.json" in err and "line 1" in err
+
+
+def test_validate_reads_sglang_bench_serving_results(capsys, tmp_path):
+    p = tmp_path / "bench_cxl2_ctx32k.json"
+    p.write_text(json.dumps({
+        "backend": "sglang", "dataset_name": "random", "max_concurrency": 16, "completed": 128,
+        "num_prompts": 128, "random_input_len": 32768, "random_output_len": 512,
+        "total_input_tokens": 128 * 32768, "total_output_tokens": 128 * 512, "mean_ttft_ms": 500.0,
+        "mean_tpot_ms": 45.0, "mean_itl_ms": 45.0, "output_throughput": 330.0, "mean_e2e_latency_ms": 23500.0}))
+    rc, out, _ = run(capsys, "validate", str(p), "--json")
+    d = json.loads(out)
+    r = d["runs"][0]
+    assert rc == 0 and r["system"] == "cxl" and r["context"] == 32768 and r["concurrency"] == 16
+    assert r["output"] == 512 and abs(r["error_pct"]["tbt_mean_ms"]) < 50
+
+
+def test_winner_map_command(capsys, tmp_path):
+    out = tmp_path / "m.png"
+    rc, text, _ = run(capsys, "winner-map", "--systems", "cxl,cxl-prefetch", "--metric", "e2e", "--x",
+                      "context=8K:256K:12", "--y", "output=64:32K:12", "--plot", str(out), "--json")
+    d = json.loads(text)
+    assert rc == 0 and out.stat().st_size > 1000 and sum(d["counts"].values()) == 144
+    # long outputs at long contexts favour the up-front copy; short outputs favour SAC
+    assert d["winner"][-1][-1] == "cxl-prefetch" and d["winner"][0][0] == "cxl"

@@ -157,3 +157,23 @@ def test_solver_cli_commands(capsys, tmp_path):
     assert (tmp_path / "t.png").stat().st_size > 1000
     assert main(["breakeven", "--a", "cxl", "--b", "dram", "--metric", "e2e", "--vary", "context", "--lo", "9",
                  "--hi", "3"]) == 2
+
+
+def test_breakeven_over_topk_and_page_granular_rdma_topk():
+    be = breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="topk", lo=64, hi=2048, points=6,
+                   context=65536, output=64)
+    assert not be.found and be.winner == "dram"        # CXL gathers are never faster than DRAM ones
+    small = evaluate("sac-testbed", "cxl", "tbt", "topk", 256, context=65536, output=64)
+    large = evaluate("sac-testbed", "cxl", "tbt", "topk", 2048, context=65536, output=64)
+    assert small < large
+
+
+def test_rdma_topk_page_granularity_moves_whole_pages():
+    import copy
+    from sacmodel.systems import as_topology
+    from sacmodel.topology import Param
+    t = copy.deepcopy(as_topology("sac-testbed"))
+    entry = predict(t, "rdma-topk", context=131072, output=64, concurrency=8)
+    t.serving["rdma_topk_granularity"] = Param(float("nan"), "test", "page")
+    page = predict(t, "rdma-topk", context=131072, output=64, concurrency=8)
+    assert page.tbt_mean_ms > entry.tbt_mean_ms     # random misses: a 64-token page per missed entry

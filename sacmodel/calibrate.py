@@ -36,11 +36,13 @@ PARAM_UNITS: dict[str, tuple[str, float, float, float]] = {
     "prefetch_poll": ("s", 1.0, 0.0, 60.0),
     "admit_bandwidth": ("GB/s", 1e9, 0.1, 1000.0),
     "copy_bandwidth": ("GB/s", 1e9, 0.1, 1000.0),
+    "prefill_eff": ("", 1.0, 0.02, 1.0),
 }
 MICROBENCH_PARAMS = ("t_kernel", "outstanding_lines", "link:gpu.latency", "node:rdma_nic.op_cost")
 SERVING_PARAMS = ("t_layer", "compute_eff", "topk_overlap", "topk_churn_exponent", "t_admit", "t_request",
                   "admit_bandwidth", "copy_bandwidth", "prefetch_poll")
 SERVING_METRICS = ("ttft_mean_ms", "tbt_mean_ms", "output_throughput_tok_s")
+PREFILL_PARAMS = ("prefill_eff",)          # fitted to the cold round 1 TTFTs
 
 
 def get_param(topo: Topology, name: str) -> float:
@@ -157,6 +159,8 @@ def run_kwargs(r: Run) -> dict:
         kw["rdma_nics"] = r.rdma_nics
     if r.device_buffer:
         kw["device_buffer"] = r.device_buffer
+    if not r.prefix_cached:
+        kw["prefix_cached"] = False
     return kw
 
 

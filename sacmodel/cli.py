@@ -97,8 +97,9 @@ def cmd_microbench(a):
 
 
 def _workload(a):
-    return dict(context=a.context, output=a.output, concurrency=a.concurrency, requests=a.requests,
-                cxl_devices=a.cxl_devices, device_buffer=a.device_buffer, rdma_nics=a.rdma_nics, rate=a.rate)
+    return dict(context=getattr(a, "context", None), output=a.output, concurrency=a.concurrency, requests=a.requests,
+                cxl_devices=a.cxl_devices, device_buffer=a.device_buffer, rdma_nics=a.rdma_nics, rate=a.rate,
+                prefix_cached=not a.cold)
 
 
 def cmd_predict(a):
@@ -145,9 +146,7 @@ def cmd_compare(a):
     systems = a.systems
     rows = []
     for L in a.contexts:
-        res = compare(a.scenario, systems, context=L, output=a.output, concurrency=a.concurrency,
-                      requests=a.requests, cxl_devices=a.cxl_devices, device_buffer=a.device_buffer,
-                      rdma_nics=a.rdma_nics, rate=a.rate)
+        res = compare(a.scenario, systems, **{**_workload(a), "context": L})
         rows.append((L, res))
     if a.plot:
         from .plots import plot_compare
@@ -182,7 +181,7 @@ def cmd_compare(a):
 
 def cmd_validate(a):
     from .measured import compare_runs, load_runs, mape_table
-    runs = load_runs(a.paths, system=a.system)
+    runs = load_runs(a.paths, system=a.system, round_=a.round)
     comps = compare_runs(a.scenario, runs)
     table = mape_table(comps)
     if a.json:
@@ -216,7 +215,8 @@ def cmd_validate(a):
 
 
 def cmd_calibrate(a):
-    from .calibrate import MICROBENCH_PARAMS, SERVING_PARAMS, fit_microbench, fit_serving, write_params
+    from .calibrate import (MICROBENCH_PARAMS, PREFILL_PARAMS, SERVING_METRICS, SERVING_PARAMS, fit_microbench,
+                            fit_serving, write_params)
     from .measured import latest_per_backend, load_microbench, load_runs
     from .topology import resolve_scenario_path
     if a.microbench:
@@ -224,8 +224,10 @@ def cmd_calibrate(a):
         fit = fit_microbench(a.scenario, pts, a.params or MICROBENCH_PARAMS)
         what = "sac-testbed microbench (newest file per backend)"
     else:
-        runs = load_runs(a.paths or None)
-        fit = fit_serving(a.scenario, runs, a.params or SERVING_PARAMS)
+        runs = load_runs(a.paths or None, round_=a.round)
+        default = SERVING_PARAMS if a.round == 2 else PREFILL_PARAMS
+        fit = fit_serving(a.scenario, runs, a.params or default,
+                          SERVING_METRICS if a.round == 2 else ("ttft_mean_ms",))
         what = f"{len(runs)} serving runs ({', '.join(sorted({r.file.split('_ctx')[0] for r in runs})[:3])}...)"
     out = a.out or resolve_scenario_path(a.scenario)
     if a.out:
@@ -281,6 +283,7 @@ def _add_workload(p, context_default=None):
     p.add_argument("--cxl-devices", type=pos_int, default=None)
     p.add_argument("--device-buffer", type=tokens, default=None, help="GPU buffer slots per request and layer")
     p.add_argument("--rdma-nics", type=pos_int, default=None)
+    p.add_argument("--cold", action="store_true", help="uncached prompts: every request is prefilled")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -316,6 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario(p)
     p.add_argument("paths", nargs="+", help="run JSON files or folders")
     p.add_argument("--system", choices=SYSTEMS, default=None, help="system, when file names do not say it")
+    p.add_argument("--round", type=int, choices=(1, 2), default=2,
+                   help="testbed files: 2 = measured round (cached prompt), 1 = cache-filling round (cold prefill)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
 
@@ -323,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario(p)
     p.add_argument("paths", nargs="*", help="run files/folders (default: shared calibration runs)")
     p.add_argument("--microbench", action="store_true", help="fit fetch-path parameters to micro-benchmarks")
+    p.add_argument("--round", type=int, choices=(1, 2), default=2,
+                   help="2: fit the serving constants to the measured rounds; 1: fit prefill_eff to cold rounds")
     p.add_argument("--params", type=lambda s: [x for x in s.split(",") if x], default=None)
     p.add_argument("--out", default=None, help="write a new scenario file instead of updating the given one")
     p.add_argument("--source", default=None, help="provenance text for the fitted values")

@@ -98,6 +98,7 @@ class Run:
     device_buffer: int | None = None
     num_success: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    prefix_cached: bool = True      # False for the testbed's cache-filling round 1 (cold prefill)
 
     @property
     def failed(self) -> bool:
@@ -105,7 +106,8 @@ class Run:
 
     def key(self) -> str:
         extra = f" cxl={self.cxl_devices}" if self.system == "cxl" else ""
-        return f"{self.system}{extra} L={self.context} c={self.concurrency} out={self.output}"
+        cold = "" if self.prefix_cached else " cold"
+        return f"{self.system}{extra} L={self.context} c={self.concurrency} out={self.output}{cold}"
 
 
 _SYS_RE = [(re.compile(r"(?:^|_)cxl(\d+)?(?:_|$)"), "cxl"), (re.compile(r"(?:^|_)dram()(?:_|$)"), "dram"),
@@ -129,8 +131,11 @@ def _manifest(dirpath: Path) -> dict[str, dict]:
     return {}
 
 
-def load_run(path: str | Path, system: str | None = None) -> Run:
-    """A run in the testbed's ``e2e_bench_fast`` format or an SGLang ``bench_serving`` result file."""
+def load_run(path: str | Path, system: str | None = None, round_: int = 2) -> Run:
+    """A run in the testbed's ``e2e_bench_fast`` format or an SGLang ``bench_serving`` result file.
+
+    ``round_=1`` reads the testbed's cache-filling round (cold prefill) instead of the measured round 2.
+    """
     path = Path(path)
     d = _json(path)
     man = _manifest(path.parent).get(path.name, {})
@@ -142,7 +147,14 @@ def load_run(path: str | Path, system: str | None = None) -> Run:
     devices = int(man["cxl_devices"]) if man.get("cxl_devices") else (name_n if sysname == "cxl" else None)
     nics = int(man["rdma_nics"]) if man.get("rdma_nics") else (name_n if sysname == "rdma" else None)
     try:
-        if "round2" in d:                     # testbed e2e_bench_fast
+        if "round2" in d and round_ == 1:     # testbed cache-filling round
+            cfg, m = d["config"], d["round1"]["metrics"]
+            n = int(m["num_requests"])
+            run = Run(path.name + "#round1", sysname, int(cfg["target_input_tokens"]),
+                      round(m["total_output_tokens"] / max(n, 1)), int(cfg.get("round1_max_concurrency") or n), n,
+                      devices, nics, int(buf.group(1)) if buf else None, int(m["num_success"]),
+                      {k: float(m[k]) for k in METRICS if m.get(k) is not None}, prefix_cached=False)
+        elif "round2" in d:                   # testbed e2e_bench_fast, measured round
             cfg, m = d["config"], d["round2"]["metrics"]
             out_len = int(cfg.get("round2_output_max") or cfg["output_tokens"])
             run = Run(path.name, sysname, int(cfg["target_input_tokens"]), out_len, int(cfg["max_concurrency"]),
@@ -170,8 +182,8 @@ def load_run(path: str | Path, system: str | None = None) -> Run:
     return run
 
 
-def load_runs(paths=None, system: str | None = None) -> list[Run]:
-    """Runs from files and/or folders (default: the shared calibration runs)."""
+def load_runs(paths=None, system: str | None = None, round_: int = 2) -> list[Run]:
+    """Runs from files and/or folders (default: the shared calibration runs); ``round_=1``: cold rounds."""
     if paths is None:
         paths = [shared_data_dir() / "sac-testbed" / "runs"]
     files: list[Path] = []
@@ -184,7 +196,7 @@ def load_runs(paths=None, system: str | None = None) -> list[Run]:
             raise DataError(f"{p}: no such file or folder")
     if not files:
         raise DataError(f"no run files in {', '.join(map(str, paths))}")
-    return [load_run(f, system) for f in files]
+    return [load_run(f, system, round_) for f in files]
 
 
 # ---- predicted vs measured ------------------------------------------------------------------------

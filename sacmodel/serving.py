@@ -123,12 +123,47 @@ def admission_expressions() -> dict[str, sp.Expr]:
     }
 
 
+def prefill_expressions() -> dict[str, sp.Expr]:
+    """Components (s) of prefilling a prompt of ``P`` uncached tokens on one rank (chunked prefill).
+
+    ``Bp`` tokens are prefilled over all ranks at once (they share the tensor-parallel MLP). The indexer is
+    causal, O(P^2); the sparse attention reads min(k, i) entries for the i-th token.
+    """
+    P = sym("P", "dimensionless", "prompt tokens to prefill on the rank")
+    Bp = sym("Bp", "dimensionless", "prompt tokens prefilled over all ranks at once")
+    layers = sym("layers", "dimensionless")
+    k = sym("k_attn", "dimensionless")
+    eff = sym("prefill_eff", "dimensionless", "achieved fraction of peak FLOP/s in prefill")
+    p16, p8 = sym("peak_bf16", "FLOP/second"), sym("peak_fp8", "FLOP/second")
+    fu = sym("flop_unit", "FLOP")
+    chunks = sp.ceiling(P / sym("prefill_chunk", "dimensionless", "tokens per prefill chunk"))
+    # weights are streamed once per chunk; compute runs at the prefill efficiency
+    wb, tp = sym("w_bytes", "byte"), sym("tp", "dimensionless")
+    R, e = sym("n_experts", "dimensionless"), sym("e_active", "dimensionless")
+    n_sh, P_exp = sym("n_shared", "dimensionless"), sym("p_expert", "dimensionless")
+    P_att, P_mlp = sym("p_attn", "dimensionless"), sym("p_dense_mlp", "dimensionless")
+    l_moe, l_dense = sym("moe_layers", "dimensionless"), sym("dense_layers", "dimensionless")
+    hbm = sym("hbm_bw", "byte/second") * sym("hbm_eff", "dimensionless")
+    tok_chunk = Bp / chunks
+    distinct = R * (1 - (1 - e / R) ** tok_chunk)
+    weights = wb * (layers * P_att + (l_dense * P_mlp + l_moe * (n_sh + distinct) * P_exp) / tp)
+    mlp_f = fu * 2 * Bp * (l_dense * P_mlp + l_moe * (n_sh + e) * P_exp) / tp
+    attn_entries = sp.Piecewise((P * (P + 1) / 2, P <= k), (k * (k + 1) / 2 + (P - k) * k, True))
+    return {
+        "prefill_fixed": chunks * layers * sym("t_layer", "second"),
+        "prefill_weights": chunks * weights / hbm,
+        "prefill_dense": (fu * 2 * P * layers * P_att + mlp_f) / (p16 * eff),
+        "prefill_indexer": layers * sym("f_index", "FLOP") * P * (P + 1) / 2 / (p8 * eff),
+        "prefill_attention": layers * sym("f_attn", "FLOP") * attn_entries / (p16 * eff),
+    }
+
+
 _COMPILED: dict[str, object] = {}
 
 
 def _fn(name: str):
     if not _COMPILED:
-        for k, e in {**step_expressions(), **admission_expressions()}.items():
+        for k, e in {**step_expressions(), **admission_expressions(), **prefill_expressions()}.items():
             _COMPILED[k] = compile_expr(e)
     return _COMPILED[name]
 
@@ -208,6 +243,8 @@ def bind(cfg: Config, context: float, active_ranks: int | None = None) -> dict[s
         f_index=m.flops_indexer(1.0), f_attn=m.flops_sparse_attn(1.0), index_key_bytes=m.index_key_bytes,
         entry_bytes=eb, swap_on=swap_on, pool_on=1.0 if pool else 0.0,
         t_admit=t.param("t_admit"), admit_bandwidth=t.param("admit_bandwidth"),
+        prefill_eff=t.param("prefill_eff") if t.has_param("prefill_eff") else t.param("compute_eff"),
+        prefill_chunk=t.param("prefill_chunk") if t.has_param("prefill_chunk") else 8192.0,
         m_miss=steady_state_misses(context, k_attn, cfg.device_buffer, overlap_at(t, context)) if swap_on else 0.0,
         rdma_ops_per_token=t.param("rdma_ops_per_token"), copy_bandwidth=t.param("copy_bandwidth"),
         lines_per_entry=lines_per_entry(eb, t.param("cacheline")), cacheline=t.param("cacheline"),
@@ -267,6 +304,13 @@ def step_breakdown(cfg: Config, v: dict, b: float, B: float) -> dict[str, float]
         f = _fn(k)
         out[k] = float(f(**{n: vals[n] for n in f.names}))
     return out
+
+
+def prefill_breakdown(cfg: Config, v: dict, tokens: float, ranks: int = 1) -> dict[str, float]:
+    """Seconds of each component of prefilling ``tokens`` uncached tokens while ``ranks`` ranks prefill."""
+    vals = dict(v, P=float(tokens), Bp=float(tokens) * ranks)
+    return {k: float(_fn(k)(**{n: vals[n] for n in _fn(k).names})) for k in
+            ("prefill_fixed", "prefill_weights", "prefill_dense", "prefill_indexer", "prefill_attention")}
 
 
 def admission_breakdown(cfg: Config, v: dict) -> dict[str, float]:
@@ -369,12 +413,13 @@ def _check_workload(context, output, concurrency, requests, rate):
 
 def predict(scenario, system: str, *, context: int, output: int, concurrency: int, requests: int | None = None,
             cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
-            rate: float | None = None, seed: int = 0) -> Prediction:
+            rate: float | None = None, seed: int = 0, prefix_cached: bool = True) -> Prediction:
     """Predict TTFT, TBT, E2E latency and throughput of ``system`` on ``scenario`` for a workload.
 
     Closed loop (default): ``requests`` (default 8 x concurrency, as the testbed benchmark) released at
     t = 0 with at most ``concurrency`` in flight. Open loop: Poisson arrivals at ``rate`` requests/s
-    (``seed`` fixes them), at most ``concurrency`` in flight.
+    (``seed`` fixes them), at most ``concurrency`` in flight. ``prefix_cached=False``: every prompt is
+    prefilled from scratch (the testbed's cache-filling round 1) instead of hitting the cached prefix.
     """
     _check_workload(context, output, concurrency, requests, rate)
     cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics)
@@ -392,7 +437,8 @@ def predict(scenario, system: str, *, context: int, output: int, concurrency: in
         pred.feasible, pred.limit = False, cap["limit"]
         return pred
     res = simulate_serving(cfg, context=context, output=output, concurrency=concurrency, requests=n_req,
-                           rate=rate, seed=seed)
+                           rate=rate, seed=seed, prefix_cached=prefix_cached)
+    pred.config["prefix_cached"] = prefix_cached
     for k, v in res.items():
         setattr(pred, k, v)
     return pred
@@ -466,13 +512,19 @@ class _StepCache:
 
 
 def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int, requests: int,
-                     rate: float | None = None, seed: int = 0) -> dict:
+                     rate: float | None = None, seed: int = 0, prefix_cached: bool = True) -> dict:
     """Run the engine; returns the metric fields of :class:`Prediction` and a time breakdown."""
     dp = cfg.dp
     steps = _StepCache(cfg, context)
     adm = admission_breakdown(cfg, steps.values(1))   # one rank admits; its cold gather runs alone
     t_admit, t_fetch, t_copy = adm["admit"], adm["fetch"], adm["copy"]
-    fetcher = _Fetcher(dp, t_fetch + t_copy) if cfg.system in ("rdma", "cxl-prefetch") else None
+    prefill = {}
+    if not prefix_cached:   # a cold prompt is prefilled (all admitting ranks at once); nothing to fetch
+        t_fetch = t_copy = 0.0
+        v1 = steps.values(1)
+        prefill = {n: sum(prefill_breakdown(cfg, v1, context, n).values()) for n in range(1, dp + 1)}
+    fetcher = (_Fetcher(dp, t_fetch + t_copy) if cfg.system in ("rdma", "cxl-prefetch") and prefix_cached
+               else None)
     rng = np.random.default_rng(seed)
     arrivals = (np.cumsum(rng.exponential(1.0 / rate, size=requests)) if rate else np.zeros(requests))
 
@@ -544,7 +596,7 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
         b = max((len(remaining[r]) for r in decoding), default=0)
         T_dec, br = steps.step(b, B, len(decoding)) if decoding else (0.0, {})
         if admitting:
-            n_steps, T = 1, max(t_admit, T_dec)
+            n_steps, T = 1, max(prefill[len(admitting)] if prefill else t_admit, T_dec)
         else:
             n_steps = min(min(remaining[r].values()) for r in decoding)
             horizon = [fetcher.next_done(t) if fetcher else math.inf, pending[0][0] if pending else math.inf,

@@ -21,14 +21,15 @@ from scipy.optimize import brentq
 
 from .calibrate import get_param, set_param
 from .costs import SYMBOLS, compile_expr, lines_per_entry, sym
-from .serving import (REF_CONTEXT, ConfigError, admission_expressions, bind, predict, resolve,
-                      step_expressions)
+from .serving import (REF_CONTEXT, ConfigError, admission_expressions, bind, predict, prefill_expressions,
+                      resolve, step_expressions)
 from .systems import as_topology, check_system
 from .topology import Topology, TopologyError
 
-UNLOADED = ("ttft", "tbt", "e2e", "bytes_per_step")
+UNLOADED = ("ttft", "tbt", "e2e", "bytes_per_step", "ttft_cold")
 METRIC_ALIASES = {"ttft": "ttft", "ttft_mean_ms": "ttft", "tbt": "tbt", "tbt_mean_ms": "tbt", "e2e": "e2e",
-                  "e2e_mean_ms": "e2e", "bytes_per_step": "bytes_per_step", "bytes": "bytes_per_step"}
+                  "e2e_mean_ms": "e2e", "bytes_per_step": "bytes_per_step", "bytes": "bytes_per_step",
+                  "ttft_cold": "ttft_cold"}
 LOADED = ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tbt_mean_ms", "tbt_p99_ms", "e2e_mean_ms",
           "output_throughput_tok_s", "request_throughput_req_s")
 HIGHER_IS_BETTER = {"output_throughput_tok_s", "request_throughput_req_s"}
@@ -54,7 +55,8 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
     """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step).
 
     ``ttft``: request latency + prefix fetch (rdma, cxl-prefetch) + admission; ``tbt``: one decode step with
-    one request; ``e2e``: ttft + (O - 1) tbt; ``bytes_per_step``: bytes read over the pool route per step.
+    one request; ``e2e``: ttft + (O - 1) tbt; ``bytes_per_step``: bytes read over the pool route per step;
+    ``ttft_cold``: first token of an uncached prompt (request latency + chunked prefill of L tokens).
     """
     check_system(system)
     m = METRIC_ALIASES.get(metric)
@@ -71,7 +73,10 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
     e2e = ttft + (O - 1) * tbt
     nbytes = (sym("swap_on", "dimensionless") * sym("layers", "dimensionless") * sym("m_miss", "dimensionless")
               * sym("lines_per_entry", "dimensionless") * sym("cacheline", "byte"))
-    expr = {"ttft": ttft, "tbt": tbt, "e2e": e2e, "bytes_per_step": nbytes}[m]
+    pre = prefill_expressions()
+    cold = sym("t_request", "second") + sum(pre.values()).subs(
+        {sym("P", "dimensionless"): L, sym("Bp", "dimensionless"): L})
+    expr = {"ttft": ttft, "tbt": tbt, "e2e": e2e, "bytes_per_step": nbytes, "ttft_cold": cold}[m]
     # context dependence of the access process (same rules as the engine's numeric binding)
     pool = system != "gpu"
     k_attn = sp.Min(k, L) if sparse else L
@@ -95,6 +100,8 @@ def scenario_values(scenario, system: str, **resources) -> dict[str, float]:
              topk_overlap=t.param("topk_overlap"),
              topk_churn_exponent=t.param("topk_churn_exponent") if t.has_param("topk_churn_exponent") else 0.0,
              t_request=t.param("t_request"), prefetch_poll=t.param("prefetch_poll"))
+    v.pop("P", None)
+    v.pop("Bp", None)
     return v
 
 

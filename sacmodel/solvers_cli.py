@@ -43,6 +43,8 @@ def _kv_list(items, what):
 def _workload(a):
     kw = dict(context=a.context, output=a.output, concurrency=a.concurrency, requests=a.requests, rate=a.rate,
               cxl_devices=a.cxl_devices, device_buffer=a.device_buffer, rdma_nics=a.rdma_nics)
+    if getattr(a, "cold", False):
+        kw["prefix_cached"] = False
     return {k: v for k, v in kw.items() if v is not None}
 
 
@@ -255,7 +257,7 @@ def register(sub, add_scenario, add_workload):
     p = sub.add_parser("expr", help="the closed form of an unloaded metric (plain and LaTeX)")
     add_scenario(p)
     p.add_argument("--system", choices=SYSTEMS, required=True)
-    p.add_argument("--metric", choices=("ttft", "tbt", "e2e", "bytes_per_step"), default="tbt")
+    p.add_argument("--metric", choices=("ttft", "tbt", "e2e", "bytes_per_step", "ttft_cold"), default="tbt")
     p.add_argument("--bind", action="store_true", help="bind the scenario's numbers (needs --context)")
     p.add_argument("--context", default=32768, type=tokens)
     p.add_argument("--output", default=1024, type=tokens)

@@ -248,7 +248,7 @@ def _first_error(exc: ValidationError) -> str:
 
 # Dimensions of known serving / calibration parameters (others: dimensionless)
 PARAM_DIMENSIONS = {
-    "max_total_tokens": "tokens", "device_buffer": "tokens", "page_tokens": "tokens",
+    "max_total_tokens": "tokens", "prefill_chunk": "tokens", "device_buffer": "tokens", "page_tokens": "tokens",
     "activation_reserve": "bytes", "host_pool_capacity": "bytes",
     "t_kernel": "time", "t_layer": "time", "t_step": "time", "t_admit": "time", "t_request": "time", "prefetch_poll": "time", "t_admit_per_token": "time",
     "copy_bandwidth": "bandwidth", "admit_bandwidth": "bandwidth", "outstanding_lines": "dimensionless", "cacheline": "bytes",

@@ -82,3 +82,11 @@ def test_qualitative_findings_of_the_paper():
 def test_rdma_ttft_grows_with_concurrency():
     t = [predict("sac-testbed", "rdma", context=32768, output=1024, concurrency=c).ttft_mean_ms for c in (8, 32, 96)]
     assert t[0] < t[1] < t[2]
+
+
+def test_cold_prompts_pay_the_prefill():
+    warm = predict("sac-testbed", "dram", context=65536, output=64, concurrency=8)
+    cold = predict("sac-testbed", "dram", context=65536, output=64, concurrency=8, prefix_cached=False)
+    assert cold.ttft_mean_ms > 20 * warm.ttft_mean_ms and cold.config["prefix_cached"] is False
+    longer = predict("sac-testbed", "dram", context=131072, output=64, concurrency=8, prefix_cached=False)
+    assert longer.ttft_mean_ms > 2 * cold.ttft_mean_ms      # the O(L^2) indexer and attention terms

@@ -23,11 +23,16 @@ def test_symbolic_equals_predict_at_concurrency_one(system, context):
         e = symbolic(system, metric, "sac-testbed", context=context, output=300)
         assert e.is_Number
         assert float(e) * 1e3 == pytest.approx(getattr(p, field), rel=1e-12)
+    cold = predict("sac-testbed", system, context=context, output=300, concurrency=1, requests=1,
+                   prefix_cached=False)
+    e = symbolic(system, "ttft_cold", "sac-testbed", context=context, output=300)
+    assert float(e) * 1e3 == pytest.approx(cold.ttft_mean_ms, rel=1e-12)
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
 def test_unbound_forms_are_documented_and_dimensionally_sound(system):
-    for metric, unit in (("ttft", "second"), ("tbt", "second"), ("e2e", "second"), ("bytes_per_step", "byte")):
+    for metric, unit in (("ttft", "second"), ("tbt", "second"), ("e2e", "second"), ("bytes_per_step", "byte"),
+                         ("ttft_cold", "second")):
         e = unloaded_expression(system, metric)
         assert all(s.name in SYMBOLS and SYMBOLS[s.name][2] for s in e.free_symbols), metric
         check_dimensions(e.subs({sp.Symbol("L", positive=True): 70000, sp.Symbol("O", positive=True): 10}), unit)

@@ -30,3 +30,13 @@ def test_calibration_runs_in_sample_error():
     for s, row in table.items():
         assert row["tbt_mean_ms"] <= 10 and row["output_throughput_tok_s"] <= 10, s
         assert row["ttft_mean_ms"] <= 25 and row["feasibility_right"] == 100, s
+
+
+def test_cold_rounds_prefill_error():
+    """Round 1 of every run prefills the prompt from scratch: TTFT is the prefill model (prefill_eff fitted)."""
+    runs = load_runs(round_=1)
+    assert all(not r.prefix_cached and r.concurrency == 8 for r in runs)
+    table = mape_table(compare_runs("sac-testbed", runs))
+    assert table["dram"]["ttft_mean_ms"] <= 10 and table["cxl"]["ttft_mean_ms"] <= 10
+    for s, row in table.items():
+        assert row["tbt_mean_ms"] <= 10 and row["ttft_mean_ms"] <= 25, s

@@ -2,8 +2,9 @@
 
 Public API (see README): scenarios and topology (:func:`load_topology`, :func:`route`...), the model catalog
 (:func:`get_model`), cost primitives, the fetch micro-benchmark model (:func:`fetch_latency_us`), the numpy
-reference (:mod:`sacmodel.reference`) and its analytic counterpart (:func:`access_counts`), and the serving
-model (:func:`predict`, :func:`compare`).
+reference (:mod:`sacmodel.reference`) and its analytic counterpart (:func:`access_counts`), the serving
+model (:func:`predict`, :func:`compare`), the solvers (:func:`symbolic`, :func:`breakeven`, :func:`plan`,
+:func:`sensitivity`, :func:`sweep`) and trace replay (:func:`load_trace`, :func:`replay`).
 """
 from . import reference
 from .access import access_counts, steady_state_misses
@@ -13,7 +14,9 @@ from .measured import compare_runs, load_microbench, load_run, load_runs, mape_t
 from .models import ModelSpec, catalog, from_hf_config, get_model
 from .serving import ConfigError, Prediction, compare, predict
 from .systems import BACKENDS, SYSTEMS, as_topology, fetch_latency_us
+from .solvers import breakeven, max_load, plan, sensitivity, sweep, symbolic
 from .topology import Topology, TopologyError, builtin_scenarios, load_topology, max_min_share
+from .traces import load_trace, replay
 from .units import UnitError, parse_quantity, ureg
 
 __version__ = "0.1.0"
@@ -24,5 +27,6 @@ __all__ = [
     "load_microbench", "load_run", "load_runs", "mape_table", "ModelSpec", "catalog", "from_hf_config",
     "get_model", "ConfigError", "Prediction", "compare", "predict", "BACKENDS", "SYSTEMS", "as_topology",
     "fetch_latency_us", "Topology", "TopologyError", "builtin_scenarios", "load_topology", "max_min_share",
-    "UnitError", "parse_quantity", "ureg", "__version__",
+    "UnitError", "parse_quantity", "ureg", "__version__", "breakeven", "max_load", "plan", "sensitivity",
+    "sweep", "symbolic", "load_trace", "replay",
 ]

@@ -124,10 +124,10 @@ def admission_expressions() -> dict[str, sp.Expr]:
 
 
 def prefill_expressions() -> dict[str, sp.Expr]:
-    """Components (s) of prefilling a prompt of ``P`` uncached tokens on one rank (chunked prefill).
+    """Components (s) of prefilling ``P`` uncached tokens after ``H`` cached ones on one rank (chunked).
 
     ``Bp`` tokens are prefilled over all ranks at once (they share the tensor-parallel MLP). The indexer is
-    causal, O(P^2); the sparse attention reads min(k, i) entries for the i-th token.
+    causal, O(P (H + P)); the sparse attention reads min(k, i) entries for the i-th token.
     """
     P = sym("P", "dimensionless", "prompt tokens to prefill on the rank")
     Bp = sym("Bp", "dimensionless", "prompt tokens prefilled over all ranks at once")
@@ -148,12 +148,16 @@ def prefill_expressions() -> dict[str, sp.Expr]:
     distinct = R * (1 - (1 - e / R) ** tok_chunk)
     weights = wb * (layers * P_att + (l_dense * P_mlp + l_moe * (n_sh + distinct) * P_exp) / tp)
     mlp_f = fu * 2 * Bp * (l_dense * P_mlp + l_moe * (n_sh + e) * P_exp) / tp
-    attn_entries = sp.Piecewise((P * (P + 1) / 2, P <= k), (k * (k + 1) / 2 + (P - k) * k, True))
+    H = sym("H", "dimensionless", "cached prefix tokens the new tokens attend to")
+
+    def entries_upto(n):  # sum over positions i = 1..n of min(k, i)
+        return sp.Piecewise((n * (n + 1) / 2, n <= k), (k * (k + 1) / 2 + (n - k) * k, True))
+    attn_entries = entries_upto(H + P) - entries_upto(H)
     return {
         "prefill_fixed": chunks * layers * sym("t_layer", "second"),
         "prefill_weights": chunks * weights / hbm,
         "prefill_dense": (fu * 2 * P * layers * P_att + mlp_f) / (p16 * eff),
-        "prefill_indexer": layers * sym("f_index", "FLOP") * P * (P + 1) / 2 / (p8 * eff),
+        "prefill_indexer": layers * sym("f_index", "FLOP") * (P * H + P * (P + 1) / 2) / (p8 * eff),
         "prefill_attention": layers * sym("f_attn", "FLOP") * attn_entries / (p16 * eff),
     }
 
@@ -306,9 +310,11 @@ def step_breakdown(cfg: Config, v: dict, b: float, B: float) -> dict[str, float]
     return out
 
 
-def prefill_breakdown(cfg: Config, v: dict, tokens: float, ranks: int = 1) -> dict[str, float]:
-    """Seconds of each component of prefilling ``tokens`` uncached tokens while ``ranks`` ranks prefill."""
-    vals = dict(v, P=float(tokens), Bp=float(tokens) * ranks)
+def prefill_breakdown(cfg: Config, v: dict, tokens: float, ranks: int = 1, cached: float = 0.0,
+                      total: float | None = None) -> dict[str, float]:
+    """Seconds of each component of prefilling ``tokens`` new tokens after ``cached`` ones, while ``ranks``
+    ranks prefill as much (or ``total`` tokens over all ranks)."""
+    vals = dict(v, P=float(tokens), H=float(cached), Bp=float(total if total is not None else tokens * ranks))
     return {k: float(_fn(k)(**{n: vals[n] for n in _fn(k).names})) for k in
             ("prefill_fixed", "prefill_weights", "prefill_dense", "prefill_indexer", "prefill_attention")}
 
@@ -457,14 +463,14 @@ class _Fetcher:
     """
 
     def __init__(self, lanes: int, work: float):
-        self.queues: list[list[int]] = [[] for _ in range(lanes)]
+        self.queues: list[list[tuple[int, float]]] = [[] for _ in range(lanes)]
         self.left: dict[int, float] = {}            # lane -> remaining work of its head
         self.work, self.t = work, 0.0
 
-    def add(self, i: int, lane: int) -> None:
-        self.queues[lane].append(i)
+    def add(self, i: int, lane: int, work: float | None = None) -> None:
+        self.queues[lane].append((i, self.work if work is None else work))
         if lane not in self.left:
-            self.left[lane] = self.work
+            self.left[lane] = self.queues[lane][0][1]
 
     def next_done(self, now: float) -> float:
         if not self.left:
@@ -482,55 +488,108 @@ class _Fetcher:
             self.t += step
             for lane in sorted(self.left, key=lambda ln: self.left[ln]):
                 if self.left[lane] <= 1e-12:
-                    done.append((self.queues[lane].pop(0), self.t))
+                    done.append((self.queues[lane].pop(0)[0], self.t))
                     del self.left[lane]
                     if self.queues[lane]:
-                        self.left[lane] = self.work
+                        self.left[lane] = self.queues[lane][0][1]
         self.t = max(self.t, now)
         return done
 
 
 class _StepCache:
-    """Step time by (b, B) for one configuration; bandwidth shares depend on how many ranks gather."""
+    """Step time by (b, B, active ranks, context) for one configuration (bindings cached per context)."""
 
-    def __init__(self, cfg: Config, context: int):
-        self.cfg, self.context = cfg, context
-        self.v_by_ranks: dict[int, dict] = {}
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.bound: dict[tuple, dict] = {}
         self.cache: dict[tuple, tuple[float, dict]] = {}
 
-    def values(self, ranks: int) -> dict:
-        if ranks not in self.v_by_ranks:
-            self.v_by_ranks[ranks] = bind(self.cfg, self.context, active_ranks=max(1, ranks))
-        return self.v_by_ranks[ranks]
+    def values(self, ranks: int, context: float) -> dict:
+        key = (ranks, context)
+        if key not in self.bound:
+            self.bound[key] = bind(self.cfg, context, active_ranks=max(1, ranks))
+        return self.bound[key]
 
-    def step(self, b: int, B: int, ranks: int) -> tuple[float, dict]:
-        key = (b, B, ranks)
+    def step(self, b: int, B: int, ranks: int, context: float) -> tuple[float, dict]:
+        key = (b, B, ranks, context)
         if key not in self.cache:
-            br = step_breakdown(self.cfg, self.values(ranks), b, B)
+            br = step_breakdown(self.cfg, self.values(ranks, context), b, B)
             self.cache[key] = (sum(br.values()), br)
         return self.cache[key]
 
 
+@dataclass
+class Requests:
+    """A workload as per-request arrays: arrival time (s), context, output and cached-prefix tokens."""
+    arrival: np.ndarray
+    context: np.ndarray
+    output: np.ndarray
+    cached: np.ndarray
+
+    @classmethod
+    def uniform(cls, n: int, context: int, output: int, *, rate: float | None = None, seed: int = 0,
+                prefix_cached: bool = True) -> "Requests":
+        rng = np.random.default_rng(seed)
+        arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n)) if rate else np.zeros(n)
+        return cls(arrivals, np.full(n, context), np.full(n, output), np.full(n, context if prefix_cached else 0))
+
+
 def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int, requests: int,
                      rate: float | None = None, seed: int = 0, prefix_cached: bool = True) -> dict:
-    """Run the engine; returns the metric fields of :class:`Prediction` and a time breakdown."""
-    dp = cfg.dp
-    steps = _StepCache(cfg, context)
-    adm = admission_breakdown(cfg, steps.values(1))   # one rank admits; its cold gather runs alone
-    t_admit, t_fetch, t_copy = adm["admit"], adm["fetch"], adm["copy"]
-    prefill = {}
-    if not prefix_cached:   # a cold prompt is prefilled (all admitting ranks at once); nothing to fetch
-        t_fetch = t_copy = 0.0
-        v1 = steps.values(1)
-        prefill = {n: sum(prefill_breakdown(cfg, v1, context, n).values()) for n in range(1, dp + 1)}
-    fetcher = (_Fetcher(dp, t_fetch + t_copy) if cfg.system in ("rdma", "cxl-prefetch") and prefix_cached
-               else None)
-    rng = np.random.default_rng(seed)
-    arrivals = (np.cumsum(rng.exponential(1.0 / rate, size=requests)) if rate else np.zeros(requests))
+    """Run the engine on the benchmark workload; returns the metric fields of :class:`Prediction`."""
+    reqs = Requests.uniform(requests, context, output, rate=rate, seed=seed, prefix_cached=prefix_cached)
+    return run_engine(cfg, reqs, concurrency)
 
-    release = np.full(requests, np.nan)
-    first = np.full(requests, np.nan)
-    done = np.full(requests, np.nan)
+
+def _snap(x: float, resolution: float) -> float:
+    """``x`` rounded to ``resolution`` relative precision within its power-of-two octave."""
+    q = 2 ** math.floor(math.log2(max(x, 1.0))) * resolution
+    return max(1.0, round(x / q) * q)
+
+
+def run_engine(cfg: Config, reqs: Requests, concurrency: int, context_resolution: float = 0.0) -> dict:
+    """Event-driven engine over per-request arrays (closed loop by ``concurrency``; arrivals in ``reqs``).
+
+    A rank's decode step uses the mean context of its requests (rounded to ``context_resolution`` relative
+    precision when > 0, so that heterogeneous traces reuse cached step times); the step of all ranks lasts as
+    long as the slowest rank's. Admission = loading the cached prefix (``admit``) and prefilling the rest.
+    """
+    dp = cfg.dp
+    n = len(reqs.arrival)
+    ctx, out, hit = reqs.context.astype(float), reqs.output.astype(int), reqs.cached.astype(float)
+    if context_resolution > 0:   # snap lengths to the grid so that step and admission costs are reused
+        ctx = np.array([_snap(x, context_resolution) for x in ctx])
+        hit = np.minimum(np.array([_snap(x, context_resolution) if x > 0 else 0.0 for x in hit]), ctx - 1)
+    steps = _StepCache(cfg)
+    fetching = cfg.system in ("rdma", "cxl-prefetch")
+
+    def round_ctx(x: float) -> float:
+        return _snap(x, context_resolution) if context_resolution > 0 else x
+
+    adm_cache: dict[float, dict] = {}
+
+    def admission(L: float) -> dict:
+        if L not in adm_cache:
+            adm_cache[L] = admission_breakdown(cfg, steps.values(1, L))   # one rank admits; cold gather alone
+        return adm_cache[L]
+
+    def admit_time(i: int, total_new: float) -> float:
+        t_ = admission(ctx[i])["admit"] if hit[i] > 0 else 0.0
+        if ctx[i] - hit[i] > 0:
+            t_ += sum(prefill_breakdown(cfg, steps.values(1, ctx[i]), ctx[i] - hit[i], cached=hit[i],
+                                        total=total_new).values())
+        return t_
+
+    def fetch_work(i: int) -> float:
+        if not fetching or hit[i] <= 0:
+            return 0.0
+        a = admission(hit[i])
+        return a["fetch"] + a["copy"]
+
+    fetcher = _Fetcher(dp, 0.0) if fetching else None
+    release = np.full(n, np.nan)
+    first = np.full(n, np.nan)
+    done = np.full(n, np.nan)
     remaining: list[dict[int, int]] = [dict() for _ in range(dp)]   # rank -> {req: tokens left}
     ready: list[list[int]] = [[] for _ in range(dp)]                # waiting for admission on a rank
     pending: list[tuple[float, int]] = []                           # heap of (reaches the engine, req)
@@ -548,8 +607,9 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
     def arrive_engine(now: float):
         while pending and pending[0][0] <= now + 1e-12:
             _, i = heapq.heappop(pending)
-            if fetcher:
-                fetcher.add(i, i % dp)
+            w = fetch_work(i)
+            if w > 0:
+                fetcher.add(i, i % dp, w)
             else:
                 ready[i % dp].append(i)
 
@@ -565,8 +625,8 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
 
     def release_more(now: float):
         nonlocal next_req, in_flight
-        while next_req < requests and in_flight < concurrency and arrivals[next_req] <= now + 1e-12:
-            enter(next_req, max(now, arrivals[next_req]))
+        while next_req < n and in_flight < concurrency and reqs.arrival[next_req] <= now + 1e-12:
+            enter(next_req, max(now, reqs.arrival[next_req]))
             next_req += 1
             in_flight += 1
 
@@ -574,9 +634,11 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
     arrive_engine(0.0)
     start_fetches(0.0)
     guard = 0
-    while np.isnan(done).any():
+    ctx_sum = [0.0] * dp            # sum of the contexts decoding on each rank
+    finished = 0
+    while finished < n:
         guard += 1
-        if guard > 50 * requests + 10 * output + 10000:
+        if guard > 50 * n + 10 * int(out.max()) + 10000:
             raise RuntimeError("serving engine did not converge (internal error)")
         arrive_engine(t)
         start_fetches(t)
@@ -586,23 +648,29 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
         if not admitting and not decoding:
             t_next = min(fetcher.next_done(t) if fetcher else math.inf, pending[0][0] if pending else math.inf,
                          polled[0][0] if polled else math.inf,
-                         arrivals[next_req] if next_req < requests and in_flight < concurrency else math.inf)
+                         reqs.arrival[next_req] if next_req < n and in_flight < concurrency else math.inf)
             if not math.isfinite(t_next):
                 raise RuntimeError("serving engine stalled (internal error)")
             t = max(t, t_next)
             release_more(t)
             start_fetches(t)
             continue
-        b = max((len(remaining[r]) for r in decoding), default=0)
-        T_dec, br = steps.step(b, B, len(decoding)) if decoding else (0.0, {})
+        T_dec, br = 0.0, {}
+        for r in decoding:
+            L_r = round_ctx(ctx_sum[r] / len(remaining[r]))
+            Tr, brr = steps.step(len(remaining[r]), B, len(decoding), L_r)
+            if Tr > T_dec:
+                T_dec, br = Tr, brr
         if admitting:
-            n_steps, T = 1, max(prefill[len(admitting)] if prefill else t_admit, T_dec)
+            heads = [ready[r][0] for r in admitting]
+            new_tokens = float(sum(ctx[i] - hit[i] for i in heads))
+            n_steps, T = 1, max([admit_time(i, new_tokens) for i in heads] + [T_dec])
         else:
             n_steps = min(min(remaining[r].values()) for r in decoding)
             horizon = [fetcher.next_done(t) if fetcher else math.inf, pending[0][0] if pending else math.inf,
                        polled[0][0] if polled else math.inf]
-            if next_req < requests and in_flight < concurrency:
-                horizon.append(arrivals[next_req])
+            if next_req < n and in_flight < concurrency:
+                horizon.append(reqs.arrival[next_req])
             dt = min(horizon) - t
             if math.isfinite(dt):
                 n_steps = max(1, min(n_steps, math.ceil(dt / T_dec - 1e-9)))
@@ -621,35 +689,48 @@ def simulate_serving(cfg: Config, *, context: int, output: int, concurrency: int
                     fin.append(i)
             for i in fin:
                 del remaining[r][i]
+                ctx_sum[r] -= ctx[i]
                 done[i] = t
                 in_flight -= 1
+                finished += 1
+            if not remaining[r]:
+                ctx_sum[r] = 0.0    # no drift from float sums
+        if admitting:
+            busy["admit_time"] += T
         for r in admitting:
             i = ready[r].pop(0)
             first[i] = t
-            busy["admit_time"] += T
-            if output <= 1:
+            if out[i] <= 1:
                 done[i] = t
                 in_flight -= 1
+                finished += 1
             else:
-                remaining[r][i] = output - 1
+                remaining[r][i] = out[i] - 1
+                ctx_sum[r] += ctx[i]
         release_more(t)
         start_fetches(t)
 
     ttft = (first - release) * 1e3
     e2e = (done - release) * 1e3
-    tbt = (done - first) / max(output - 1, 1) * 1e3
+    multi = out > 1
+    tbt = (done - first)[multi] / (out[multi] - 1) * 1e3 if multi.any() else np.array([math.nan])
     duration = float(np.nanmax(done) - np.nanmin(release))
     steps_total = max(busy["decode_steps"], 1)
     breakdown = {f"step_{k}_ms": v / steps_total * 1e3 for k, v in comp_time.items()}
     # asynchronous backup of every new token's KV entry to the pool: bandwidth it takes (no step time)
-    backup = requests * output * cfg.model.layers * entry_bytes(cfg.topo, cfg.model) / duration if duration else 0.0
+    backup = out.sum() * cfg.model.layers * entry_bytes(cfg.topo, cfg.model) / duration if duration else 0.0
     breakdown.update({"backup_write_GBps": backup / 1e9 if cfg.system != "gpu" else 0.0})
-    breakdown.update({"admit_ms": t_admit * 1e3, "prefix_fetch_ms": t_fetch * 1e3, "prefix_copy_ms": t_copy * 1e3,
+    a0 = admission(float(np.median(ctx)))
+    cold = bool((hit <= 0).all())
+    breakdown.update({"admit_ms": (float(np.mean([admit_time(i, ctx[i] - hit[i]) for i in range(min(n, 64))]))
+                                   if cold else a0["admit"]) * 1e3,
+                      "prefix_fetch_ms": (0.0 if cold else a0["fetch"]) * 1e3,
+                      "prefix_copy_ms": (0.0 if cold else a0["copy"]) * 1e3,
                       "mean_step_ms": busy["step_time"] / steps_total * 1e3,
                       "share_time_admitting": busy["admit_time"] / duration if duration else 0.0})
     return {"ttft_mean_ms": float(ttft.mean()), "ttft_p50_ms": float(np.percentile(ttft, 50)),
-            "ttft_p99_ms": float(np.percentile(ttft, 99)), "tbt_mean_ms": float(tbt.mean()),
+            "ttft_p99_ms": float(np.percentile(ttft, 99)), "tbt_mean_ms": float(np.mean(tbt)),
             "tbt_p99_ms": float(np.percentile(tbt, 99)), "e2e_mean_ms": float(e2e.mean()),
-            "output_throughput_tok_s": requests * output / duration if duration else math.nan,
-            "request_throughput_req_s": requests / duration if duration else math.nan,
+            "output_throughput_tok_s": float(out.sum()) / duration if duration else math.nan,
+            "request_throughput_req_s": n / duration if duration else math.nan,
             "duration_s": duration, "breakdown": breakdown}

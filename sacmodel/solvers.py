@@ -75,7 +75,7 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
               * sym("lines_per_entry", "dimensionless") * sym("cacheline", "byte"))
     pre = prefill_expressions()
     cold = sym("t_request", "second") + sum(pre.values()).subs(
-        {sym("P", "dimensionless"): L, sym("Bp", "dimensionless"): L})
+        {sym("P", "dimensionless"): L, sym("Bp", "dimensionless"): L, sym("H", "dimensionless"): 0})
     expr = {"ttft": ttft, "tbt": tbt, "e2e": e2e, "bytes_per_step": nbytes, "ttft_cold": cold}[m]
     # context dependence of the access process (same rules as the engine's numeric binding)
     pool = system != "gpu"

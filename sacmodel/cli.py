@@ -99,7 +99,7 @@ def cmd_microbench(a):
 def _workload(a):
     return dict(context=getattr(a, "context", None), output=a.output, concurrency=a.concurrency, requests=a.requests,
                 cxl_devices=a.cxl_devices, device_buffer=a.device_buffer, rdma_nics=a.rdma_nics, rate=a.rate,
-                prefix_cached=not a.cold)
+                prefix_cached=not a.cold, method=a.method)
 
 
 def cmd_predict(a):
@@ -325,6 +325,8 @@ def _add_workload(p, context_default=None):
     p.add_argument("--device-buffer", type=tokens, default=None, help="GPU buffer slots per request and layer")
     p.add_argument("--rdma-nics", type=pos_int, default=None)
     p.add_argument("--cold", action="store_true", help="uncached prompts: every request is prefilled")
+    p.add_argument("--method", choices=("engine", "analytic"), default="engine",
+                   help="engine: event-driven (benchmark waves, percentiles); analytic: steady-state fixed point")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 

@@ -419,13 +419,16 @@ def _check_workload(context, output, concurrency, requests, rate):
 
 def predict(scenario, system: str, *, context: int, output: int, concurrency: int, requests: int | None = None,
             cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
-            rate: float | None = None, seed: int = 0, prefix_cached: bool = True) -> Prediction:
+            rate: float | None = None, seed: int = 0, prefix_cached: bool = True,
+            method: str = "engine") -> Prediction:
     """Predict TTFT, TBT, E2E latency and throughput of ``system`` on ``scenario`` for a workload.
 
     Closed loop (default): ``requests`` (default 8 x concurrency, as the testbed benchmark) released at
     t = 0 with at most ``concurrency`` in flight. Open loop: Poisson arrivals at ``rate`` requests/s
     (``seed`` fixes them), at most ``concurrency`` in flight. ``prefix_cached=False``: every prompt is
     prefilled from scratch (the testbed's cache-filling round 1) instead of hitting the cached prefix.
+    ``method="analytic"``: the steady state of the same model by a fixed point (no first-wave transient,
+    no percentiles); ``"engine"`` (default) runs the event-driven engine.
     """
     _check_workload(context, output, concurrency, requests, rate)
     cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics)
@@ -442,8 +445,17 @@ def predict(scenario, system: str, *, context: int, output: int, concurrency: in
     if not cap["feasible"]:
         pred.feasible, pred.limit = False, cap["limit"]
         return pred
-    res = simulate_serving(cfg, context=context, output=output, concurrency=concurrency, requests=n_req,
-                           rate=rate, seed=seed, prefix_cached=prefix_cached)
+    if method == "analytic":
+        res = steady_state(cfg, context=context, output=output, concurrency=concurrency, rate=rate,
+                           prefix_cached=prefix_cached)
+    elif method == "engine":
+        res = simulate_serving(cfg, context=context, output=output, concurrency=concurrency, requests=n_req,
+                               rate=rate, seed=seed, prefix_cached=prefix_cached)
+    else:
+        raise ConfigError(f"method must be 'engine' or 'analytic', not {method!r}")
+    if res.get("unstable"):
+        pred.feasible, pred.limit = False, res["unstable"]
+        return pred
     pred.config["prefix_cached"] = prefix_cached
     for k, v in res.items():
         setattr(pred, k, v)
@@ -494,6 +506,77 @@ class _Fetcher:
                         self.left[lane] = self.queues[lane][0][1]
         self.t = max(self.t, now)
         return done
+
+
+def steady_state(cfg: Config, *, context: int, output: int, concurrency: int, rate: float | None = None,
+                 prefix_cached: bool = True) -> dict:
+    """Steady state of the serving model by a fixed point on the request throughput X (requests/s).
+
+    It assumes requests out of phase with each other (e.g. varied output lengths): the testbed benchmark's
+    identical requests instead move in waves (admitted together, finishing together), which only the engine
+    captures.
+
+    Closed loop: X = c / R(X) with the request cycle R = t_request + W + a + (O - 1) T / (1 - X a), where
+    a is the admission (extend or prefill) step, which stalls every rank, T the decode step with B = c - X (W + a)
+    requests decoding, and W the prefix fetch (processor sharing: w / (1 - X w), plus half a prefetch
+    check period). Open loop at ``rate``: X = rate, stable only if X a < 1 and X w < 1.
+    """
+    from scipy.optimize import brentq
+    dp = cfg.dp
+    steps = _StepCache(cfg)
+    adm = admission_breakdown(cfg, steps.values(1, context))
+    if prefix_cached:
+        a = adm["admit"]
+        w = adm["fetch"] + adm["copy"] if cfg.system in ("rdma", "cxl-prefetch") else 0.0
+    else:
+        a = sum(prefill_breakdown(cfg, steps.values(1, context), context, 1).values())
+        w = 0.0
+    poll = cfg.topo.param("prefetch_poll") / 2 if w > 0 else 0.0
+    t_req = cfg.topo.param("t_request")
+
+    def cycle(X):
+        fetch = w / (1 - X * w) + poll if w > 0 else 0.0
+        stall = 1 - X * a
+        # requests decoding: the in-flight ones not waiting in the engine's front part (Little's law)
+        front = X * (t_req + fetch + a)
+        B = max(1.0, min(concurrency, concurrency - front) if rate is None else X * (output - 1) * 0.1)
+        for _ in range(50):   # B and T depend on each other in the open loop
+            b = math.ceil(B / dp)
+            T = steps.step(b, int(round(B)), min(dp, max(1, int(round(B)))), context)[0] / stall
+            if rate is None:
+                break
+            B_new = max(1.0, X * (output - 1) * T)
+            if abs(B_new - B) < 1e-6 * B:
+                break
+            B = B_new
+        return t_req + fetch + a + (output - 1) * T, T, fetch, B
+
+    limits = [1 / a if a > 0 else math.inf, 1 / w if w > 0 else math.inf]
+    x_max = min(limits) * (1 - 1e-9)
+    if rate is not None:
+        if rate >= x_max:
+            which = "admission" if limits[0] <= limits[1] else "prefix fetch"
+            return {"unstable": f"{which} saturated: arrivals {rate:g}/s exceed {x_max:.3g}/s"}
+        X = rate
+        R, T, fetch, B = cycle(X)
+    else:
+        g = lambda X: X * cycle(X)[0] - concurrency  # noqa: E731
+        hi = min(x_max, concurrency / (t_req + a + 1e-12))
+        X = brentq(g, 1e-12, hi, xtol=1e-12, rtol=1e-12) if g(hi) > 0 else hi
+        R, T, fetch, B = cycle(X)
+    br = step_breakdown(cfg, steps.values(min(dp, max(1, int(round(B)))), context), math.ceil(B / dp),
+                        int(round(B)))
+    # a request reaching its rank waits for the current step (half a step on average) and for the rank's
+    # earlier admissions (M/D/1 queue with arrivals X / dp, service a)
+    rho = X * a / dp
+    wait = T / 2 + (rho * a / (2 * (1 - rho)) if rho < 1 else math.inf)
+    ttft = t_req + fetch + wait + a
+    R = R + wait
+    return {"ttft_mean_ms": ttft * 1e3, "tbt_mean_ms": T * 1e3, "e2e_mean_ms": R * 1e3,
+            "output_throughput_tok_s": X * output, "request_throughput_req_s": X,
+            "breakdown": {**{f"step_{k}_ms": v * 1e3 for k, v in br.items()}, "admit_ms": a * 1e3,
+                          "prefix_fetch_ms": fetch * 1e3, "share_time_admitting": X * a,
+                          "decoding_requests": B}}
 
 
 class _StepCache:

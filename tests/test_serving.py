@@ -90,3 +90,24 @@ def test_cold_prompts_pay_the_prefill():
     assert cold.ttft_mean_ms > 20 * warm.ttft_mean_ms and cold.config["prefix_cached"] is False
     longer = predict("sac-testbed", "dram", context=131072, output=64, concurrency=8, prefix_cached=False)
     assert longer.ttft_mean_ms > 2 * cold.ttft_mean_ms      # the O(L^2) indexer and attention terms
+
+
+@pytest.mark.parametrize("system,context,conc", [("dram", 32768, 64), ("cxl", 131072, 64), ("rdma", 32768, 64)])
+def test_analytic_steady_state_matches_engine_for_desynchronised_requests(system, context, conc):
+    """With varied output lengths requests fall out of phase; the fixed point is their steady state."""
+    from sacmodel.serving import Requests, run_engine, steady_state
+    cfg = resolve("sac-testbed", system)
+    n = 30 * conc
+    out = np.random.default_rng(0).integers(512, 1537, n)
+    eng = run_engine(cfg, Requests(np.zeros(n), np.full(n, context), out, np.full(n, context)), conc)
+    ana = steady_state(cfg, context=context, output=1024, concurrency=conc)
+    assert ana["tbt_mean_ms"] == pytest.approx(eng["tbt_mean_ms"], rel=0.06)
+    assert ana["output_throughput_tok_s"] == pytest.approx(eng["output_throughput_tok_s"], rel=0.06)
+    assert ana["ttft_mean_ms"] == pytest.approx(eng["ttft_mean_ms"], rel=0.25)
+
+
+def test_analytic_open_loop_reports_saturation():
+    ok = predict("sac-testbed", "cxl", context=32768, output=512, concurrency=64, rate=0.2, method="analytic")
+    assert ok.feasible and ok.output_throughput_tok_s == pytest.approx(0.2 * 512)
+    bad = predict("sac-testbed", "rdma", context=131072, output=512, concurrency=64, rate=50.0, method="analytic")
+    assert not bad.feasible and "saturated" in bad.limit

@@ -19,10 +19,14 @@ order and the ranks that fetch share the NICs equally), then copies it from the 
 pool (``copy_bandwidth``). An RDMA-loaded prefix is the request's own copy in the host pool, indexer keys
 included, so its indexer scans the keys over the host route each step instead of from HBM.
 
+A cold (uncached) prompt is prefilled instead, in chunks of ``prefill_chunk`` tokens, one chunk per step
+(:func:`prefill_expressions`), the rank's own decode batch waiting meanwhile.
+
 The workload follows the testbed benchmark: ``requests`` released at t = 0, at most ``concurrency`` in flight,
-the same cached prompt; or Poisson arrivals at ``rate``. A small event-driven engine steps the batch and jumps
-over runs of identical steps; with one request in flight it reduces to the closed forms of
-:func:`unloaded_expressions`.
+the same cached prompt; or Poisson arrivals at ``rate``; or per-request arrays (:class:`Requests`, trace
+replay). A small event-driven engine (:func:`run_engine`) steps the batch and jumps over runs of identical
+steps; with one request in flight it reduces to the closed forms of :func:`sacmodel.solvers.symbolic`.
+:func:`steady_state` is the analytic alternative: a fixed point on the request throughput.
 """
 from __future__ import annotations
 

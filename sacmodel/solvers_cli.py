@@ -12,14 +12,14 @@ from rich.table import Table
 
 from .cli import tokens
 from .systems import SYSTEMS
-from .units import UnitError, parse_quantity
+from .units import UnitError, parse_quantity, parse_tokens
 
 
 def parse_value(s: str, vary: str) -> float:
     """A number for ``vary``: tokens ('32K'), a plain number, or a quantity with a unit ('26 GB/s')."""
     s = str(s).strip()
     if vary in ("context", "output", "topk", "device_buffer"):
-        return float(tokens(s))
+        return float(parse_tokens(s))
     try:
         return float(s)
     except ValueError:
@@ -161,9 +161,9 @@ def cmd_sensitivity(a):
 
 
 def _grid_axis(spec: str):
-    name, _, rng = spec.partition("=")
+    name, eq, rng = spec.partition("=")
     parts = rng.split(":")
-    if not name or len(parts) not in (1, 3):
+    if not name or not eq or not rng or len(parts) not in (1, 3):
         raise UnitError(f"--grid {spec!r}: write NAME=LO:HI:N or NAME=V1,V2,...")
     if len(parts) == 3:
         lo, hi, n = parse_value(parts[0], name), parse_value(parts[1], name), int(parts[2])

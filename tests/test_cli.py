@@ -83,3 +83,17 @@ def test_winner_map_command(capsys, tmp_path):
     assert rc == 0 and out.stat().st_size > 1000 and sum(d["counts"].values()) == 144
     # long outputs at long contexts favour the up-front copy; short outputs favour SAC
     assert d["winner"][-1][-1] == "cxl-prefetch" and d["winner"][0][0] == "cxl"
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["calibrate", "--params", "warp_factor", "--dry-run"], "cannot fit 'warp_factor'"),
+    (["sweep", "--system", "cxl", "--grid", "context"], "NAME=LO:HI:N"),
+    (["sweep", "--system", "cxl", "--grid", "sw_bw=1:5:3"], "give context="),
+    (["breakeven", "--a", "cxl", "--b", "dram", "--metric", "tbt", "--vary", "link:gpu.latency", "--lo", "5 GB",
+      "--hi", "1 us", "--context", "32K"], "not a time"),
+    (["plan", "--system", "cxl", "--context", "32K", "--slo", "speed=3"], "unknown SLO metric"),
+    (["replay", "/no/trace.jsonl"], "no such trace file"),
+])
+def test_more_bad_input_exits_2(capsys, args, msg):
+    rc, _, err = run(capsys, *args)
+    assert rc == 2 and msg in err and "Traceback" not in err

@@ -129,3 +129,20 @@ def test_max_min_sharing_conserves_capacity(flows):
             continue
         sat = [res for res in TOPO.resources(path) if used[res] >= TOPO.capacity(res) * (1 - 1e-9)]
         assert sat, "a flow below its demand must cross a saturated resource"
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.floats(1.05, 3.0), st.sampled_from([32768, 131072]))
+def test_serving_never_slower_with_faster_cxl_devices(factor, context):
+    """End to end: raising the CXL device bandwidth never raises the predicted TBT or lowers throughput."""
+    base = predict_point("sac-testbed", context)
+    t = load_topology("sac-testbed")
+    fast = predict_point(with_params(t, {"node:cxl_device.bandwidth": t.node("cxl_dev[0]")["bandwidth"] * factor}),
+                         context)
+    assert fast.tbt_mean_ms <= base.tbt_mean_ms * (1 + 1e-12)
+    assert fast.output_throughput_tok_s >= base.output_throughput_tok_s * (1 - 1e-12)
+
+
+def predict_point(scenario, context):
+    from sacmodel import predict
+    return predict(scenario, "cxl", context=context, output=256, concurrency=64)

@@ -17,7 +17,7 @@ import numpy as np
 import yaml
 from scipy.optimize import least_squares
 
-from .measured import METRICS, FetchPoint, Run
+from .measured import FetchPoint, Run
 from .systems import as_topology, fetch_latency_us
 from .topology import Topology, TopologyError
 

@@ -40,7 +40,7 @@ import sympy as sp
 from .access import expected_pages, steady_state_misses
 from .costs import compile_expr, gather_time, lines_per_entry, rdma_time, sym
 from .models import ModelSpec
-from .systems import (SYSTEMS, as_topology, check_system, entry_bytes, model_of, swap_paths)
+from .systems import (as_topology, check_system, entry_bytes, model_of, swap_paths)
 from .topology import Topology, TopologyError, max_min_share
 
 

@@ -20,8 +20,8 @@ import yaml
 from scipy.optimize import brentq
 
 from .calibrate import get_param, set_param
-from .costs import SYMBOLS, compile_expr, lines_per_entry, sym
-from .serving import (REF_CONTEXT, ConfigError, admission_expressions, bind, predict, prefill_expressions,
+from .costs import SYMBOLS, sym
+from .serving import (REF_CONTEXT, admission_expressions, bind, predict, prefill_expressions,
                       resolve, step_expressions)
 from .systems import as_topology, check_system
 from .topology import Topology, TopologyError
@@ -161,7 +161,7 @@ def _with_value(topo: Topology, vary: str, value: float) -> tuple[Topology, dict
         return topo, kw
     t = copy.deepcopy(topo)
     if vary == "topk":
-        t.model_override = {"index_topk": int(round(value))}
+        t.model_overrides = {**t.model_overrides, "index_topk": int(round(value))}
     elif vary == "dp":
         n = int(round(value))
         if n > len(t.gpus):
@@ -212,28 +212,11 @@ def evaluate(scenario, system: str, metric: str, vary: str | None = None, value:
             kw.pop(k, None)
         if ctx is None or out is None:
             raise SolverError("unloaded metrics need context and output")
-        topo = _apply_topk(topo)
         e = symbolic(system, metric, topo, context=ctx, output=out, **res)
         return float(e)
     kw.setdefault("concurrency", 1)
-    p = predict(_apply_topk(topo), system, **kw)
+    p = predict(topo, system, **kw)
     return getattr(p, metric) if p.feasible else math.nan
-
-
-def _apply_topk(topo: Topology) -> Topology:
-    ov = getattr(topo, "model_override", None)
-    if not ov:
-        return topo
-    from .models import CATALOG_CONFIGS, from_hf_config
-    cfg = dict(CATALOG_CONFIGS.get(topo.model_name, {}))
-    if not cfg:
-        raise SolverError(f"varying top-k needs a catalog model, not {topo.model_name!r}")
-    cfg.update(ov)
-    t = copy.copy(topo)
-    name = f"{topo.model_name}@topk{ov['index_topk']}"
-    CATALOG_CONFIGS[name] = cfg
-    t.model_name = name
-    return t
 
 
 # ---- break-even -----------------------------------------------------------------------------------
@@ -484,7 +467,7 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
     for v in np.arange(min_value, max_value + step / 2, step):
         v = int(v) if float(v).is_integer() else float(v)
         t, kw = _with_value(topo, vary, v)
-        p = predict(_apply_topk(t), system, **{**workload, **kw})
+        p = predict(t, system, **{**workload, **kw})
         ok = _meets(p, slo)
         res.tried.append({"value": v, "meets": ok, "feasible": p.feasible, "limit": p.limit,
                           **{m: getattr(p, m) for m in slo}})
@@ -573,7 +556,7 @@ def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, out
     Returns (symbol, elasticity, value, meaning). Symbols are the topology, model and calibration numbers
     the unloaded metric depends on (e.g. ``sw_bw`` = the pool-route bandwidth the GPU sees).
     """
-    expr = symbolic(system, metric, None if False else scenario, free=_all_free(system, metric, scenario, resources),
+    expr = symbolic(system, metric, scenario, free=_all_free(system, metric, scenario, resources),
                     context=context, output=output, **resources)
     vals = scenario_values(scenario, system, **resources)
     vals.update(L=float(context), O=float(output))

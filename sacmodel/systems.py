@@ -45,7 +45,16 @@ def as_topology(scenario: str | Path | Topology) -> Topology:
 
 
 def model_of(topo: Topology) -> ModelSpec:
-    return get_model(topo.model_name)
+    """The scenario's model, with any ``model_overrides`` (config.json fields) applied."""
+    m = get_model(topo.model_name)
+    if not topo.model_overrides:
+        return m
+    from dataclasses import replace
+    fields = {"index_topk": "topk", "index_n_heads": "index_heads", "index_head_dim": "index_head_dim"}
+    unknown = set(topo.model_overrides) - set(fields)
+    if unknown:
+        raise TopologyError(f"{topo.name}: cannot override model field(s) {', '.join(sorted(unknown))}")
+    return replace(m, **{fields[k]: v for k, v in topo.model_overrides.items()})
 
 
 def entry_bytes(topo: Topology, model: ModelSpec | None = None) -> float:

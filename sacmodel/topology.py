@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import networkx as nx
 import yaml
@@ -113,6 +113,7 @@ class Topology:
     calibration: dict[str, Param] = field(default_factory=dict)
     path: Path | None = None
     description: str = ""
+    model_overrides: dict = field(default_factory=dict)   # config.json fields replaced (e.g. index_topk)
     _routes: dict = field(default_factory=dict, repr=False)
 
     # ---- lookup ----------------------------------------------------------------------------------

@@ -1,6 +1,5 @@
 """Checks against the measured testbed data in ../shared (skipped when it is absent)."""
 import numpy as np
-import pytest
 
 from conftest import needs_shared
 from sacmodel.measured import compare_runs, latest_per_backend, load_microbench, load_runs, mape_table

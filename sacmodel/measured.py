@@ -131,6 +131,18 @@ def _manifest(dirpath: Path) -> dict[str, dict]:
     return {}
 
 
+def _buffer_slots(stem: str, manifest_row: dict, data: dict) -> int | None:
+    """GPU buffer slots of a run: manifest column, a config field, or a file-name token (buf6144, buf6k)."""
+    for key in ("device_buffer", "buffer_slots", "hisparse_device_buffer"):
+        v = manifest_row.get(key) or (data.get("config", {}) or {}).get(key)
+        if v not in (None, ""):
+            return int(v)
+    m = re.search(r"buf(?:fer)?[_-]?(\d+)(k?)", stem, re.IGNORECASE)
+    if m:
+        return int(m.group(1)) * (1024 if m.group(2) else 1)
+    return None
+
+
 def load_run(path: str | Path, system: str | None = None, round_: int = 2) -> Run:
     """A run in the testbed's ``e2e_bench_fast`` format or an SGLang ``bench_serving`` result file.
 
@@ -143,7 +155,7 @@ def load_run(path: str | Path, system: str | None = None, round_: int = 2) -> Ru
     sysname = system or man.get("system") or name_sys
     if not sysname:
         raise DataError(f"{path}: cannot tell the system (dram/cxl/rdma/gpu) from the file name; pass --system")
-    buf = re.search(r"buf(?:fer)?(\d+)", path.stem)
+    buf_slots = _buffer_slots(path.stem, man, d)
     devices = int(man["cxl_devices"]) if man.get("cxl_devices") else (name_n if sysname == "cxl" else None)
     nics = int(man["rdma_nics"]) if man.get("rdma_nics") else (name_n if sysname == "rdma" else None)
     try:
@@ -152,14 +164,14 @@ def load_run(path: str | Path, system: str | None = None, round_: int = 2) -> Ru
             n = int(m["num_requests"])
             run = Run(path.name + "#round1", sysname, int(cfg["target_input_tokens"]),
                       round(m["total_output_tokens"] / max(n, 1)), int(cfg.get("round1_max_concurrency") or n), n,
-                      devices, nics, int(buf.group(1)) if buf else None, int(m["num_success"]),
+                      devices, nics, buf_slots, int(m["num_success"]),
                       {k: float(m[k]) for k in METRICS if m.get(k) is not None}, prefix_cached=False)
         elif "round2" in d:                   # testbed e2e_bench_fast, measured round
             cfg, m = d["config"], d["round2"]["metrics"]
             out_len = int(cfg.get("round2_output_max") or cfg["output_tokens"])
             run = Run(path.name, sysname, int(cfg["target_input_tokens"]), out_len, int(cfg["max_concurrency"]),
                       int(cfg.get("round2_num_requests") or m["num_requests"]), devices, nics,
-                      int(buf.group(1)) if buf else None, int(m["num_success"]),
+                      buf_slots, int(m["num_success"]),
                       {k: float(m[k]) for k in METRICS if m.get(k) is not None})
         elif "mean_ttft_ms" in d:            # SGLang bench_serving result
             n = int(d.get("completed", 0))
@@ -167,7 +179,7 @@ def load_run(path: str | Path, system: str | None = None, round_: int = 2) -> Ru
             out_len = int(d.get("random_output_len") or round(d["total_output_tokens"] / max(n, 1)))
             tbt = d.get("mean_tpot_ms") or d.get("mean_itl_ms")
             run = Run(path.name, sysname, ctx, out_len, int(d.get("max_concurrency") or n),
-                      int(d.get("num_prompts") or n), devices, nics, int(buf.group(1)) if buf else None, n,
+                      int(d.get("num_prompts") or n), devices, nics, buf_slots, n,
                       {"ttft_mean_ms": float(d["mean_ttft_ms"]), "tbt_mean_ms": float(tbt),
                        "output_throughput_tok_s": float(d["output_throughput"]),
                        "e2e_mean_ms": float(d.get("mean_e2e_latency_ms", 0)) or None})

@@ -537,6 +537,7 @@ def steady_state(cfg: Config, *, context: int, output: int, concurrency: int, ra
         w = 0.0
     poll = cfg.topo.param("prefetch_poll") / 2 if w > 0 else 0.0
     t_req = cfg.topo.param("t_request")
+    L_dec = context + (output - 1) / 2.0   # mean context a decode step sees
 
     def cycle(X):
         fetch = w / (1 - X * w) + poll if w > 0 else 0.0
@@ -546,7 +547,7 @@ def steady_state(cfg: Config, *, context: int, output: int, concurrency: int, ra
         B = max(1.0, min(concurrency, concurrency - front) if rate is None else X * (output - 1) * 0.1)
         for _ in range(50):   # B and T depend on each other in the open loop
             b = math.ceil(B / dp)
-            T = steps.step(b, int(round(B)), min(dp, max(1, int(round(B)))), context)[0] / stall
+            T = steps.step(b, int(round(B)), min(dp, max(1, int(round(B)))), L_dec)[0] / stall
             if rate is None:
                 break
             B_new = max(1.0, X * (output - 1) * T)
@@ -568,7 +569,7 @@ def steady_state(cfg: Config, *, context: int, output: int, concurrency: int, ra
         hi = min(x_max, concurrency / (t_req + a + 1e-12))
         X = brentq(g, 1e-12, hi, xtol=1e-12, rtol=1e-12) if g(hi) > 0 else hi
         R, T, fetch, B = cycle(X)
-    br = step_breakdown(cfg, steps.values(min(dp, max(1, int(round(B)))), context), math.ceil(B / dp),
+    br = step_breakdown(cfg, steps.values(min(dp, max(1, int(round(B)))), L_dec), math.ceil(B / dp),
                         int(round(B)))
     # a request reaching its rank waits for the current step (half a step on average) and for the rank's
     # earlier admissions (M/D/1 queue with arrivals X / dp, service a)
@@ -648,6 +649,9 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, context_resolution
     if context_resolution > 0:   # snap lengths to the grid so that step and admission costs are reused
         ctx = np.array([_snap(x, context_resolution) for x in ctx])
         hit = np.minimum(np.array([_snap(x, context_resolution) if x > 0 else 0.0 for x in hit]), ctx - 1)
+    # the KV grows by one entry per generated token: a decode step of request i sees on average
+    # context + (output - 1) / 2 entries over its life
+    dctx = ctx + (out - 1) / 2.0
     steps = _StepCache(cfg)
     fetching = cfg.system in ("rdma", "cxl-prefetch")
 
@@ -785,7 +789,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, context_resolution
                     fin.append(i)
             for i in fin:
                 del remaining[r][i]
-                ctx_sum[r] -= ctx[i]
+                ctx_sum[r] -= dctx[i]
                 done[i] = t
                 in_flight -= 1
                 finished += 1
@@ -806,7 +810,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, context_resolution
                 finished += 1
             else:
                 remaining[r][i] = out[i] - 1
-                ctx_sum[r] += ctx[i]
+                ctx_sum[r] += dctx[i]
         release_more(t)
         start_fetches(t)
 

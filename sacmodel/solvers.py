@@ -65,6 +65,7 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
     L, O, k, Bb, rho0, gam = _workload_symbols()
     steps, adm = step_expressions(), admission_expressions()
     b, B = sym("b", "dimensionless"), sym("B", "dimensionless")
+    # a decode step sees the prompt plus, on average over the request, half of its output
     tbt = sum(steps.values()).subs({b: 1, B: 1})
     fetch = {"rdma": adm["rdma_fetch"] + adm["rdma_copy"], "cxl-prefetch": adm["dma_fetch"]}.get(system, 0)
     if fetch != 0:
@@ -85,8 +86,17 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
     miss = sp.Piecewise((sp.Min(k_attn * (1 - rho), L - k_attn) * (1 - (Bb - k_attn) / gap), L > Bb),
                         (0, True))
     swap_on = sp.Piecewise((1, L > Bb), (0, True)) if pool else 0
-    return expr.subs({sym("k_attn", "dimensionless"): k_attn, sym("m_miss", "dimensionless"): miss,
-                      sym("swap_on", "dimensionless"): swap_on})
+    ctx_rules = {sym("k_attn", "dimensionless"): k_attn, sym("m_miss", "dimensionless"): miss,
+                 sym("swap_on", "dimensionless"): swap_on}
+    if m in ("tbt", "e2e", "bytes_per_step"):
+        # decode terms at the mean decode context L + (O - 1)/2; admission terms at the prompt length L
+        L_dec = L + (O - 1) / 2
+        dec = {name: sp.sympify(rule).xreplace({L: L_dec}) for name, rule in ctx_rules.items()}
+        tbt_d = tbt.xreplace({**dec, L: L_dec})          # xreplace: one simultaneous pass
+        nbytes_d = nbytes.xreplace({**dec, L: L_dec})
+        expr = {"tbt": tbt_d, "e2e": ttft.subs(ctx_rules) + (O - 1) * tbt_d, "bytes_per_step": nbytes_d}[m]
+        return expr
+    return expr.subs(ctx_rules)
 
 
 def scenario_values(scenario, system: str, **resources) -> dict[str, float]:
@@ -333,6 +343,16 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     return res
 
 
+def _free_form(system, metric, topo, name, fx, res):
+    """Closed form with ``name`` left free; a system whose metric does not depend on it gets a constant."""
+    try:
+        return symbolic(system, metric, topo, free=(name,), **fx, **res)
+    except SolverError:
+        if name not in SYMBOLS:
+            raise
+        return symbolic(system, metric, topo, **fx, **res)
+
+
 def _unloaded_fn(topo, system, metric, vary, fixed):
     """A compiled f(x) of an unloaded metric when ``vary`` is a symbol of its closed form, else None."""
     name = WORKLOAD_SYMBOLS.get(vary, vary)
@@ -341,12 +361,13 @@ def _unloaded_fn(topo, system, metric, vary, fixed):
     fx = {k: v for k, v in fixed.items() if k in ("context", "output") and WORKLOAD_SYMBOLS[k] != name}
     res = {k: v for k, v in fixed.items() if k in ("cxl_devices", "rdma_nics", "device_buffer")}
     try:
-        e = symbolic(system, metric, topo, free=(name,), **fx, **res)
+        e = _free_form(system, metric, topo, name, fx, res)
     except SolverError:
         return None
     if e.free_symbols - {sp.Symbol(name, positive=True)}:
         return None
-    return _lambdify(e, (name,))
+    f = _lambdify(e, (name,))
+    return f if e.free_symbols else (lambda x, c=float(e): c)
 
 
 def _symbolic_roots(topo, a, b, metric, vary, lo, hi, ratio, fixed):
@@ -359,8 +380,8 @@ def _symbolic_roots(topo, a, b, metric, vary, lo, hi, ratio, fixed):
     fx = {k: v for k, v in fixed.items() if k in ("context", "output")}
     res = {k: v for k, v in fixed.items() if k in ("cxl_devices", "rdma_nics", "device_buffer")}
     try:
-        ea = symbolic(a, metric, topo, free=(name,), **fx, **res)
-        eb = symbolic(b, metric, topo, free=(name,), **fx, **res)
+        ea = _free_form(a, metric, topo, name, fx, res)
+        eb = _free_form(b, metric, topo, name, fx, res)
     except SolverError:
         return None
     x = sp.Symbol(name, positive=True)
@@ -580,12 +601,13 @@ def _all_free(system, metric, scenario, resources):
 
 
 # ---- sweeps ---------------------------------------------------------------------------------------
-def sweep(scenario, system: str, grid: dict, metric: str = "tbt", *, context=None, output=None,
+def sweep(scenario, system: str, grid: dict, metric: str = "tbt", *, context=None, output=1024,
           **resources) -> dict[str, np.ndarray]:
     """Vectorised unloaded ``metric`` over the Cartesian product of ``grid`` (name -> array of values).
 
     Grid names are symbols of the closed form (``context``/``L``, ``output``/``O``, ``sw_bw``, ``hbm_bw``,
-    ``t_layer``, ...). Returns columns: one per grid name plus ``metric`` (seconds or bytes).
+    ``t_layer``, ...); ``output`` (default 1024) matters through the context a decode step sees. Returns
+    columns: one per grid name plus ``metric`` (seconds or bytes).
     """
     if not grid:
         raise SolverError("empty grid")
@@ -595,9 +617,7 @@ def sweep(scenario, system: str, grid: dict, metric: str = "tbt", *, context=Non
     out_ = None if "O" in syms else output
     if ctx is None and "L" not in syms:
         raise SolverError("give context= or put 'context' in the grid")
-    if out_ is None and "O" not in syms and METRIC_ALIASES.get(metric) == "e2e":
-        raise SolverError("give output= or put 'output' in the grid")
-    expr = symbolic(system, metric, scenario, free=tuple(syms), context=ctx, output=out_ or 1, **resources)
+    expr = symbolic(system, metric, scenario, free=tuple(syms), context=ctx, output=out_, **resources)
     f = _lambdify(expr, tuple(syms))
     axes = [np.asarray(grid[n], dtype=float).ravel() for n in names]
     mesh = np.meshgrid(*axes, indexing="ij")

@@ -23,9 +23,9 @@ def test_single_request_equals_closed_form(system):
     L, O = 65536, 200
     p = predict("sac-testbed", system, context=L, output=O, concurrency=1, requests=1)
     cfg = resolve("sac-testbed", system)
-    v = bind(cfg, L, active_ranks=1)
-    adm = admission_breakdown(cfg, v)
-    step = sum(step_breakdown(cfg, v, 1, 1).values())
+    adm = admission_breakdown(cfg, bind(cfg, L, active_ranks=1))
+    # a decode step sees the prompt plus half the output on average
+    step = sum(step_breakdown(cfg, bind(cfg, L + (O - 1) / 2, active_ranks=1), 1, 1).values())
     poll = cfg.topo.param("prefetch_poll") / 2 if system in ("rdma", "cxl-prefetch") else 0.0
     ttft = cfg.topo.param("t_request") + adm["fetch"] + adm["copy"] + poll + adm["admit"]
     assert p.ttft_mean_ms == pytest.approx(ttft * 1e3, rel=1e-9)

@@ -38,18 +38,30 @@ def test_unbound_forms_are_documented_and_dimensionally_sound(system):
         check_dimensions(e.subs({sp.Symbol("L", positive=True): 70000, sp.Symbol("O", positive=True): 10}), unit)
 
 
-def test_breakeven_closed_form_in_output_length():
+def test_breakeven_in_output_length():
     """cxl-prefetch pays a bulk copy up front but then decodes from DRAM: it wins for long outputs."""
     be = breakeven("sac-testbed", "cxl", "cxl-prefetch", metric="e2e", vary="output", lo=1, hi=10**6,
                    context=131072)
-    assert be.found and be.method == "symbolic" and len(be.values) == 1
-    assert be.winner_below == "cxl" and be.winner_above == "cxl-prefetch" and be.residual < 1e-9
+    assert be.found and len(be.values) == 1 and be.residual < 1e-9
+    assert be.winner_below == "cxl" and be.winner_above == "cxl-prefetch"
     x = be.value
     lo = evaluate("sac-testbed", "cxl", "e2e", "output", x * 0.9, context=131072) - evaluate(
         "sac-testbed", "cxl-prefetch", "e2e", "output", x * 0.9, context=131072)
     hi = evaluate("sac-testbed", "cxl", "e2e", "output", x * 1.1, context=131072) - evaluate(
         "sac-testbed", "cxl-prefetch", "e2e", "output", x * 1.1, context=131072)
     assert lo < 0 < hi
+
+
+def test_breakeven_closed_form_in_a_bandwidth():
+    """E2E is rational in the bulk-copy bandwidth: sympy solves the crossing exactly."""
+    be = breakeven("sac-testbed", "cxl", "cxl-prefetch", metric="e2e", vary="pf_dma_bw", lo=1e9, hi=1e12,
+                   context=131072, output=16384)
+    assert be.found and be.method == "symbolic" and be.residual < 1e-12
+    assert be.winner_below == "cxl" and be.winner_above == "cxl-prefetch"
+    e = symbolic("cxl-prefetch", "e2e", "sac-testbed", free=("pf_dma_bw",), context=131072, output=16384)
+    at = float(e.subs(sp.Symbol("pf_dma_bw", positive=True), be.value))
+    assert at == pytest.approx(float(symbolic("cxl", "e2e", "sac-testbed", context=131072, output=16384)),
+                               rel=1e-12)
 
 
 def test_breakeven_numeric_in_context_and_no_crossing():
@@ -101,7 +113,7 @@ def test_sensitivity_matches_finite_differences():
     rows = sensitivity("sac-testbed", "cxl", "tbt", context=131072)
     el = dict((n, e) for n, e, _, _ in rows)
     assert abs(el["t_layer"]) > 0.1 and rows == sorted(rows, key=lambda r: -abs(r[1]))
-    f = lambda v: float(symbolic("cxl", "tbt", "sac-testbed", free=("t_layer",), context=131072).subs(  # noqa
+    f = lambda v: float(symbolic("cxl", "tbt", "sac-testbed", free=("t_layer",), context=131072, output=1024).subs(  # noqa
         sp.Symbol("t_layer", positive=True), v))
     t0 = next(v for n, _, v, _ in rows if n == "t_layer")
     fd = (math.log(f(t0 * 1.001)) - math.log(f(t0 / 1.001))) / (2 * math.log(1.001))
@@ -123,7 +135,7 @@ def test_vectorised_sweep_equals_pointwise():
     cols = sweep("sac-testbed", "cxl", {"context": ctx, "sw_bw": bw}, "tbt")
     assert len(cols["tbt"]) == 6
     for L, b, v in zip(cols["context"], cols["sw_bw"], cols["tbt"]):
-        e = symbolic("cxl", "tbt", "sac-testbed", free=("sw_bw",), context=L)
+        e = symbolic("cxl", "tbt", "sac-testbed", free=("sw_bw",), context=L, output=1024)
         assert v == pytest.approx(float(e.subs(sp.Symbol("sw_bw", positive=True), b)), rel=1e-12)
     wm = winner_map("sac-testbed", ["cxl", "dram"], "tbt", ("context", ctx), ("sw_bw", bw))
     assert wm["winner"].shape == (3, 2)
@@ -145,8 +157,8 @@ def test_solver_cli_commands(capsys, tmp_path):
     assert main(["expr", "--system", "cxl", "--metric", "e2e", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert "O" in d["plain"] and "\\" in d["latex"]
-    assert main(["breakeven", "--a", "cxl", "--b", "cxl-prefetch", "--metric", "e2e", "--vary", "output",
-                 "--lo", "1", "--hi", "1000000", "--context", "128K", "--json"]) == 0
+    assert main(["breakeven", "--a", "cxl", "--b", "cxl-prefetch", "--metric", "e2e", "--vary", "pf_dma_bw",
+                 "--lo", "1 GB/s", "--hi", "1 TB/s", "--context", "128K", "--output", "16K", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["method"] == "symbolic"
     out = tmp_path / "s.csv"
     assert main(["sweep", "--system", "dram", "--grid", "context=8K:256K:5", "--grid", "t_layer=1e-4,5e-4",

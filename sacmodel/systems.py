@@ -137,12 +137,19 @@ def fetch_latency_us(scenario, backend: str, *, topk: int, entry_bytes: float = 
         raise SystemError_(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
     if topk <= 0 or entry_bytes <= 0:
         raise ValueError("topk and entry_bytes must be positive")
+    if not 0 <= rank < len(topo.gpus):
+        raise TopologyError(f"{topo.name}: no GPU rank {rank}")
     if backend == "rdma":
         nic = topo.pool_for(rank, "rdma")
-        dram = swap_paths(topo, "dram", active_ranks=rank + 1)[rank]
-        t = rdma_seconds(topo, nic, topk, topk * entry_bytes) + gather_seconds(topo, dram, topk, entry_bytes)
+        t = rdma_seconds(topo, nic, topk, topk * entry_bytes) + gather_seconds(
+            topo, single_path(topo, "dram", rank), topk, entry_bytes)
     else:
-        path = swap_paths(topo, backend, active_ranks=rank + 1)[rank] if rank == 0 else \
-            swap_paths(topo, backend)[rank]
-        t = gather_seconds(topo, path, topk, entry_bytes)
+        t = gather_seconds(topo, single_path(topo, backend, rank), topk, entry_bytes)
     return float(t) * 1e6
+
+
+def single_path(topo: Topology, pool: str, rank: int) -> Path_:
+    """The path from ``pool`` to GPU ``rank`` when that GPU is the only one reading (micro-benchmark)."""
+    src = topo.pool_for(rank, pool)
+    route = topo.route(src, topo.gpus[rank])
+    return Path_(src, tuple(route), topo.bottleneck(route), topo.round_trip_latency(route))

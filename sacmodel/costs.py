@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-import numpy as np
 import sympy as sp
 
 from .units import ureg
@@ -146,6 +145,3 @@ def check_dimensions(expr: sp.Expr, expect: str = "second") -> None:
         q = ureg.Quantity(q, "dimensionless")
     q.to(expect)  # raises pint.DimensionalityError
 
-
-def as_array(x) -> np.ndarray:
-    return np.asarray(x, dtype=float)

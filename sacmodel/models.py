@@ -11,8 +11,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "awq4": 0.5, "int4": 0.5,
-               "fp4": 0.5}
 QUANT_BLOCK = 128  # values per fp32 scale in the FP8 KV / indexer formats (constants.md 1b)
 
 

@@ -74,11 +74,6 @@ class Path_:
     latency: float        # s, load round trip
 
 
-def pool_kind(system: str) -> str | None:
-    return {"gpu": None, "dram": "dram", "cxl": "cxl", "rdma": "dram", "cxl-prefetch": "dram",
-            "rdma-topk": "rdma"}[check_system(system)]
-
-
 def swap_paths(topo: Topology, pool: str, *, active_ranks: int | None = None,
                n_devices: int | None = None) -> list[Path_]:
     """Per-rank paths from ``pool`` to each GPU when ``active_ranks`` GPUs gather at the same time."""

@@ -8,6 +8,7 @@ the scenario file with a ``fitted:`` source.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -204,8 +205,8 @@ def write_params(path: str | Path, fit: FitResult, source: str) -> None:
             lines.insert(end, new)
     text = "\n".join(lines) + "\n"
     if structural:
-        header = "".join(ln + "\n" for ln in text.splitlines()[:text.count("\n")] if ln.startswith("#")
-                         and text.index(ln) < text.find("schema_version"))
+        # keep the file's leading comment block; yaml.safe_dump drops comments
+        header = "".join(ln + "\n" for ln in itertools.takewhile(lambda ln: ln.startswith("#"), text.splitlines()))
         data = yaml.safe_load(text)
         for name, v in structural.items():
             kind, fld = name[5:].split(".")

@@ -215,9 +215,15 @@ def _optional_workload(p):
     """Workload and resource options that default to the scenario's values."""
     p.add_argument("--context", type=tokens, default=None)
     p.add_argument("--output", type=tokens, default=1024)
-    for name, typ in (("--concurrency", int), ("--requests", int), ("--rate", float), ("--cxl-devices", int),
-                      ("--rdma-nics", int), ("--device-buffer", int)):
+    for name, typ in (("--concurrency", int), ("--requests", int), ("--rate", float)):
         p.add_argument(name, type=typ, default=None)
+    _resource_options(p)
+
+
+def _resource_options(p):
+    """CXL devices, RDMA NICs and GPU buffer slots, defaulting to the scenario's values."""
+    for name in ("--cxl-devices", "--rdma-nics", "--device-buffer"):
+        p.add_argument(name, type=int, default=None)
 
 
 def cmd_winner_map(a):
@@ -301,9 +307,7 @@ def register(sub, add_scenario, add_workload):
     p.add_argument("--concurrency", type=int, default=None, help="loaded sensitivity through predict()")
     p.add_argument("--context", type=tokens, required=True)
     p.add_argument("--output", type=tokens, default=1024)
-    p.add_argument("--cxl-devices", type=int, default=None)
-    p.add_argument("--rdma-nics", type=int, default=None)
-    p.add_argument("--device-buffer", type=int, default=None)
+    _resource_options(p)
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--hardware", action="store_true", help="only hardware numbers (bandwidths, latencies, FLOP/s)")
     p.add_argument("--plot", default=None, help="tornado plot file")

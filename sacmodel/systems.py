@@ -89,22 +89,14 @@ def swap_paths(topo: Topology, pool: str, *, active_ranks: int | None = None,
     return out
 
 
-_GATHER = None
-_RDMA = None
-
-
+@lru_cache(maxsize=None)
 def _gather_fn():
-    global _GATHER
-    if _GATHER is None:
-        _GATHER = compile_expr(gather_time())
-    return _GATHER
+    return compile_expr(gather_time())
 
 
+@lru_cache(maxsize=None)
 def _rdma_fn():
-    global _RDMA
-    if _RDMA is None:
-        _RDMA = compile_expr(rdma_time())
-    return _RDMA
+    return compile_expr(rdma_time())
 
 
 def gather_seconds(topo: Topology, path: Path_, n_entries, entry: float):

@@ -7,7 +7,7 @@ model (:func:`predict`, :func:`compare`), the solvers (:func:`symbolic`, :func:`
 :func:`sensitivity`, :func:`sweep`) and trace replay (:func:`load_trace`, :func:`replay`).
 """
 from . import reference
-from .access import access_counts, steady_state_misses
+from .access import access_counts, steady_state
 from .costs import check_dimensions, compile_expr, dma_time, gather_time, lines_per_entry, rdma_time, \
     roofline_time, symbol_table
 from .measured import compare_runs, load_microbench, load_run, load_runs, mape_table
@@ -22,7 +22,7 @@ from .units import UnitError, parse_quantity, ureg
 __version__ = "0.1.0"
 
 __all__ = [
-    "reference", "access_counts", "steady_state_misses", "check_dimensions", "compile_expr", "dma_time",
+    "reference", "access_counts", "steady_state", "check_dimensions", "compile_expr", "dma_time",
     "gather_time", "lines_per_entry", "rdma_time", "roofline_time", "symbol_table", "compare_runs",
     "load_microbench", "load_run", "load_runs", "mape_table", "ModelSpec", "catalog", "from_hf_config",
     "get_model", "ConfigError", "Prediction", "compare", "predict", "BACKENDS", "SYSTEMS", "as_topology",

@@ -21,8 +21,9 @@ from scipy.optimize import brentq
 
 from .calibrate import get_param, set_param
 from .costs import SYMBOLS, sym
-from .serving import (REF_CONTEXT, admission_expressions, bind, predict, prefill_expressions,
-                      resolve, step_expressions)
+from .config import resolve, static_values, swap_route
+from .serving import predict
+from .step import fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
 from .systems import as_topology, check_system
 from .topology import Topology, TopologyError
 
@@ -44,74 +45,82 @@ class SolverError(ValueError):
 def _workload_symbols():
     L = sym("L", "dimensionless", "context length (tokens)")
     O = sym("O", "dimensionless", "output tokens per request")
-    k = sym("topk", "dimensionless", "top-k entries selected per layer")
-    Bb = sym("buffer_slots", "dimensionless", "GPU buffer slots per request and layer")
-    rho0 = sym("topk_overlap", "dimensionless", "fraction of top-k kept between steps at 32K")
-    gam = sym("topk_churn_exponent", "dimensionless", "growth of top-k churn with context")
-    return L, O, k, Bb, rho0, gam
+    return L, O
 
 
 def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Expr:
     """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step).
 
-    ``ttft``: request latency + prefix fetch (rdma, cxl-prefetch) + admission; ``tbt``: one decode step with
-    one request; ``e2e``: ttft + (O - 1) tbt; ``bytes_per_step``: bytes read over the pool route per step;
-    ``ttft_cold``: first token of an uncached prompt (request latency + chunked prefill of L tokens).
+    One request alone (what ``predict(..., concurrency=1, requests=1)`` runs): ``ttft`` = the client's serial
+    work on the prompt + the request latency + one prefill iteration extending the cached prompt by its
+    uncached page; ``tbt`` = one decode step at the mean context ``L + O/2`` loading ``m_mean`` entries per
+    layer (the request's mean misses over its output, from the score process), plus, for the pools that copy
+    the prompt first (rdma, cxl-prefetch), that copy spread over the ``O - 1`` gaps; ``e2e`` = ttft +
+    (O - 1) tbt; ``bytes_per_step`` = the entries a decode step loads; ``ttft_cold`` = an uncached prompt
+    prefilled in chunks.
     """
     check_system(system)
     m = METRIC_ALIASES.get(metric)
     if m is None:
         raise SolverError(f"unknown unloaded metric {metric!r}; known: {', '.join(UNLOADED)}")
-    L, O, k, Bb, rho0, gam = _workload_symbols()
-    steps, adm = step_expressions(), admission_expressions()
-    b, B = sym("b", "dimensionless"), sym("B", "dimensionless")
-    # a decode step sees the prompt plus, on average over the request, half of its output
-    tbt = sum(steps.values()).subs({b: 1, B: 1})
-    fetch = {"rdma": adm["rdma_fetch"] + adm["rdma_copy"], "cxl-prefetch": adm["dma_fetch"]}.get(system, 0)
-    if fetch != 0:
-        fetch = fetch + sym("prefetch_poll", "second", "period of the scheduler's prefetch check") / 2
-    ttft = sym("t_request", "second", "request latency outside the engine (HTTP, tokenizer)") + fetch + adm["admit"]
-    e2e = ttft + (O - 1) * tbt
-    nbytes = (sym("swap_on", "dimensionless") * sym("layers", "dimensionless") * sym("m_miss", "dimensionless")
-              * sym("lines_per_entry", "dimensionless") * sym("cacheline", "byte"))
-    pre = prefill_expressions()
-    cold = sym("t_request", "second") + sum(pre.values()).subs(
-        {sym("P", "dimensionless"): L, sym("Bp", "dimensionless"): L, sym("H", "dimensionless"): 0})
-    expr = {"ttft": ttft, "tbt": tbt, "e2e": e2e, "bytes_per_step": nbytes, "ttft_cold": cold}[m]
-    # context dependence of the access process (same rules as the engine's numeric binding)
-    pool = system != "gpu"
-    k_attn = sp.Min(k, L) if sparse else L
-    rho = sp.Max(0, sp.Min(1, 1 - (1 - rho0) * (L / REF_CONTEXT) ** gam))
-    gap = sp.Max(L - k_attn, 1)   # L - k >= 1 wherever L > buffer >= k; the guard keeps numpy finite
-    miss = sp.Piecewise((sp.Min(k_attn * (1 - rho), L - k_attn) * (1 - (Bb - k_attn) / gap), L > Bb),
-                        (0, True))
-    swap_on = sp.Piecewise((1, L > Bb), (0, True)) if pool else 0
-    ctx_rules = {sym("k_attn", "dimensionless"): k_attn, sym("m_miss", "dimensionless"): miss,
-                 sym("swap_on", "dimensionless"): swap_on}
-    if m in ("tbt", "e2e", "bytes_per_step"):
-        # decode terms at the mean decode context L + (O - 1)/2; admission terms at the prompt length L
-        L_dec = L + (O - 1) / 2
-        dec = {name: sp.sympify(rule).xreplace({L: L_dec}) for name, rule in ctx_rules.items()}
-        tbt_d = tbt.xreplace({**dec, L: L_dec})          # xreplace: one simultaneous pass
-        nbytes_d = nbytes.xreplace({**dec, L: L_dec})
-        expr = {"tbt": tbt_d, "e2e": ttft.subs(ctx_rules) + (O - 1) * tbt_d, "bytes_per_step": nbytes_d}[m]
-        return expr
-    return expr.subs(ctx_rules)
+    L, O = _workload_symbols()
+    S = lambda n, u="dimensionless": sym(n, u)  # noqa: E731
+    rank, shared, pre, fetch, front = rank_terms(), shared_terms(), prefill_terms(), fetch_terms(), front_end_terms()
+    k_attn = sp.Min(S("topk"), L) if sparse else L
+    m_mean = sym("m_mean", "dimensionless", "entries one request loads per layer per step, mean over its output")
+    L_dec = L + O / 2
+    swap_on = sp.Piecewise((1, L_dec > S("buffer_slots")), (0, True)) if system != "gpu" else 0
+    decode = (sum(rank.values()).xreplace({S("b"): 1, S("M"): m_mean, S("L"): L_dec, S("k_attn"): k_attn,
+                                          S("swap_on"): swap_on})
+              + shared["fixed"] + shared["mlp"].xreplace({S("N"): 1, S("mlp_eff"): S("compute_eff")}))
+    E = S("E")
+    extend = (shared["fixed"] + shared["mlp"].xreplace({S("N"): E, S("mlp_eff"): S("prefill_eff")})
+              + sum(pre.values()).xreplace({S("P"): E, S("H"): L - E, S("k_attn"): k_attn})
+              + sym("t_admit", "second"))
+    ttft = front["tokenize"] + front["request"] + extend
+    if system == "rdma":
+        copy_ = sum(fetch.values()).xreplace({S("N_f"): L})
+    elif system == "cxl-prefetch":
+        copy_ = L * S("layers") * S("entry_bytes", "byte") / sym("pf_dma_bw", "byte/second", "bulk prefix copy bandwidth")
+    else:
+        copy_ = 0
+    tbt = decode + copy_ / (O - 1)
+    C = S("prefill_chunk")
+    chunks = sp.ceiling(L / C)
+    kk = k_attn
+    entries = sp.Piecewise((L * (L + 1) / 2, L <= kk), (kk * (kk + 1) / 2 + (L - kk) * kk, True))
+    cold = (front["tokenize"] + front["request"]
+            + chunks * (shared["fixed"] + shared["mlp"].xreplace({S("N"): C, S("mlp_eff"): S("prefill_eff")})
+                        + pre["prefill_proj"].xreplace({S("P"): C}))
+            + S("layers") * S("f_index", "FLOP") * L * (L + 1) / 2 / (S("peak_fp8", "FLOP/second") * S("prefill_eff"))
+            + S("layers") * S("f_attn", "FLOP") * entries / (S("peak_bf16", "FLOP/second") * S("prefill_eff")))
+    nbytes = S("layers") * m_mean * S("entry_bytes", "byte") * (swap_on if system != "gpu" else 0)
+    return {"ttft": ttft, "tbt": tbt, "e2e": ttft + (O - 1) * tbt, "bytes_per_step": nbytes, "ttft_cold": cold}[m]
+
+
+def mean_misses(scenario, system: str, *, context: int, output: int, **resources) -> float:
+    """``m_mean``: entries one request alone loads per layer per decode step, averaged over its output."""
+    from .engine import cumulative_misses
+    cfg = resolve(scenario, system, **resources)
+    if output < 2:
+        return 0.0
+    c = cumulative_misses(cfg, int(context), int(output))
+    return float(c[output - 1] / (output - 1))
 
 
 def scenario_values(scenario, system: str, **resources) -> dict[str, float]:
-    """Numbers for every non-workload symbol of ``system`` on ``scenario`` (one rank active)."""
+    """Numbers for every non-workload symbol of ``system``'s closed forms on ``scenario`` (one request)."""
     cfg = resolve(scenario, system, **resources)
-    v = bind(cfg, REF_CONTEXT, active_ranks=1)
-    for key in ("L", "k_attn", "m_miss", "swap_on"):
-        v.pop(key, None)
-    t = cfg.topo
-    v.update(topk=float(cfg.model.topk or 0), buffer_slots=float(cfg.device_buffer),
-             topk_overlap=t.param("topk_overlap"),
-             topk_churn_exponent=t.param("topk_churn_exponent") if t.has_param("topk_churn_exponent") else 0.0,
-             t_request=t.param("t_request"), prefetch_poll=t.param("prefetch_poll"))
-    v.pop("P", None)
-    v.pop("Bp", None)
+    v = static_values(cfg)
+    bw, lat = swap_route(cfg, 1)
+    v.update(sw_bw=bw, sw_lat=lat, topk=float(cfg.model.topk or 0), buffer_slots=float(cfg.device_buffer),
+             prefill_chunk=float(cfg.prefill_chunk))
+    if cfg.system == "rdma":
+        from .config import fetch_bandwidth
+        v["nic_bw"] = fetch_bandwidth(cfg, (0,))[0]
+    if cfg.system == "cxl-prefetch":
+        from .engine import Model
+        v["pf_dma_bw"] = Model(cfg).pf_dma_bw()
     return v
 
 
@@ -119,8 +128,8 @@ def symbolic(system: str, metric: str, scenario=None, *, free=(), context=None, 
     """The sympy expression of an unloaded metric (seconds, or bytes for ``bytes_per_step``).
 
     Without ``scenario``: over named symbols (see :func:`symbol_docs`). With it: every symbol bound except
-    those named in ``free`` (and ``L``/``O`` unless ``context``/``output`` are given); fully bound, it is a
-    number equal to ``predict(..., concurrency=1, requests=1)``.
+    those named in ``free`` (and ``L``/``O`` unless ``context``/``output`` are given; ``m_mean`` is bound
+    once both are); fully bound, it is a number equal to ``predict(..., concurrency=1, requests=1)``.
     """
     sparse = True
     if scenario is not None:
@@ -134,6 +143,8 @@ def symbolic(system: str, metric: str, scenario=None, *, free=(), context=None, 
         vals["L"] = float(context)
     if output is not None:
         vals["O"] = float(output)
+    if context is not None and output is not None and "m_mean" not in free:
+        vals["m_mean"] = mean_misses(scenario, system, context=context, output=output, **resources)
     unknown = free - {s.name for s in expr.free_symbols} - {"L", "O"}
     if unknown:
         raise SolverError(f"{', '.join(sorted(unknown))}: not a symbol of {system} {metric} "

@@ -255,6 +255,9 @@ PARAM_DIMENSIONS = {
     "copy_bandwidth": "bandwidth", "admit_bandwidth": "bandwidth", "outstanding_lines": "dimensionless", "cacheline": "bytes",
     "dma_setup": "time", "t_rdma_post": "time", "rdma_ops_per_token": "dimensionless",
     "kv_dtype": "string", "attn_dtype": "string", "rdma_topk_granularity": "string",
+    "t_hs": "time", "t_hs_req": "time", "t_token": "time", "stage_copy_bw": "bandwidth",
+    "cxl_map_bytes": "bytes", "swap_load_bytes": "bytes", "buffer_extra_slots": "tokens",
+    "load_balance": "string",
 }
 
 

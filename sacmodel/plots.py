@@ -199,7 +199,7 @@ def plot_sweep(cols: dict, names: list[str], metric: str, path, title="", ylabel
     if len(groups) <= 8:
         for g in groups:
             sel = np.array([k == g for k in keys])
-            lab = ", ".join(f"{n} = {v:.4g}" for n, v in zip(rest, g)) or None
+            lab = ", ".join(f"{n} = {fmt_value(float(v), kind_of(n), 3)}" for n, v in zip(rest, g)) or None
             ax.plot(x[sel] * xf, y[sel], "o-", ms=4, label=lab)
         if rest:
             ax.legend(fontsize=8)

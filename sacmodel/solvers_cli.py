@@ -11,7 +11,7 @@ import sys
 from .cli import (DEFAULT_CONCURRENCY, LIMITS_TEXT, _workload, add_json, add_resources, add_scenario, add_workload,
                   console, print_json, table, write_csv)
 from .cli_types import (LIMITS, RATE_RANGE, arg, count, grid_axis, in_file, metric, number, out_file, plot_file,
-                        slo, system_list, tokens, value_of, vary_name)
+                        positive_value, slo, system_list, tokens, vary_name)
 from .names import HIGHER_IS_BETTER, LOADED, SHORT_METRICS, SYSTEMS, UNLOADED, fmt_value, kind_of
 
 MAX_LOAD_DEFAULT = {"concurrency": 1024, "context": 1024 ** 2, "output": 64 * 1024}
@@ -146,7 +146,7 @@ def cmd_breakeven(a):
 
 
 def _value(s: str, name: str, what: str) -> float:
-    return value_of(s, name, f"{what} ({name})")
+    return positive_value(s, name, f"{what} ({name})")
 
 
 def cmd_winner_map(a):
@@ -234,13 +234,13 @@ def cmd_sensitivity(a):
     else:
         rows = sensitivity_loaded(a.scenario, a.system, m, **wl)
         kind = lambda n: "hardware" if n.startswith(("node:", "link:")) else "software"  # noqa: E731
-        rows = [(n, e, v, "hardware number" if kind(n) == "hardware" else "fitted serving constant")
-                for n, e, v, _ in rows]
+        rows = [(n, e, v, "") for n, e, v, _ in rows]
     if a.hardware:
         rows = [r for r in rows if kind(r[0]) == "hardware"]
     rows = rows[:a.top]
-    what = f"{'unloaded ' if a.unloaded else ''}{m} of {a.system}, context {a.context:,}" + (
-        "" if a.unloaded else f", concurrency {wl['concurrency']}")
+    from .plots import metric_axis
+    what = f"{metric_axis(m)[0].split(' (')[0]} of {a.system}, context {a.context:,}" + (
+        " (closed form, one request alone)" if a.unloaded else f", concurrency {wl['concurrency']} (engine)")
     if a.plot:
         from .plots import plot_tornado
         plot_tornado(rows, a.plot, title=f"elasticity of {what}", top=a.top)
@@ -253,11 +253,13 @@ def cmd_sensitivity(a):
         return
     if a.csv == "-":
         return
-    t = table(f"elasticity d ln(metric) / d ln(parameter) of {what}",
-              ("parameter", "kind", "elasticity", "value", "meaning"), right=("elasticity", "value"))
+    cols = ("parameter", "kind", "elasticity", "value") + (("meaning",) if a.unloaded else ())
+    t = table(None, cols, right=("elasticity", "value"))
     for r in out:
-        t.add_row(r["parameter"], r["kind"], f"{r['elasticity']:+.3f}", r["value_text"], r["meaning"])
+        t.add_row(r["parameter"], r["kind"], f"{r['elasticity']:+.3f}", r["value_text"],
+                  *((r["meaning"],) if a.unloaded else ()))
     con = console()
+    con.print(f"elasticity d ln(metric) / d ln(parameter) of {what}", highlight=False)
     con.print(t)
     con.print(_model_line(a, wl))
 
@@ -306,8 +308,9 @@ def cmd_sweep(a):
         else:
             ycol = header[-1]
             label, f = metric_axis(a.metric)
+        how = "serving engine at every point" if a.full else "closed form, one request alone"
         plot_sweep(cols, list(grid), ycol, a.plot, ylabel=label, yfactor=f,
-                   title=f"{a.system} on {a.scenario}: {label} ({model.split(':')[0]})")
+                   title=f"{label.split(' (')[0]} of {a.system} on {a.scenario} ({how})")
         print(f"plot written to {a.plot}", file=sys.stderr)
     print(model, file=sys.stderr)
 

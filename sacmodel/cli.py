@@ -417,21 +417,22 @@ def cmd_replay(a):
     if a.csv == "-":
         return
     con = console()
-    con.print(f"replay of {tr.name}: {len(tr):,} requests, arrival times / {a.time_scale:g}, cache={a.cache}",
-              highlight=False)
-    t = table(None, ("system", "in flight", "TTFT ms mean / p99", "TBT ms mean / p99", "tok/s", "served / offered req/s"),
-              right=("in flight", "TTFT ms mean / p99", "TBT ms mean / p99", "tok/s", "served / offered req/s"))
+    con.print(f"replay of {tr.name}: {len(tr):,} requests, arrival times / {a.time_scale:g}, cache={a.cache} "
+              "(conc: requests in flight at most; served and offered load in requests/s, ! = overloaded)", highlight=False)
+    cols = ("system", "conc", "TTFT s", "p99", "TBT ms", "p99 ", "tok/s", "served", "offered")
+    t = table(None, cols, right=cols[1:])
     for p, ld in rows:
         if not p.feasible:
-            t.add_row(p.system, "-", f"infeasible ({p.limit})", "", "", "")
+            t.add_row(p.system, "-", f"infeasible: {p.limit}")
             continue
-        t.add_row(p.system, str(p.concurrency), f"{p.ttft_mean_ms:,.0f} / {p.ttft_p99_ms:,.0f}",
-                  f"{p.tbt_mean_ms:,.1f} / {p.tbt_p99_ms:,.1f}", f"{p.output_throughput_tok_s:,.0f}",
-                  f"{ld['served_req_s']:.3g} / {ld['offered_req_s']:.3g}" + (" OVERLOADED" if ld["overloaded"] else ""))
+        short = lambda v: _fmt(v, 1 if abs(v) < 1000 else 0)  # noqa: E731
+        t.add_row(p.system, str(p.concurrency), short(p.ttft_mean_ms / 1e3), short(p.ttft_p99_ms / 1e3),
+                  short(p.tbt_mean_ms), short(p.tbt_p99_ms), _fmt(p.output_throughput_tok_s, 0),
+                  f"{ld['served_req_s']:.3g}" + ("!" if ld["overloaded"] else ""), f"{ld['offered_req_s']:.3g}")
     con.print(t)
     over = [p.system for p, ld in rows if ld and ld["overloaded"]]
     if over:
-        con.print(f"[bold yellow]overloaded[/]: {', '.join(over)} serve fewer requests per second than arrive; "
+        con.print(f"[bold yellow]overloaded (!)[/]: {', '.join(over)} serve fewer requests per second than arrive; "
                   "queues grow without bound, so TTFT grows with the trace length (a --time-scale below 1 slows "
                   "the arrivals)")
 

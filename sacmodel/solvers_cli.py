@@ -50,9 +50,6 @@ def _loaded_workload(a) -> dict:
               requests=a.requests, rate=a.rate, **res)
     if getattr(a, "cold", False):
         kw["prefix_cached"] = False
-    n = kw["requests"] or 8 * kw["concurrency"]
-    if n > LIMITS["requests"]:
-        raise ValueError(f"{n:,} requests per prediction: at most {LIMITS['requests']:,} (a documented limit)")
     return {k: v for k, v in kw.items() if v is not None}
 
 

@@ -8,6 +8,7 @@ go through :func:`sacmodel.predict`.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 import os
@@ -74,9 +75,9 @@ def _finite_array(name: str, values, positive: bool) -> np.ndarray:
     return arr
 
 
-def _check_vary(topo: Topology, vary: str, kind: str = "loaded") -> None:
+def _check_vary(topo: Topology, vary: str, kind: str = "loaded", systems=(), metric: str = "tbt") -> None:
     """``vary`` must name something that exists: a workload argument, a scenario parameter, a hardware number,
-    or (unloaded metrics only) a symbol of the closed form."""
+    or (unloaded metrics only) a symbol of the closed form of ``metric`` for ``systems``."""
     if not isinstance(vary, str) or not vary:
         raise SolverError(f"vary must be a name, got {vary!r}")
     if vary in ("context", "output", "concurrency", "requests", "rate", "cxl_devices", "rdma_nics",
@@ -91,9 +92,13 @@ def _check_vary(topo: Topology, vary: str, kind: str = "loaded") -> None:
             known = ", ".join(hardware_parameters(topo))
             raise SolverError(f"{vary}: no such hardware number in {topo.name}; known: {known}") from None
         return
-    if topo.has_param(vary) or (vary in SYMBOLS and kind == "unloaded"):
+    if topo.has_param(vary):
         return
-    if vary in SYMBOLS:
+    closed = {x.name for s in systems or ("cxl",) for x in      # building them registers every symbol
+              unloaded_expression(s, metric if metric in METRIC_ALIASES else "tbt").free_symbols}
+    if (vary in closed or vary in SYMBOLS) and kind == "unloaded":
+        return
+    if vary in closed or vary in SYMBOLS:
         raise SolverError(f"{vary} is a symbol of the unloaded closed form; the loaded model varies workload "
                           "arguments, scenario parameters and hardware numbers (node:KIND.FIELD): ask the unloaded "
                           "metric (--unloaded) or vary the hardware number behind it")
@@ -112,6 +117,7 @@ def _workload_symbols():
     return L, O, k, Bb, rho0, gam
 
 
+@functools.lru_cache(maxsize=64)
 def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Expr:
     """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step).
 
@@ -351,7 +357,7 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
         if k not in fixed and vary != k:
             raise SolverError(f"breakeven needs {k}= (or vary={k!r})")
     topo = _topology(scenario)
-    _check_vary(topo, vary, kind)
+    _check_vary(topo, vary, kind, (a, b), metric)
     discrete = vary in DISCRETE
     fast = {s: _unloaded_fn(topo, s, metric, vary, fixed) for s in (a, b)} if kind == "unloaded" else {}
 
@@ -478,7 +484,10 @@ def _symbolic_roots(topo, a, b, metric, vary, lo, hi, ratio, fixed):
     except SolverError:
         return None
     x = sp.Symbol(name, positive=True)
-    diff = sp.simplify(ea - ratio * eb)
+    diff = ea - ratio * eb          # like terms of a and b already combine here, without simplify
+    if any(x in f.free_symbols for f in diff.atoms(sp.Min, sp.Max, sp.Piecewise)):
+        return None                 # piecewise in x: the numeric root finder handles it (simplify would be slow)
+    diff = sp.simplify(diff)
     if diff.has(sp.Min, sp.Max, sp.Piecewise) or x not in diff.free_symbols:
         return None
     num, _ = sp.fraction(sp.together(diff))

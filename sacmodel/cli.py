@@ -300,10 +300,9 @@ def cmd_validate(a):
     for c in comps:
         r = c.run
         right = c.feasible == (not r.failed)
-        if not c.feasible or r.failed:
-            verdict = ("predicted infeasible" if not c.feasible else "predicted feasible") + \
-                (f" ({c.limit})" if c.limit else "") + (", measured failed" if r.failed else ", measured ran")
-            t.add_row(r.key(), "feasibility", "", "", ("ok: " if right else "WRONG: ") + verdict, end_section=True)
+        if not c.feasible or r.failed:     # no metrics to compare: did the model see the failure coming?
+            t.add_row(r.key(), "feasible", "no (failed)" if r.failed else "yes", "yes" if c.feasible else "no",
+                      "ok" if right else "WRONG", end_section=True)
             continue
         for j, (m, label) in enumerate(VALIDATE_METRICS):
             e = err(c, m)

@@ -90,6 +90,16 @@ def _edges(v):
     return np.exp(e) if geo else e
 
 
+def _plain_log_ticks(axis):
+    """Plain numbers (1000, not 10^3) at 1, 2 and 5 per decade on a log axis."""
+    from matplotlib.ticker import LogLocator, NullLocator, ScalarFormatter
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_minor_locator(NullLocator())
+    fmt = ScalarFormatter()
+    fmt.set_scientific(False)
+    axis.set_major_formatter(fmt)
+
+
 def _save(fig, path):
     fig.tight_layout()
     with atomic_path(path) as tmp:
@@ -116,6 +126,7 @@ def plot_compare(rows, path, title="", metrics=("output_throughput_tok_s", "ttft
         ax.set_ylabel(metric_axis(m)[0])
         if m == "ttft_mean_ms":
             ax.set_yscale("log")
+            _plain_log_ticks(ax.yaxis)
         ax.grid(alpha=0.3)
     np.atleast_1d(axes)[0].legend()
     fig.suptitle(title)
@@ -220,7 +231,6 @@ def plot_validation(comps, path, title="predicted vs measured",
     ``comps``: :class:`sacmodel.measured.Comparison` objects; runs without a comparable value are left out
     and counted in the panel title.
     """
-    from matplotlib.ticker import LogLocator, ScalarFormatter
     systems = sorted({c.run.system for c in comps}, key=lambda s: (list(COLORS).index(s) if s in COLORS else 99, s))
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics), 4.8))
     for ax, m in zip(np.atleast_1d(axes), metrics):
@@ -238,12 +248,8 @@ def plot_validation(comps, path, title="predicted vs measured",
             ax.set_ylim(lo, hi)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):       # plain numbers (1,000 not 10^3), a few per decade
-            axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            axis.set_minor_locator(LogLocator(base=10, subs=()))
-            fmt = ScalarFormatter()
-            fmt.set_scientific(False)
-            axis.set_major_formatter(fmt)
+        _plain_log_ticks(ax.xaxis)
+        _plain_log_ticks(ax.yaxis)
         ax.tick_params(axis="x", labelrotation=30)
         label = metric_axis(m)[0]
         ax.set_xlabel(f"measured {label}")

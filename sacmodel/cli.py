@@ -525,6 +525,16 @@ def add_json(p, csv_=True):
                        help="write one row per item as CSV to FILE ('-' = standard output instead of the table)")
 
 
+def add_plot(p, what: str):
+    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE",
+                   help=f"{what} into FILE (.png, .pdf, .svg); without it no file is written")
+
+
+def add_systems(p, default: str):
+    p.add_argument("--systems", type=arg(system_list), default=default, metavar="LIST",
+                   help=f"comma-separated systems from {', '.join(SYSTEMS)} (default {default})")
+
+
 def add_resources(p):
     """CXL devices, RDMA NICs and GPU buffer slots, defaulting to the scenario's values."""
     p.add_argument("--cxl-devices", type=arg(count, hi=1024), default=None, metavar="N",
@@ -608,12 +618,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_scenario(p)
     p.add_argument("--contexts", type=arg(token_list), default=DEFAULT_CONTEXTS, metavar="LIST",
                    help=f"comma-separated prompt lengths (default {DEFAULT_CONTEXTS}; at most {LIMITS['contexts']})")
-    p.add_argument("--systems", type=arg(system_list), default=",".join(MAIN_SYSTEMS), metavar="LIST",
-                   help=f"comma-separated systems from {', '.join(SYSTEMS)} (default {','.join(MAIN_SYSTEMS)})")
+    add_systems(p, ",".join(MAIN_SYSTEMS))
     add_model_options(p)
     add_workload(p, context=False)
-    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE",
-                   help="also draw metric-vs-context curves into FILE (.png, .pdf, .svg)")
+    add_plot(p, "also draw metric-vs-context curves")
     add_json(p)
     p.set_defaults(func=cmd_compare)
 
@@ -626,8 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--round", type=int, choices=(1, 2), default=2,
                    help="testbed files: 2 = measured round (cached prompt, default), 1 = cache-filling round "
                         "(cold prefill)")
-    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE",
-                   help="also draw predicted against measured per metric into FILE (.png, .pdf, .svg)")
+    add_plot(p, "also draw predicted against measured per metric")
     add_json(p)
     p.set_defaults(func=cmd_validate)
 
@@ -667,8 +674,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "sacmodel replay trace.csv --cache none --time-scale 0.5 --systems cxl,rdma --csv replay.csv"])
     add_scenario(p)
     p.add_argument("trace", type=arg(in_file), help=trace_help)
-    p.add_argument("--systems", type=arg(system_list), default="dram,cxl,rdma", metavar="LIST",
-                   help=f"comma-separated systems from {', '.join(SYSTEMS)} (default dram,cxl,rdma)")
+    add_systems(p, "dram,cxl,rdma")
     p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
                    help="replay the first N requests only")
     p.add_argument("--time-scale", type=arg(number, lo=TIME_SCALE_RANGE[0], hi=TIME_SCALE_RANGE[1]), default=1.0,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import sys
 
-from .cli import (DEFAULT_CONCURRENCY, LIMITS_TEXT, _workload, add_json, add_resources, add_scenario, add_workload,
-                  console, print_json, table, write_csv)
-from .cli_types import (LIMITS, RATE_RANGE, arg, count, grid_axis, in_file, metric, number, out_file, plot_file,
-                        positive_value, slo, system_list, tokens, vary_name)
+from .cli import (DEFAULT_CONCURRENCY, LIMITS_TEXT, _workload, add_json, add_plot, add_resources, add_scenario,
+                  add_systems, add_workload, console, print_json, table, write_csv)
+from .cli_types import (LIMITS, RATE_RANGE, arg, count, grid_axis, in_file, metric, number, out_file,
+                        positive_value, slo, tokens, vary_name)
 from .names import HIGHER_IS_BETTER, LOADED, SHORT_METRICS, SYSTEMS, UNLOADED, fmt_value, kind_of
 
 MAX_LOAD_DEFAULT = {"concurrency": 1024, "context": 1024 ** 2, "output": 64 * 1024}
@@ -313,27 +313,25 @@ def cmd_sweep(a):
 
 
 # ---- parser ---------------------------------------------------------------------------------------
-def _solver_workload(p, context_required=False, loaded=True):
-    """Workload options of the solvers; the loaded ones (concurrency, requests, rate, --cold) only when loaded."""
+def _solver_workload(p, context_required=False, unloaded_flag=False):
+    """Workload options of the solvers (concurrency, requests, rate and --cold apply to the serving engine),
+    and --unloaded if asked."""
     p.add_argument("--context", type=arg(tokens), required=context_required, default=None, metavar="TOKENS",
                    help="prompt tokens per request, e.g. 32K" + ("" if context_required else " (unless varied)"))
     p.add_argument("--output", type=arg(tokens), default=1024, metavar="TOKENS",
                    help="output tokens per request (default 1024)")
-    if loaded:
-        p.add_argument("--concurrency", type=arg(count, hi=LIMITS["concurrency"]), default=None, metavar="N",
-                       help=f"requests in flight for the loaded model (default {DEFAULT_CONCURRENCY})")
-        p.add_argument("--requests", type=arg(count, hi=LIMITS["requests"]), default=None, metavar="N",
-                       help="requests per prediction (default 8 x concurrency)")
-        p.add_argument("--rate", type=arg(number, lo=RATE_RANGE[0], hi=RATE_RANGE[1], lo_open=False), default=None,
-                       metavar="REQ/S", help="open loop: Poisson arrivals per second (default: closed loop)")
-        p.add_argument("--cold", action="store_true", help="uncached prompts: every request is prefilled")
+    p.add_argument("--concurrency", type=arg(count, hi=LIMITS["concurrency"]), default=None, metavar="N",
+                   help=f"requests in flight for the loaded model (default {DEFAULT_CONCURRENCY})")
+    p.add_argument("--requests", type=arg(count, hi=LIMITS["requests"]), default=None, metavar="N",
+                   help="requests per prediction (default 8 x concurrency)")
+    p.add_argument("--rate", type=arg(number, lo=RATE_RANGE[0], hi=RATE_RANGE[1], lo_open=False), default=None,
+                   metavar="REQ/S", help="open loop: Poisson arrivals per second (default: closed loop)")
+    p.add_argument("--cold", action="store_true", help="uncached prompts: every request is prefilled")
     add_resources(p)
-
-
-def _unloaded_flag(p):
-    p.add_argument("--unloaded", action="store_true",
-                   help="use the closed form with one request alone on the system (fast, symbolic) instead of "
-                        "the loaded serving engine (default); the two can point opposite ways")
+    if unloaded_flag:
+        p.add_argument("--unloaded", action="store_true",
+                       help="use the closed form with one request alone on the system (fast, symbolic) instead of "
+                            "the loaded serving engine (default); the two can point opposite ways")
 
 
 METRIC_HELP = ("ttft, tbt, e2e, throughput or a Prediction field such as tbt_p99_ms (loaded, default tbt); "
@@ -388,10 +386,8 @@ def register(sub):
     p.add_argument("--points", type=arg(count, lo=2, hi=LIMITS["points"]), default=48, metavar="N",
                    help=f"grid points scanned for crossings (default 48, 2 to {LIMITS['points']:,}); counts "
                         "are bisected exactly between them")
-    _solver_workload(p)
-    _unloaded_flag(p)
-    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE",
-                   help="draw both curves and the crossings into FILE (.png, .pdf, .svg)")
+    _solver_workload(p, unloaded_flag=True)
+    add_plot(p, "draw both curves and the crossings")
     add_json(p)
     p.set_defaults(func=cmd_breakeven)
 
@@ -405,16 +401,13 @@ def register(sub):
                 f"vectorised closed form (at most {LIMITS['map_cells']:,} cells). Writes a file only with "
                 "--plot or --csv.")
     add_scenario(p)
-    p.add_argument("--systems", type=arg(system_list), default="dram,cxl,rdma", metavar="LIST",
-                   help=f"comma-separated systems from {', '.join(SYSTEMS)} (default dram,cxl,rdma)")
+    add_systems(p, "dram,cxl,rdma")
     p.add_argument("--metric", default="tbt", type=arg(metric, loaded=False), help=METRIC_HELP)
     p.add_argument("--x", required=True, metavar="NAME=LO:HI:N",
                    help="x axis: NAME=LO:HI:N (geometric when HI/LO > 20) or NAME=V1,V2,..., e.g. context=8K:256K:12")
     p.add_argument("--y", required=True, metavar="NAME=LO:HI:N", help="y axis, same form, e.g. output=256:16K:8")
-    _solver_workload(p)
-    _unloaded_flag(p)
-    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE",
-                   help="draw the map into FILE (.png, .pdf, .svg); without it nothing is written")
+    _solver_workload(p, unloaded_flag=True)
+    add_plot(p, "draw the map")
     add_json(p)
     p.set_defaults(func=cmd_winner_map)
 
@@ -451,12 +444,11 @@ def register(sub):
     add_scenario(p)
     p.add_argument("--system", choices=SYSTEMS, required=True, help="system to analyse")
     p.add_argument("--metric", default="tbt", type=arg(metric, loaded=False), help=METRIC_HELP)
-    _solver_workload(p, context_required=True)
-    _unloaded_flag(p)
+    _solver_workload(p, context_required=True, unloaded_flag=True)
     p.add_argument("--top", type=arg(count, hi=1000), default=15, metavar="N",
                    help="show (and plot) the N largest elasticities (default 15)")
     p.add_argument("--hardware", action="store_true", help="only hardware numbers (bandwidths, latencies, FLOP/s)")
-    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE", help="tornado chart of the --top rows")
+    add_plot(p, "draw a tornado chart of the --top rows")
     add_json(p)
     p.set_defaults(func=cmd_sensitivity)
 
@@ -482,8 +474,7 @@ def register(sub):
     p.add_argument("--csv", type=arg(out_file), default=None, metavar="FILE",
                    help="write the CSV to FILE (default: standard output)")
     p.add_argument("--json", action="store_true", help="print the columns as JSON instead of CSV")
-    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE",
-                   help="draw the metric against the first grid axis into FILE (.png, .pdf, .svg)")
+    add_plot(p, "draw the metric against the first grid axis")
     _solver_workload(p)
     p.set_defaults(func=cmd_sweep)
 

@@ -138,7 +138,8 @@ def _describe(p, a) -> str:
     cold = "cold prompts (prefilled)" if not p.config.get("prefix_cached", not a.cold) else "cached prompt"
     prompts = f", {a.prompts} prompts" if getattr(a, "prompts", None) else ""
     rate = f", Poisson {p.config['rate']:g} req/s" if p.config.get("rate") else ""
-    return (f"{p.system} on {p.scenario} ({_model_name(a)}): context {p.context:,}, output {p.output:,}, "
+    tok = lambda n: f"{n // 1024}K" if n % 1024 == 0 else f"{n:,}"  # noqa: E731
+    return (f"{p.system} on {p.scenario} ({_model_name(a)}): context {tok(p.context)}, output {tok(p.output)}, "
             f"concurrency {p.concurrency}, {p.requests:,} requests{rate}, {cold}{prompts}")
 
 

@@ -22,12 +22,13 @@ from scipy.optimize import brentq
 
 from .calibrate import get_param, set_param
 from .costs import SYMBOLS, sym
-from .names import HIGHER_IS_BETTER, LIMITS, LOADED, PRICE_FILE, UNLOADED, fmt_value, kind_of
-from .progress import status, track
 from .serving import (REF_CONTEXT, admission_expressions, bind, predict, prefill_expressions,
                       resolve, step_expressions)
 from .systems import as_topology, check_system
 from .topology import Topology, TopologyError
+# shared names, limits and progress (kept below the serving imports, whose binding changes separately)
+from .names import HIGHER_IS_BETTER, LIMITS, LOADED, PRICE_FILE, UNLOADED, fmt_value, kind_of
+from .progress import status, track
 
 METRIC_ALIASES = {"ttft": "ttft", "ttft_mean_ms": "ttft", "tbt": "tbt", "tbt_mean_ms": "tbt", "e2e": "e2e",
                   "e2e_mean_ms": "e2e", "bytes_per_step": "bytes_per_step", "bytes": "bytes_per_step",

@@ -121,7 +121,8 @@ METRIC_ROWS = (("ttft_mean_ms", "TTFT mean", "ms"), ("ttft_p50_ms", "TTFT p50", 
                ("e2e_mean_ms", "E2E latency mean", "ms"), ("output_throughput_tok_s", "output throughput", "tok/s"),
                ("request_throughput_req_s", "request throughput", "req/s"), ("duration_s", "run duration", "s"))
 USAGE_LABELS = {"hbm": "HBM per GPU for KV (after weights)", "max_total_tokens": "token slots per rank",
-                "host_pool": "host DRAM pool", "cxl_pool": "CXL pool", "remote_pool": "remote RDMA pool"}
+                "device_pool": "GPU KV slots per rank", "host_pool": "host DRAM pool", "cxl_pool": "CXL pool",
+                "remote_pool": "remote RDMA pool"}
 
 
 def _unit_of(key: str) -> tuple[str, str, float]:
@@ -131,7 +132,17 @@ def _unit_of(key: str) -> tuple[str, str, float]:
             return key[: -len(suffix)], unit, 1.0
     if key.startswith("share"):
         return key, "%", 100.0
+    if "tokens" in key:
+        return key, "tokens", 1.0
     return key, "", 1.0
+
+
+def _usage_unit(key: str, u: dict) -> str:
+    """'tokens' or 'bytes' for a capacity row: its own 'unit' when the engine gives one, else by name and size
+    (token budgets are at most millions; memories are gigabytes)."""
+    if u.get("unit") in ("tokens", "bytes"):
+        return u["unit"]
+    return "tokens" if "tokens" in key or u["capacity"] < 1e8 else "bytes"
 
 
 def _describe(p, a) -> str:
@@ -211,7 +222,7 @@ def _usage_table(con, p):
         return
     t = table("memory use vs capacity", ("limit", "used", "capacity", "use"), right=("used", "capacity", "use"))
     for k, u in usage.items():
-        f = (lambda x: f"{x:,.0f} tok") if k == "max_total_tokens" else (lambda x: f"{x / 1e9:,.1f} GB")
+        f = (lambda x: f"{x:,.0f} tok") if _usage_unit(k, u) == "tokens" else (lambda x: f"{x / 1e9:,.1f} GB")
         t.add_row(USAGE_LABELS.get(k, k), f(u["used"]), f(u["capacity"]), f"{u['used'] / u['capacity']:.0%}")
     con.print(t)
 

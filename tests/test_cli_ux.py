@@ -189,17 +189,22 @@ def test_json_and_csv_on_table_commands(capsys, tmp_path):
 
 # ---- bring your own model and hardware -----------------------------------------------------------------
 def test_model_option_takes_a_catalog_name_or_a_config(capsys, tmp_path):
-    base = json.loads(run(capsys, "predict", "--system", "gpu", "--context", "16K", "--concurrency", "4",
-                          "--json")[1])
-    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--context", "16K", "--concurrency", "4", "--model",
-                     "deepseek-v3", "--json")
-    dense = json.loads(out)
-    assert rc == 0 and dense["feasible"] and dense["tbt_mean_ms"] > base["tbt_mean_ms"]   # no DSA: reads all L
+    from dataclasses import replace
+
     from sacmodel.models import CATALOG_CONFIGS
+    from sacmodel.serving import predict
+    from sacmodel.systems import as_topology
+    args = ["predict", "--system", "gpu", "--context", "16K", "--concurrency", "4", "--json"]
+    base = json.loads(run(capsys, *args)[1])
+    rc, out, _ = run(capsys, *args, "--model", "deepseek-v3")
+    dense = json.loads(out)
+    # --model is the scenario with that model in place of its own: the same numbers as doing so by hand
+    by_hand = predict(replace(as_topology("sac-testbed"), model_name="deepseek-v3"), "gpu", context=16384,
+                      output=1024, concurrency=4)
+    assert rc == 0 and dense["tbt_mean_ms"] == by_hand.tbt_mean_ms != base["tbt_mean_ms"]
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(CATALOG_CONFIGS["deepseek-v3"]))
-    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--context", "16K", "--concurrency", "4", "--model",
-                     str(cfg), "--json")
+    rc, out, _ = run(capsys, *args, "--model", str(cfg))
     assert rc == 0 and json.loads(out)["tbt_mean_ms"] == pytest.approx(dense["tbt_mean_ms"])
 
 
@@ -313,3 +318,11 @@ def test_shared_names_match_the_library():
     assert names.SYSTEMS == systems.SYSTEMS and names.MAIN_SYSTEMS == systems.MAIN_SYSTEMS
     assert names.BACKENDS == systems.BACKENDS and solvers.LOADED == names.LOADED
     assert names.fmt_value(3.456e9, "bandwidth") == "3.456 GB/s" and names.fmt_value(1.858e-6, "time") == "1.858 us"
+
+
+def test_capacity_rows_get_their_unit():
+    assert cli._usage_unit("hbm", {"used": 1.6e10, "capacity": 3.1e10}) == "bytes"
+    assert cli._usage_unit("device_pool", {"used": 65088, "capacity": 200000}) == "tokens"
+    assert cli._usage_unit("max_total_tokens", {"used": 4e8, "capacity": 5e8}) == "tokens"
+    assert cli._usage_unit("pool", {"used": 5, "capacity": 10, "unit": "bytes"}) == "bytes"
+    assert cli._unit_of("peak_device_tokens_per_rank") == ("peak_device_tokens_per_rank", "tokens", 1.0)

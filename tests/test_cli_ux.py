@@ -326,3 +326,17 @@ def test_capacity_rows_get_their_unit():
     assert cli._usage_unit("max_total_tokens", {"used": 4e8, "capacity": 5e8}) == "tokens"
     assert cli._usage_unit("pool", {"used": 5, "capacity": 10, "unit": "bytes"}) == "bytes"
     assert cli._unit_of("peak_device_tokens_per_rank") == ("peak_device_tokens_per_rank", "tokens", 1.0)
+
+
+def test_every_help_example_parses():
+    import shlex
+    ap = cli.build_parser()
+    for name, p in _subparsers().items():
+        for line in p.epilog.splitlines()[1:]:
+            words = shlex.split(line.split(" > ")[0].split("#")[0])
+            if name in ("replay", "trace-stats") or words[:1] != ["sacmodel"]:
+                continue                      # (trace files of the examples need not exist here)
+            try:
+                ap.parse_args(words[1:])
+            except SystemExit:
+                pytest.fail(f"example does not parse: {line.strip()}")

@@ -100,52 +100,50 @@ def distinct_selected(steps, *, context: float, topk: float, correlation: float)
     return L * (1.0 - stay_below(correlation, theta, steps))
 
 
+def _crossing(d: np.ndarray, B: float) -> tuple[float, float]:
+    """(misses per step, T_C) from d[t] = D(t), t = 0, 1, ... (D(0) = 0), once D has passed B.
+
+    T_C interpolates where D crosses B between consecutive integers; the misses are the slope of D there,
+    interpolated between the steps on either side.
+    """
+    t = int(np.searchsorted(d, B))           # d[t - 1] < B <= d[t]
+    t = max(t, 1)
+    lo, hi = d[t - 1], d[t]
+    t_c = (t - 1) + (B - lo) / max(hi - lo, 1e-12)
+    nxt = d[t + 1] if t + 1 < len(d) else hi + (hi - lo)
+    frac = t_c - (t - 1)
+    return float((1.0 - frac) * (hi - lo) + frac * (nxt - hi)), float(max(t_c, 1.0))
+
+
+def _distinct_until(phi: float, L: float, k: float, B: float, max_steps: int) -> np.ndarray:
+    """D(t) for t = 0, 1, ... until two steps past the first D(t) >= B (or ``max_steps``)."""
+    theta = float(ndtri(1.0 - k / L))
+    d = [0.0]
+    if phi == 0.0:
+        p = float(ndtr(theta))
+        while len(d) < max_steps and (len(d) < 3 or d[-2] < B):
+            d.append(L * (1.0 - p ** len(d)))
+        return np.array(d)
+    move, leak, mass, below = _kernel(float(phi), theta)
+    while len(d) < max_steps and (len(d) < 3 or d[-2] < B):
+        d.append(L * (1.0 - below - mass.sum()))
+        below += mass @ leak
+        mass = mass @ move
+    return np.array(d)
+
+
 def exact_steady_state(*, context: float, topk: float, buffer_slots: float, correlation: float,
                        max_steps: int = 200_000) -> tuple[float, float]:
     """(misses per step once the buffer is full, steps to fill it T_C), computed directly."""
     L, k, B = float(context), float(min(topk, context)), float(buffer_slots)
+    if not 0.0 <= correlation < 1.0:
+        raise ValueError(f"score correlation must be in [0, 1), got {correlation}")
     if B >= L:
         return 0.0, 1.0
-    theta = float(ndtri(1.0 - k / L))
-    if correlation == 0.0:
-        D = lambda T: L * (1.0 - ndtr(theta) ** T)  # noqa: E731
-        t = 1
-        while D(t + 1) < B:
-            t += 1
-        d = [D(t), D(t + 1), D(t + 2)]
-    else:
-        move, leak, mass, below = _kernel(float(correlation), theta)
-        d = []
-        t = 0
-        while True:                     # D(t) for t = 1, 2, ... until it passes B, plus two more
-            t += 1
-            d.append(L * (1.0 - below - mass.sum()))
-            if len(d) >= 3 and d[-2] >= B:
-                break
-            if t > max_steps:
-                return 0.0, math.inf
-            below += mass @ leak
-            mass = mass @ move
-        t = len(d) - 2                  # d[t-1] = D(t) >= B > D(t-1)
-        d = d[t - 2:t + 1] if t >= 2 else [0.0] + d[:2]
-        t -= 1
-    # T_C where D crosses B, interpolated between the integers around it; misses = slope of D there
-    t_c = t + (B - d[0]) / max(d[1] - d[0], 1e-12)
-    frac = t_c - t
-    m = (1.0 - frac) * (d[1] - d[0]) + frac * (d[2] - d[1])
-    return float(m), float(t_c)
-
-
-def _crossings(d: np.ndarray, B: float) -> tuple[float, float]:
-    """(slope of D at the crossing, T_C) for the series d[t-1] = D(t), interpolated as in exact_steady_state."""
-    i = int(np.searchsorted(d, B))          # d[i] = D(i + 1) >= B > D(i)
-    if i == 0:
-        return float(d[1] - d[0]), 1.0
-    t = i                                   # D(t) < B <= D(t + 1), t = i
-    lo, hi, nxt = d[i - 1], d[i], d[i + 1]
-    t_c = t + (B - lo) / max(hi - lo, 1e-12)
-    frac = t_c - t
-    return float((1.0 - frac) * (hi - lo) + frac * (nxt - hi)), float(t_c)
+    d = _distinct_until(correlation, L, k, B, max_steps)
+    if d[-2] < B:
+        return 0.0, math.inf
+    return _crossing(d, B)
 
 
 def build_table(path: str | Path = TABLE_PATH, max_steps: int = 400_000) -> Path:
@@ -161,21 +159,9 @@ def build_table(path: str | Path = TABLE_PATH, max_steps: int = 400_000) -> Path
             bs = [(b, bk) for b, bk in enumerate(TABLE_B_OVER_K) if bk < L]
             if not bs:
                 continue
-            top = max(bk for _, bk in bs)
-            move, leak, mass, below = _kernel(phi, float(ndtri(1.0 - k / L)))
-            d = []
-            while len(d) < max_steps:       # D(t) / k for t = 1, 2, ... until past the largest buffer
-                d.append(L * (1.0 - below - mass.sum()))
-                if len(d) >= 3 and d[-2] >= top:
-                    break
-                below += mass @ leak
-                mass = mass @ move
-            d = np.array(d)
+            d = _distinct_until(phi, L, k, max(bk for _, bk in bs), max_steps)
             for b, bk in bs:
-                if d[-2] >= bk:
-                    m[i, j, b], tc[i, j, b] = _crossings(d, bk)
-                else:
-                    m[i, j, b], tc[i, j, b] = 0.0, float(max_steps)
+                m[i, j, b], tc[i, j, b] = _crossing(d, bk) if d[-2] >= bk else (0.0, float(max_steps))
     path = Path(path)
     tmp = path.with_name(path.stem + ".tmp.npz")
     np.savez_compressed(tmp, log_one_minus_phi=TABLE_LOG_ONE_MINUS_PHI, log2_l_over_k=TABLE_LOG2_L_OVER_K,
@@ -250,8 +236,11 @@ def correlation_for_overlap(overlap: float, *, context: float, topk: float) -> f
 
 # ---- per-step misses from admission ---------------------------------------------------------------
 def miss_series(*, context: int, topk: int, steps: int, buffer_slots: int, correlation: float,
-                exact: bool = False) -> np.ndarray:
-    """Expected entries loaded at each of the first ``steps`` steps after admission (empty buffer)."""
+                exact: bool = True) -> np.ndarray:
+    """Expected entries loaded at each of the first ``steps`` steps after admission (empty buffer).
+
+    ``exact=False`` takes the steady state from the precomputed table (what the engine uses).
+    """
     check_process(context, topk, buffer_slots, correlation)
     L, k, B = int(context), int(min(topk, context)), int(buffer_slots)
     if B >= L:                     # the whole context fits: loaded once, then always resident
@@ -259,11 +248,16 @@ def miss_series(*, context: int, topk: int, steps: int, buffer_slots: int, corre
     if exact:
         m, tc = exact_steady_state(context=L, topk=k, buffer_slots=B, correlation=correlation)
     else:
-        m, tc = (float(v) for v in steady_state(context=L, topk=k, buffer_slots=B, correlation=correlation))
-    T = np.arange(1, steps + 1, dtype=float)
-    D = distinct_selected(np.concatenate([[1.0], T + 1.0]), context=L, topk=k, correlation=correlation)
-    fill = np.diff(np.concatenate([[0.0], D]))[:steps]     # D(a+1) - D(a), a = 0..steps-1
-    return np.where(np.arange(steps) + 1 <= tc, fill, m)
+        m, tc = (float(v[0]) for v in steady_state(context=L, topk=k, buffer_slots=B, correlation=correlation))
+    n_fill = int(min(steps, math.ceil(tc) + 1))
+    D = np.concatenate([[0.0], distinct_selected(np.arange(1, n_fill + 1), context=L, topk=k,
+                                                  correlation=correlation)])
+    fill = np.diff(D)                                      # D(a+1) - D(a), a = 0..n_fill-1
+    out = np.full(steps, m)
+    a = np.arange(n_fill)
+    out[:n_fill] = np.where(a + 1 <= tc, fill, m)
+    out[0] = k                                             # an empty buffer: the first step loads the top-k
+    return out
 
 
 def expected_pages(m: float, context: int, page_tokens: int) -> float:

@@ -50,6 +50,22 @@ PARAM_UNITS: dict[str, tuple[str, float, float, float]] = {
     "stage_copy_bw": ("GB/s", 1e9, 1.0, 50.0),
     "prefill_eff": ("", 1.0, 0.05, 1.0),
 }
+# What a physically reasonable value looks like, and why (the validation report lists it next to each fit)
+PLAUSIBLE: dict[str, str] = {
+    "t_layer": "0.05-0.5 ms: kernel launches and two tensor-parallel collectives per layer",
+    "compute_eff": "0.15-0.6: small-batch decode kernels (projections, indexer, sparse attention)",
+    "t_hs": "5-30 ms: HiSparse's blocking host syncs make the scheduler's per-step CPU work (Python) serial "
+            "with the GPU",
+    "t_hs_req": "0.05-1 ms: per-request bookkeeping, unfused top-k and HiSparse's own attention kernel",
+    "score_correlation": "0.95-0.9999: consecutive decode queries are highly correlated",
+    "drift_settling": "0-100: how much faster the query drifts right after admission than later",
+    "settling_steps": "100-3000 steps: greedy decoding settles within hundreds to thousands of tokens",
+    "t_request": "20-300 ms: HTTP, JSON, detokenisation and streaming outside the engine",
+    "t_token": "0.2-2 us: a fast tokenizer's 0.5-5 M tokens/s (serial per request)",
+    "t_admit": "5-100 ms: the scheduler's O(L) prefix lookup, tail restore and buffer allocation per request",
+    "stage_copy_bw": "1-20 GB/s: one CPU thread copying into freshly allocated (page-faulting) buffers",
+    "prefill_eff": "0.3-0.8 of peak FLOP/s in large prefill chunks",
+}
 MICROBENCH_PARAMS = ("t_kernel", "outstanding_lines", "link:gpu.latency", "node:rdma_nic.op_cost")
 STEP_PARAMS = ("t_layer", "compute_eff", "t_hs", "t_hs_req", "score_correlation", "drift_settling",
                "settling_steps")
@@ -241,7 +257,7 @@ def predicted_steps(topo: Topology, obs: list[StepObservation]) -> np.ndarray:
         a = int(o.age)
         c = mdl.misses(L0, max(o.run.output, a + 2))
         M = o.b * (c[a + 1] - c[a])
-        a0, a1, a2 = mdl.rank_coeffs(o.b, active)
+        a0, a1, a2 = mdl.rank_coeffs(o.b, active, L0 > mdl.cfg.device_buffer)
         n_tok = o.b * active
         out[j] = mdl.shared(n_tok, False, int(round(min(o.distinct, n_tok)))) + a0 + a1 * (L0 + a + 1) + a2 * M
     return out

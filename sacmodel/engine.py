@@ -103,13 +103,14 @@ class Model:
         self._miss_cache: dict = {}
 
     # rank part = a + c * L + g * M  for b requests (exact: the expressions are linear in L and M)
-    def rank_coeffs(self, b: int, active: int) -> tuple[float, float, float]:
-        key = (b, active)
+    def rank_coeffs(self, b: int, active: int, swap: bool = True) -> tuple[float, float, float]:
+        """Coefficients of the rank part; ``swap=False`` when all its requests fit the GPU buffer."""
+        key = (b, active, swap)
         c = self._rank_cache.get(key)
         if c is None:
             bw, lat = swap_route(self.cfg, active)
             v = dict(self.v, b=float(b), sw_bw=bw, sw_lat=lat, k_attn=self.k or 1.0,
-                     swap_on=1.0 if self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
+                     swap_on=1.0 if swap and self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
             f = self.rank_c.total
             L0, L1 = 4 * self.k + 1.0, 8 * self.k + 2.0           # both above k: the linear branch
             t00 = f(*self.rank_c.args(dict(v, L=L0, M=0.0)))
@@ -120,10 +121,10 @@ class Model:
             self._rank_cache[key] = c
         return c
 
-    def rank_terms(self, b: int, active: int, L: float, M: float) -> dict[str, float]:
+    def rank_terms(self, b: int, active: int, L: float, M: float, swap: bool = True) -> dict[str, float]:
         bw, lat = swap_route(self.cfg, active)
         v = dict(self.v, b=float(b), L=float(L), M=float(M), sw_bw=bw, sw_lat=lat, k_attn=min(self.k, L) or L,
-                 swap_on=1.0 if self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
+                 swap_on=1.0 if swap and self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
         a = self.rank_c.args(v)
         return {k: f(*a) for k, f in self.rank_c.funcs.items()}
 
@@ -234,6 +235,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     staging: list[list[tuple[int, int]]] = [[] for _ in range(dp)]    # (iteration it may decode from, request)
     ends: list[list[tuple[int, int]]] = [[] for _ in range(dp)]       # heap of (clock at its last token, request)
     running = [0] * dp
+    n_long = [0] * dp                                                 # running requests longer than the buffer
     clock = [0] * dp                                                  # decode iterations each rank has run
     sum_l = [0.0] * dp                                                # sum of prompt lengths of running requests
     sum_join = [0] * dp                                               # sum of their join clocks
@@ -297,6 +299,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                             groups_at[r][gk] = groups_at[r].get(gk, 0) + 1
                         heapq.heappush(ends[r], (j + out[i] - 2, i))      # clock of its last step
                         sum_l[r] += L[i]
+                        n_long[r] += long_[i]
                         groups[(L[i], out[i] - 1)] = groups.get((L[i], out[i] - 1), 0) + 1
                     a = acc[r]
                     top = j + max(k_[1] for k_ in groups) + 1
@@ -394,9 +397,9 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + (jump - 1) / 2.0
                 ar = acc[r]
                 M = float(ar[ck + jump] - ar[ck]) / jump
-                a0, a1, a2 = mdl.rank_coeffs(b, active)
+                a0, a1, a2 = mdl.rank_coeffs(b, active, n_long[r] > 0)
                 p = a0 + a1 * Lm + a2 * M
-                parts[r] = (p, b, Lm, M)
+                parts[r] = (p, b, Lm, M, n_long[r] > 0)
                 if p > part:
                     part = p
             T = shared + part
@@ -414,8 +417,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             stats["decode_steps"] += jump
             stats["decode_s"] += jump * T
             stats["shared_s"] += jump * shared
-            _, b, Lm, M = max(parts.values())
-            sw = swap.setdefault((b, active), [0.0, 0.0, 0.0])
+            _, b, Lm, M, lg = max(parts.values())
+            sw = swap.setdefault((b, active, lg), [0.0, 0.0, 0.0])
             sw[0] += jump
             sw[1] += jump * Lm
             sw[2] += jump * M
@@ -429,6 +432,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 acc[r][joined[i] + steps_] -= curve(L[i])[steps_]
                 sum_l[r] -= L[i]
                 sum_join[r] -= joined[i]
+                n_long[r] -= long_[i]
                 running[r] -= 1
                 if shared_prompt:
                     gk = (pid[i], joined[i])
@@ -474,8 +478,13 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
 
 
 def _delivery(first: list, release: list, L: list, t_token: float) -> np.ndarray:
-    """When the client sees each first token: not while it is still preparing requests it released earlier
-    (its serial work runs back to back; a first token arriving in such a busy run is read at its end)."""
+    """When the client sees each first token.
+
+    The front end is one event loop that tokenises requests one after another and also streams the outputs:
+    an output that arrives while earlier-released requests are still queued for tokenisation is sent after
+    them (it joins the back of the queue), so a first token is seen no earlier than the end of the front-end
+    work released before it.
+    """
     rel = np.asarray(release, dtype=float)
     fst = np.asarray(first, dtype=float)
     ok = np.isfinite(rel)
@@ -487,16 +496,9 @@ def _delivery(first: list, release: list, L: list, t_token: float) -> np.ndarray
     for j in range(len(order)):               # FIFO server: end_j = max(r_j, end_{j-1}) + work_j
         free = (r[j] if r[j] > free else free) + work[j]
         ends[j] = free
-    starts = ends - work
-    new_run = np.ones(len(order), dtype=bool)
-    new_run[1:] = starts[1:] > ends[:-1] + 1e-12
-    run_id = np.cumsum(new_run) - 1
-    run_start = starts[new_run]
-    run_end = np.maximum.reduceat(ends, np.flatnonzero(new_run)) if len(order) else ends
     seen = fst.copy()
     f = np.isfinite(fst)
-    j = np.searchsorted(run_start, fst[f], side="right") - 1
-    inside = (j >= 0) & (run_end[np.maximum(j, 0)] > fst[f])
-    seen[f] = np.where(inside, run_end[np.maximum(j, 0)], fst[f])
-    del run_id
+    j = np.searchsorted(r, fst[f], side="right") - 1          # the last request released before the token
+    queued = np.where(j >= 0, ends[np.maximum(j, 0)], -np.inf)
+    seen[f] = np.maximum(fst[f], queued)
     return seen

@@ -244,7 +244,7 @@ class Comparison:
     def error(self, metric: str) -> float | None:
         """Relative error (predicted - measured) / measured, or None when not comparable."""
         m, p = self.run.metrics.get(metric), self.predicted.get(metric)
-        if m is None or p is None or not m or not self.feasible or self.run.failed:
+        if m is None or p is None or not m or not math.isfinite(p) or self.run.failed:
             return None
         return (p - m) / m
 
@@ -256,7 +256,8 @@ def compare_runs(scenario, runs: list[Run], **overrides) -> list[Comparison]:
     out = []
     for r in runs:
         p = predict(scenario, r.system, **{**run_kwargs(r), **overrides})
-        out.append(Comparison(r, {k: getattr(p, k) for k in METRICS}, p.feasible, p.limit))
+        out.append(Comparison(r, {**{k: getattr(p, k) for k in METRICS}, "success_fraction": p.success_fraction},
+                              p.feasible, p.limit))
     return out
 
 

@@ -225,8 +225,8 @@ def breakdown(cfg: Config, res, duration: float) -> dict:
     mdl = Model(cfg)
     comp: dict[str, float] = {}
     total = 0.0
-    for (b, active), (w, wl, wm) in s.get("swap_states", {}).items():
-        terms = mdl.rank_terms(b, active, wl / w, wm / w)
+    for (b, active, lg), (w, wl, wm) in s.get("swap_states", {}).items():
+        terms = mdl.rank_terms(b, active, wl / w, wm / w, lg)
         for k, x in terms.items():
             comp[k] = comp.get(k, 0.0) + w * x
         total += w
@@ -235,7 +235,7 @@ def breakdown(cfg: Config, res, duration: float) -> dict:
     out["step_shared_ms"] = s.get("shared_s", 0.0) / steps_ * 1e3
     out["mean_step_ms"] = s.get("decode_s", 0.0) / steps_ * 1e3
     if total:
-        out["misses_per_layer_per_request"] = sum(wm / b for (b, _), (w, wl, wm) in s["swap_states"].items()) / total
+        out["misses_per_layer_per_request"] = sum(wm / b for (b, _, _), (w, wl, wm) in s["swap_states"].items()) / total
     if duration and duration > 0:
         out["share_time_prefill"] = s.get("prefill_s", 0.0) / duration
         out["share_time_prefix_fetch"] = s.get("fetch_s", 0.0) / duration

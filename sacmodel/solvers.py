@@ -137,12 +137,13 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
     k_attn = sp.Min(S("topk"), L) if sparse else L
     m_mean = sym("m_mean", "dimensionless", "entries one request loads per layer per step, mean over its output")
     L_dec = L + O / 2
-    swap_on = sp.Piecewise((1, L_dec > S("buffer_slots")), (0, True)) if system != "gpu" else 0
+    swap_on = sp.Piecewise((1, L_dec > S("buffer_slots")), (0, True)) if system not in ("gpu", "rdma-topk") else 0
     decode = (sum(rank.values()).xreplace({S("b"): 1, S("M"): m_mean, S("L"): L_dec, S("k_attn"): k_attn,
                                           S("swap_on"): swap_on})
-              + shared["fixed"] + shared["mlp"].xreplace({S("N"): 1, S("mlp_eff"): S("compute_eff")}))
-    E = S("E")
-    extend = (shared["fixed"] + shared["mlp"].xreplace({S("N"): E, S("mlp_eff"): S("prefill_eff")})
+              + shared["fixed"] + shared["mlp"].xreplace({S("N"): 1, S("N_d"): 1, S("mlp_eff"): S("compute_eff")}))
+    # a prefix hit is matched page-aligned: the last 1..page tokens are prefilled
+    E = L - S("E") * sp.floor((L - 1) / S("E"))
+    extend = (shared["fixed"] + shared["mlp"].xreplace({S("N"): E, S("N_d"): E, S("mlp_eff"): S("prefill_eff")})
               + sum(pre.values()).xreplace({S("P"): E, S("H"): L - E, S("k_attn"): k_attn})
               + sym("t_admit", "second"))
     ttft = front["tokenize"] + front["request"] + extend
@@ -158,11 +159,11 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
     kk = k_attn
     entries = sp.Piecewise((L * (L + 1) / 2, L <= kk), (kk * (kk + 1) / 2 + (L - kk) * kk, True))
     cold = (front["tokenize"] + front["request"]
-            + chunks * (shared["fixed"] + shared["mlp"].xreplace({S("N"): C, S("mlp_eff"): S("prefill_eff")})
+            + chunks * (shared["fixed"] + shared["mlp"].xreplace({S("N"): C, S("N_d"): C, S("mlp_eff"): S("prefill_eff")})
                         + pre["prefill_proj"].xreplace({S("P"): C}))
             + S("layers") * S("f_index", "FLOP") * L * (L + 1) / 2 / (S("peak_fp8", "FLOP/second") * S("prefill_eff"))
             + S("layers") * S("f_attn", "FLOP") * entries / (S("peak_bf16", "FLOP/second") * S("prefill_eff")))
-    nbytes = S("layers") * m_mean * S("entry_bytes", "byte") * (swap_on if system != "gpu" else 0)
+    nbytes = S("layers") * m_mean * S("entry_bytes", "byte") * (1 if system == "rdma-topk" else swap_on)
     return {"ttft": ttft, "tbt": tbt, "e2e": ttft + (O - 1) * tbt, "bytes_per_step": nbytes, "ttft_cold": cold}[m]
 
 

@@ -96,7 +96,7 @@ def parse_quantity(value: str | int | float, dimension: str, *, field: str = "va
     if isinstance(value, (int, float)):
         if dimension in BARE_OK:
             return _finite(value, field, value)
-        raise UnitError(f"{field}: {value!r} has no unit; write it as e.g. '{value} {_example(dimension)}'")
+        raise UnitError(f"{field}: {_short(value)} has no unit; write it with one, e.g. '{_example(dimension)}'")
     if not isinstance(value, str) or not value.strip():
         raise UnitError(f"{field}: expected a quantity string, got {value!r}")
     m = _QUANTITY.fullmatch(value) if len(value) <= MAX_QUANTITY_CHARS else None

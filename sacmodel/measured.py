@@ -14,11 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .schemas import DataError
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-class DataError(ValueError):
-    """A measured-data file that cannot be read."""
 
 
 def shared_data_dir() -> Path:

@@ -43,6 +43,8 @@ def first_error(exc: ValidationError) -> str:
         return f"missing field {loc!r}"
     msg = e["msg"].removeprefix("Value error, ")
     got = repr(e.get("input"))
+    if e["type"] in ("model_type", "dict_type", "model_attributes_type"):
+        msg = "expected an object"
     msg = msg if e["type"] in ("value_error", "assertion_error") else f"{msg}, got {got[:40]}"
     return f"{loc}: {msg}" if loc else msg
 
@@ -201,7 +203,7 @@ class RunConfig(BaseModel):
         return self
 
 
-class TestbedRun(BaseModel):
+class E2ERun(BaseModel):
     model_config = STRICT
     config: RunConfig
     round1: Optional[Round] = None

@@ -177,48 +177,19 @@ def _entry(name: str, v: float) -> str:
     return f"{v / scale:.6g} {unit}".strip()
 
 
-def write_params(path: str | Path, fit: FitResult, source: str) -> None:
+def write_params(path: str | Path, fit: FitResult, source: str, *, template: str | Path | None = None) -> None:
     """Record fitted values in the scenario YAML at ``path`` with source ``fitted: <source>``.
 
-    Calibration-table entries are edited in place (one flow-style line each, comments kept); node and link
-    fields are set on every node of the kind / link touching it, which rewrites the file in block style.
+    The text comes from ``template`` (default: ``path`` itself); comments and layout are kept, and the file
+    is replaced only once the new text loads and gives back the fitted values
+    (:func:`sacmodel.scenario_io.update_scenario`). Nothing is written after a failed fit.
     """
-    path = Path(path)
-    lines = path.read_text().splitlines()
-    src = f"fitted: {source}".replace('"', "'")
-    structural = {}
-    for name, v in fit.params.items():
-        if name.startswith(("node:", "link:")):
-            structural[name] = v
-            continue
-        new = f'  {name}: {{value: {_entry(name, v)}, source: "{src}"}}'
-        idx = next((i for i, ln in enumerate(lines) if re.match(rf"^\s+{re.escape(name)}:\s*\{{", ln)), None)
-        if idx is not None:
-            lines[idx] = new
-        else:
-            if not any(ln.startswith("calibration:") for ln in lines):
-                lines.append("calibration:")
-            cal = next(i for i, ln in enumerate(lines) if ln.startswith("calibration:"))
-            end = cal + 1
-            while end < len(lines) and (lines[end].startswith(" ") or not lines[end].strip()):
-                end += 1
-            lines.insert(end, new)
-    text = "\n".join(lines) + "\n"
-    if structural:
-        # keep the file's leading comment block; yaml.safe_dump drops comments
-        header = "".join(ln + "\n" for ln in itertools.takewhile(lambda ln: ln.startswith("#"), text.splitlines()))
-        data = yaml.safe_load(text)
-        for name, v in structural.items():
-            kind, fld = name[5:].split(".")
-            entry = {"value": _entry(name, v), "source": src}
-            if name.startswith("node:"):
-                for n in data["nodes"]:
-                    if n.get("kind") == kind:
-                        n[fld] = entry
-            else:
-                ids = {n["id"] for n in data["nodes"] if n.get("kind") == kind}
-                for lk in data["links"]:
-                    if lk.get("from") in ids or lk.get("to") in ids:
-                        lk[fld] = entry
-        text = header + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
-    path.write_text(text)
+    from .scenario_io import ScenarioWriteError, update_scenario
+    bad = [n for n, v in fit.params.items() if not math.isfinite(v)]
+    if not fit.n_points or not math.isfinite(fit.residual_rms) or bad:
+        raise ScenarioWriteError(f"the fit failed ({fit.n_points} points, rms residual {fit.residual_rms:g}"
+                                 f"{', non-finite ' + ', '.join(bad) if bad else ''}); nothing written to {path}")
+    src = f"fitted: {source}"
+    entries = {name: (_entry(name, v), src) for name, v in fit.params.items()}
+    expected = {name: float(_entry(name, v).split()[0]) * PARAM_UNITS[name][1] for name, v in fit.params.items()}
+    update_scenario(template or path, path, entries, expected)

@@ -218,7 +218,10 @@ def cmd_calibrate(a):
     from .calibrate import (MICROBENCH_PARAMS, PREFILL_PARAMS, SERVING_METRICS, SERVING_PARAMS, fit_microbench,
                             fit_serving, write_params)
     from .measured import latest_per_backend, load_microbench, load_runs
+    from .scenario_io import calibration_target
     from .topology import resolve_scenario_path
+    scenario = resolve_scenario_path(a.scenario)
+    out = None if a.dry_run else calibration_target(scenario, a.out, force=a.force)   # refuse before fitting
     if a.microbench:
         pts = latest_per_backend(load_microbench(a.paths or None))
         fit = fit_microbench(a.scenario, pts, a.params or MICROBENCH_PARAMS)
@@ -229,12 +232,8 @@ def cmd_calibrate(a):
         fit = fit_serving(a.scenario, runs, a.params or default,
                           SERVING_METRICS if a.round == 2 else ("ttft_mean_ms",))
         what = f"{len(runs)} serving runs ({', '.join(sorted({r.file.split('_ctx')[0] for r in runs})[:3])}...)"
-    out = a.out or resolve_scenario_path(a.scenario)
-    if a.out:
-        import shutil
-        shutil.copyfile(resolve_scenario_path(a.scenario), out)
-    if not a.dry_run:
-        write_params(out, fit, a.source or what)
+    if out is not None:
+        write_params(out, fit, a.source or what, template=scenario)
     if a.json:
         _print_json({"params": fit.params, "display": fit.display, "residual_rms": fit.residual_rms,
                      "points": fit.n_points, "written_to": None if a.dry_run else str(out)})
@@ -377,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="write a new scenario file instead of updating the given one")
     p.add_argument("--source", default=None, help="provenance text for the fitted values")
     p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--force", action="store_true",
+                   help="allow overwriting a built-in scenario or an existing --out file")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calibrate)
 

@@ -6,6 +6,7 @@ relative to the repository (override with ``SACMODEL_DATA``).
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -15,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from .schemas import (BenchServingRun, DataError, E2ERun, FetchStats, ManifestRow, MicrobenchFile, first_error,
-                      read_json)
+from .schemas import (LIMITS, BenchServingRun, DataError, E2ERun, FetchStats, ManifestRow, MicrobenchFile,
+                      first_error, read_json)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -221,6 +222,9 @@ def load_run(path: str | Path, system: str | None = None, round_: int = 2) -> Ru
                             "(no 'mean_ttft_ms')")
     except ValidationError as exc:
         raise DataError(f"{path}: {first_error(exc)}") from None
+    if max(run.context, run.output) > LIMITS["request_tokens"]:
+        raise DataError(f"{path}: a request of {run.context} + {run.output} tokens is over the "
+                        f"{LIMITS['request_tokens']}-token limit")
     if run.num_success is not None and run.num_success > run.requests:
         raise DataError(f"{path}: num_success {run.num_success} is above the {run.requests} requests")
     if man is not None:
@@ -342,7 +346,9 @@ def compare_runs(scenario, runs: list[Run], **overrides) -> list[Comparison]:
     out = []
     for r in runs:
         p = predict(scenario, r.system, **{**run_kwargs(r), **overrides})
-        out.append(Comparison(r, {k: getattr(p, k) for k in METRICS}, p.feasible, p.limit))
+        predicted = {k: (v if v is not None and math.isfinite(v) else None) for k in METRICS
+                     for v in [getattr(p, k)]}       # None: the model has no value (no TBT for one token)
+        out.append(Comparison(r, predicted, p.feasible, p.limit))
     return out
 
 

@@ -19,7 +19,9 @@ LIMITS = {
     "line_bytes": 1 << 20,           # one trace line (JSONL or CSV)
     "trace_requests": 1_000_000,     # requests one load_trace call reads
     "request_tokens": 1 << 24,       # input or output tokens of one request
-    "count": 1 << 31,                # requests, concurrency, tokens of a run
+    "count": 1 << 31,                # token totals of a run
+    "run_requests": 100_000,         # requests or concurrency of one measured run
+    "measured": 1e10,                # a measured latency (ms, us) or throughput (tok/s)
 }
 
 
@@ -30,9 +32,13 @@ class DataError(ValueError):
 STRICT = ConfigDict(strict=True, extra="ignore")
 Count = Annotated[int, Field(ge=0, le=LIMITS["count"])]
 PosCount = Annotated[int, Field(ge=1, le=LIMITS["count"])]
+RunCount = Annotated[int, Field(ge=1, le=LIMITS["run_requests"])]       # requests, concurrency
+Successes = Annotated[int, Field(ge=0, le=LIMITS["run_requests"])]
 Tokens = Annotated[int, Field(ge=1, le=LIMITS["request_tokens"])]
+OutTokens = Annotated[int, Field(ge=0, le=LIMITS["request_tokens"])]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Measured = Annotated[float, Field(ge=0, le=LIMITS["measured"], allow_inf_nan=False)]
+Positive = Annotated[float, Field(gt=0, le=LIMITS["measured"], allow_inf_nan=False)]
 
 
 def first_error(exc: ValidationError) -> str:
@@ -113,7 +119,7 @@ class AzureRecord(BaseModel):
     """One row of an Azure LLM trace (after the timestamp is parsed): token counts."""
     model_config = STRICT
     ContextTokens: Tokens
-    GeneratedTokens: Annotated[int, Field(ge=0, le=LIMITS["request_tokens"])]
+    GeneratedTokens: OutTokens
 
 
 # ---- micro-benchmark ------------------------------------------------------------------------------
@@ -159,39 +165,39 @@ def _int_key(s: str, what: str) -> int:
 class RoundMetrics(BaseModel):
     """Metrics of one benchmark round; latencies in ms must be finite and non-negative."""
     model_config = STRICT
-    num_requests: Optional[PosCount] = None
-    num_success: Count
-    ttft_mean_ms: Optional[NonNeg] = None
-    tbt_mean_ms: Optional[NonNeg] = None
-    output_throughput_tok_s: Optional[NonNeg] = None
-    e2e_mean_ms: Optional[NonNeg] = None
+    num_requests: Optional[RunCount] = None
+    num_success: Successes
+    ttft_mean_ms: Optional[Measured] = None
+    tbt_mean_ms: Optional[Measured] = None
+    output_throughput_tok_s: Optional[Measured] = None
+    e2e_mean_ms: Optional[Measured] = None
     total_output_tokens: Optional[Count] = None
 
 
 class PerRequest(BaseModel):
     model_config = STRICT
-    output_len: Annotated[int, Field(ge=0, le=LIMITS["request_tokens"])]
+    output_len: OutTokens
 
 
 class Round(BaseModel):
     model_config = STRICT
     metrics: RoundMetrics
-    per_request: list[PerRequest] = Field(default_factory=list, max_length=LIMITS["trace_requests"])
+    per_request: list[PerRequest] = Field(default_factory=list, max_length=LIMITS["run_requests"])
 
 
 class RunConfig(BaseModel):
     """``config`` of a testbed ``e2e_bench_fast`` run."""
     model_config = STRICT
     target_input_tokens: Tokens
-    max_concurrency: PosCount
-    output_tokens: Optional[Count] = None
-    round2_output_min: Optional[Count] = None
-    round2_output_max: Optional[Count] = None
-    round2_num_requests: Optional[PosCount] = None
-    round1_max_concurrency: Optional[PosCount] = None
-    device_buffer: Optional[PosCount] = None
-    buffer_slots: Optional[PosCount] = None
-    hisparse_device_buffer: Optional[PosCount] = None
+    max_concurrency: RunCount
+    output_tokens: Optional[OutTokens] = None
+    round2_output_min: Optional[OutTokens] = None
+    round2_output_max: Optional[OutTokens] = None
+    round2_num_requests: Optional[RunCount] = None
+    round1_max_concurrency: Optional[RunCount] = None
+    device_buffer: Optional[Tokens] = None
+    buffer_slots: Optional[Tokens] = None
+    hisparse_device_buffer: Optional[Tokens] = None
 
     @model_validator(mode="after")
     def _outputs(self):
@@ -213,14 +219,14 @@ class E2ERun(BaseModel):
 class BenchServingRun(BaseModel):
     """An SGLang ``bench_serving`` result file."""
     model_config = STRICT
-    completed: PosCount
-    mean_ttft_ms: NonNeg
-    mean_tpot_ms: Optional[NonNeg] = None
-    mean_itl_ms: Optional[NonNeg] = None
-    output_throughput: NonNeg
-    mean_e2e_latency_ms: Optional[NonNeg] = None
-    max_concurrency: Optional[PosCount] = None
-    num_prompts: Optional[PosCount] = None
+    completed: RunCount
+    mean_ttft_ms: Measured
+    mean_tpot_ms: Optional[Measured] = None
+    mean_itl_ms: Optional[Measured] = None
+    output_throughput: Measured
+    mean_e2e_latency_ms: Optional[Measured] = None
+    max_concurrency: Optional[RunCount] = None
+    num_prompts: Optional[RunCount] = None
     random_input_len: Optional[Tokens] = None
     random_output_len: Optional[Tokens] = None
     total_input_tokens: Optional[Count] = None

@@ -24,6 +24,7 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr,
                       ValidationError, create_model, field_validator)
 
+from .models import ModelError, get_model
 from .units import UnitError, parse_quantity
 
 SCHEMA_VERSION = 1
@@ -428,8 +429,14 @@ def read_yaml(path: Path, err=TopologyError) -> Any:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        at = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise err(f"{where}:{at}: malformed YAML ({getattr(exc, 'problem', None) or exc})") from None
+        at = f": line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        if isinstance(exc, yaml.reader.ReaderError):
+            c = chr(exc.character) if isinstance(exc.character, int) else exc.character
+            at = f": line {text[:exc.position].count(chr(10)) + 1}"
+            what = f"unacceptable character {c!r}"
+        else:
+            what = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise err(f"{where}{at}: malformed YAML ({what[:200]})") from None
     except RecursionError:
         raise err(f"{where}: nested deeper than {LIMITS['yaml_depth']} levels") from None
     except err:
@@ -599,6 +606,14 @@ def load_topology(spec: str | Path | dict) -> Topology:
     for name in ("dp", "tp"):
         if topo.has_param(name) and topo.param(name) > len(gpus):
             raise TopologyError(f"{where}: {name}={topo.param(name):g} but the scenario has {len(gpus)} GPUs")
+    for name, pool in (("cxl_devices", "cxl"), ("rdma_nics", "rdma")):
+        if topo.has_param(name) and pool in pools and topo.param(name) > len(pools[pool]):
+            raise TopologyError(f"{where}: {name}={topo.param(name):g} but pools.{pool} has "
+                                f"{len(pools[pool])} member(s)")
+    try:
+        get_model(sf.model)
+    except ModelError as exc:
+        raise TopologyError(f"{where}: model: {exc}") from None
     _check_pool_routes(topo, where)
     return topo
 

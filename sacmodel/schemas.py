@@ -10,18 +10,20 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # Size limits of measured data and traces (documented in the README).
 LIMITS = {
     "json_bytes": 64 << 20,          # a run or micro-benchmark JSON file
     "json_depth": 20,                # nesting levels of a JSON document
+    "json_items": 2_000_000,         # values in a JSON document
     "line_bytes": 1 << 20,           # one trace line (JSONL or CSV)
     "trace_requests": 1_000_000,     # requests one load_trace call reads
     "request_tokens": 1 << 24,       # input or output tokens of one request
     "count": 1 << 31,                # token totals of a run
     "run_requests": 100_000,         # requests or concurrency of one measured run
-    "measured": 1e10,                # a measured latency (ms, us) or throughput (tok/s)
+    "measured": 1e10,                # a measured latency (ms, us) or throughput (tok/s), at most
+    "measured_min": 1e-3,            # and, when not 0, at least (1 ns in us, 1 us in ms)
 }
 
 
@@ -37,8 +39,15 @@ Successes = Annotated[int, Field(ge=0, le=LIMITS["run_requests"])]
 Tokens = Annotated[int, Field(ge=1, le=LIMITS["request_tokens"])]
 OutTokens = Annotated[int, Field(ge=0, le=LIMITS["request_tokens"])]
 NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Measured = Annotated[float, Field(ge=0, le=LIMITS["measured"], allow_inf_nan=False)]
-Positive = Annotated[float, Field(gt=0, le=LIMITS["measured"], allow_inf_nan=False)]
+def _plausible(v: float) -> float:
+    if 0 < v < LIMITS["measured_min"]:
+        raise ValueError(f"{v!r} is implausibly small (0, or at least {LIMITS['measured_min']:g})")
+    return v
+
+
+# measured latencies (ms, us) and throughputs: 0 (not measured) or within [measured_min, measured]
+Measured = Annotated[float, Field(ge=0, le=LIMITS["measured"], allow_inf_nan=False), AfterValidator(_plausible)]
+Positive = Annotated[float, Field(ge=LIMITS["measured_min"], le=LIMITS["measured"], allow_inf_nan=False)]
 
 
 def first_error(exc: ValidationError) -> str:
@@ -55,16 +64,28 @@ def first_error(exc: ValidationError) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
-def check_depth(data: Any, limit: int = LIMITS["json_depth"]) -> bool:
-    """True when ``data`` (parsed JSON) is nested no deeper than ``limit``."""
-    stack = [(data, 0)]
+def check_tree(data: Any, where: str, *, depth: int, items: int, err=None) -> None:
+    """Refuse a parsed YAML/JSON document nested deeper than ``depth``, larger than ``items`` values (aliases
+    expanded, so recursive or exponential YAML aliases stop here) or with a mapping key that is not a
+    string. Raises ``err`` (default :class:`DataError`) naming ``where`` and the path."""
+    err = err or DataError
+    stack = [(data, 0, "")]
+    seen = 0
     while stack:
-        node, level = stack.pop()
+        node, level, path = stack.pop()
+        seen += 1
+        if seen > items:
+            raise err(f"{where}: more than {items} values (aliases expanded); limit {items}")
         if isinstance(node, (dict, list)):
-            if level >= limit:
-                return False
-            stack.extend((v, level + 1) for v in (node.values() if isinstance(node, dict) else node))
-    return True
+            if level >= depth:
+                raise err(f"{where}: {path or 'document'}: nested deeper than {depth} levels")
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    if not isinstance(k, str):
+                        raise err(f"{where}: {path or 'document'}: key {k!r} is not a string")
+                    stack.append((v, level + 1, f"{path}.{k}" if path else k))
+            else:
+                stack.extend((v, level + 1, f"{path}[{i}]") for i, v in enumerate(node))
 
 
 def read_json(path: Path) -> Any:
@@ -91,8 +112,7 @@ def read_json(path: Path) -> Any:
         raise DataError(f"{path}: nested deeper than {LIMITS['json_depth']} levels") from None
     except ValueError as exc:      # a constant (NaN, Infinity) or an integer of more than 4300 digits
         raise DataError(f"{path}: not valid JSON ({exc})") from None
-    if not check_depth(data):
-        raise DataError(f"{path}: nested deeper than {LIMITS['json_depth']} levels")
+    check_tree(data, str(path), depth=LIMITS["json_depth"], items=LIMITS["json_items"])
     return data
 
 

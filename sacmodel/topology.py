@@ -25,6 +25,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictFloat,
                       ValidationError, create_model, field_validator)
 
 from .models import ModelError, get_model
+from .schemas import check_tree as _check_tree
 from .units import UnitError, parse_quantity
 
 SCHEMA_VERSION = 1
@@ -373,27 +374,9 @@ def _short(v: Any, n: int = 60) -> str:
     return text if len(text) <= n else text[:n] + "..."
 
 
-def check_tree(data: Any, where: str, *, depth: int = LIMITS["yaml_depth"], items: int = LIMITS["yaml_items"],
-               err=TopologyError) -> None:
-    """Refuse a parsed YAML/JSON document nested deeper than ``depth``, larger than ``items`` (aliases
-    expanded, so recursive or exponential aliases stop here) or with a mapping key that is not a string."""
-    stack = [(data, 0, "")]
-    seen = 0
-    while stack:
-        node, level, path = stack.pop()
-        seen += 1
-        if seen > items:
-            raise err(f"{where}: more than {items} values (aliases expanded); limit {items}")
-        if isinstance(node, (dict, list)):
-            if level >= depth:
-                raise err(f"{where}: {path or 'document'}: nested deeper than {depth} levels")
-            if isinstance(node, dict):
-                for k, v in node.items():
-                    if not isinstance(k, str):
-                        raise err(f"{where}: {path or 'document'}: key {k!r} is not a string")
-                    stack.append((v, level + 1, f"{path}.{k}" if path else k))
-            else:
-                stack.extend((v, level + 1, f"{path}[{i}]") for i, v in enumerate(node))
+def check_tree(data: Any, where: str) -> None:
+    """Refuse a parsed scenario nested too deeply, too large (aliases expanded) or with non-string keys."""
+    _check_tree(data, where, depth=LIMITS["yaml_depth"], items=LIMITS["yaml_items"], err=TopologyError)
 
 
 def _check_yaml_depth(text: str, where: str, err) -> None:
@@ -443,7 +426,7 @@ def read_yaml(path: Path, err=TopologyError) -> Any:
         raise
     except ValueError as exc:       # e.g. an integer of more than 4300 digits
         raise err(f"{where}: malformed YAML ({exc})") from None
-    check_tree(data, where, err=err)
+    _check_tree(data, where, depth=LIMITS["yaml_depth"], items=LIMITS["yaml_items"], err=err)
     return data
 
 

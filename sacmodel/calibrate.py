@@ -321,7 +321,7 @@ def run_kwargs(r: Run) -> dict:
         kw["max_running_requests"] = r.max_running_requests
     if not r.prefix_cached:
         kw["prefix_cached"] = False
-    if r.outputs is not None and len(r.outputs) == r.requests and r.output_min != r.output_max:
+    if r.outputs is not None and len(r.outputs) == r.requests and r.output_min != r.output_max and not r.failed:
         kw["outputs"] = [max(int(x), 1) for x in r.outputs]
     return kw
 
@@ -333,53 +333,42 @@ def fit_serving(scenario, runs: list[Run], names=SERVING_PARAMS, metrics=SERVING
     return _fit(topo, list(names), lambda t: serving_residuals(t, runs, metrics), f"{len(runs)} serving runs")
 
 
+def calibrate_runs(scenario, runs: list[Run], names=None) -> FitResult:
+    """Stages 2 and 3 on measured runs: the step constants to their server logs, then the rest to the runs."""
+    names = list(names) if names else list(STEP_PARAMS + SERVING_PARAMS)
+    step_names = [n for n in names if n in STEP_PARAMS]
+    run_names = [n for n in names if n not in STEP_PARAMS]
+    topo = as_topology(scenario)
+    fits = []
+    if step_names:
+        fits.append(fit_steps(topo, runs, step_names))
+        topo = with_params(topo, fits[-1].params)
+    if run_names:
+        fits.append(fit_serving(topo, runs, run_names))
+    return FitResult({k: v for f in fits for k, v in f.params.items()},
+                     {k: v for f in fits for k, v in f.display.items()},
+                     float(np.sqrt(np.mean([f.residual_rms ** 2 for f in fits]))), sum(f.n_points for f in fits),
+                     "; ".join(f.what for f in fits))
+
+
 def _entry(name: str, v: float) -> str:
     unit, scale = PARAM_UNITS[name][0], PARAM_UNITS[name][1]
     return f"{v / scale:.6g} {unit}".strip()
 
 
-def write_params(path: str | Path, fit: FitResult, source: str) -> None:
+def write_params(path: str | Path, fit: FitResult, source: str, *, template: str | Path | None = None) -> None:
     """Record fitted values in the scenario YAML at ``path`` with source ``fitted: <source>``.
 
-    Calibration-table entries are edited in place (one flow-style line each, comments kept); node and link
-    fields are set on every node of the kind / link touching it, which rewrites the file in block style.
+    The text comes from ``template`` (default: ``path`` itself); comments and layout are kept, and the file
+    is replaced only once the new text loads and gives back the fitted values
+    (:func:`sacmodel.scenario_io.update_scenario`). Nothing is written after a failed fit.
     """
-    path = Path(path)
-    lines = path.read_text().splitlines()
-    src = f"fitted: {source}".replace('"', "'")
-    structural = {}
-    for name, v in fit.params.items():
-        if name.startswith(("node:", "link:")):
-            structural[name] = v
-            continue
-        new = f'  {name}: {{value: {_entry(name, v)}, source: "{src}"}}'
-        idx = next((i for i, ln in enumerate(lines) if re.match(rf"^\s+{re.escape(name)}:\s*\{{", ln)), None)
-        if idx is not None:
-            lines[idx] = new
-        else:
-            if not any(ln.startswith("calibration:") for ln in lines):
-                lines.append("calibration:")
-            cal = next(i for i, ln in enumerate(lines) if ln.startswith("calibration:"))
-            end = cal + 1
-            while end < len(lines) and (lines[end].startswith(" ") or not lines[end].strip()):
-                end += 1
-            lines.insert(end, new)
-    text = "\n".join(lines) + "\n"
-    if structural:
-        # keep the file's leading comment block; yaml.safe_dump drops comments
-        header = "".join(ln + "\n" for ln in itertools.takewhile(lambda ln: ln.startswith("#"), text.splitlines()))
-        data = yaml.safe_load(text)
-        for name, v in structural.items():
-            kind, fld = name[5:].split(".")
-            entry = {"value": _entry(name, v), "source": src}
-            if name.startswith("node:"):
-                for n in data["nodes"]:
-                    if n.get("kind") == kind:
-                        n[fld] = entry
-            else:
-                ids = {n["id"] for n in data["nodes"] if n.get("kind") == kind}
-                for lk in data["links"]:
-                    if lk.get("from") in ids or lk.get("to") in ids:
-                        lk[fld] = entry
-        text = header + yaml.safe_dump(data, sort_keys=False, width=120, allow_unicode=True)
-    path.write_text(text)
+    from .scenario_io import ScenarioWriteError, update_scenario
+    bad = [n for n, v in fit.params.items() if not math.isfinite(v)]
+    if not fit.n_points or not math.isfinite(fit.residual_rms) or bad:
+        raise ScenarioWriteError(f"the fit failed ({fit.n_points} points, rms residual {fit.residual_rms:g}"
+                                 f"{', non-finite ' + ', '.join(bad) if bad else ''}); nothing written to {path}")
+    src = f"fitted: {source}"
+    entries = {name: (_entry(name, v), src) for name, v in fit.params.items()}
+    expected = {name: float(_entry(name, v).split()[0]) * PARAM_UNITS[name][1] for name, v in fit.params.items()}
+    update_scenario(template or path, path, entries, expected)

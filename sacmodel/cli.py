@@ -332,28 +332,28 @@ def cmd_validate(a):
 
 
 def cmd_calibrate(a):
-    from .calibrate import (MICROBENCH_PARAMS, PREFILL_PARAMS, SERVING_METRICS, SERVING_PARAMS, fit_microbench,
-                            fit_serving, write_params)
+    from .calibrate import MICROBENCH_PARAMS, PREFILL_PARAMS, calibrate_runs, fit_microbench, fit_serving, write_params
     from .measured import latest_per_backend, load_microbench, load_runs
     from .progress import status
+    from .scenario_io import calibration_target
     from .topology import resolve_scenario_path
+    scenario = resolve_scenario_path(a.scenario)
+    out = None if a.dry_run else calibration_target(scenario, a.out, force=a.force)   # refuse before fitting
     with status("calibrate: least-squares fit"):
         if a.microbench:
             pts = latest_per_backend(load_microbench(a.paths or None))
             fit = fit_microbench(a.scenario, pts, a.params or MICROBENCH_PARAMS)
             what = "sac-testbed microbench (newest file per backend)"
+        elif a.round == 1:
+            runs = load_runs(a.paths or None, round_=1)
+            fit = fit_serving(a.scenario, runs, a.params or PREFILL_PARAMS, ("ttft_mean_ms",))
+            what = f"TTFT of the cold first rounds of {len(runs)} runs"
         else:
-            runs = load_runs(a.paths or None, round_=a.round)
-            default = SERVING_PARAMS if a.round == 2 else PREFILL_PARAMS
-            fit = fit_serving(a.scenario, runs, a.params or default,
-                              SERVING_METRICS if a.round == 2 else ("ttft_mean_ms",))
-            what = f"{len(runs)} serving runs ({', '.join(sorted({r.file.split('_ctx')[0] for r in runs})[:3])}...)"
-    out = a.out or resolve_scenario_path(a.scenario)
-    if a.out:
-        import shutil
-        shutil.copyfile(resolve_scenario_path(a.scenario), out)
-    if not a.dry_run:
-        write_params(out, fit, a.source or what)
+            runs = load_runs(a.paths or None)
+            fit = calibrate_runs(a.scenario, runs, a.params)
+            what = fit.what
+    if out is not None:
+        write_params(out, fit, a.source or what, template=scenario)
     if a.csv:
         write_csv(a.csv, ["parameter", "value_si", "value"], [[k, fit.params.get(k), v] for k, v in fit.display.items()])
     if a.json:
@@ -659,15 +659,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--microbench", action="store_true",
                    help="fit the fetch-path parameters to the fetch micro-benchmarks instead of serving runs")
     p.add_argument("--round", type=int, choices=(1, 2), default=2,
-                   help="2: fit the serving constants to the measured rounds (default); 1: fit prefill_eff to "
+                   help="2: fit the decode-step constants to the server logs' step times, then the front-end, "
+                        "admission and copy constants to the measured rounds (default); 1: fit prefill_eff to "
                         "the cold rounds")
     p.add_argument("--params", type=arg(names_list), default=None, metavar="LIST",
-                   help="comma-separated parameters to fit (default: the serving constants for --round 2, "
-                        "prefill_eff for --round 1, the fetch-path constants with --microbench)")
+                   help="comma-separated parameters to fit (default: every constant of the chosen stage(s))")
     p.add_argument("--out", default=None, type=arg(out_file), metavar="YAML",
                    help="write a new scenario file instead of updating the given one")
     p.add_argument("--source", default=None, help="provenance text recorded with the fitted values")
     p.add_argument("--dry-run", action="store_true", help="fit and print the values; write no file")
+    p.add_argument("--force", action="store_true",
+                   help="allow overwriting a built-in scenario or an existing --out file")
     add_json(p)
     p.set_defaults(func=cmd_calibrate)
 

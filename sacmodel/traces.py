@@ -16,9 +16,10 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
-from .measured import DataError
 from .capacity import static_check
+from .schemas import LIMITS, AzureRecord, DataError, MooncakeRecord, first_error, json_line
 from .serving import Prediction, Requests, fill, resolve, run_engine
 
 MOONCAKE_BLOCK = 512   # tokens per hash_id (shared/data/README.md)
@@ -47,10 +48,22 @@ def _bad(path, line, msg):
 
 
 def load_trace(path: str | Path, limit: int | None = None) -> Trace:
-    """Read a Mooncake JSONL or Azure CSV trace (first ``limit`` requests)."""
+    """Read a Mooncake JSONL or Azure CSV trace (first ``limit`` requests).
+
+    Requests must be in time order; at most ``LIMITS['trace_requests']`` (1,000,000) are read per call
+    (pass ``limit`` to read the head of a longer trace). Errors name the file and line.
+    """
+    if not isinstance(path, (str, Path)):
+        raise DataError(f"a trace is a file path, not {type(path).__name__}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise DataError(f"limit must be a positive whole number of requests, got {limit!r}")
+    if limit is not None and limit > LIMITS["trace_requests"]:
+        raise DataError(f"limit {limit} is over the {LIMITS['trace_requests']}-request limit per call")
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: no such trace file")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, not a trace file")
     if path.suffix == ".jsonl":
         return _mooncake(path, limit)
     if path.suffix == ".csv":
@@ -58,83 +71,128 @@ def load_trace(path: str | Path, limit: int | None = None) -> Trace:
     raise DataError(f"{path}: unknown trace format (expected .jsonl Mooncake or .csv Azure)")
 
 
-def _positive_int(v, path, line, name, allow_zero=False):
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < (0 if allow_zero else 1):
-        raise _bad(path, line, f"{name} must be a {'non-negative' if allow_zero else 'positive'} integer, "
-                               f"got {v!r}")
-    return int(v)
+def _lines(path: Path):
+    """(line number, text) of a trace file, each line checked for length and UTF-8."""
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    with fh:
+        for ln, raw in enumerate(iter(lambda: fh.readline(LIMITS["line_bytes"] + 1), b""), 1):
+            if len(raw) > LIMITS["line_bytes"]:
+                raise _bad(path, ln, f"line longer than {LIMITS['line_bytes']} bytes")
+            try:
+                yield ln, raw.decode("utf-8-sig" if ln == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise _bad(path, ln, "not UTF-8 text") from None
+
+
+class _Requests:
+    """Collects requests in time order, up to the per-call limit."""
+
+    def __init__(self, path: Path, limit: int | None):
+        self.path, self.limit = path, limit
+        self.ts: list[float] = []
+        self.inp: list[int] = []
+        self.outp: list[int] = []
+
+    def full(self, ln: int) -> bool:
+        if self.limit is not None and len(self.ts) >= self.limit:
+            return True
+        if len(self.ts) >= LIMITS["trace_requests"]:
+            raise _bad(self.path, ln, f"more than {LIMITS['trace_requests']} requests; read the head of the "
+                                      "trace with limit= (--limit) or split it")
+        return False
+
+    def add(self, ln: int, t: float, n_in: int, n_out: int, shown: str) -> None:
+        if self.ts and t < self.ts[-1]:
+            raise _bad(self.path, ln, f"timestamp {shown} is earlier than the previous request's: the trace "
+                                      "must be in time order")
+        self.ts.append(t)
+        self.inp.append(n_in)
+        self.outp.append(n_out)
+
+    def arrays(self):
+        if not self.ts:
+            raise DataError(f"{self.path}: no requests")
+        a = np.array(self.ts, float)
+        return a - a[0], np.array(self.inp, np.int64), np.array(self.outp, np.int64)
 
 
 def _mooncake(path: Path, limit):
-    ts, inp, outp, hit = [], [], [], []
+    reqs, hit = _Requests(path, limit), []
     seen: set = set()
-    with path.open() as fh:
-        for ln, text in enumerate(fh, 1):
-            if limit is not None and len(ts) >= limit:
+    for ln, text in _lines(path):
+        if reqs.full(ln):
+            break
+        if not text.strip():
+            continue
+        try:
+            d = json_line(text)
+        except json.JSONDecodeError as exc:
+            raise _bad(path, ln, f"not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise _bad(path, ln, "not valid JSON (nested too deeply)") from None
+        except ValueError as exc:     # NaN / Infinity, or an integer of more than 4300 digits
+            raise _bad(path, ln, f"not valid JSON ({str(exc)[:80]})") from None
+        if not isinstance(d, dict):
+            raise _bad(path, ln, "expected a JSON object")
+        try:
+            rec = MooncakeRecord(**{k: v for k, v in d.items() if k in MooncakeRecord.model_fields})
+        except ValidationError as exc:
+            raise _bad(path, ln, first_error(exc)) from None
+        lead = 0
+        for h in rec.hash_ids:
+            if h not in seen:
                 break
-            if not text.strip():
-                continue
-            try:
-                d = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise _bad(path, ln, f"not valid JSON ({exc.msg})") from None
-            if not isinstance(d, dict):
-                raise _bad(path, ln, "expected a JSON object")
-            for key in ("timestamp", "input_length", "output_length"):
-                if key not in d:
-                    raise _bad(path, ln, f"missing field {key!r}")
-            t = d["timestamp"]
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or t < 0:
-                raise _bad(path, ln, f"timestamp must be a non-negative number of ms, got {t!r}")
-            n_in = _positive_int(d["input_length"], path, ln, "input_length")
-            n_out = _positive_int(d["output_length"], path, ln, "output_length")
-            ids = d.get("hash_ids", [])
-            if not isinstance(ids, list):
-                raise _bad(path, ln, "hash_ids must be a list")
-            lead = 0
-            for h in ids:
-                if h not in seen:
-                    break
-                lead += 1
-            seen.update(ids)
-            ts.append(t / 1e3)
-            inp.append(n_in)
-            outp.append(n_out)
-            hit.append(min(lead * MOONCAKE_BLOCK, n_in - 1))   # at least the last token is computed
-    if not ts:
-        raise DataError(f"{path}: no requests")
-    a = np.array(ts)
-    return Trace(path.stem, a - a.min(), np.array(inp), np.array(outp), np.array(hit, float), True)
+            lead += 1
+        seen.update(rec.hash_ids)
+        reqs.add(ln, rec.timestamp / 1e3, rec.input_length, rec.output_length, f"{rec.timestamp:g} ms")
+        hit.append(min(lead * MOONCAKE_BLOCK, rec.input_length - 1))   # at least the last token is computed
+    a, inp, outp = reqs.arrays()
+    return Trace(path.stem, a, inp, outp, np.array(hit, float), True)
+
+
+AZURE_HEADER = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
 
 
 def _azure(path: Path, limit):
-    ts, inp, outp = [], [], []
-    with path.open(newline="") as fh:
-        rd = csv.reader(fh)
+    reqs = _Requests(path, limit)
+    lines = _lines(path)
+    rd = csv.reader(text for _, text in lines)
+    try:
         header = next(rd, None)
-        if header != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
-            raise _bad(path, 1, f"expected header TIMESTAMP,ContextTokens,GeneratedTokens, got {header}")
-        for ln, row in enumerate(rd, 2):
-            if limit is not None and len(ts) >= limit:
+        if header != AZURE_HEADER:
+            raise _bad(path, 1, f"expected header {','.join(AZURE_HEADER)}, got {str(header)[:80]}")
+        for row in rd:
+            ln = rd.line_num
+            if reqs.full(ln):
                 break
             if not row:
                 continue
             if len(row) != 3:
                 raise _bad(path, ln, f"expected 3 columns, got {len(row)}")
             try:
-                stamp = datetime.fromisoformat(row[0][:26])
-                n_in, n_out = int(row[1]), int(row[2])
-            except ValueError as exc:
-                raise _bad(path, ln, f"bad value ({exc})") from None
-            if n_in < 1 or n_out < 0:
-                raise _bad(path, ln, "token counts must be positive")
-            ts.append(stamp.timestamp())
-            inp.append(n_in)
-            outp.append(max(n_out, 1))
-    if not ts:
-        raise DataError(f"{path}: no requests")
-    a = np.array(ts)
-    return Trace(path.stem, a - a.min(), np.array(inp), np.array(outp), np.zeros(len(a)), False)
+                stamp = datetime.fromisoformat(row[0][:26]).timestamp()
+            except ValueError:
+                raise _bad(path, ln, f"TIMESTAMP: not a date and time, got {row[0][:40]!r}") from None
+            try:
+                rec = AzureRecord(ContextTokens=_int(row[1]), GeneratedTokens=_int(row[2]))
+            except (ValueError, ValidationError) as exc:
+                msg = first_error(exc) if isinstance(exc, ValidationError) else str(exc)
+                raise _bad(path, ln, msg) from None
+            reqs.add(ln, stamp, rec.ContextTokens, max(rec.GeneratedTokens, 1), row[0][:40])
+    except csv.Error as exc:
+        raise _bad(path, rd.line_num, f"malformed CSV ({exc})") from None
+    a, inp, outp = reqs.arrays()
+    return Trace(path.stem, a, inp, outp, np.zeros(len(a)), False)
+
+
+def _int(text: str) -> int:
+    text = text.strip()
+    if not text.isdigit() or len(text) > 12:
+        raise ValueError(f"token count {text[:40]!r} is not a whole number")
+    return int(text)
 
 
 def summarize(trace: Trace, topk: int = 2048) -> dict:

@@ -49,7 +49,7 @@ def mutate(fn):
 @pytest.mark.parametrize("change,msg", [
     (lambda d: d["nodes"][0].update(kind="tpu"), "unknown kind 'tpu'"),
     (lambda d: d["nodes"][0].pop("hbm_bandwidth"), "missing field 'hbm_bandwidth'"),
-    (lambda d: d["links"][0]["bandwidth"].update(value="-5 GB/s"), "non-negative"),
+    (lambda d: d["links"][0]["bandwidth"].update(value="-5 GB/s"), "bandwidth: must be positive"),
     (lambda d: d["links"][0]["bandwidth"].update(value="0 GB/s"), "must be positive"),
     (lambda d: d["nodes"][0]["hbm_capacity"].update(value="96 GB/s"), "not a bytes"),
     (lambda d: d["nodes"][0]["hbm_capacity"].pop("source"), "source"),

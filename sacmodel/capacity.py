@@ -50,7 +50,7 @@ def static_check(cfg: Config, *, context: int, output: int, concurrency: int, pr
     else:
         prefix = context - cfg.prefill_chunk + page if shared else 0
         per_req = cfg.buffer_alloc if context > cfg.device_buffer else -(-(context + output) // page) * page
-    usage["device_pool"] = (prefix + per_rank * per_req, cfg.max_total_tokens)
+    usage["max_total_tokens"] = (prefix + per_rank * per_req, cfg.max_total_tokens)     # the device KV pool
     if cfg.hisparse:
         ratio = t.param("host_to_device_ratio") if t.has_param("host_to_device_ratio") else 2.0
         host_tokens = (context if shared else per_rank * context) + per_rank * (page + output)

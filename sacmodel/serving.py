@@ -189,7 +189,7 @@ def fill(pred: Prediction, cfg: Config, reqs: Requests, res) -> Prediction:
     pred.success_fraction = float(ok.mean()) if len(ok) else 1.0
     if res.crash is not None:
         pred.feasible = False
-        pred.limit = "device_pool (max_total_tokens): " + res.crash.reason
+        pred.limit = "max_total_tokens: " + res.crash.reason
     ttft = (res.first - res.release) * 1e3
     e2e = (res.done - res.release) * 1e3
     multi = ok & (out > 1)

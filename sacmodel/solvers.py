@@ -134,18 +134,20 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
     L, O = _workload_symbols()
     S = lambda n, u="dimensionless": sym(n, u)  # noqa: E731
     rank, shared, pre, fetch, front = rank_terms(), shared_terms(), prefill_terms(), fetch_terms(), front_end_terms()
-    k_attn = sp.Min(S("topk"), L) if sparse else L
+    k_attn = sp.Min(sym("topk", "dimensionless", "top-k entries selected per layer"), L) if sparse else L
     m_mean = sym("m_mean", "dimensionless", "entries one request loads per layer per step, mean over its output")
     L_dec = L + O / 2
-    swap_on = sp.Piecewise((1, L_dec > S("buffer_slots")), (0, True)) if system not in ("gpu", "rdma-topk") else 0
+    buf = sym("buffer_slots", "dimensionless", "GPU buffer slots per request and layer")
+    swap_on = sp.Piecewise((1, L_dec > buf), (0, True)) if system not in ("gpu", "rdma-topk") else 0
     decode = (sum(rank.values()).xreplace({S("b"): 1, S("M"): m_mean, S("L"): L_dec, S("k_attn"): k_attn,
                                           S("swap_on"): swap_on})
               + shared["fixed"] + shared["mlp"].xreplace({S("N"): 1, S("N_d"): 1, S("mlp_eff"): S("compute_eff")}))
     # a prefix hit is matched page-aligned: the last 1..page tokens are prefilled
-    E = L - S("E") * sp.floor((L - 1) / S("E"))
+    page = sym("E", "dimensionless", "KV page (tokens): the uncached tail of a prefix hit is 1..page tokens")
+    E = L - page * sp.floor((L - 1) / page)
     extend = (shared["fixed"] + shared["mlp"].xreplace({S("N"): E, S("N_d"): E, S("mlp_eff"): S("prefill_eff")})
               + sum(pre.values()).xreplace({S("P"): E, S("H"): L - E, S("k_attn"): k_attn})
-              + sym("t_admit", "second"))
+              + sym("t_admit", "second", "scheduler work to admit one prefix-hit request"))
     ttft = front["tokenize"] + front["request"] + extend
     if system == "rdma":
         copy_ = sum(fetch.values()).xreplace({S("N_f"): L})
@@ -154,13 +156,16 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
     else:
         copy_ = 0
     tbt = decode + copy_ / (O - 1)
-    C = S("prefill_chunk")
-    chunks = sp.ceiling(L / C)
+    C = sym("prefill_chunk", "dimensionless", "prompt tokens prefilled per rank per iteration (chunk)")
+    full, rest = sp.floor(L / C), L - C * sp.floor(L / C)        # whole chunks and the last part
+
+    def per_chunk(P):
+        return (shared["fixed"] + shared["mlp"].xreplace({S("N"): P, S("N_d"): P, S("mlp_eff"): S("prefill_eff")})
+                + pre["prefill_proj"].xreplace({S("P"): P}))
     kk = k_attn
     entries = sp.Piecewise((L * (L + 1) / 2, L <= kk), (kk * (kk + 1) / 2 + (L - kk) * kk, True))
     cold = (front["tokenize"] + front["request"]
-            + chunks * (shared["fixed"] + shared["mlp"].xreplace({S("N"): C, S("N_d"): C, S("mlp_eff"): S("prefill_eff")})
-                        + pre["prefill_proj"].xreplace({S("P"): C}))
+            + full * per_chunk(C) + sp.Piecewise((per_chunk(rest), rest > 0), (0, True))
             + S("layers") * S("f_index", "FLOP") * L * (L + 1) / 2 / (S("peak_fp8", "FLOP/second") * S("prefill_eff"))
             + S("layers") * S("f_attn", "FLOP") * entries / (S("peak_bf16", "FLOP/second") * S("prefill_eff")))
     nbytes = S("layers") * m_mean * S("entry_bytes", "byte") * (1 if system == "rdma-topk" else swap_on)
@@ -175,6 +180,21 @@ def mean_misses(scenario, system: str, *, context: int, output: int, **resources
         return 0.0
     c = cumulative_misses(cfg, int(context), int(output))
     return float(c[output - 1] / (output - 1))
+
+
+def mean_misses_grid(scenario, system: str, context, output, **resources) -> np.ndarray:
+    """``m_mean`` at every (context, output) pair of two broadcastable arrays (same rule as the engine)."""
+    from .engine import cumulative_misses
+    cfg = resolve(scenario, system, **resources)
+    L, O = np.broadcast_arrays(np.asarray(context, dtype=float), np.asarray(output, dtype=float))
+    out = np.zeros(L.shape)
+    top = int(np.max(O)) if O.size else 1
+    for lv in np.unique(L):
+        sel = L == lv
+        c = cumulative_misses(cfg, int(round(lv)), max(top, 2))
+        o = np.maximum(O[sel].astype(int), 2)
+        out[sel] = c[o - 1] / (o - 1)
+    return out
 
 
 def scenario_values(scenario, system: str, **resources) -> dict[str, float]:
@@ -476,10 +496,22 @@ def _unloaded_fn(topo, system, metric, vary, fixed):
         e = _free_form(system, metric, topo, name, fx, res)
     except SolverError:
         return None
-    if e.free_symbols - {sp.Symbol(name, positive=True)}:
+    x = sp.Symbol(name, positive=True)
+    mm = sp.Symbol("m_mean", positive=True)
+    if e.free_symbols - {x, mm}:
         return None
+    if mm in e.free_symbols:               # the mean misses follow the varied context or output numerically
+        g = _lambdify(e, (name, "m_mean"))
+        L0, O0 = fixed.get("context"), fixed.get("output")
+        res_ = {k: v for k, v in fixed.items() if k in ("cxl_devices", "rdma_nics", "device_buffer")}
+
+        def f_m(v):
+            L_ = v if name == "L" else L0
+            O_ = v if name == "O" else O0
+            return g(v, mean_misses_grid(topo, system, L_, O_, **res_))
+        return f_m
     f = _lambdify(e, (name,))
-    return f if e.free_symbols else (lambda x, c=float(e): c)
+    return f if e.free_symbols else (lambda x_, c=float(e): c)
 
 
 def _symbolic_roots(topo, a, b, metric, vary, lo, hi, ratio, fixed):
@@ -497,6 +529,8 @@ def _symbolic_roots(topo, a, b, metric, vary, lo, hi, ratio, fixed):
     except SolverError:
         return None
     x = sp.Symbol(name, positive=True)
+    if sp.Symbol("m_mean", positive=True) in (ea.free_symbols | eb.free_symbols):
+        return None                 # the mean misses depend on the varied context/output numerically
     diff = ea - ratio * eb          # like terms of a and b already combine here, without simplify
     if any(x in f.free_symbols for f in diff.atoms(sp.Min, sp.Max, sp.Piecewise)):
         return None                 # piecewise in x: the numeric root finder handles it (simplify would be slow)
@@ -737,7 +771,8 @@ def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, out
     expr = symbolic(system, metric, scenario, free=_all_free(system, metric, scenario, resources),
                     context=context, output=output, **resources)
     vals = scenario_values(scenario, system, **resources)
-    vals.update(L=float(context), O=float(output))
+    vals.update(L=float(context), O=float(output),
+                m_mean=mean_misses(scenario, system, context=context, output=output, **resources))
     f = float(expr.xreplace({s: vals[s.name] for s in expr.free_symbols}))
     out = []
     for s in sorted(expr.free_symbols, key=lambda s: s.name):
@@ -754,7 +789,7 @@ def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, out
 def _all_free(system, metric, scenario, resources):
     sparse = resolve(scenario, system, **resources).model.sparse
     names = {s.name for s in unloaded_expression(system, metric, sparse).free_symbols} - {"L", "O"}
-    return tuple(n for n in names if n not in ("flop_unit", "b", "B", "swap_on", "pool_on", "rdma_topk_on"))
+    return tuple(n for n in names if n not in ("flop_unit", "b", "B", "swap_on", "pool_on", "rdma_topk_on", "m_mean"))
 
 
 # ---- sweeps ---------------------------------------------------------------------------------------
@@ -779,11 +814,19 @@ def sweep(scenario, system: str, grid: dict, metric: str = "tbt", *, context=Non
     if size > LIMITS["sweep_points"]:
         raise SolverError(f"the grid has {size:,} points; at most {LIMITS['sweep_points']:,} per sweep "
                           "(a documented limit: split it)")
-    expr = symbolic(system, metric, _topology(scenario), free=tuple(syms), context=ctx, output=out_, **resources)
-    f = _lambdify(expr, tuple(syms))
+    topo = _topology(scenario)
+    expr = symbolic(system, metric, topo, free=tuple(syms), context=ctx, output=out_, **resources)
     mesh = np.meshgrid(*axes, indexing="ij")
     cols = {n: m.ravel() for n, m in zip(names, mesh)}
-    val = f(*[cols[n] for n in names])
+    args = [cols[n] for n in names]
+    if sp.Symbol("m_mean", positive=True) in expr.free_symbols:     # context or output in the grid
+        L_ = cols[names[syms.index("L")]] if "L" in syms else ctx
+        O_ = cols[names[syms.index("O")]] if "O" in syms else out_
+        f = _lambdify(expr, tuple(syms) + ("m_mean",))
+        val = f(*args, mean_misses_grid(topo, system, L_, O_, **resources))
+    else:
+        f = _lambdify(expr, tuple(syms))
+        val = f(*args)
     cols[metric] = np.broadcast_to(np.asarray(val, dtype=float), (mesh[0].size,)).copy()
     return cols
 

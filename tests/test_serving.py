@@ -96,7 +96,7 @@ def test_device_pool_overflow_ends_the_run():
     server stops (as measured: 139 of 384 completed)."""
     p = predict("sac-testbed", "dram", context=65536, output=(0, 1024), concurrency=192, requests=384,
                 device_buffer=6144, max_total_tokens=250000)
-    assert not p.feasible and "device_pool" in p.limit and 0 < p.success_fraction < 0.6
+    assert not p.feasible and p.limit.startswith("max_total_tokens") and 0 < p.success_fraction < 0.6
     ok = predict("sac-testbed", "dram", context=32768, output=(0, 1024), concurrency=192, requests=384,
                  device_buffer=6144, max_total_tokens=250000)
     assert ok.feasible and ok.success_fraction == 1.0
@@ -133,7 +133,7 @@ def test_capacity_limit_is_named_and_nothing_invented():
     q = predict(small, "dram", context=32768, output=1024, concurrency=64)
     assert not q.feasible and q.limit.startswith("hbm") and math.isnan(q.ttft_mean_ms)
     g = predict("sac-testbed", "gpu", context=131072, output=1024, concurrency=64, prompts="distinct")
-    assert not g.feasible and g.limit == "device_pool" and g.to_dict()["tbt_mean_ms"] is None
+    assert not g.feasible and g.limit == "max_total_tokens" and g.to_dict()["tbt_mean_ms"] is None
 
 
 def test_open_loop_is_seeded_and_lighter_load_is_faster():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from array import array
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -32,13 +33,22 @@ class Trace:
     output_len: np.ndarray
     cached: np.ndarray
     has_prefix_info: bool
+    # prefix blocks of every request, flat (request i: blocks[offsets[i]:offsets[i + 1]]), each of
+    # ``block_tokens`` tokens; None when the trace has no prefix information
+    blocks: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+    block_tokens: int = MOONCAKE_BLOCK
 
     def __len__(self) -> int:
         return len(self.arrival)
 
     def head(self, n: int) -> "Trace":
+        blocks, offsets = self.blocks, self.offsets
+        if offsets is not None:
+            offsets = offsets[:n + 1]
+            blocks = blocks[:offsets[-1]]
         return Trace(self.name, self.arrival[:n], self.input_len[:n], self.output_len[:n], self.cached[:n],
-                     self.has_prefix_info)
+                     self.has_prefix_info, blocks, offsets, self.block_tokens)
 
 
 def _bad(path, line, msg):
@@ -64,12 +74,16 @@ def _positive_int(v, path, line, name, allow_zero=False):
     return int(v)
 
 
-def _mooncake(path: Path, limit):
-    ts, inp, outp, hit = [], [], [], []
-    seen: set = set()
+def iter_mooncake(path: str | Path, limit: int | None = None):
+    """Stream a Mooncake JSONL trace: yields (line, timestamp s, input, output, hash_ids) per request.
+
+    Lines are validated one at a time (a broken one raises naming the file and line); nothing is kept.
+    """
+    path = Path(path)
+    n = 0
     with path.open() as fh:
         for ln, text in enumerate(fh, 1):
-            if limit is not None and len(ts) >= limit:
+            if limit is not None and n >= limit:
                 break
             if not text.strip():
                 continue
@@ -88,22 +102,34 @@ def _mooncake(path: Path, limit):
             n_in = _positive_int(d["input_length"], path, ln, "input_length")
             n_out = _positive_int(d["output_length"], path, ln, "output_length")
             ids = d.get("hash_ids", [])
-            if not isinstance(ids, list):
-                raise _bad(path, ln, "hash_ids must be a list")
-            lead = 0
-            for h in ids:
-                if h not in seen:
-                    break
-                lead += 1
-            seen.update(ids)
-            ts.append(t / 1e3)
-            inp.append(n_in)
-            outp.append(n_out)
-            hit.append(min(lead * MOONCAKE_BLOCK, n_in - 1))   # at least the last token is computed
+            if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+                raise _bad(path, ln, "hash_ids must be a list of integers")
+            n += 1
+            yield ln, t / 1e3, n_in, n_out, ids
+
+
+def _mooncake(path: Path, limit):
+    ts, inp, outp, hit = array("d"), array("q"), array("q"), array("d")
+    blocks, offsets = array("q"), array("q", [0])
+    seen: set = set()
+    for _, t, n_in, n_out, ids in iter_mooncake(path, limit):
+        lead = 0
+        for h in ids:
+            if h not in seen:
+                break
+            lead += 1
+        seen.update(ids)
+        ts.append(t)
+        inp.append(n_in)
+        outp.append(n_out)
+        hit.append(min(lead * MOONCAKE_BLOCK, n_in - 1))   # at least the last token is computed
+        blocks.extend(ids)
+        offsets.append(len(blocks))
     if not ts:
         raise DataError(f"{path}: no requests")
-    a = np.array(ts)
-    return Trace(path.stem, a - a.min(), np.array(inp), np.array(outp), np.array(hit, float), True)
+    a = np.frombuffer(ts, float)
+    return Trace(path.stem, a - a.min(), np.frombuffer(inp, np.int64), np.frombuffer(outp, np.int64),
+                 np.frombuffer(hit, float), True, np.frombuffer(blocks, np.int64), np.frombuffer(offsets, np.int64))
 
 
 def _azure(path: Path, limit):
@@ -173,7 +199,7 @@ def replay(scenario, system: str, trace: Trace, *, concurrency: int | None = Non
         pred.feasible, pred.limit, pred.capacity = False, f"{alone['limit']} (largest request alone)", alone
         return pred
     if concurrency is None:
-        concurrency = _memory_concurrency(cfg, int(trace.input_len.mean()), int(trace.output_len.mean()))
+        concurrency = memory_concurrency(cfg, int(trace.input_len.mean()), int(trace.output_len.mean()))
         pred.concurrency = concurrency
     cached = {"trace": trace.cached, "none": np.zeros(len(trace)), "all": trace.input_len - 1.0}[cache]
     reqs = Requests(trace.arrival / time_scale, trace.input_len, trace.output_len, np.asarray(cached, float))
@@ -183,7 +209,7 @@ def replay(scenario, system: str, trace: Trace, *, concurrency: int | None = Non
     return pred
 
 
-def _memory_concurrency(cfg, context: int, output: int) -> int:
+def memory_concurrency(cfg, context: int, output: int) -> int:
     """Largest concurrency whose memory use fits (bisection on :func:`capacity`)."""
     lo, hi = 1, 1
     while capacity(cfg, context, output, hi * 2)["feasible"] and hi < 1 << 16:

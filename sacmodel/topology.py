@@ -114,6 +114,7 @@ class Topology:
     path: Path | None = None
     description: str = ""
     model_overrides: dict = field(default_factory=dict)   # config.json fields replaced (e.g. index_topk)
+    cluster: Any = None     # schema version 2: the cluster (sacmodel.cluster.schema.ClusterSpec)
     _routes: dict = field(default_factory=dict, repr=False)
 
     # ---- lookup ----------------------------------------------------------------------------------
@@ -298,12 +299,16 @@ def load_topology(spec: str | Path | dict) -> Topology:
             raise TopologyError(f"{where}:{at}: malformed YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(data, dict):
         raise TopologyError(f"{where}: expected a mapping at the top level")
+    if data.get("schema_version") == 2:     # a cluster: its host scenario plus a 'cluster:' section
+        from .cluster.schema import load_v2
+        return load_v2(data, where, path)
     try:
         sf = ScenarioFile(**data)
     except ValidationError as exc:
         raise TopologyError(f"{where}: {_first_error(exc)}") from None
     if sf.schema_version != SCHEMA_VERSION:
-        raise TopologyError(f"{where}: schema_version {sf.schema_version} is not supported (this is {SCHEMA_VERSION})")
+        raise TopologyError(f"{where}: schema_version {sf.schema_version} is not supported "
+                            f"(this is {SCHEMA_VERSION}, or 2 with a 'cluster:' section)")
 
     g = nx.DiGraph()
     groups: dict[str, list[str]] = {}

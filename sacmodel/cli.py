@@ -264,32 +264,6 @@ def cmd_trace_stats(a):
         print(f"prompt tokens in an earlier request's prefix (unbounded cache): {100 * d['cached_token_ratio']:.1f}%")
 
 
-def cmd_replay(a):
-    from .traces import load_trace, replay
-    tr = load_trace(a.trace, limit=a.limit)
-    a.cache = a.cache or ("trace" if tr.has_prefix_info else "none")
-    con = Console()
-    rows = []
-    for s in a.systems:
-        p = replay(a.scenario, s, tr, concurrency=a.concurrency, time_scale=a.time_scale, cache=a.cache,
-                   cxl_devices=a.cxl_devices, rdma_nics=a.rdma_nics, device_buffer=a.device_buffer)
-        rows.append(p)
-    if a.json:
-        _print_json([p.to_dict() for p in rows])
-        return
-    t = Table(title=f"replay of {tr.name} ({len(tr)} requests, arrivals x 1/{a.time_scale:g}, cache={a.cache})")
-    for c in ("system", "in flight", "TTFT mean / p99 ms", "TBT mean / p99 ms", "tok/s", "E2E ms"):
-        t.add_column(c, justify="right" if c != "system" else "left")
-    for p in rows:
-        if not p.feasible:
-            t.add_row(p.system, "-", f"infeasible ({p.limit})", "", "", "")
-            continue
-        t.add_row(p.system, str(p.concurrency), f"{p.ttft_mean_ms:,.0f} / {p.ttft_p99_ms:,.0f}",
-                  f"{p.tbt_mean_ms:,.1f} / {p.tbt_p99_ms:,.1f}", f"{p.output_throughput_tok_s:,.0f}",
-                  f"{p.e2e_mean_ms:,.0f}")
-    con.print(t)
-
-
 def cmd_scenarios(a):
     from .topology import builtin_scenarios, load_topology
     for n in builtin_scenarios():
@@ -386,27 +360,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_trace_stats)
 
-    p = sub.add_parser("replay", help="replay a request trace through the serving model")
-    _add_scenario(p)
-    p.add_argument("trace")
-    p.add_argument("--systems", type=system_list, default=["dram", "cxl", "rdma"])
-    p.add_argument("--limit", type=pos_int, default=None, help="first N requests")
-    p.add_argument("--time-scale", type=pos_float, default=1.0, help="speed-up of the arrivals (0.5 = half rate)")
-    p.add_argument("--cache", choices=("trace", "none", "all"), default=None,
-                   help="cached prefixes: from the trace's hash_ids (Mooncake), none, or all")
-    p.add_argument("--concurrency", type=pos_int, default=None, help="in flight at most (default: memory)")
-    p.add_argument("--cxl-devices", type=pos_int, default=None)
-    p.add_argument("--rdma-nics", type=pos_int, default=None)
-    p.add_argument("--device-buffer", type=tokens, default=None)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_replay)
-
     p = sub.add_parser("scenarios", help="list built-in scenarios")
     p.set_defaults(func=cmd_scenarios)
     p = sub.add_parser("models", help="list the model catalog")
     p.set_defaults(func=cmd_models)
     from . import solvers_cli
     solvers_cli.register(sub, _add_scenario, _add_workload)
+    from .cluster import cli as cluster_cli      # replay, hitrate, and the cluster options of plan/sweep
+    cluster_cli.register(sub, _add_scenario)
     return ap
 
 

@@ -838,4 +838,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, context_resolution
             "tbt_p99_ms": float(np.percentile(tbt, 99)), "e2e_mean_ms": float(e2e.mean()),
             "output_throughput_tok_s": float(out.sum()) / duration if duration else math.nan,
             "request_throughput_req_s": n / duration if duration else math.nan,
-            "duration_s": duration, "breakdown": breakdown}
+            "duration_s": duration, "breakdown": breakdown,
+            # per request, in input order (cluster branch: the interface of the issue-7 engine)
+            "per_request": {"first_s": first, "done_s": done, "ttft_ms": ttft,
+                            "tbt_ms": np.where(multi, (done - first) / np.maximum(out - 1, 1) * 1e3, math.nan),
+                            "e2e_ms": e2e, "completed": np.isfinite(done)}}

@@ -38,6 +38,7 @@ class Trace:
     blocks: np.ndarray | None = None
     offsets: np.ndarray | None = None
     block_tokens: int = MOONCAKE_BLOCK
+    lines: np.ndarray | None = None       # line of the file each request came from
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -48,7 +49,8 @@ class Trace:
             offsets = offsets[:n + 1]
             blocks = blocks[:offsets[-1]]
         return Trace(self.name, self.arrival[:n], self.input_len[:n], self.output_len[:n], self.cached[:n],
-                     self.has_prefix_info, blocks, offsets, self.block_tokens)
+                     self.has_prefix_info, blocks, offsets, self.block_tokens,
+                     None if self.lines is None else self.lines[:n])
 
 
 def _bad(path, line, msg):
@@ -110,9 +112,9 @@ def iter_mooncake(path: str | Path, limit: int | None = None):
 
 def _mooncake(path: Path, limit):
     ts, inp, outp, hit = array("d"), array("q"), array("q"), array("d")
-    blocks, offsets = array("q"), array("q", [0])
+    blocks, offsets, lines = array("q"), array("q", [0]), array("q")
     seen: set = set()
-    for _, t, n_in, n_out, ids in iter_mooncake(path, limit):
+    for ln, t, n_in, n_out, ids in iter_mooncake(path, limit):
         lead = 0
         for h in ids:
             if h not in seen:
@@ -125,11 +127,13 @@ def _mooncake(path: Path, limit):
         hit.append(min(lead * MOONCAKE_BLOCK, n_in - 1))   # at least the last token is computed
         blocks.extend(ids)
         offsets.append(len(blocks))
+        lines.append(ln)
     if not ts:
         raise DataError(f"{path}: no requests")
     a = np.frombuffer(ts, float)
     return Trace(path.stem, a - a.min(), np.frombuffer(inp, np.int64), np.frombuffer(outp, np.int64),
-                 np.frombuffer(hit, float), True, np.frombuffer(blocks, np.int64), np.frombuffer(offsets, np.int64))
+                 np.frombuffer(hit, float), True, np.frombuffer(blocks, np.int64), np.frombuffer(offsets, np.int64),
+                 lines=np.frombuffer(lines, np.int64))
 
 
 def _azure(path: Path, limit):

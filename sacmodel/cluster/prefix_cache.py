@@ -45,6 +45,7 @@ class RadixCache:
         self.used = [0] * len(capacities)
         self.evicted = [0] * len(capacities)    # blocks that left each tier (demoted or dropped)
         self.promoted = 0
+        self.pins = 0                            # paths admitted and not yet released
 
     # ---- queries ------------------------------------------------------------------------------
     def match(self, blocks) -> list[int]:
@@ -86,6 +87,7 @@ class RadixCache:
         """
         if path is None:
             path = self.match(blocks)
+        self.pins += 1
         for n in path:
             self._pin(n)
         for n in path:                       # promotion on hit (nearest tier first, root side first)
@@ -105,6 +107,7 @@ class RadixCache:
     def release(self, path: list[int]) -> None:
         """Unpin a path returned by :meth:`admit`; it becomes the most recently used (leaf first)."""
         order, tier, ref = self.order, self.tier, self.ref
+        self.pins -= 1
         for n in reversed(path):
             ref[n] -= 1
             if ref[n] == 0:
@@ -112,9 +115,52 @@ class RadixCache:
 
     def touch(self, blocks) -> int:
         """Admit and release at once (a request that takes no time); returns the cached blocks it found."""
-        path = self.match(blocks)
+        if len(self.cap) > 1 or self.watermark is not None or self.pins:
+            path = self.match(blocks)
+            hit = len(path)
+            self.release(self.admit(blocks, path))
+            return hit
+        # the same for one tier with nothing pinned, inlined (the hit-rate fast path runs this per request)
+        trie, order, key, free, parent, tier = self.trie, self.order[0], self.key, self.free, self.parent, self.tier
+        path, cur = [], 0
+        for b in blocks:
+            nxt = trie.get((cur, b))
+            if nxt is None:
+                break
+            path.append(nxt)
+            cur = nxt
         hit = len(path)
-        self.release(self.admit(blocks, path))
+        for n in path:                       # out of the eviction order while the new blocks go in
+            del order[n]
+        cap, used, new = self.cap[0], self.used[0], []
+        for b in blocks[hit:int(min(len(blocks), cap))]:
+            if used >= cap:
+                v = order.popitem(last=False)[0]
+                del trie[key[v]]
+                key[v] = None
+                tier[v] = -1
+                free.append(v)
+                used -= 1
+                self.evicted[0] += 1
+            k = (cur, b)
+            if free:
+                n = free.pop()
+                parent[n], key[n], tier[n] = cur, k, 0
+            else:
+                n = len(parent)
+                parent.append(cur)
+                key.append(k)
+                tier.append(0)
+                self.ref.append(0)
+            trie[k] = n
+            used += 1
+            new.append(n)
+            cur = n
+        self.used[0] = used
+        for n in reversed(new):
+            order[n] = None
+        for n in reversed(path):
+            order[n] = None
         return hit
 
     # ---- internals ----------------------------------------------------------------------------
@@ -187,3 +233,27 @@ class RadixCache:
             assert self.ref[n] >= 0 and ((self.ref[n] == 0) == (n in self.order[self.tier[n]]))
         for t in range(len(self.cap)):
             assert self.used[t] == sum(1 for n in live if self.tier[n] == t)
+
+
+def page_keys(blocks, input_len: int, trace_block: int, block_tokens: int) -> list:
+    """Cache keys of one request at ``block_tokens`` granularity from its trace blocks of ``trace_block`` tokens.
+
+    Finer pages split each block (page j of block b is ``b * k + j``, k pages per block); coarser pages group
+    blocks and are named by their last block, which identifies the whole prefix (Mooncake hashes are chained).
+    """
+    if block_tokens == trace_block:
+        return blocks.tolist() if hasattr(blocks, "tolist") else list(blocks)
+    n_pages = -(-int(input_len) // block_tokens)
+    if block_tokens < trace_block:
+        k = trace_block // block_tokens
+        return [int(b) * k + j for b in blocks for j in range(k)][:n_pages]
+    m = block_tokens // trace_block
+    return [int(blocks[min((g + 1) * m, len(blocks)) - 1]) for g in range(-(-len(blocks) // m))]
+
+
+def check_block_tokens(block_tokens, trace_block: int) -> int:
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1 or (
+            trace_block % block_tokens and block_tokens % trace_block):
+        raise ValueError(f"block_tokens must divide or be a multiple of the trace's {trace_block}-token blocks, "
+                         f"got {block_tokens!r}")
+    return block_tokens

@@ -4,7 +4,8 @@ Public API (see README): scenarios and topology (:func:`load_topology`, :func:`r
 (:func:`get_model`), cost primitives, the fetch micro-benchmark model (:func:`fetch_latency_us`), the numpy
 reference (:mod:`sacmodel.reference`) and its analytic counterpart (:func:`access_counts`), the serving
 model (:func:`predict`, :func:`compare`), the solvers (:func:`symbolic`, :func:`breakeven`, :func:`plan`,
-:func:`sensitivity`, :func:`sweep`) and trace replay (:func:`load_trace`, :func:`replay`).
+:func:`sensitivity`, :func:`sweep`), trace replay through one instance or a cluster (:func:`load_trace`,
+:func:`replay`, :func:`load_cluster`) and the prefix hit-rate fast path (:func:`prefix_hit_rate`).
 """
 from . import reference
 from .access import access_counts, steady_state_misses
@@ -16,7 +17,10 @@ from .serving import ConfigError, Prediction, compare, predict
 from .systems import BACKENDS, SYSTEMS, as_topology, fetch_latency_us
 from .solvers import breakeven, max_load, plan, sensitivity, sweep, symbolic
 from .topology import Topology, TopologyError, builtin_scenarios, load_topology, max_min_share
-from .traces import load_trace, replay
+from .traces import load_trace
+from .cluster.hitrate import prefix_hit_rate
+from .cluster.replay import ClusterPrediction, replay
+from .cluster.schema import load_cluster
 from .units import UnitError, parse_quantity, ureg
 
 __version__ = "0.1.0"
@@ -28,5 +32,5 @@ __all__ = [
     "get_model", "ConfigError", "Prediction", "compare", "predict", "BACKENDS", "SYSTEMS", "as_topology",
     "fetch_latency_us", "Topology", "TopologyError", "builtin_scenarios", "load_topology", "max_min_share",
     "UnitError", "parse_quantity", "ureg", "__version__", "breakeven", "max_load", "plan", "sensitivity",
-    "sweep", "symbolic", "load_trace", "replay",
+    "sweep", "symbolic", "load_trace", "replay", "load_cluster", "prefix_hit_rate", "ClusterPrediction",
 ]

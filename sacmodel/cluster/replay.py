@@ -456,7 +456,7 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
         ok &= ~(tbt > slo_s["tbt"] * 1e3)
     if "e2e" in slo_s:
         ok &= e2e <= slo_s["e2e"] * 1e3
-    per = {"arrival_s": arrival, "instance": inst_of, "decode_instance": dec_of,
+    per = {"arrival": arrival, "instance": inst_of, "decode_instance": dec_of,
            "input_tokens": tr.input_len, "output_tokens": out, "cached_tokens": cached_total,
            **{f"cached_{t}": by_tier[j] for j, t in enumerate(tier_names)},
            "load_s": load_s, "handoff_s": handoff_s, "queue_s": queue,

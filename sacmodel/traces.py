@@ -104,8 +104,12 @@ def iter_mooncake(path: str | Path, limit: int | None = None):
             n_in = _positive_int(d["input_length"], path, ln, "input_length")
             n_out = _positive_int(d["output_length"], path, ln, "output_length")
             ids = d.get("hash_ids", [])
-            if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
-                raise _bad(path, ln, "hash_ids must be a list of integers")
+            try:
+                if not isinstance(ids, list):
+                    raise TypeError
+                array("q", ids)                  # integers only (checked in C)
+            except (TypeError, OverflowError):
+                raise _bad(path, ln, "hash_ids must be a list of integers") from None
             n += 1
             yield ln, t / 1e3, n_in, n_out, ids
 

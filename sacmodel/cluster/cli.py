@@ -89,6 +89,7 @@ def cmd_replay(a):
             runs[label] = replay(a.scenario, s, tr, router=r, instances=a.instances, cache_capacity=cap, pd=pd,
                                  time_scale=a.time_scale, concurrency=a.concurrency, cache=cache, slo=slo,
                                  router_params=_router_params(a), block_tokens=a.block_tokens,
+                                 tiers=_list(a.tiers) if a.tiers else None,
                                  progress=not a.quiet and sys.stderr.isatty(),
                                  **{k: v for k, v in res.items() if v is not None})
     if a.csv:
@@ -124,6 +125,9 @@ def cmd_replay(a):
                   f"{s['tbt_p50_ms']:,.0f}/{s['tbt_p99_ms']:,.0f}", f"{s['queue_p50_s']:,.1f}",
                   f"{100 * s['slo_attainment']:.1f}%", f"{s['goodput_req_s']:.3f}")
     con.print(t)
+    for label, p in runs.items():
+        if not p.feasible:
+            con.print(f"[bold red]{label}: incomplete[/] ({p.limit})")
     for label, p in runs.items():
         s = p.summary
         tiers = ", ".join(f"{k} {100 * v:.1f}%" for k, v in s["hit_rate"].items())
@@ -257,6 +261,8 @@ def register(sub, add_scenario):
     p.add_argument("--pd", default=None, help="prefill:decode instance split, e.g. 2:6 (disaggregation)")
     p.add_argument("--cache-capacity", default=None,
                    help="prefix-cache tokens of the system's home tier ('3M', 'inf') or per tier ('hbm=200K,cxl=10M')")
+    p.add_argument("--tiers", default=None, help="only these KV tiers (names or kinds), e.g. host for private "
+                                                "host-DRAM caches")
     p.add_argument("--block-tokens", type=int, default=None, help="cache granularity (default: the trace's blocks)")
     p.add_argument("--limit", type=int, default=None, help="first N requests")
     p.add_argument("--time-scale", type=float, default=1.0, help="speed-up of the arrivals (2 = twice as fast)")

@@ -88,6 +88,8 @@ class RadixCache:
         if path is None:
             path = self.match(blocks)
         self.pins += 1
+        if len(self.cap) == 1 and self.watermark is None:
+            return self._admit_one_tier(blocks, path)
         for n in path:
             self._pin(n)
         for n in path:                       # promotion on hit (nearest tier first, root side first)
@@ -164,6 +166,44 @@ class RadixCache:
         return hit
 
     # ---- internals ----------------------------------------------------------------------------
+    def _admit_one_tier(self, blocks, path: list[int]) -> list[int]:
+        """:meth:`admit` for one tier evicting leaf by leaf, inlined (replays run it for every request)."""
+        trie, order, key, free, parent, tier, ref = (self.trie, self.order[0], self.key, self.free, self.parent,
+                                                     self.tier, self.ref)
+        for n in path:
+            if ref[n] == 0:
+                del order[n]
+            ref[n] += 1
+        cap, used = self.cap[0], self.used[0]
+        cur = path[-1] if path else 0
+        for b in blocks[len(path):]:
+            if used >= cap:
+                if not order:
+                    break
+                v = order.popitem(last=False)[0]
+                del trie[key[v]]
+                key[v] = None
+                tier[v] = -1
+                free.append(v)
+                used -= 1
+                self.evicted[0] += 1
+            k = (cur, b)
+            if free:
+                n = free.pop()
+                parent[n], key[n], tier[n], ref[n] = cur, k, 0, 1
+            else:
+                n = len(parent)
+                parent.append(cur)
+                key.append(k)
+                tier.append(0)
+                ref.append(1)
+            trie[k] = n
+            used += 1
+            path.append(n)
+            cur = n
+        self.used[0] = used
+        return path
+
     def _pin(self, n: int) -> None:
         if self.ref[n] == 0:
             del self.order[self.tier[n]][n]

@@ -145,13 +145,15 @@ def _instances(cl: ClusterSpec, n: int | None) -> list[InstanceSpec]:
                          cl.instances[k % len(cl.instances)].tiers) for k in range(n)]
 
 
-def _chain(cl: ClusterSpec, inst: InstanceSpec, system: str) -> list[str]:
+def _chain(cl: ClusterSpec, inst: InstanceSpec, system: str, only=None) -> list[str]:
     if cl.implicit:
         return [HOME[system]]
-    chain = [t for t in inst.tiers if cl.tiers[t].kind in USABLE[system]]
+    chain = [t for t in inst.tiers if cl.tiers[t].kind in USABLE[system]
+             and (only is None or t in only or cl.tiers[t].kind in only)]
     if not chain:
+        limit = f"; asked for {', '.join(only)}" if only is not None else ""
         raise ConfigError(f"{cl.name}: instance {inst.id!r} reaches no KV tier that system {system!r} can use "
-                          f"(its tiers: {', '.join(inst.tiers)}; {system} uses {', '.join(USABLE[system])})")
+                          f"(its tiers: {', '.join(inst.tiers)}; {system} uses {', '.join(USABLE[system])}{limit})")
     return chain
 
 
@@ -210,7 +212,7 @@ def _percentiles(x: np.ndarray) -> dict:
 def replay(scenario, system: str, trace, *, router: str = "round_robin", instances: int | None = None,
            cache_capacity=None, pd=None, time_scale: float = 1.0, concurrency: int | None = None,
            cache: str = "trace", context_resolution: float = 1 / 16, slo=None, router_params: dict | None = None,
-           block_tokens: int | None = None, limit: int | None = None, progress: bool = False,
+           block_tokens: int | None = None, limit: int | None = None, progress: bool = False, tiers=None,
            **resources) -> ClusterPrediction:
     """Replay ``trace`` through a cluster running ``system`` on every instance.
 
@@ -222,7 +224,9 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     instance counts (disaggregation; the handoff goes through the shared CXL pool for CXL systems, else
     over RDMA). ``time_scale`` 2 replays twice as fast. ``concurrency``: requests in flight per instance
     (default: what its memory holds). ``cache``: 'trace' (prefix caches), 'none', 'all' (every prompt
-    cached). ``slo``: {'ttft': s, 'tbt': s} or 'ttft=2s,tbt=100ms' for attainment and goodput.
+    cached). ``slo``: {'ttft': s, 'tbt': s} or 'ttft=2s,tbt=100ms' for attainment and goodput. ``tiers``:
+    only these tiers (names or kinds, e.g. ['host'] for private host-DRAM caches) of each instance's chain.
+    An instance whose engine run fails leaves its requests incomplete and the prediction infeasible.
     """
     if cache not in ("trace", "none", "all"):
         raise ConfigError(f"cache must be 'trace', 'none' or 'all', not {cache!r}")
@@ -265,7 +269,13 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     # caches
     pre = list(range(split[0])) if split else list(range(n_inst))
     dec = list(range(split[0], n_inst)) if split else []
-    chains = {k: _chain(cl, insts[k], system) for k in range(n_inst)}
+    if tiers is not None:
+        tiers = [tiers] if isinstance(tiers, str) else list(tiers)
+        unknown = [t for t in tiers if t not in cl.tiers and t not in KIND_ORDER]
+        if unknown:
+            raise ConfigError(f"tiers: unknown tier {unknown[0]!r} (tiers: {', '.join(cl.tiers)}; kinds: "
+                              f"{', '.join(KIND_ORDER)})")
+    chains = {k: _chain(cl, insts[k], system, tiers) for k in range(n_inst)}
     used = {t for k in pre for t in chains[k]}
     caps = _capacities(cl, used, system, cache_capacity, bpt)
     tier_names = sorted(used, key=lambda t: (KIND_ORDER[cl.tiers[t].kind], t))
@@ -309,49 +319,56 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
         for c in [*shared.values(), *(c for c, _ in private.values())]:
             c.touch(k0)
     prog = _progress(progress, n, n_inst)
-    for step_i, i in enumerate(order):
-        now = float(arrival[i])
+    arr_l, in_l, out_l = arrival.tolist(), tr.input_len.tolist(), tr.output_len.tolist()
+    offs = tr.offsets.tolist() if tr.offsets is not None else None
+    far = [KIND_ORDER[cl.tiers[t].kind] > home_rank for t in tier_names]
+    shared_of = {k: [(tidx[t], shared[t]) for t in chains[k] if t in shared] for k in pre}
+    ntier = len(tier_names)
+    for step_i, i in enumerate(order.tolist()):
+        now = arr_l[i]
         while releases and releases[0][0] <= now:
             _, _, c, path = heapq.heappop(releases)
             c.release(path)
         for ld in loads:
             ld.advance(now)
-        n_in, n_out = int(tr.input_len[i]), int(tr.output_len[i])
-        keys = (page_keys(tr.blocks[tr.offsets[i]:tr.offsets[i + 1]], n_in, tr.block_tokens, bt)
-                if cache == "trace" else [])
+        n_in, n_out = in_l[i], out_l[i]
+        keys = (page_keys(tr.blocks[offs[i]:offs[i + 1]], n_in, tr.block_tokens, bt) if cache == "trace" else [])
+        sh_match: dict = {}               # shared-tier matches, the same for every instance: once per request
 
-        def overlap(k, keys=keys):
+        def overlap(k, keys=keys, sh_match=sh_match):
             m = private[k][0].match_len(keys) if k in private else 0
-            return max([m] + [shared[t].match_len(keys) for t in chains[k] if t in shared])
+            for j, c in shared_of[k]:
+                if j not in sh_match:
+                    sh_match[j] = c.match_len(keys)
+                m = max(m, sh_match[j])
+            return m
         k = r_pre.choose(pre, loads, overlap, n_in, keys) if len(pre) > 1 else pre[0]
         inst_of[i] = k
+        cached = [0.0] * ntier
         if cache == "all":
-            cached = [0.0] * len(tier_names)
             cached[tidx[next(t for t in chains[k] if cl.tiers[t].kind == HOME[system])]] = n_in - 1.0
-        elif cache == "none":
-            cached = [0.0] * len(tier_names)
-        else:
+        elif cache == "trace":
             pc, priv = private.get(k, (None, []))
             ppath = pc.match(keys) if pc is not None else []
             ptiers = [tidx[priv[pc.tier[x]]] for x in ppath]
-            sh = [(tidx[t], shared[t].match_len(keys)) for t in chains[k] if t in shared]
-            cached = _split(ptiers, sh, n_in, bt, len(tier_names))
+            sh = [(j, sh_match[j] if j in sh_match else c.match_len(keys)) for j, c in shared_of[k]]
+            cached = _split(ptiers, sh, n_in, bt, ntier)
             pinned = []
             if pc is not None:
                 pinned.append((pc, pc.admit(keys, ppath)))
-            for j, m in sh:
+            for (j, m), (_, c) in zip(sh, shared_of[k]):
                 new_tok[i] = max(new_tok[i], n_in - m * bt)
-                pinned.append((shared[tier_names[j]], shared[tier_names[j]].admit(keys)))
+                pinned.append((c, c.admit(keys)))
         by_tier[:, i] = cached
         hit = float(sum(cached))
-        for j, t in enumerate(tier_names):
-            if cached[j] > 0 and KIND_ORDER[cl.tiers[t].kind] > home_rank:
-                load_bytes.append((i, t, cached[j] * bpt))
-        first, end = loads[k].add(now, n_in - hit, hit, n_out, int(i), prefill_only=bool(split))
+        for j in range(ntier):
+            if cached[j] > 0 and far[j]:
+                load_bytes.append((i, tier_names[j], cached[j] * bpt))
+        first, end = loads[k].add(now, n_in - hit, hit, n_out, i, prefill_only=bool(split))
         if split and n_out > 1:
             d = r_dec.choose(dec, loads, lambda _: 0, n_in, keys) if len(dec) > 1 else dec[0]
             dec_of[i] = d
-            _, end = loads[d].add(first, 0.0, n_in, n_out - 1, int(i), decode_only=True)
+            _, end = loads[d].add(first, 0.0, n_in, n_out - 1, i, decode_only=True)
         if cache == "trace":
             for c, path in pinned:
                 seq += 1
@@ -376,7 +393,8 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     kw = engine_kwargs(context_resolution)
     first_s, done_s = np.full(n, math.nan), np.full(n, math.nan)
     release_s = np.full(n, math.nan)
-    conc_used = {}
+    conc_used: dict = {}
+    failed: list[str] = []
     mean_in, mean_out = int(tr.input_len.mean()), int(tr.output_len.mean())
 
     def run(k, idx, arr, ctx, out, hit, c):
@@ -385,7 +403,11 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
         conc = concurrency or meta.get("concurrency") and -(-meta["concurrency"] // len(pre)) or \
             memory_concurrency(c, mean_in, mean_out)
         conc_used[insts[k].id] = conc
-        res = run_engine(c, Requests(arr, ctx, out, hit), conc, **kw)
+        try:
+            res = run_engine(c, Requests(arr, ctx, out, hit), conc, **kw)
+        except RuntimeError as exc:         # the engine gave up: say so, keep the other instances' results
+            failed.append(f"{insts[k].id}: {exc}")
+            return None
         if prog:
             prog.advance(prog.task_ids[1])
         return res["per_request"]
@@ -404,7 +426,7 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
 
     # write-through of new blocks to the shared tiers, and the prefill -> decode handoff
     flows, kinds = [], []
-    for i in np.flatnonzero(new_tok > 0):
+    for i in np.flatnonzero((new_tok > 0) & np.isfinite(first_s)):
         h = insts[inst_of[i]].host
         for t in chains[inst_of[i]]:
             if t in shared:
@@ -415,7 +437,7 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     handoff_s = np.zeros(n)
     via_cxl = split and HOME[system] == "cxl"
     if split:
-        for i in np.flatnonzero(dec_of >= 0):
+        for i in np.flatnonzero((dec_of >= 0) & np.isfinite(first_s)):
             if via_cxl:
                 continue                  # the write-through to the pool above is the handoff
             flows.append(net.handoff_flow(first_s[i], insts[inst_of[i]].host, insts[dec_of[i]].host,
@@ -429,7 +451,7 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     dec_first = np.full(n, math.nan)
     if split:
         for k in dec:
-            idx = np.flatnonzero(dec_of == k)
+            idx = np.flatnonzero((dec_of == k) & np.isfinite(first_s))
             arr = first_s[idx] + handoff_s[idx]
             idx = idx[np.argsort(arr, kind="stable")]
             arr = first_s[idx] + handoff_s[idx]
@@ -483,12 +505,14 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
         "cache_capacity_tokens": {t: caps[t] for t in tier_names},
         "requests_by_instance": {insts[k].id: int((inst_of == k).sum()) for k in pre},
         "concurrency_by_instance": conc_used,
+        "failed_instances": failed,
         "evicted_blocks": {t: int(c.evicted[0]) for t, c in shared.items()} | {
             f"{insts[k].id}.{name}": int(c.evicted[j]) for k, (c, names) in private.items()
             for j, name in enumerate(names)},
     }
     pred = ClusterPrediction(system, cl.name, int(tr.input_len.mean()), int(out.mean()),
-                             max(conc_used.values(), default=0), n, True, None,
+                             max(conc_used.values(), default=0), n, not failed,
+                             "; ".join(failed) if failed else None,
                              config={"trace": tr.name, "time_scale": time_scale, "cache": cache, "router": router,
                                      "instances": n_inst, "pd": summary["pd"], "cache_capacity": caps,
                                      "block_tokens": bt, "handoff": summary["handoff"]},

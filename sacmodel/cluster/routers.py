@@ -82,23 +82,21 @@ class KvRouter(Router):
         self.w, self.temp, self.bt = float(weight), float(temperature), block_tokens
         self.rng = np.random.default_rng(seed)
 
-    def costs(self, cands, loads, overlap, input_tokens) -> np.ndarray:
-        c = []
-        for i in cands:
-            ld = loads[i]
-            new = max(0.0, input_tokens - overlap(i) * self.bt)
-            prefill = (ld.pending_tokens + new) / self.bt
-            decode = ld.active_blocks + math.ceil(input_tokens / self.bt)
-            c.append(self.w * prefill + decode)
-        return np.array(c)
+    def costs(self, cands, loads, overlap, input_tokens) -> list[float]:
+        bt, w = self.bt, self.w
+        own = math.ceil(input_tokens / bt)
+        return [w * (loads[i].pending_tokens + max(0.0, input_tokens - overlap(i) * bt)) / bt
+                + loads[i].active_blocks + own for i in cands]
 
     def choose(self, cands, loads, overlap, input_tokens, blocks):
         c = self.costs(cands, loads, overlap, input_tokens)
+        lo = min(c)
         if self.temp == 0 or len(cands) == 1:
-            best = np.flatnonzero(c == c.min())
-            return min((cands[j] for j in best), key=lambda i: (loads[i].in_flight, loads[i].assigned, i))
-        span = c.max() - c.min()
-        p = np.ones(len(c)) if span == 0 else np.exp(-(c - c.min()) / (span * self.temp))
+            return min((i for i, x in zip(cands, c) if x == lo),
+                       key=lambda i: (loads[i].in_flight, loads[i].assigned, i))
+        c = np.array(c)
+        span = c.max() - lo
+        p = np.ones(len(c)) if span == 0 else np.exp(-(c - lo) / (span * self.temp))
         return cands[int(self.rng.choice(len(c), p=p / p.sum()))]
 
 

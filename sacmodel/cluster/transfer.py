@@ -135,7 +135,10 @@ def share_links(flows: list[Flow], capacity: dict) -> np.ndarray:
             t = nxt
         else:
             act = list(left)
-            rates = water_fill([flows[i].resources for i in act], [math.inf] * len(act), cap)
+            if len(act) == 1:             # alone: its bottleneck
+                rates = [min(capacity[r] for r in flows[act[0]].resources)]
+            else:
+                rates = water_fill([flows[i].resources for i in act], [math.inf] * len(act), cap)
             dt_end = min(left[i] / r for i, r in zip(act, rates))
             dt = min(dt_end, nxt - t)
             for i, r in zip(act, rates):

@@ -29,12 +29,12 @@ def test_kv_router_cost_is_weighted_prefill_plus_decode_blocks():
     ov = {0: 3, 1: 0}.__getitem__
     r = KvRouter(weight=1.0)
     # costs: 0 -> 1 x (4 - 3) + (10 + 4) = 15; 1 -> 1 x 4 + (2 + 4) = 10
-    assert list(r.costs([0, 1], L, ov, 4 * 512)) == [15.0, 10.0]
+    assert r.costs([0, 1], L, ov, 4 * 512) == [15.0, 10.0]
     assert r.choose([0, 1], L, ov, 4 * 512, []) == 1
     # weighting the prefill blocks 5x makes the cached prefix win: 0 -> 5 + 14 = 19, 1 -> 20 + 6 = 26
     assert KvRouter(weight=5.0).choose([0, 1], L, ov, 4 * 512, []) == 0
     # blocks it is already prefilling count as prefill work
-    assert list(KvRouter(weight=1.0).costs([0, 1], loads([10, 2], [0, 8 * 512]), ov, 4 * 512)) == [15.0, 18.0]
+    assert KvRouter(weight=1.0).costs([0, 1], loads([10, 2], [0, 8 * 512]), ov, 4 * 512) == [15.0, 18.0]
 
 
 def test_kv_router_temperature_samples_the_normalised_softmax():

@@ -306,4 +306,16 @@ def register(sub, add_scenario):
             g.add_argument("--values", default=None, help="values of --vary (instances, pool, router, pd) to try")
             g.add_argument("--scheduler", default=None, help="run the replays on Dask (tcp://HOST:PORT)")
         fallback = p.get_default("func")
+        for act in p._actions:            # --context is needed by single-instance plans only
+            if act.dest == "context" and act.required:
+                act.required = False
+                fallback = _needs_context(fallback)
         p.set_defaults(func=lambda a, cmd=cmd, fb=fallback: cmd(a, fb))
+
+
+def _needs_context(fallback):
+    def run(a):
+        if a.context is None:
+            raise ConfigError("--context is required (or --trace TRACE for a cluster plan)")
+        return fallback(a)
+    return run

@@ -104,9 +104,18 @@ def parse_slo(slo) -> dict:
     return out
 
 
+@dataclass
+class RunTrace(Trace):
+    """The measured round of a testbed run: released at once, at most ``concurrency`` in flight, its prompt
+    cached by the run's first round."""
+    concurrency: int = 1
+
+
 def load_workload(trace, limit: int | None = None) -> tuple[Trace, dict]:
     """A trace from a Trace, a Mooncake JSONL / Azure CSV path, or a testbed run (.json: its measured round,
     all requests released at once, the prompt cached by the run's first round)."""
+    if isinstance(trace, RunTrace):
+        return trace, {"warm": True, "concurrency": trace.concurrency}
     if isinstance(trace, Trace):
         return (trace if limit is None else trace.head(limit)), {}
     p = Path(trace)
@@ -130,7 +139,7 @@ def load_workload(trace, limit: int | None = None) -> tuple[Trace, dict]:
     nb = -(-inp // 512)
     offsets = np.concatenate([[0], np.cumsum(nb)])
     blocks = np.concatenate([np.arange(k) for k in nb])     # one shared prompt: the same blocks for all
-    tr = Trace(p.stem, np.zeros(len(rows)), inp, out, inp - 1.0, True, blocks, offsets)
+    tr = RunTrace(p.stem, np.zeros(len(rows)), inp, out, inp - 1.0, True, blocks, offsets, concurrency=conc)
     return tr, {"warm": True, "concurrency": conc}
 
 
@@ -141,7 +150,10 @@ def _instances(cl: ClusterSpec, n: int | None) -> list[InstanceSpec]:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"instances must be a positive integer, got {n!r}")
     # n instances like the cluster's, one per host (hosts added as needed); shared tiers reach them all
-    return [InstanceSpec(f"i{k}", f"host{k}", cl.instances[k % len(cl.instances)].role,
+    hosts = list(cl.hosts[:n])
+    while len(hosts) < n:
+        hosts.append(next(f"host{j}" for j in range(len(hosts), 10 * n) if f"host{j}" not in hosts))
+    return [InstanceSpec(f"i{k}", hosts[k], cl.instances[k % len(cl.instances)].role,
                          cl.instances[k % len(cl.instances)].tiers) for k in range(n)]
 
 
@@ -465,8 +477,10 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
         prog.stop()
 
     # results
-    ttft = (first_s - arrival) * 1e3
-    e2e = (done_s - arrival) * 1e3
+    # a testbed run is closed loop: its client sends a request when a slot frees, and times it from there
+    start = np.where(np.isfinite(release_s), release_s, arrival) if meta.get("concurrency") else arrival
+    ttft = (first_s - start) * 1e3
+    e2e = (done_s - start) * 1e3
     out = tr.output_len
     tbt = np.where(out > 1, (done_s - first_s) / np.maximum(out - 1, 1) * 1e3, math.nan)
     queue = release_s - arrival - load_s

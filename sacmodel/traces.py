@@ -114,17 +114,46 @@ def iter_mooncake(path: str | Path, limit: int | None = None):
             yield ln, t / 1e3, n_in, n_out, ids
 
 
+class _SeenIds:
+    """Block ids seen so far: a byte per id for the dense non-negative ids of remapped traces (Mooncake's),
+    a set for the others, so that a million-request trace does not hold millions of int objects."""
+    DENSE = 1 << 30
+
+    def __init__(self):
+        self.bits = bytearray()
+        self.other: set = set()
+
+    def __contains__(self, h: int) -> bool:
+        if 0 <= h < self.DENSE:
+            return h < len(self.bits) and self.bits[h] == 1
+        return h in self.other
+
+    def leading(self, ids) -> int:
+        n = 0
+        for h in ids:
+            if h not in self:
+                break
+            n += 1
+        return n
+
+    def add(self, ids) -> None:
+        bits = self.bits
+        for h in ids:
+            if 0 <= h < self.DENSE:
+                if h >= len(bits):
+                    bits.extend(bytes(max(h + 1 - len(bits), len(bits) // 2)))
+                bits[h] = 1
+            else:
+                self.other.add(h)
+
+
 def _mooncake(path: Path, limit):
     ts, inp, outp, hit = array("d"), array("q"), array("q"), array("d")
     blocks, offsets, lines = array("q"), array("q", [0]), array("q")
-    seen: set = set()
+    seen = _SeenIds()
     for ln, t, n_in, n_out, ids in iter_mooncake(path, limit):
-        lead = 0
-        for h in ids:
-            if h not in seen:
-                break
-            lead += 1
-        seen.update(ids)
+        lead = seen.leading(ids)
+        seen.add(ids)
         ts.append(t)
         inp.append(n_in)
         outp.append(n_out)

@@ -40,10 +40,15 @@ def hit_rates(trace, capacities, *, policy: str = "lru", block_tokens: int = 512
     for c in caps:
         if not c >= 1:
             raise ValueError(f"capacity must be at least one token, got {c!r}")
-    keys = [page_keys(tr.blocks[tr.offsets[i]:tr.offsets[i + 1]], tr.input_len[i], tr.block_tokens, bt)
-            for i in range(len(tr))]
     inp = tr.input_len.tolist()
+    offs = tr.offsets.tolist()
     total = float(sum(inp))
+    blocks, tb = tr.blocks, tr.block_tokens
+
+    def keys():       # one request at a time: a million-request trace holds no per-block objects
+        for i, n_in in enumerate(inp):
+            yield page_keys(blocks[offs[i]:offs[i + 1]], n_in, tb, bt), n_in
+
     out = []
     for cap in caps:
         blocks_cap = cap if math.isinf(cap) else max(1.0, math.floor(cap / bt))
@@ -52,7 +57,7 @@ def hit_rates(trace, capacities, *, policy: str = "lru", block_tokens: int = 512
         r = make_router(router, block_tokens=bt, **router_params)
         cands = list(range(instances))
         hit = 0.0
-        for k, n_in in zip(keys, inp):
+        for k, n_in in keys():
             i = r.choose(cands, loads, lambda j: caches[j].match_len(k), n_in, k) if instances > 1 else 0
             loads[i].add(0.0, 0.0, 0.0, 0, 0)
             hit += min(caches[i].touch(k) * bt, n_in - 1)

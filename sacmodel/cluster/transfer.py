@@ -108,7 +108,7 @@ def table_error(name: str, te: TransferEngine) -> dict:
 
 
 # ---- sharing over time ----------------------------------------------------------------------------
-@dataclass
+@dataclass(slots=True)
 class Flow:
     """``nbytes`` to move from ``start`` (s) after a fixed ``latency`` over the listed shared resources."""
     start: float

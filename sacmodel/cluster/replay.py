@@ -277,6 +277,10 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
             raise DataError(f"{tr.name}: line {line}: input_length {int(tr.input_len[i])} exceeds the model's "
                             f"maximum context {int(max_ctx)}")
     bt = check_block_tokens(block_tokens or tr.block_tokens, tr.block_tokens)
+    too_big = _largest_alone(cfg, tr) or (_largest_alone(cfg_dec, tr) if split else None)
+    if too_big:                      # as the single-instance replay: say so instead of running
+        return ClusterPrediction(system, cl.name, int(tr.input_len.mean()), int(tr.output_len.mean()), 0, len(tr),
+                                 False, f"{too_big} (largest request alone)", config={"trace": tr.name})
 
     # caches
     pre = list(range(split[0])) if split else list(range(n_inst))
@@ -539,6 +543,16 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     pred.request_throughput_req_s = summary["throughput_req_s"]
     pred.duration_s = duration
     return pred
+
+
+def _largest_alone(cfg, tr) -> str | None:
+    """The binding memory limit if the trace's largest request does not fit an instance alone, else None."""
+    from .. import serving
+    cap = getattr(serving, "capacity", None)
+    if cap is None:
+        return None
+    c = cap(cfg, int(tr.input_len.max()), int(tr.output_len.max()), 1)
+    return None if c["feasible"] else c["limit"]
 
 
 class _Network:

@@ -158,3 +158,15 @@ def test_replay_of_a_testbed_run_keeps_the_prompt_cached():
     assert r.summary["hit_rate_total"] == pytest.approx(1.0, abs=1e-4)
     assert r.summary["concurrency_by_instance"] == {"i0": 64}
     assert math.isfinite(r.summary["tbt_p50_ms"]) and r.summary["tbt_p50_ms"] > 30
+
+
+def test_the_issue_command_line_and_a_request_too_big_for_hbm(tmp_path, capsys):
+    p = trace(tmp_path, [(0.5 * i, 3000 + 50 * i, 6, [1, 2, 3, 10 + i]) for i in range(16)])
+    assert main(["replay", str(p), "--scenario", "sac-cluster-4x", "--system", "cxl", "--router", "kv",
+                 "--instances", "8", "--pd", "2:6", "--cache-capacity", "3M", "--time-scale", "1.0", "--json",
+                 "--quiet"]) == 0
+    s = json.loads(capsys.readouterr().out)["cxl"]["summary"]
+    assert s["instances"] == 8 and s["pd"] == "2:6" and s["cache_capacity_tokens"]["cxl"] == 3 * 2 ** 20
+    big = trace(tmp_path, [(0, 160000, 50000, [1])], "big.jsonl")     # 210K tokens > max_total_tokens
+    r = replay("sac-testbed", "gpu", big)
+    assert not r.feasible and "largest request alone" in r.limit

@@ -239,6 +239,7 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     cached). ``slo``: {'ttft': s, 'tbt': s} or 'ttft=2s,tbt=100ms' for attainment and goodput. ``tiers``:
     only these tiers (names or kinds, e.g. ['host'] for private host-DRAM caches) of each instance's chain.
     An instance whose engine run fails leaves its requests incomplete and the prediction infeasible.
+    Times count from each request's arrival (for a testbed run, closed loop, from when its client sends it).
     """
     if cache not in ("trace", "none", "all"):
         raise ConfigError(f"cache must be 'trace', 'none' or 'all', not {cache!r}")
@@ -257,8 +258,7 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
         if "both" in roles:
             raise ConfigError(f"{cl.name}: mixes co-located and disaggregated instances; give pd")
         split = (roles.count("prefill"), roles.count("decode"))
-        order = [i for i in insts if i.role == "prefill"] + [i for i in insts if i.role == "decode"]
-        insts = order
+        insts = [i for i in insts if i.role == "prefill"] + [i for i in insts if i.role == "decode"]
     router_obj_params = dict(router_params or {})
     tr, meta = load_workload(trace, limit)
     if cache == "trace" and not tr.has_prefix_info:
@@ -416,8 +416,12 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     def run(k, idx, arr, ctx, out, hit, c):
         if not len(idx):
             return None
-        conc = concurrency or meta.get("concurrency") and -(-meta["concurrency"] // len(pre)) or \
-            memory_concurrency(c, mean_in, mean_out)
+        if concurrency:
+            conc = concurrency
+        elif meta.get("concurrency"):        # a testbed run's closed-loop cap, split over the instances
+            conc = -(-meta["concurrency"] // len(pre))
+        else:                                # what the instance's memory holds at the trace's mean lengths
+            conc = memory_concurrency(c, mean_in, mean_out)
         conc_used[insts[k].id] = conc
         try:
             res = run_engine(c, Requests(arr, ctx, out, hit), conc, **kw)
@@ -431,9 +435,9 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     for k in pre:
         idx = np.flatnonzero(inst_of == k)
         idx = idx[np.argsort(arrival[idx] + load_s[idx], kind="stable")]
-        pr = run(k, idx, arrival[idx] + load_s[idx], tr.input_len[idx],
-                 np.ones(len(idx), int) if split else tr.output_len[idx], np.minimum(cached_total[idx],
-                                                                                    tr.input_len[idx] - 1.0), cfg)
+        out_k = np.ones(len(idx), int) if split else tr.output_len[idx]    # prefill instances: first token only
+        pr = run(k, idx, arrival[idx] + load_s[idx], tr.input_len[idx], out_k,
+                 np.minimum(cached_total[idx], tr.input_len[idx] - 1.0), cfg)
         if pr is None:
             continue
         first_s[idx] = pr["first_s"]

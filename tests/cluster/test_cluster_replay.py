@@ -170,3 +170,15 @@ def test_the_issue_command_line_and_a_request_too_big_for_hbm(tmp_path, capsys):
     big = trace(tmp_path, [(0, 160000, 50000, [1])], "big.jsonl")     # 210K tokens > max_total_tokens
     r = replay("sac-testbed", "gpu", big)
     assert not r.feasible and "largest request alone" in r.limit
+
+
+def test_roles_in_the_cluster_file_disaggregate_without_pd(tmp_path):
+    def roles(c):
+        c["hosts"] = [{"id": "hp"}, {"id": "hd", "count": 3}]
+        c["tiers"]["cxl"]["attached"] = ["hp", "hd"]
+        c["instances"] = [{"id": "p", "host": "hp", "role": "prefill", "tiers": ["cxl"]},
+                          {"id": "d", "count": 3, "host": "hd", "role": "decode", "tiers": ["cxl"]}]
+    p = trace(tmp_path, [(0, 3000, 8, [1, 2, 3, 4, 5, 6])])
+    r = replay(cluster(tmp_path, roles), "cxl", p)
+    assert r.summary["pd"] == "1:3" and r.summary["requests_by_instance"] == {"p": 1}
+    assert r.per_request["decode_instance"][0] in (1, 2, 3)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+from array import array
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from .prefix_cache import RadixCache, check_block_tokens, page_keys
 from .routers import RouterError, least_loaded, make_router
 from .schema import HOME, USABLE, ClusterSpec, InstanceSpec, TierSpec, cluster_of, kv_bytes_per_token, \
     parse_capacity
-from .transfer import Flow, TransferEngine, link_bytes, share_links
+from .transfer import Flow, FlowSet, TransferEngine, link_bytes, share_links
 
 KIND_ORDER = {"hbm": 0, "host": 1, "cxl": 2, "rdma": 3}
 DEFAULT_SLO = {"ttft": 2.0, "tbt": 0.1}    # s: the issue's example (SGLang PD deployments quote TTFT < 2 s)
@@ -335,20 +336,18 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
         for c in [*shared.values(), *(c for c, _ in private.values())]:
             c.touch(k0)
     prog = _progress(progress, n, n_inst)
-    arr_l, in_l, out_l = arrival.tolist(), tr.input_len.tolist(), tr.output_len.tolist()
-    offs = tr.offsets.tolist() if tr.offsets is not None else None
     far = [KIND_ORDER[cl.tiers[t].kind] > home_rank for t in tier_names]
     shared_of = {k: [(tidx[t], shared[t]) for t in chains[k] if t in shared] for k in pre}
     ntier = len(tier_names)
-    for step_i, i in enumerate(order.tolist()):
-        now = arr_l[i]
+    offsets = tr.offsets if tr.offsets is not None else np.zeros(n + 1, np.int64)
+    for step_i, (i, now, n_in, n_out, o0, o1) in enumerate(_in_chunks(
+            order, arrival, tr.input_len, tr.output_len, offsets[:-1], offsets[1:])):
         while releases and releases[0][0] <= now:
             _, _, c, path = heapq.heappop(releases)
             c.release(path)
         for ld in loads:
             ld.advance(now)
-        n_in, n_out = in_l[i], out_l[i]
-        keys = (page_keys(tr.blocks[offs[i]:offs[i + 1]], n_in, tr.block_tokens, bt) if cache == "trace" else [])
+        keys = (page_keys(tr.blocks[o0:o1], n_in, tr.block_tokens, bt) if cache == "trace" else [])
         sh_match: dict = {}               # shared-tier matches, the same for every instance: once per request
 
         def overlap(k, keys=keys, sh_match=sh_match):
@@ -396,13 +395,13 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
 
     # transfers before the engines (hits to move to the home tier)
     net = _Network(cl, insts, system, host)
-    pre_flows = [net.load_flow(float(arrival[i]), insts[inst_of[i]].host, cl.tiers[t].kind, b)
-                 for i, t, b in load_bytes]
+    early = FlowSet(net.load_flow(float(arrival[i]), insts[inst_of[i]].host, cl.tiers[t].kind, b)
+                    for i, t, b in load_bytes)
     load_s = np.zeros(n)
-    if pre_flows:
-        fin = share_links(pre_flows, net.capacity)
-        for (i, _, _), f, t in zip(load_bytes, pre_flows, fin):
-            load_s[i] = max(load_s[i], t - f.start)
+    if len(early):
+        fin = share_links(early, net.capacity)
+        for j, (i, _, _) in enumerate(load_bytes):
+            load_s[i] = max(load_s[i], fin[j] - early.start[j])
     cached_total = by_tier.sum(axis=0)
 
     # engines
@@ -444,29 +443,33 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
         release_s[idx] = pr["first_s"] - pr["ttft_ms"] / 1e3
         done_s[idx] = pr["done_s"]
 
-    # write-through of new blocks to the shared tiers, and the prefill -> decode handoff
-    flows, kinds = [], []
-    for i in np.flatnonzero((new_tok > 0) & np.isfinite(first_s)):
+    # write-through of new blocks to the shared tiers, and the prefill -> decode handoff; the transfers
+    # before the engines run again beside them (they share the same NICs and links)
+    flows = FlowSet()
+    handoff_of = array("q")           # flow -> request whose handoff it is (-1: none)
+    via_cxl = split and HOME[system] == "cxl"
+    for i in np.flatnonzero((new_tok > 0) & np.isfinite(first_s)).tolist():
         h = insts[inst_of[i]].host
         for t in chains[inst_of[i]]:
             if t in shared:
-                flows.append(net.write_flow(first_s[i], h, cl.tiers[t], new_tok[i] * bpt))
-                kinds.append(("write", i, cl.tiers[t].kind))
-    flows += pre_flows
-    kinds += [("load", i, None) for i, _, _ in load_bytes]
+                f = net.write_flow(first_s[i], h, cl.tiers[t], new_tok[i] * bpt)
+                flows.add(f.start, f.nbytes, f.latency, f.resources)
+                # with a CXL handoff, the write of the prompt's KV to the pool is the handoff
+                handoff_of.append(i if via_cxl and cl.tiers[t].kind == "cxl" and dec_of[i] >= 0 else -1)
+    for j in range(len(early)):
+        flows.add(early.start[j], early.nbytes[j], early.latency[j], early.sets[early.res[j]])
+        handoff_of.append(-1)
     handoff_s = np.zeros(n)
-    via_cxl = split and HOME[system] == "cxl"
-    if split:
-        for i in np.flatnonzero((dec_of >= 0) & np.isfinite(first_s)):
-            if via_cxl:
-                continue                  # the write-through to the pool above is the handoff
-            flows.append(net.handoff_flow(first_s[i], insts[inst_of[i]].host, insts[dec_of[i]].host,
-                                          tr.input_len[i] * bpt))
-            kinds.append(("handoff", i, None))
-    fin = share_links(flows, net.capacity) if flows else []
-    for (kind, i, tkind), f, t in zip(kinds, flows, fin):
-        if kind == "handoff" or (kind == "write" and via_cxl and tkind == "cxl" and dec_of[i] >= 0):
-            handoff_s[i] = max(handoff_s[i], t - f.start)
+    if split and not via_cxl:
+        for i in np.flatnonzero((dec_of >= 0) & np.isfinite(first_s)).tolist():
+            f = net.handoff_flow(first_s[i], insts[inst_of[i]].host, insts[dec_of[i]].host, tr.input_len[i] * bpt)
+            flows.add(f.start, f.nbytes, f.latency, f.resources)
+            handoff_of.append(i)
+    if len(flows):
+        fin = share_links(flows, net.capacity)
+        hand = np.frombuffer(handoff_of, np.int64)
+        sel = np.flatnonzero(hand >= 0)
+        np.maximum.at(handoff_s, hand[sel], fin[sel] - np.frombuffer(flows.start, float)[sel])
 
     dec_first = np.full(n, math.nan)
     if split:
@@ -547,6 +550,13 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     pred.request_throughput_req_s = summary["throughput_req_s"]
     pred.duration_s = duration
     return pred
+
+
+def _in_chunks(order: np.ndarray, *cols, size: int = 1 << 16):
+    """(index, values of every column) in ``order``, converted to Python numbers a chunk at a time."""
+    for c0 in range(0, len(order), size):
+        idx = order[c0:c0 + size]
+        yield from zip(idx.tolist(), *(np.asarray(c)[idx].tolist() for c in cols))
 
 
 def _largest_alone(cfg, tr) -> str | None:

@@ -12,8 +12,8 @@ transfers share NICs, CXL adapters and pool devices max-min fairly (:func:`share
 """
 from __future__ import annotations
 
-import heapq
 import math
+from array import array
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -117,51 +117,87 @@ class Flow:
     resources: tuple
 
 
-def share_links(flows: list[Flow], capacity: dict) -> np.ndarray:
-    """Finish time (s) of every flow when concurrent flows share ``capacity`` (resource -> B/s) max-min fairly.
+class FlowSet:
+    """Many flows as columns (start, bytes, latency, resource set), the resource sets interned: a replay of
+    a million requests holds a few arrays, not a million objects."""
+
+    def __init__(self, flows=()):
+        self.start, self.nbytes, self.latency, self.res = array("d"), array("d"), array("d"), array("l")
+        self.sets: list[tuple] = []
+        self._ids: dict[tuple, int] = {}
+        for f in flows:
+            self.add(f.start, f.nbytes, f.latency, f.resources)
+
+    def add(self, start: float, nbytes: float, latency: float, resources: tuple) -> int:
+        rid = self._ids.get(resources)
+        if rid is None:
+            rid = self._ids[resources] = len(self.sets)
+            self.sets.append(resources)
+        self.start.append(start)
+        self.nbytes.append(nbytes)
+        self.latency.append(latency)
+        self.res.append(rid)
+        return len(self.res) - 1
+
+    def __len__(self) -> int:
+        return len(self.res)
+
+    def __getitem__(self, i: int) -> Flow:
+        return Flow(self.start[i], self.nbytes[i], self.latency[i], self.sets[self.res[i]])
+
+
+def share_links(flows, capacity: dict) -> np.ndarray:
+    """Finish time (s) of every flow (a list of :class:`Flow` or a :class:`FlowSet`) when concurrent flows
+    share ``capacity`` (resource -> B/s) max-min fairly.
 
     A flow pays its latency first, then streams its bytes at the max-min fair rate of the moment; rates are
     recomputed whenever a flow starts or ends (fluid model).
     """
-    n = len(flows)
+    fs = flows if isinstance(flows, FlowSet) else FlowSet(flows)
+    n = len(fs)
     done = np.full(n, math.nan)
-    pending = sorted(range(n), key=lambda i: flows[i].start + flows[i].latency)
+    ready = np.frombuffer(fs.start, float) + np.frombuffer(fs.latency, float) if n else np.zeros(0)
+    pending = np.argsort(ready, kind="stable")
+    nbytes, res, sets = fs.nbytes, fs.res, fs.sets
     k, t = 0, 0.0
     left: dict[int, float] = {}
     cap = capacity.__getitem__
     while k < n or left:
-        nxt = flows[pending[k]].start + flows[pending[k]].latency if k < n else math.inf
+        nxt = ready[pending[k]] if k < n else math.inf
         if not left:
             t = nxt
         else:
             act = list(left)
             if len(act) == 1:             # alone: its bottleneck
-                rates = [min(capacity[r] for r in flows[act[0]].resources)]
+                rates = [min(capacity[r] for r in sets[res[act[0]]])]
             else:
-                rates = water_fill([flows[i].resources for i in act], [math.inf] * len(act), cap)
+                rates = water_fill([sets[res[i]] for i in act], [math.inf] * len(act), cap)
             dt_end = min(left[i] / r for i, r in zip(act, rates))
             dt = min(dt_end, nxt - t)
             for i, r in zip(act, rates):
                 left[i] -= r * dt
             t += dt
             for i in act:
-                if left[i] <= 1e-9 * max(1.0, flows[i].nbytes):
+                if left[i] <= 1e-9 * max(1.0, nbytes[i]):
                     done[i] = t
                     del left[i]
-        while k < n and flows[pending[k]].start + flows[pending[k]].latency <= t + 1e-15:
-            i = pending[k]
+        while k < n and ready[pending[k]] <= t + 1e-15:
+            i = int(pending[k])
             k += 1
-            if flows[i].nbytes <= 0 or not flows[i].resources:
-                done[i] = flows[i].start + flows[i].latency
+            if nbytes[i] <= 0 or not sets[res[i]]:
+                done[i] = ready[i]
             else:
-                left[i] = flows[i].nbytes
+                left[i] = nbytes[i]
     return done
 
 
-def link_bytes(flows: list[Flow]) -> dict:
-    """Bytes that crossed each resource."""
+def link_bytes(flows) -> dict:
+    """Bytes that crossed each resource (flows: a list of :class:`Flow` or a :class:`FlowSet`)."""
+    fs = flows if isinstance(flows, FlowSet) else FlowSet(flows)
+    per_set = np.bincount(np.frombuffer(fs.res, np.int64) if len(fs) else np.zeros(0, int),
+                          weights=np.frombuffer(fs.nbytes, float) if len(fs) else None, minlength=len(fs.sets))
     out: dict = {}
-    for f in flows:
-        for r in f.resources:
-            out[r] = out.get(r, 0.0) + f.nbytes
+    for rs, b in zip(fs.sets, per_set):
+        for r in rs:
+            out[r] = out.get(r, 0.0) + float(b)
     return out

@@ -93,10 +93,14 @@ class RadixCache:
         for n in path:
             self._pin(n)
         for n in path:                       # promotion on hit (nearest tier first, root side first)
-            if self.tier[n] > 0:
+            t = self.tier[n]
+            if t > 0:
+                self.used[t] -= 1            # vacate first: the block it displaces may take its place
                 if not self._room(0):
+                    self.used[t] += 1
                     break
-                self._move(n, 0)
+                self.used[0] += 1
+                self.tier[n] = 0
                 self.promoted += 1
         cur = path[-1] if path else 0
         for b in blocks[len(path):]:
@@ -222,12 +226,6 @@ class RadixCache:
         self.trie[(parent, block)] = n
         self.used[0] += 1
         return n
-
-    def _move(self, n: int, t: int) -> None:
-        """Move a pinned node to tier ``t`` (room already made)."""
-        self.used[self.tier[n]] -= 1
-        self.used[t] += 1
-        self.tier[n] = t
 
     def _room(self, t: int) -> bool:
         """Make room for one more block in tier ``t``; False if every resident block is pinned."""

@@ -4,7 +4,8 @@ Public API (see README): scenarios and topology (:func:`load_topology`, :func:`r
 (:func:`get_model`), cost primitives, the fetch micro-benchmark model (:func:`fetch_latency_us`), the numpy
 reference (:mod:`sacmodel.reference`) and its analytic counterpart (:func:`access_counts`), the serving
 model (:func:`predict`, :func:`compare`), the solvers (:func:`symbolic`, :func:`breakeven`, :func:`plan`,
-:func:`sensitivity`, :func:`sweep`) and trace replay (:func:`load_trace`, :func:`replay`).
+:func:`sensitivity`, :func:`sweep`), trace replay through one instance or a cluster (:func:`load_trace`,
+:func:`replay`, :func:`load_cluster`) and the prefix hit-rate fast path (:func:`prefix_hit_rate`).
 
 Names are imported on first use (PEP 562), so ``import sacmodel`` and the command line start fast: sympy,
 pint and scipy load only when a function that needs them is called.
@@ -26,7 +27,10 @@ _EXPORTS = {
     "systems": ("BACKENDS", "SYSTEMS", "as_topology", "fetch_latency_us"),
     "solvers": ("breakeven", "max_load", "plan", "sensitivity", "sweep", "symbolic"),
     "topology": ("Topology", "TopologyError", "builtin_scenarios", "load_topology", "max_min_share"),
-    "traces": ("load_trace", "replay"),
+    "traces": ("load_trace",),
+    "cluster.hitrate": ("prefix_hit_rate",),
+    "cluster.replay": ("ClusterPrediction", "replay"),
+    "cluster.schema": ("load_cluster",),
     "units": ("UnitError", "parse_quantity", "ureg"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}

@@ -385,60 +385,6 @@ def cmd_trace_stats(a):
         print(f"prompt tokens in an earlier request's prefix (unbounded cache): {100 * d['cached_token_ratio']:.1f}%")
 
 
-def _replay_load(p, tr, time_scale) -> dict | None:
-    """Offered vs served request rate of a replay (the engine's figures when it reports them)."""
-    if not p.feasible:
-        return None
-    b = p.breakdown
-    span = float(tr.arrival.max() - tr.arrival.min()) / time_scale if len(tr) > 1 else 0.0
-    offered = b.get("offered_req_s", (len(tr) - 1) / span if span > 0 else math.nan)
-    served = b.get("served_req_s", p.request_throughput_req_s)
-    over = bool(b.get("overloaded", math.isfinite(offered) and served < 0.9 * offered))
-    return {"offered_req_s": offered, "served_req_s": served, "overloaded": over}
-
-
-def cmd_replay(a):
-    from .progress import track
-    from .traces import load_trace, replay
-    tr = load_trace(a.trace, limit=a.limit)
-    a.cache = a.cache or ("trace" if tr.has_prefix_info else "none")
-    rows = []
-    for s in track(a.systems, f"replay {len(tr):,} requests"):
-        p = replay(a.scenario, s, tr, concurrency=a.concurrency, time_scale=a.time_scale, cache=a.cache,
-                   cxl_devices=a.cxl_devices, rdma_nics=a.rdma_nics, device_buffer=a.device_buffer)
-        rows.append((p, _replay_load(p, tr, a.time_scale)))
-    if a.csv:
-        write_csv(a.csv, ["system", "feasible", "limit", "in_flight", "offered_req_s", "served_req_s", "overloaded",
-                          *CSV_METRICS],
-                  [[p.system, p.feasible, p.limit, p.concurrency, *([ld[k] for k in ("offered_req_s",
-                    "served_req_s", "overloaded")] if ld else [None] * 3), *[getattr(p, m) for m in CSV_METRICS]]
-                   for p, ld in rows])
-    if a.json:
-        print_json([{**p.to_dict(), "load": ld} for p, ld in rows])
-        return
-    if a.csv == "-":
-        return
-    con = console()
-    con.print(f"replay of {tr.name}: {len(tr):,} requests, arrival times / {a.time_scale:g}, cache={a.cache} "
-              "(conc: requests in flight at most; served and offered load in requests/s, ! = overloaded)", highlight=False)
-    cols = ("system", "conc", "TTFT s", "p99", "TBT ms", "p99 ", "tok/s", "served", "offered")
-    t = table(None, cols, right=cols[1:])
-    for p, ld in rows:
-        if not p.feasible:
-            t.add_row(p.system, "-", f"infeasible: {p.limit}")
-            continue
-        short = lambda v: _fmt(v, 1 if abs(v) < 1000 else 0)  # noqa: E731
-        t.add_row(p.system, str(p.concurrency), short(p.ttft_mean_ms / 1e3), short(p.ttft_p99_ms / 1e3),
-                  short(p.tbt_mean_ms), short(p.tbt_p99_ms), _fmt(p.output_throughput_tok_s, 0),
-                  f"{ld['served_req_s']:.3g}" + ("!" if ld["overloaded"] else ""), f"{ld['offered_req_s']:.3g}")
-    con.print(t)
-    over = [p.system for p, ld in rows if ld and ld["overloaded"]]
-    if over:
-        con.print(f"[bold yellow]overloaded (!)[/]: {', '.join(over)} serve fewer requests per second than arrive; "
-                  "queues grow without bound, so TTFT grows with the trace length (a --time-scale below 1 slows "
-                  "the arrivals)")
-
-
 def cmd_scenarios(a):
     if a.template:
         from .scenario_template import TEMPLATE
@@ -683,26 +629,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_trace_stats)
 
-    p = _parser(sub, "replay", "replay a request trace through the serving model",
-                ["sacmodel replay trace.jsonl --limit 2000",
-                 "sacmodel replay trace.csv --cache none --time-scale 0.5 --systems cxl,rdma --csv replay.csv"])
-    add_scenario(p)
-    p.add_argument("trace", type=arg(in_file), help=trace_help)
-    add_systems(p, "dram,cxl,rdma")
-    p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
-                   help="replay the first N requests only")
-    p.add_argument("--time-scale", type=arg(number, lo=TIME_SCALE_RANGE[0], hi=TIME_SCALE_RANGE[1]), default=1.0,
-                   metavar="X", help="arrival times are divided by X: 2 = requests arrive twice as fast, 0.5 = at "
-                                     "half the trace's rate (default 1)")
-    p.add_argument("--cache", choices=("trace", "none", "all"), default=None,
-                   help="cached prefixes: from the trace's hash_ids (Mooncake; the default when present), none "
-                        "(every prompt prefilled; default otherwise) or all (every prompt cached)")
-    p.add_argument("--concurrency", type=arg(count, hi=LIMITS["concurrency"]), default=None, metavar="N",
-                   help="requests in flight at most (default: what the GPUs' memory holds at the mean lengths)")
-    add_resources(p)
-    add_json(p)
-    p.set_defaults(func=cmd_replay)
-
     p = _parser(sub, "scenarios", "list the built-in scenarios, or print a scenario template",
                 ["sacmodel scenarios", "sacmodel scenarios --template > mine.yaml   # edit, then --scenario mine.yaml"])
     p.add_argument("--template", action="store_true",
@@ -728,6 +654,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from . import solvers_cli
     solvers_cli.register(sub)
+    from .cluster import cli as cluster_cli      # replay, hitrate, and the cluster options of plan/sweep
+    cluster_cli.register(sub, add_scenario)
     return ap
 
 

@@ -182,6 +182,14 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     return pred
 
 
+def simulate(cfg: Config, reqs: Requests, concurrency: int, **engine_kw) -> Prediction:
+    """Run the engine on a resolved configuration and explicit requests; metrics plus ``per_request`` arrays
+    (the interface the multi-instance package builds on)."""
+    pred = Prediction(cfg.system, cfg.topo.name, int(np.mean(reqs.context)) if len(reqs) else 0,
+                      int(np.mean(reqs.output)) if len(reqs) else 0, concurrency, len(reqs), True, None)
+    return fill(pred, cfg, reqs, run_engine(cfg, reqs, concurrency, **engine_kw))
+
+
 def fill(pred: Prediction, cfg: Config, reqs: Requests, res) -> Prediction:
     """Metrics of an engine run, over the requests that completed."""
     ok = res.completed

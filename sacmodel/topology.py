@@ -270,6 +270,7 @@ class Topology:
     path: Path | None = None
     description: str = ""
     model_overrides: dict = field(default_factory=dict)   # config.json fields replaced (e.g. index_topk)
+    cluster: Any = None     # schema version 2: the cluster (sacmodel.cluster.schema.ClusterSpec)
     _routes: dict = field(default_factory=dict, repr=False)
 
     # ---- lookup ----------------------------------------------------------------------------------
@@ -486,7 +487,8 @@ def validate_scenario(data: Any, where: str) -> ScenarioFile:
     except ValidationError as exc:
         raise TopologyError(_pyd(exc, where)) from None
     if sf.schema_version != SCHEMA_VERSION:
-        raise TopologyError(f"{where}: schema_version {sf.schema_version} is not supported (this is {SCHEMA_VERSION})")
+        raise TopologyError(f"{where}: schema_version {sf.schema_version} is not supported "
+                            f"(this is {SCHEMA_VERSION}, or 2 with a 'cluster:' section)")
     return sf
 
 
@@ -501,6 +503,9 @@ def load_topology(spec: str | Path | dict) -> Topology:
         data = read_yaml(path)
     else:
         raise TopologyError(f"a scenario is a built-in name, a YAML path or a mapping, not {type(spec).__name__}")
+    if isinstance(data, dict) and data.get("schema_version") == 2:   # a cluster: host scenario + 'cluster:'
+        from .cluster.schema import load_v2
+        return load_v2(data, where, path)
     sf = validate_scenario(data, where)
 
     g = nx.DiGraph()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from array import array
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,13 +35,24 @@ class Trace:
     output_len: np.ndarray
     cached: np.ndarray
     has_prefix_info: bool
+    # prefix blocks of every request, flat (request i: blocks[offsets[i]:offsets[i + 1]]), each of
+    # ``block_tokens`` tokens; None when the trace has no prefix information
+    blocks: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+    block_tokens: int = MOONCAKE_BLOCK
+    lines: np.ndarray | None = None       # line of the file each request came from
 
     def __len__(self) -> int:
         return len(self.arrival)
 
     def head(self, n: int) -> "Trace":
+        blocks, offsets = self.blocks, self.offsets
+        if offsets is not None:
+            offsets = offsets[:n + 1]
+            blocks = blocks[:offsets[-1]]
         return Trace(self.name, self.arrival[:n], self.input_len[:n], self.output_len[:n], self.cached[:n],
-                     self.has_prefix_info)
+                     self.has_prefix_info, blocks, offsets, self.block_tokens,
+                     None if self.lines is None else self.lines[:n])
 
 
 def _bad(path, line, msg):
@@ -119,12 +131,20 @@ class _Requests:
         return a - a[0], np.array(self.inp, np.int64), np.array(self.outp, np.int64)
 
 
-def _mooncake(path: Path, limit):
-    reqs, hit = _Requests(path, limit), []
-    seen: set = set()
+def iter_mooncake(path: str | Path, limit: int | None = None):
+    """Stream a Mooncake JSONL trace: yields (line, timestamp s, input, output, hash_ids) per request.
+
+    Lines are validated one at a time (a broken one raises naming the file and line); nothing is kept but
+    the previous timestamp (requests must be in time order).
+    """
+    path = Path(path)
+    n, last = 0, -math.inf
     for ln, text in _lines(path):
-        if reqs.full(ln):
+        if limit is not None and n >= limit:
             break
+        if n >= LIMITS["trace_requests"]:
+            raise _bad(path, ln, f"more than {LIMITS['trace_requests']} requests; read the head of the "
+                                 "trace with limit= (--limit) or split it")
         if not text.strip():
             continue
         try:
@@ -139,18 +159,73 @@ def _mooncake(path: Path, limit):
             raise _bad(path, ln, "expected a JSON object")
         try:
             rec = MooncakeRecord(**{k: v for k, v in d.items() if k in MooncakeRecord.model_fields})
+            ids = array("q", rec.hash_ids)          # 64-bit block ids (checked in C)
         except ValidationError as exc:
             raise _bad(path, ln, first_error(exc)) from None
-        lead = 0
-        for h in rec.hash_ids:
-            if h not in seen:
+        except OverflowError:
+            raise _bad(path, ln, "hash_ids: a block id does not fit in 64 bits") from None
+        t = rec.timestamp / 1e3
+        if t < last:
+            raise _bad(path, ln, f"timestamp {rec.timestamp:g} ms is earlier than the previous request's: "
+                                 "the trace must be in time order")
+        last = t
+        n += 1
+        yield ln, t, rec.input_length, rec.output_length, ids
+
+
+class _SeenIds:
+    """Block ids seen so far: a byte per id for the dense non-negative ids of remapped traces (Mooncake's),
+    a set for the others, so that a million-request trace does not hold millions of int objects."""
+    DENSE = 1 << 30
+
+    def __init__(self):
+        self.bits = bytearray()
+        self.other: set = set()
+
+    def __contains__(self, h: int) -> bool:
+        if 0 <= h < self.DENSE:
+            return h < len(self.bits) and self.bits[h] == 1
+        return h in self.other
+
+    def leading(self, ids) -> int:
+        n = 0
+        for h in ids:
+            if h not in self:
                 break
-            lead += 1
-        seen.update(rec.hash_ids)
-        reqs.add(ln, rec.timestamp / 1e3, rec.input_length, rec.output_length, f"{rec.timestamp:g} ms")
-        hit.append(min(lead * MOONCAKE_BLOCK, rec.input_length - 1))   # at least the last token is computed
-    a, inp, outp = reqs.arrays()
-    return Trace(path.stem, a, inp, outp, np.array(hit, float), True)
+            n += 1
+        return n
+
+    def add(self, ids) -> None:
+        bits = self.bits
+        for h in ids:
+            if 0 <= h < self.DENSE:
+                if h >= len(bits):
+                    bits.extend(bytes(max(h + 1 - len(bits), len(bits) // 2)))
+                bits[h] = 1
+            else:
+                self.other.add(h)
+
+
+def _mooncake(path: Path, limit):
+    ts, inp, outp, hit = array("d"), array("q"), array("q"), array("d")
+    blocks, offsets, lines = array("q"), array("q", [0]), array("q")
+    seen = _SeenIds()
+    for ln, t, n_in, n_out, ids in iter_mooncake(path, limit):
+        lead = seen.leading(ids)
+        seen.add(ids)
+        ts.append(t)
+        inp.append(n_in)
+        outp.append(n_out)
+        hit.append(min(lead * MOONCAKE_BLOCK, n_in - 1))   # at least the last token is computed
+        blocks.extend(ids)
+        offsets.append(len(blocks))
+        lines.append(ln)
+    if not ts:
+        raise DataError(f"{path}: no requests")
+    a = np.frombuffer(ts, float)
+    return Trace(path.stem, a - a[0], np.frombuffer(inp, np.int64), np.frombuffer(outp, np.int64),
+                 np.frombuffer(hit, float), True, np.frombuffer(blocks, np.int64), np.frombuffer(offsets, np.int64),
+                 lines=np.frombuffer(lines, np.int64))
 
 
 AZURE_HEADER = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
@@ -236,7 +311,7 @@ def replay(scenario, system: str, trace: Trace, *, concurrency: int | None = Non
         pred.success_fraction = 0.0
         return pred
     if concurrency is None:
-        concurrency = _memory_concurrency(cfg, int(trace.input_len.mean()), int(trace.output_len.mean()))
+        concurrency = memory_concurrency(cfg, int(trace.input_len.mean()), int(trace.output_len.mean()))
         pred.concurrency = concurrency
     cached = {"trace": trace.cached, "none": np.zeros(len(trace)), "all": trace.input_len - 1.0}[cache]
     reqs = Requests(trace.arrival / time_scale, trace.input_len, trace.output_len, np.asarray(cached, float))
@@ -244,7 +319,7 @@ def replay(scenario, system: str, trace: Trace, *, concurrency: int | None = Non
     return fill(pred, cfg, reqs, res)
 
 
-def _memory_concurrency(cfg, context: int, output: int) -> int:
+def memory_concurrency(cfg, context: int, output: int) -> int:
     """Largest concurrency whose memory use fits with distinct prompts (bisection on the static check)."""
     ok = lambda c: static_check(cfg, context=context, output=output, concurrency=c, prompts="distinct")["feasible"]  # noqa: E731
     lo, hi = 1, 1

@@ -1,0 +1,74 @@
+"""The hit-rate fast path: the share of prompt tokens a bounded prefix cache serves, with no timing.
+
+Requests take no time (their blocks are free for eviction as soon as they are cached) and routers see the
+caches but no load beyond the number of requests each instance was given. One pass over the trace's block
+arrays per capacity point; used by ``sacmodel hitrate`` and by cluster plans.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..measured import DataError
+from ..traces import Trace, load_trace
+from .load import InstanceLoad
+from .prefix_cache import RadixCache, check_block_tokens, page_keys
+from .routers import make_router
+from .schema import parse_capacity
+
+POLICIES = ("lru",)
+
+
+def as_trace(trace, limit: int | None = None) -> Trace:
+    if isinstance(trace, Trace):
+        return trace if limit is None else trace.head(limit)
+    return load_trace(Path(trace), limit=limit)
+
+
+def hit_rates(trace, capacities, *, policy: str = "lru", block_tokens: int = 512, instances: int = 1,
+              router: str = "round_robin", **router_params) -> list[dict]:
+    """For every capacity (tokens per instance; '3M', 'inf', a number): hit rate and eviction counts."""
+    tr = as_trace(trace)
+    if not tr.has_prefix_info or tr.blocks is None:
+        raise DataError(f"{tr.name}: the trace has no prefix information (no hash_ids): no prefix hits to count")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
+        raise ValueError(f"instances must be a positive integer, got {instances!r}")
+    bt = check_block_tokens(block_tokens, tr.block_tokens)
+    caps = [parse_capacity(c, "capacity", 1.0) if isinstance(c, str) else float(c) for c in capacities]
+    for c in caps:
+        if not c >= 1:
+            raise ValueError(f"capacity must be at least one token, got {c!r}")
+    inp = tr.input_len.tolist()
+    offs = tr.offsets.tolist()
+    total = float(sum(inp))
+    blocks, tb = tr.blocks, tr.block_tokens
+
+    def keys():       # one request at a time: a million-request trace holds no per-block objects
+        for i, n_in in enumerate(inp):
+            yield page_keys(blocks[offs[i]:offs[i + 1]], n_in, tb, bt), n_in
+
+    out = []
+    for cap in caps:
+        blocks_cap = cap if math.isinf(cap) else max(1.0, math.floor(cap / bt))
+        caches = [RadixCache([blocks_cap]) for _ in range(instances)]
+        loads = [InstanceLoad(None, bt) for _ in range(instances)]
+        r = make_router(router, block_tokens=bt, **router_params)
+        cands = list(range(instances))
+        hit = 0.0
+        for k, n_in in keys():
+            i = r.choose(cands, loads, lambda j: caches[j].match_len(k), n_in, k) if instances > 1 else 0
+            loads[i].add(0.0, 0.0, 0.0, 0, 0)
+            hit += min(caches[i].touch(k) * bt, n_in - 1)
+        out.append({"capacity_tokens": cap, "hit_rate": hit / total, "cached_tokens": hit, "prompt_tokens": total,
+                    "evicted_blocks": sum(c.evicted[0] for c in caches), "block_tokens": bt})
+    return out
+
+
+def prefix_hit_rate(trace, *, capacity_tokens, policy: str = "lru", block_tokens: int = 512, instances: int = 1,
+                    router: str = "round_robin", **router_params) -> float:
+    """Share of prompt tokens served from cache: ``instances`` LRU prefix caches of ``capacity_tokens`` each
+    (tokens, '3M' or 'inf'), ``router`` spreading the requests; ``trace``: a path or a loaded Trace."""
+    return hit_rates(trace, [capacity_tokens], policy=policy, block_tokens=block_tokens, instances=instances,
+                     router=router, **router_params)[0]["hit_rate"]

@@ -1,0 +1,189 @@
+"""Planning over clusters: sweep and plan instance counts, pool size, router and P:D split on a trace.
+
+Every point is a full cluster replay (:func:`~sacmodel.cluster.replay.replay`); points run on the local
+cores, or on a Dask cluster when a scheduler address is given. Pool sizes are first screened with the hit-rate
+fast path (:func:`~sacmodel.cluster.hitrate.hit_rates`, one pass per size) so that a plan reports the hit rate
+every size buys before it pays for replays. Cost: the price table of :func:`sacmodel.solvers.prices` (GPUs of
+every instance, the CXL pool's devices, adapters and switch, or the RDMA NICs of hosts and store).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from dataclasses import dataclass, field
+
+from ..serving import ConfigError
+from ..solvers import prices
+from .replay import parse_pd, replay
+from .schema import HOME, cluster_of, kv_bytes_per_token, parse_capacity
+
+AXES = ("instances", "pool", "router", "pd")
+# summary metrics where larger is better (every other one: smaller is better)
+HIGHER_BETTER = ("goodput_req_s", "slo_attainment", "throughput_req_s", "output_throughput_tok_s", "hit_rate_total")
+ROW_METRICS = ("ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tbt_p50_ms", "tbt_p99_ms", "e2e_p50_ms",
+               "queue_p50_s", "slo_attainment", "goodput_req_s", "throughput_req_s", "hit_rate_total")
+
+
+def parse_axis(name: str, values) -> list:
+    """Values of one cluster axis from a list or 'a,b,c' ('lo:hi' for instances)."""
+    if name not in AXES:
+        raise ConfigError(f"cluster axis {name!r} unknown; known: {', '.join(AXES)}")
+    if isinstance(values, str):
+        if name == "instances" and ":" in values:
+            lo, hi = values.split(":", 1)
+            try:
+                values = list(range(int(lo), int(hi) + 1))
+            except ValueError:
+                raise ConfigError(f"instances: write LO:HI or a list, not {values!r}") from None
+        else:
+            values = [v.strip() for v in values.split(",") if v.strip()]
+    out = []
+    for v in values:
+        if name == "instances":
+            try:
+                v = int(v)
+            except (TypeError, ValueError):
+                raise ConfigError(f"instances: not a whole number: {v!r}") from None
+            if v < 1:
+                raise ConfigError(f"instances must be positive, got {v}")
+        elif name == "pd":
+            v = None if v in (None, "none", "colocated", "co-located") else v
+        out.append(v)
+    if not out:
+        raise ConfigError(f"cluster axis {name!r}: no values")
+    return out
+
+
+def cost_per_hour(scenario, system: str, instances: int, pool_tokens: float | None,
+                  price_table=None) -> dict:
+    """USD per hour: GPUs of every instance plus the shared KV tier the system uses."""
+    cl = cluster_of(scenario)
+    pt = prices(price_table)
+    usd = lambda part: pt[part]["usd_per_hour"]  # noqa: E731
+    gpus = len(cl.host.gpus)
+    out = {"gpu": instances * gpus * usd("gpu")}
+    kind = HOME[system]
+    tier = next((t for t in cl.tiers.values() if t.kind == kind), None)
+    if kind == "cxl":
+        cap = pool_tokens if pool_tokens is not None else (tier.capacity_tokens if tier else math.inf)
+        per_dev = 1e12 / kv_bytes_per_token(cl.host)       # 1 TB devices (the price table's device)
+        devs = max(1, math.ceil(cap / per_dev)) if math.isfinite(cap) else 0
+        out.update({"cxl_device": devs * usd("cxl_device"), "cxl_adapter": 2 * instances * usd("cxl_adapter"),
+                    "cxl_switch": math.ceil(instances / 16) * usd("cxl_switch")})
+    elif kind == "rdma":
+        te = tier.params.get("rdma") if tier else None
+        out["rdma_nic"] = (2 * instances + (te.nics if te else 2)) * usd("rdma_nic")
+    out["total"] = sum(out.values())
+    return out
+
+
+def _point(job) -> dict:
+    scenario, system, trace, params, fixed = job
+    kw = dict(fixed)
+    if params.get("instances") is not None:
+        kw["instances"] = params["instances"]
+    if params.get("pool") is not None:
+        kw["cache_capacity"] = params["pool"]
+    if "router" in params:
+        kw["router"] = params["router"]
+    if "pd" in params:
+        kw["pd"] = params["pd"]
+    try:
+        p = replay(scenario, system, trace, **kw)
+    except ConfigError as exc:                 # e.g. a P:D split that does not fit this instance count
+        return {**params, "feasible": False, "limit": str(exc)}
+    s = p.summary
+    pool = None if params.get("pool") is None else parse_capacity(params["pool"], "pool", 1.0)
+    row = {**params, "feasible": True, "limit": None, **{m: s[m] for m in ROW_METRICS},
+           "hit_rate": s["hit_rate"], "instances": s["instances"],
+           "cost_usd_per_hour": cost_per_hour(scenario, system, s["instances"], pool)["total"]}
+    return row
+
+
+def cluster_sweep(scenario, system: str, trace, grid: dict, *, fixed: dict | None = None,
+                  scheduler: str | None = None, workers: int | None = None, progress: bool = False) -> list[dict]:
+    """A replay at every point of the product of ``grid`` (axes: instances, pool, router, pd); one row each."""
+    names = list(grid)
+    axes = [parse_axis(n, grid[n]) for n in names]
+    if "pd" in names and "instances" not in names:
+        n0 = len(cluster_of(scenario).instances)
+        for v in axes[names.index("pd")]:
+            parse_pd(v, n0)
+    combos = [dict(zip(names, vals)) for vals in itertools.product(*axes)]
+    jobs = [(scenario, system, trace, c, dict(fixed or {})) for c in combos]
+    if scheduler:
+        try:
+            from dask.distributed import Client
+        except ImportError:
+            raise ConfigError("--scheduler needs dask.distributed: pip install 'sacmodel[dask]'") from None
+        with Client(scheduler, timeout="10s") as client:
+            return client.gather(client.map(_point, jobs, pure=False))
+    workers = workers or min(len(jobs), os.cpu_count() or 1)
+    if workers <= 1 or len(jobs) < 2:
+        return [_point(j) for j in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+    from rich.progress import Progress
+    out = [None] * len(jobs)
+    with ProcessPoolExecutor(workers) as ex, Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task(f"cluster replays ({system})", total=len(jobs))
+        for i, r in enumerate(ex.map(_point, jobs)):
+            out[i] = r
+            bar.advance(task)
+    return out
+
+
+def meets(row: dict, slo: dict) -> bool:
+    if not row.get("feasible"):
+        return False
+    for m, lim in slo.items():
+        v = row.get(m)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return False
+        if (v < lim) if m in HIGHER_BETTER else (v > lim):
+            return False
+    return True
+
+
+@dataclass
+class ClusterPlan:
+    vary: str
+    best: object
+    message: str
+    tried: list = field(default_factory=list)
+    hit_rates: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"vary": self.vary, "best": self.best, "message": self.message, "tried": self.tried,
+                "hit_rates": self.hit_rates}
+
+
+def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instances", values=None,
+                 fixed: dict | None = None, scheduler: str | None = None, workers: int | None = None,
+                 progress: bool = False) -> ClusterPlan:
+    """The cheapest value of ``vary`` whose replay meets every SLO bound.
+
+    ``slo``: summary metric -> bound (upper bound for latencies, lower bound for goodput_req_s,
+    slo_attainment, throughput and hit_rate_total). Instance counts are tried in increasing order (each a
+    replay); pool sizes are screened with the hit-rate fast path first.
+    """
+    for m in slo:
+        if m not in ROW_METRICS:
+            raise ConfigError(f"slo metric {m!r} unknown for cluster plans; known: {', '.join(ROW_METRICS)}")
+    vals = parse_axis(vary, values if values is not None else ("1:8" if vary == "instances" else None))
+    hit = []
+    if vary == "pool":
+        from .hitrate import hit_rates
+        from .replay import load_workload
+        tr, _ = load_workload(trace, (fixed or {}).get("limit"))
+        if tr.has_prefix_info:        # a shared pool is one cache, whichever instance a request went to
+            hit = [{"pool": v, "hit_rate_fast_path": h["hit_rate"]} for v, h in zip(vals, hit_rates(tr, vals))]
+    rows = cluster_sweep(scenario, system, trace, {vary: vals}, fixed=fixed, scheduler=scheduler,
+                         workers=workers, progress=progress)
+    ok = [r for r in rows if meets(r, slo)]
+    if not ok:
+        return ClusterPlan(vary, None, f"no {vary} among {', '.join(map(str, vals))} meets the SLO", rows, hit)
+    best = min(ok, key=lambda r: (r["cost_usd_per_hour"], rows.index(r)))
+    msg = (f"cheapest {vary} meeting the SLO: {best[vary]} "
+           f"({best['cost_usd_per_hour']:.2f} USD/hour, goodput {best['goodput_req_s']:.3g} req/s)")
+    return ClusterPlan(vary, best[vary], msg, rows, hit)

@@ -1,0 +1,637 @@
+"""Cluster replay: a trace through routers, tiered prefix caches, transfers and one engine per instance.
+
+One streaming pass over the requests in arrival order routes each request, looks its prefix up in the caches
+its instance reaches (private tiers, then shared ones), pins the blocks it uses until its estimated end,
+promotes and inserts its blocks, and writes new blocks through to the shared tiers. Then:
+
+1. transfers that must precede a request (a hit in a tier farther than where the instance's system reads in
+   place, e.g. an RDMA-store hit for a host-DRAM system) share NICs and links max-min fairly over time;
+2. every instance runs the single-instance engine on the requests it was given (the cached prefix as it was
+   found); with prefill/decode disaggregation the prefill instances run the prompts (output 1), the KV is
+   handed to a decode instance (RDMA Transfer Engine, or written once to the shared CXL pool and read there in
+   place), and the decode instances run the rest of each request with its whole prompt cached.
+
+Times: TTFT = first token - arrival (queueing, transfers and the engine's request latency included), TBT =
+(last token - first token) / (output - 1), E2E = last token - arrival.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from array import array
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+
+from ..measured import DataError
+from ..serving import ConfigError, Prediction, Requests, resolve, simulate
+from ..traces import Trace, load_trace, memory_concurrency
+from ..units import UnitError, parse_quantity
+from .load import InstanceLoad, estimate
+from .prefix_cache import RadixCache, check_block_tokens, page_keys
+from .routers import RouterError, least_loaded, make_router
+from .schema import HOME, USABLE, ClusterSpec, InstanceSpec, TierSpec, cluster_of, kv_bytes_per_token, \
+    parse_capacity
+from .transfer import Flow, FlowSet, TransferEngine, link_bytes, share_links
+
+KIND_ORDER = {"hbm": 0, "host": 1, "cxl": 2, "rdma": 3}
+DEFAULT_SLO = {"ttft": 2.0, "tbt": 0.1}    # s: the issue's example (SGLang PD deployments quote TTFT < 2 s)
+# RDMA handoff for clusters without a network section (version-1 scenarios): the testbed's two 100 Gb/s NICs
+# with the per-op cost and setup fitted to constants.md §3 (SGLang PD table, H20)
+DEFAULT_TE = TransferEngine(nics=2, nic_rate=12.5e9, op_cost=0.239e-6, setup=1.79e-3)
+
+
+@dataclass
+class ClusterPrediction(Prediction):
+    """A :class:`~sacmodel.serving.Prediction` of a cluster replay, plus per-request arrays and a summary."""
+    per_request: dict = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(Prediction)}
+        d = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+        d["summary"] = self.summary
+        d["per_request_fields"] = list(self.per_request)
+        return d
+
+    def per_request_rows(self):
+        """Rows (dicts) of the per-request results, for CSV."""
+        keys = list(self.per_request)
+        cols = [self.per_request[k] for k in keys]
+        for vals in zip(*cols):
+            yield dict(zip(keys, (v.item() if hasattr(v, "item") else v for v in vals)))
+
+
+# ---- arguments ------------------------------------------------------------------------------------
+def parse_pd(pd, n: int | None):
+    """'2:6' or (2, 6) -> (prefill, decode) instance counts; must add up to ``n`` when given."""
+    if pd is None:
+        return None
+    if isinstance(pd, str):
+        parts = pd.split(":")
+        try:
+            p, d = (int(x) for x in parts)
+        except ValueError:
+            raise ConfigError(f"pd: write PREFILL:DECODE instance counts such as 2:6, not {pd!r}") from None
+    else:
+        try:
+            p, d = (int(x) for x in pd)
+        except (TypeError, ValueError):
+            raise ConfigError(f"pd: expected (prefill, decode) counts, got {pd!r}") from None
+    if p < 1 or d < 1:
+        raise ConfigError(f"pd: need at least one prefill and one decode instance, got {p}:{d}")
+    if n is not None and p + d != n:
+        raise ConfigError(f"pd {p}:{d} does not match the {n} instances ({p} + {d} = {p + d})")
+    return p, d
+
+
+def parse_slo(slo) -> dict:
+    """{'ttft': s, 'tbt': s} from a dict or 'ttft=2s,tbt=100ms'."""
+    if slo is None:
+        return dict(DEFAULT_SLO)
+    items = slo.items() if isinstance(slo, dict) else (x.split("=", 1) for x in str(slo).split(",") if x.strip())
+    out = {}
+    for kv in items:
+        if len(kv) != 2:
+            raise UnitError(f"slo: write NAME=TIME pairs such as ttft=2s,tbt=100ms, not {slo!r}")
+        k, v = kv[0].strip(), kv[1]
+        if k not in ("ttft", "tbt", "e2e"):
+            raise UnitError(f"slo: unknown metric {k!r} (ttft, tbt, e2e)")
+        out[k] = float(v) if isinstance(v, (int, float)) else parse_quantity(str(v).strip(), "time", field=f"slo {k}")
+        if not out[k] > 0:
+            raise UnitError(f"slo {k}: must be positive")
+    return out
+
+
+@dataclass
+class RunTrace(Trace):
+    """The measured round of a testbed run: released at once, at most ``concurrency`` in flight, its prompt
+    cached by the run's first round."""
+    concurrency: int = 1
+
+
+def load_workload(trace, limit: int | None = None) -> tuple[Trace, dict]:
+    """A trace from a Trace, a Mooncake JSONL / Azure CSV path, or a testbed run (.json: its measured round,
+    all requests released at once, the prompt cached by the run's first round)."""
+    if isinstance(trace, RunTrace):
+        return trace, {"warm": True, "concurrency": trace.concurrency}
+    if isinstance(trace, Trace):
+        return (trace if limit is None else trace.head(limit)), {}
+    p = Path(trace)
+    if p.suffix != ".json":
+        return load_trace(p, limit=limit), {}
+    if not p.exists():
+        raise DataError(f"{p}: no such trace file")
+    try:
+        d = json.loads(p.read_text())
+        cfg, reqs = d["config"], d["round2"]["per_request"]
+        rows = [(int(r["prompt_len"]), int(r["output_len"])) for r in reqs if r.get("success", True)]
+        conc = int(cfg["max_concurrency"])
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"{p}: not a testbed run file ({exc.__class__.__name__}: {exc})") from None
+    if limit is not None:
+        rows = rows[:limit]
+    if not rows:
+        raise DataError(f"{p}: no successful requests")
+    inp = np.array([r[0] for r in rows])
+    out = np.maximum(np.array([r[1] for r in rows]), 1)
+    nb = -(-inp // 512)
+    offsets = np.concatenate([[0], np.cumsum(nb)])
+    blocks = np.concatenate([np.arange(k) for k in nb])     # one shared prompt: the same blocks for all
+    tr = RunTrace(p.stem, np.zeros(len(rows)), inp, out, inp - 1.0, True, blocks, offsets, concurrency=conc)
+    return tr, {"warm": True, "concurrency": conc}
+
+
+# ---- the cluster as configured for one replay -----------------------------------------------------
+def _instances(cl: ClusterSpec, n: int | None) -> list[InstanceSpec]:
+    if n is None or n == len(cl.instances):
+        return list(cl.instances)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"instances must be a positive integer, got {n!r}")
+    # n instances like the cluster's, one per host (hosts added as needed); shared tiers reach them all
+    hosts = list(cl.hosts[:n])
+    while len(hosts) < n:
+        hosts.append(next(f"host{j}" for j in range(len(hosts), 10 * n) if f"host{j}" not in hosts))
+    return [InstanceSpec(f"i{k}", hosts[k], cl.instances[k % len(cl.instances)].role,
+                         cl.instances[k % len(cl.instances)].tiers) for k in range(n)]
+
+
+def _chain(cl: ClusterSpec, inst: InstanceSpec, system: str, only=None) -> list[str]:
+    if cl.implicit:
+        return [HOME[system]]
+    chain = [t for t in inst.tiers if cl.tiers[t].kind in USABLE[system]
+             and (only is None or t in only or cl.tiers[t].kind in only)]
+    if not chain:
+        limit = f"; asked for {', '.join(only)}" if only is not None else ""
+        raise ConfigError(f"{cl.name}: instance {inst.id!r} reaches no KV tier that system {system!r} can use "
+                          f"(its tiers: {', '.join(inst.tiers)}; {system} uses {', '.join(USABLE[system])}{limit})")
+    return chain
+
+
+def _capacities(cl: ClusterSpec, used: set, system: str, cache_capacity, bpt: float) -> dict[str, float]:
+    caps = {t: cl.tiers[t].capacity_tokens for t in used}
+    if cache_capacity is None:
+        return caps
+    if isinstance(cache_capacity, dict):
+        for k, v in cache_capacity.items():
+            names = [t for t in used if t == k or cl.tiers[t].kind == k]
+            if not names:
+                raise ConfigError(f"cache_capacity: no tier {k!r} in use (tiers: {', '.join(sorted(used))})")
+            for t in names:
+                caps[t] = parse_capacity(v, f"cache_capacity.{k}", bpt)
+        return caps
+    home = [t for t in used if cl.tiers[t].kind == HOME[system]]
+    if not home:
+        raise ConfigError(f"cache_capacity: system {system!r} keeps its prefix cache in a {HOME[system]} tier and "
+                          f"this cluster uses none (tiers: {', '.join(sorted(used))}); give a dict per tier")
+    for t in home:
+        caps[t] = parse_capacity(cache_capacity, "cache_capacity", bpt)
+    return caps
+
+
+def _blocks(tokens: float, bt: int) -> float:
+    return tokens if math.isinf(tokens) else max(1.0, math.floor(tokens / bt))
+
+
+def _split(path_tiers: list[int], shared: list[int], n_in: int, bt: int, ntiers: int) -> list[float]:
+    """Cached tokens by tier: private path blocks by their tier, then shared tiers beyond them (nearest
+    first); the last token is always computed."""
+    out = [0.0] * ntiers
+    for t in path_tiers:
+        out[t] += bt
+    covered = len(path_tiers)
+    for j, m in shared:
+        if m > covered:
+            out[j] += (m - covered) * bt
+            covered = m
+    excess = sum(out) - min(sum(out), n_in - 1)
+    for t in reversed(range(ntiers)):       # take the clamp off the deepest tier served
+        cut = min(out[t], excess)
+        out[t] -= cut
+        excess -= cut
+    return out
+
+
+def _percentiles(x: np.ndarray) -> dict:
+    x = x[np.isfinite(x)]
+    if not len(x):
+        return {k: math.nan for k in ("mean", "p50", "p90", "p99")}
+    return {"mean": float(x.mean()), **{f"p{q}": float(np.percentile(x, q)) for q in (50, 90, 99)}}
+
+
+# ---- replay ---------------------------------------------------------------------------------------
+def replay(scenario, system: str, trace, *, router: str = "round_robin", instances: int | None = None,
+           cache_capacity=None, pd=None, time_scale: float = 1.0, concurrency: int | None = None,
+           cache: str = "trace", slo=None, router_params: dict | None = None,
+           block_tokens: int | None = None, limit: int | None = None, progress: bool = False, tiers=None,
+           **resources) -> ClusterPrediction:
+    """Replay ``trace`` through a cluster running ``system`` on every instance.
+
+    ``scenario``: a cluster (``sac-cluster-4x``, a schema-2 YAML, a :class:`ClusterSpec`) or a version-1
+    scenario (``instances`` copies of its host, each with one private unbounded prefix cache, as today's
+    single-instance replay). ``router``: round_robin | least_load | prefix_affinity | kv (``router_params``:
+    weight, temperature, seed; affinity_blocks). ``cache_capacity``: tokens ('3M', 'inf') for the prefix
+    cache of the system's home tier, or a dict per tier name or kind. ``pd``: 'P:D' prefill and decode
+    instance counts (disaggregation; the handoff goes through the shared CXL pool for CXL systems, else
+    over RDMA). ``time_scale`` 2 replays twice as fast. ``concurrency``: requests in flight per instance
+    (default: what its memory holds). ``cache``: 'trace' (prefix caches), 'none', 'all' (every prompt
+    cached). ``slo``: {'ttft': s, 'tbt': s} or 'ttft=2s,tbt=100ms' for attainment and goodput. ``tiers``:
+    only these tiers (names or kinds, e.g. ['host'] for private host-DRAM caches) of each instance's chain.
+    An instance whose engine run fails leaves its requests incomplete and the prediction infeasible.
+    Times count from each request's arrival (for a testbed run, closed loop, from when its client sends it).
+    """
+    if cache not in ("trace", "none", "all"):
+        raise ConfigError(f"cache must be 'trace', 'none' or 'all', not {cache!r}")
+    if not (isinstance(time_scale, (int, float)) and time_scale > 0 and math.isfinite(time_scale)):
+        raise ConfigError(f"time_scale must be a positive number, got {time_scale!r}")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                    or concurrency < 1):
+        raise ConfigError(f"concurrency must be a positive integer, got {concurrency!r}")
+    slo_s = parse_slo(slo)
+    cl = cluster_of(scenario, instances)
+    insts = _instances(cl, instances)
+    n_inst = len(insts)
+    split = parse_pd(pd, n_inst)
+    if split is None and any(i.role != "both" for i in insts):
+        roles = [i.role for i in insts]
+        if "both" in roles:
+            raise ConfigError(f"{cl.name}: mixes co-located and disaggregated instances; give pd")
+        split = (roles.count("prefill"), roles.count("decode"))
+        insts = [i for i in insts if i.role == "prefill"] + [i for i in insts if i.role == "decode"]
+    router_obj_params = dict(router_params or {})
+    tr, meta = load_workload(trace, limit)
+    if cache == "trace" and not tr.has_prefix_info:
+        raise DataError(f"{tr.name}: the trace has no prefix information; choose cache='none' or 'all'")
+    host = cl.host
+    cfg = resolve(host, system, **resources)
+    dec_system = "dram" if (split and system in ("rdma", "rdma-topk")) else system
+    cfg_dec = resolve(host, dec_system, **resources) if split else cfg
+    bpt = kv_bytes_per_token(host)
+    max_ctx = cl.max_context or cfg.model.extra.get("max_context")
+    if max_ctx:
+        over = np.flatnonzero(tr.input_len > max_ctx)
+        if len(over):
+            i = int(over[0])
+            line = int(tr.lines[i]) if tr.lines is not None else i + 1
+            raise DataError(f"{tr.name}: line {line}: input_length {int(tr.input_len[i])} exceeds the model's "
+                            f"maximum context {int(max_ctx)}")
+    bt = check_block_tokens(block_tokens or tr.block_tokens, tr.block_tokens)
+    too_big = _largest_alone(cfg, tr) or (_largest_alone(cfg_dec, tr) if split else None)
+    if too_big:                      # as the single-instance replay: say so instead of running
+        return ClusterPrediction(system, cl.name, int(tr.input_len.mean()), int(tr.output_len.mean()), 0, len(tr),
+                                 False, f"{too_big} (largest request alone)", config={"trace": tr.name})
+
+    # caches
+    pre = list(range(split[0])) if split else list(range(n_inst))
+    dec = list(range(split[0], n_inst)) if split else []
+    if tiers is not None:
+        tiers = [tiers] if isinstance(tiers, str) else list(tiers)
+        unknown = [t for t in tiers if t not in cl.tiers and t not in KIND_ORDER]
+        if unknown:
+            raise ConfigError(f"tiers: unknown tier {unknown[0]!r} (tiers: {', '.join(cl.tiers)}; kinds: "
+                              f"{', '.join(KIND_ORDER)})")
+    chains = {k: _chain(cl, insts[k], system, tiers) for k in range(n_inst)}
+    used = {t for k in pre for t in chains[k]}
+    caps = _capacities(cl, used, system, cache_capacity, bpt)
+    tier_names = sorted(used, key=lambda t: (KIND_ORDER[cl.tiers[t].kind], t))
+    tidx = {t: j for j, t in enumerate(tier_names)}
+    shared: dict[str, RadixCache] = {}
+    private: dict[int, tuple[RadixCache, list[str]]] = {}
+    for k in pre:
+        priv = [t for t in chains[k] if not cl.tiers[t].shared]
+        if priv:
+            private[k] = (RadixCache([_blocks(caps[t], bt) for t in priv], priv), priv)
+        for t in chains[k]:
+            ts: TierSpec = cl.tiers[t]
+            if ts.shared and t not in shared:
+                shared[t] = RadixCache([_blocks(caps[t] / ts.replicas, bt)], [t], watermark=ts.watermark,
+                                       evict_ratio=ts.evict_ratio)
+    home_rank = KIND_ORDER[HOME[system]]
+
+    # load estimates and routers
+    est = estimate(cfg, max_context=max_ctx or 131072)
+    est_dec = estimate(cfg_dec, max_context=max_ctx or 131072) if split else est
+    loads = [InstanceLoad(est_dec if k in dec else est, bt) for k in range(n_inst)]
+    try:
+        r_pre = make_router(router, block_tokens=bt, **router_obj_params)
+        r_dec = make_router("kv" if router == "kv" else "least_load", block_tokens=bt,
+                            **(router_obj_params if router == "kv" else {}))
+    except RouterError as exc:
+        raise ConfigError(str(exc)) from None
+
+    n = len(tr)
+    order = np.argsort(tr.arrival, kind="stable")
+    arrival = tr.arrival / time_scale
+    inst_of = np.zeros(n, int)
+    dec_of = np.full(n, -1)
+    by_tier = np.zeros((len(tier_names), n))
+    new_tok = np.zeros(n)             # prompt tokens not found in any shared tier (written through)
+    load_bytes: list[tuple[int, str, float]] = []     # (request, tier, bytes) moved to the home tier first
+    releases: list = []               # heap of (est. end, seq, cache, path)
+    seq = 0
+    if meta.get("warm"):              # a testbed run: its first round cached the prompt everywhere
+        k0 = page_keys(tr.blocks[tr.offsets[0]:tr.offsets[1]], tr.input_len[0], tr.block_tokens, bt)
+        for c in [*shared.values(), *(c for c, _ in private.values())]:
+            c.touch(k0)
+    prog = _progress(progress, n, n_inst)
+    far = [KIND_ORDER[cl.tiers[t].kind] > home_rank for t in tier_names]
+    shared_of = {k: [(tidx[t], shared[t]) for t in chains[k] if t in shared] for k in pre}
+    ntier = len(tier_names)
+    offsets = tr.offsets if tr.offsets is not None else np.zeros(n + 1, np.int64)
+    for step_i, (i, now, n_in, n_out, o0, o1) in enumerate(_in_chunks(
+            order, arrival, tr.input_len, tr.output_len, offsets[:-1], offsets[1:])):
+        while releases and releases[0][0] <= now:
+            _, _, c, path = heapq.heappop(releases)
+            c.release(path)
+        for ld in loads:
+            ld.advance(now)
+        keys = (page_keys(tr.blocks[o0:o1], n_in, tr.block_tokens, bt) if cache == "trace" else [])
+        sh_match: dict = {}               # shared-tier matches, the same for every instance: once per request
+
+        def overlap(k, keys=keys, sh_match=sh_match):
+            m = private[k][0].match_len(keys) if k in private else 0
+            for j, c in shared_of[k]:
+                if j not in sh_match:
+                    sh_match[j] = c.match_len(keys)
+                m = max(m, sh_match[j])
+            return m
+        k = r_pre.choose(pre, loads, overlap, n_in, keys) if len(pre) > 1 else pre[0]
+        inst_of[i] = k
+        cached = [0.0] * ntier
+        if cache == "all":
+            cached[tidx[next(t for t in chains[k] if cl.tiers[t].kind == HOME[system])]] = n_in - 1.0
+        elif cache == "trace":
+            pc, priv = private.get(k, (None, []))
+            ppath = pc.match(keys) if pc is not None else []
+            ptiers = [tidx[priv[pc.tier[x]]] for x in ppath]
+            sh = [(j, sh_match[j] if j in sh_match else c.match_len(keys)) for j, c in shared_of[k]]
+            cached = _split(ptiers, sh, n_in, bt, ntier)
+            pinned = []
+            if pc is not None:
+                pinned.append((pc, pc.admit(keys, ppath)))
+            for (j, m), (_, c) in zip(sh, shared_of[k]):
+                new_tok[i] = max(new_tok[i], n_in - m * bt)
+                pinned.append((c, c.admit(keys)))
+        by_tier[:, i] = cached
+        hit = float(sum(cached))
+        for j in range(ntier):
+            if cached[j] > 0 and far[j]:
+                load_bytes.append((i, tier_names[j], cached[j] * bpt))
+        first, end = loads[k].add(now, n_in - hit, hit, n_out, i, prefill_only=bool(split))
+        if split and n_out > 1:
+            d = r_dec.choose(dec, loads, lambda _: 0, n_in, keys) if len(dec) > 1 else dec[0]
+            dec_of[i] = d
+            _, end = loads[d].add(first, 0.0, n_in, n_out - 1, i, decode_only=True)
+        if cache == "trace":
+            for c, path in pinned:
+                seq += 1
+                heapq.heappush(releases, (end, seq, c, path))
+        if prog and step_i % 256 == 0:
+            prog.update(prog.task_ids[0], completed=step_i)
+    if prog:
+        prog.update(prog.task_ids[0], completed=n)
+
+    # transfers before the engines (hits to move to the home tier)
+    net = _Network(cl, insts, system, host)
+    early = FlowSet(net.load_flow(float(arrival[i]), insts[inst_of[i]].host, cl.tiers[t].kind, b)
+                    for i, t, b in load_bytes)
+    load_s = np.zeros(n)
+    if len(early):
+        fin = share_links(early, net.capacity)
+        for j, (i, _, _) in enumerate(load_bytes):
+            load_s[i] = max(load_s[i], fin[j] - early.start[j])
+    cached_total = by_tier.sum(axis=0)
+
+    # engines
+    kw: dict = {}
+    first_s, done_s = np.full(n, math.nan), np.full(n, math.nan)
+    release_s = np.full(n, math.nan)
+    conc_used: dict = {}
+    failed: list[str] = []
+    mean_in, mean_out = int(tr.input_len.mean()), int(tr.output_len.mean())
+
+    def run(k, idx, arr, ctx, out, hit, c):
+        if not len(idx):
+            return None
+        if concurrency:
+            conc = concurrency
+        elif meta.get("concurrency"):        # a testbed run's closed-loop cap, split over the instances
+            conc = -(-meta["concurrency"] // len(pre))
+        else:                                # what the instance's memory holds at the trace's mean lengths
+            conc = memory_concurrency(c, mean_in, mean_out)
+        conc_used[insts[k].id] = conc
+        p = simulate(c, Requests(arr, ctx, out, hit), conc, **kw)
+        if not p.feasible:                  # the instance overflowed: say so, keep what completed
+            failed.append(f"{insts[k].id}: {p.limit} ({100 * p.success_fraction:.0f}% of its requests completed)")
+        if prog:
+            prog.advance(prog.task_ids[1])
+        return p.per_request
+
+    for k in pre:
+        idx = np.flatnonzero(inst_of == k)
+        idx = idx[np.argsort(arrival[idx] + load_s[idx], kind="stable")]
+        out_k = np.ones(len(idx), int) if split else tr.output_len[idx]    # prefill instances: first token only
+        pr = run(k, idx, arrival[idx] + load_s[idx], tr.input_len[idx], out_k,
+                 np.minimum(cached_total[idx], tr.input_len[idx] - 1.0), cfg)
+        if pr is None:
+            continue
+        first_s[idx] = pr["first_s"]
+        release_s[idx] = pr["release_s"]
+        done_s[idx] = pr["done_s"]
+
+    # write-through of new blocks to the shared tiers, and the prefill -> decode handoff; the transfers
+    # before the engines run again beside them (they share the same NICs and links)
+    flows = FlowSet()
+    handoff_of = array("q")           # flow -> request whose handoff it is (-1: none)
+    via_cxl = split and HOME[system] == "cxl"
+    for i in np.flatnonzero((new_tok > 0) & np.isfinite(first_s)).tolist():
+        h = insts[inst_of[i]].host
+        for t in chains[inst_of[i]]:
+            if t in shared:
+                f = net.write_flow(first_s[i], h, cl.tiers[t], new_tok[i] * bpt)
+                flows.add(f.start, f.nbytes, f.latency, f.resources)
+                # with a CXL handoff, the write of the prompt's KV to the pool is the handoff
+                handoff_of.append(i if via_cxl and cl.tiers[t].kind == "cxl" and dec_of[i] >= 0 else -1)
+    for j in range(len(early)):
+        flows.add(early.start[j], early.nbytes[j], early.latency[j], early.sets[early.res[j]])
+        handoff_of.append(-1)
+    handoff_s = np.zeros(n)
+    if split and not via_cxl:
+        for i in np.flatnonzero((dec_of >= 0) & np.isfinite(first_s)).tolist():
+            f = net.handoff_flow(first_s[i], insts[inst_of[i]].host, insts[dec_of[i]].host, tr.input_len[i] * bpt)
+            flows.add(f.start, f.nbytes, f.latency, f.resources)
+            handoff_of.append(i)
+    if len(flows):
+        fin = share_links(flows, net.capacity)
+        hand = np.frombuffer(handoff_of, np.int64)
+        sel = np.flatnonzero(hand >= 0)
+        np.maximum.at(handoff_s, hand[sel], fin[sel] - np.frombuffer(flows.start, float)[sel])
+
+    dec_first = np.full(n, math.nan)
+    if split:
+        for k in dec:
+            idx = np.flatnonzero((dec_of == k) & np.isfinite(first_s))
+            arr = first_s[idx] + handoff_s[idx]
+            idx = idx[np.argsort(arr, kind="stable")]
+            arr = first_s[idx] + handoff_s[idx]
+            pr = run(k, idx, arr, tr.input_len[idx], tr.output_len[idx] - 1, tr.input_len[idx].astype(float),
+                     cfg_dec)
+            if pr is None:
+                continue
+            done_s[idx] = pr["done_s"]
+            dec_first[idx] = pr["first_s"]
+    if prog:
+        prog.stop()
+
+    # results
+    # a testbed run is closed loop: its client sends a request when a slot frees, and times it from there
+    start = np.where(np.isfinite(release_s), release_s, arrival) if meta.get("concurrency") else arrival
+    ttft = (first_s - start) * 1e3
+    e2e = (done_s - start) * 1e3
+    out = tr.output_len
+    tbt = np.where(out > 1, (done_s - first_s) / np.maximum(out - 1, 1) * 1e3, math.nan)
+    queue = release_s - arrival - load_s
+    completed = np.isfinite(done_s)
+    ok = completed.copy()
+    if "ttft" in slo_s:
+        ok &= ttft <= slo_s["ttft"] * 1e3
+    if "tbt" in slo_s:
+        ok &= ~(tbt > slo_s["tbt"] * 1e3)
+    if "e2e" in slo_s:
+        ok &= e2e <= slo_s["e2e"] * 1e3
+    per = {"arrival": arrival, "instance": inst_of, "decode_instance": dec_of,
+           "input_tokens": tr.input_len, "output_tokens": out, "cached_tokens": cached_total,
+           **{f"cached_{t}": by_tier[j] for j, t in enumerate(tier_names)},
+           "load_s": load_s, "handoff_s": handoff_s, "queue_s": queue,
+           "ttft_ms": ttft, "tbt_ms": tbt, "e2e_ms": e2e, "completed": completed, "slo_met": ok}
+    t0 = float(arrival.min())
+    duration = float(np.nanmax(done_s) - t0) if completed.any() else math.nan
+    prompt = float(tr.input_len.sum())
+    bytes_links = link_bytes(flows)
+    summary = {
+        "requests": n, "instances": n_inst, "system": system, "router": router,
+        "pd": f"{split[0]}:{split[1]}" if split else None, "handoff": ("cxl" if via_cxl else "rdma") if split else None,
+        "time_scale": time_scale, "duration_s": duration,
+        **{f"ttft_{k}_ms": v for k, v in _percentiles(ttft).items()},
+        **{f"tbt_{k}_ms": v for k, v in _percentiles(tbt).items()},
+        # the mean pools every inter-token gap, as the single-instance prediction and the benchmark do
+        "tbt_mean_ms": _pooled_tbt(first_s, done_s, out, completed),
+        **{f"e2e_{k}_ms": v for k, v in _percentiles(e2e).items()},
+        **{f"queue_{k}_s": v for k, v in _percentiles(queue).items()},
+        "slo": {k: v for k, v in slo_s.items()}, "slo_attainment": float(ok.mean()),
+        "goodput_req_s": float(ok.sum() / duration) if duration else math.nan,
+        "throughput_req_s": float(completed.sum() / duration) if duration else math.nan,
+        "output_throughput_tok_s": float(out[completed].sum() / duration) if duration else math.nan,
+        "hit_rate": {t: float(by_tier[j].sum() / prompt) for j, t in enumerate(tier_names)},
+        "hit_rate_total": float(cached_total.sum() / prompt),
+        "bytes_by_link": {k: float(v) for k, v in sorted(bytes_links.items())},
+        "cache_capacity_tokens": {t: caps[t] for t in tier_names},
+        "requests_by_instance": {insts[k].id: int((inst_of == k).sum()) for k in pre},
+        "concurrency_by_instance": conc_used,
+        "failed_instances": failed,
+        "evicted_blocks": {t: int(c.evicted[0]) for t, c in shared.items()} | {
+            f"{insts[k].id}.{name}": int(c.evicted[j]) for k, (c, names) in private.items()
+            for j, name in enumerate(names)},
+    }
+    pred = ClusterPrediction(system, cl.name, int(tr.input_len.mean()), int(out.mean()),
+                             max(conc_used.values(), default=0), n, not failed,
+                             "; ".join(failed) if failed else None,
+                             config={"trace": tr.name, "time_scale": time_scale, "cache": cache, "router": router,
+                                     "instances": n_inst, "pd": summary["pd"], "cache_capacity": caps,
+                                     "block_tokens": bt, "handoff": summary["handoff"]},
+                             per_request=per, summary=summary)
+    pred.ttft_mean_ms, pred.ttft_p50_ms, pred.ttft_p99_ms = (summary["ttft_mean_ms"], summary["ttft_p50_ms"],
+                                                             summary["ttft_p99_ms"])
+    pred.tbt_mean_ms, pred.tbt_p99_ms = summary["tbt_mean_ms"], summary["tbt_p99_ms"]
+    pred.e2e_mean_ms = summary["e2e_mean_ms"]
+    pred.output_throughput_tok_s = summary["output_throughput_tok_s"]
+    pred.request_throughput_req_s = summary["throughput_req_s"]
+    pred.duration_s = duration
+    return pred
+
+
+def _pooled_tbt(first_s, done_s, out, completed) -> float:
+    """Mean inter-token gap (ms) over every gap of the completed multi-token requests."""
+    m = completed & (out > 1)
+    return float((done_s - first_s)[m].sum() / (out[m] - 1).sum() * 1e3) if m.any() else math.nan
+
+
+def _in_chunks(order: np.ndarray, *cols, size: int = 1 << 16):
+    """(index, values of every column) in ``order``, converted to Python numbers a chunk at a time."""
+    for c0 in range(0, len(order), size):
+        idx = order[c0:c0 + size]
+        yield from zip(idx.tolist(), *(np.asarray(c)[idx].tolist() for c in cols))
+
+
+def _largest_alone(cfg, tr) -> str | None:
+    """The binding memory limit if the trace's largest request does not fit an instance alone, else None."""
+    from ..capacity import static_check
+    c = static_check(cfg, context=int(tr.input_len.max()), output=int(tr.output_len.max()), concurrency=1,
+                     prompts="distinct")
+    return None if c["feasible"] else c["limit"]
+
+
+class _Network:
+    """Shared resources (B/s) of the cluster's transfers and the flows that use them."""
+
+    def __init__(self, cl: ClusterSpec, insts, system, host_topo):
+        self.cl = cl
+        self.te = cl.rdma or DEFAULT_TE
+        self.capacity: dict = {}
+        for h in {i.host for i in insts}:
+            self.capacity[f"{h}.rdma_out"] = self.capacity[f"{h}.rdma_in"] = self.te.rate
+            gpus = host_topo.gpus
+            self.capacity[f"{h}.pcie"] = sum(host_topo.bottleneck(host_topo.route(
+                host_topo.pool_for(r, "dram"), g)) for r, g in enumerate(gpus)) if host_topo.pools.get("dram") \
+                else math.inf
+        for t in cl.tiers.values():
+            p = t.params
+            if t.kind == "cxl":
+                for h in {i.host for i in insts}:
+                    self.capacity[f"{h}.cxl_write"] = p.get("host_write_bandwidth", math.inf)
+                    self.capacity[f"{h}.cxl_read"] = p.get("host_read_bandwidth", math.inf)
+                self.capacity[f"{t.name}.devices"] = p.get("devices", 1) * p.get("device_bandwidth", math.inf)
+            if t.kind == "rdma":
+                ste = p.get("rdma", self.te)
+                self.capacity[f"{t.name}.rdma_out"] = self.capacity[f"{t.name}.rdma_in"] = ste.rate
+        # resources of unbounded capacity do not limit a flow
+        self.capacity = {k: v for k, v in self.capacity.items() if math.isfinite(v)}
+
+    def _res(self, names):
+        return tuple(r for r in names if r in self.capacity)
+
+    def load_flow(self, start, h, kind, nbytes) -> Flow:
+        """Move a cached prefix from a farther tier to the instance's home tier before it is served."""
+        if kind == "rdma":
+            store = next(t.name for t in self.cl.tiers.values() if t.kind == "rdma")
+            return Flow(start, nbytes, self.te.setup, self._res((f"{store}.rdma_out", f"{h}.rdma_in")))
+        if kind == "cxl":
+            pool = next(t.name for t in self.cl.tiers.values() if t.kind == "cxl")
+            return Flow(start, nbytes, 0.0, self._res((f"{pool}.devices", f"{h}.cxl_read")))
+        return Flow(start, nbytes, 0.0, self._res((f"{h}.pcie",)))
+
+    def write_flow(self, start, h, tier: TierSpec, nbytes) -> Flow:
+        """Write new KV once to a shared tier (every replica for a store)."""
+        if tier.kind == "cxl":
+            return Flow(start, nbytes, 0.0, self._res((f"{h}.cxl_write", f"{tier.name}.devices")))
+        return Flow(start, nbytes * tier.replicas, self.te.setup, self._res((f"{h}.rdma_out", f"{tier.name}.rdma_in")))
+
+    def handoff_flow(self, start, src, dst, nbytes) -> Flow:
+        """Prefill host -> decode host over RDMA (Transfer Engine)."""
+        if src == dst:
+            return Flow(start, 0.0, 0.0, ())
+        return Flow(start, nbytes, self.te.setup, self._res((f"{src}.rdma_out", f"{dst}.rdma_in")))
+
+
+def _progress(on: bool, n: int, n_inst: int):
+    if not on:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                 transient=True)
+    p.add_task("routing and caching", total=n)
+    p.add_task("engine runs", total=None)
+    p.start()
+    return p

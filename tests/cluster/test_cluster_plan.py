@@ -1,0 +1,75 @@
+import csv
+import json
+
+import pytest
+
+from sacmodel.cli import main
+from sacmodel.cluster.plan import cluster_plan, cluster_sweep, cost_per_hour
+from sacmodel.cluster.replay import replay
+
+
+def burst(tmp_path, n=24):
+    """n prompts of 6K-9K tokens within a few seconds, sharing a system prompt: one host queues them."""
+    p = tmp_path / "burst.jsonl"
+    p.write_text("".join(json.dumps({"timestamp": 200 * i, "input_length": 6000 + 130 * i, "output_length": 16,
+                                     "hash_ids": [1, 2] + [100 * i + j for j in range(3, 13 + i // 8)]}) + "\n"
+                         for i in range(n)))
+    return p
+
+
+def test_cost_per_hour_by_hand():
+    c = cost_per_hour("sac-cluster-4x", "cxl", 4, None)
+    # 4 hosts x 8 GPUs x $2; a 2 TB pool is two 1 TB devices; two CXL adapters per host; one switch
+    assert c["gpu"] == 64.0 and c["cxl_device"] == pytest.approx(2 * 0.23)
+    assert c["cxl_adapter"] == pytest.approx(8 * 0.04) and c["cxl_switch"] == pytest.approx(0.38)
+    assert c["total"] == pytest.approx(64 + 0.46 + 0.32 + 0.38)
+    assert cost_per_hour("sac-cluster-4x", "rdma", 2, None)["rdma_nic"] == pytest.approx((4 + 4) * 0.06)
+
+
+def test_sweep_serial_and_on_dask_agree(tmp_path):
+    tr = burst(tmp_path, 12)
+    grid = {"instances": [1, 2], "router": ["round_robin", "kv"]}
+    serial = cluster_sweep("sac-cluster-4x", "cxl", tr, grid, workers=1)
+    assert [(r["instances"], r["router"]) for r in serial] == [(1, "round_robin"), (1, "kv"), (2, "round_robin"),
+                                                              (2, "kv")]
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cl:
+        dask = cluster_sweep("sac-cluster-4x", "cxl", tr, grid, scheduler=cl.scheduler_address)
+    assert [r["ttft_p99_ms"] for r in dask] == [r["ttft_p99_ms"] for r in serial]
+    bad = cluster_sweep("sac-cluster-4x", "cxl", tr, {"instances": [3], "pd": ["1:1"]}, workers=1)
+    assert bad[0]["feasible"] is False and "does not match the 3 instances" in bad[0]["limit"]
+
+
+def test_plan_finds_the_smallest_instance_count_that_meets_the_slo(tmp_path):
+    tr = burst(tmp_path)
+    p1 = replay("sac-cluster-4x", "cxl", tr, instances=1).summary["ttft_p99_ms"]
+    p4 = replay("sac-cluster-4x", "cxl", tr, instances=4).summary["ttft_p99_ms"]
+    assert p4 < p1
+    bound = (p1 + p4) / 2
+    plan = cluster_plan("sac-cluster-4x", "cxl", tr, {"ttft_p99_ms": bound}, vary="instances", values="1:4",
+                        workers=1)
+    n = plan.best
+    assert 1 < n <= 4
+    # checked independently: the chosen count meets the bound, the one below does not
+    assert replay("sac-cluster-4x", "cxl", tr, instances=n).summary["ttft_p99_ms"] <= bound
+    assert replay("sac-cluster-4x", "cxl", tr, instances=n - 1).summary["ttft_p99_ms"] > bound
+    none = cluster_plan("sac-cluster-4x", "cxl", tr, {"ttft_p99_ms": 1.0}, vary="instances", values="1:2", workers=1)
+    assert none.best is None and "no instances" in none.message
+
+
+def test_cluster_plan_and_sweep_cli(tmp_path, capsys):
+    tr = burst(tmp_path, 10)
+    out = tmp_path / "sweep.csv"
+    assert main(["sweep", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(tr),
+                 "--grid", "instances=1,2", "--grid", "pool=1M,inf", "--workers", "1", "--csv", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 4 and {r["pool"] for r in rows} == {"1M", "inf"} and float(rows[0]["cost_usd_per_hour"]) > 0
+    capsys.readouterr()
+    assert main(["plan", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(tr), "--vary", "instances",
+                 "--values", "1,2", "--slo", "ttft_p99_ms=1e9", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["best"] == 1 and len(d["tried"]) == 2
+    assert main(["plan", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(tr), "--values", "1",
+                 "--slo", "latency=3"]) == 2
+    assert "unknown SLO metric 'latency'" in capsys.readouterr().err

@@ -36,7 +36,7 @@ from .reference import KEYS, lines_touched
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "access_table.npz"
 # table axes: log(1 - phi), log2(L / k), B / k
 TABLE_LOG_ONE_MINUS_PHI = np.linspace(math.log(5e-4), math.log(0.5), 64)
-TABLE_LOG2_L_OVER_K = np.arange(0.0, 8.01, 0.25)
+TABLE_LOG2_L_OVER_K = np.arange(0.0, 14.01, 0.25)
 TABLE_B_OVER_K = np.array([1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0])
 
 
@@ -180,14 +180,17 @@ def _table():
     ok = m > 0                      # cells where the context fits the buffer have no steady state: NaN,
     with np.errstate(divide="ignore"):   # so that interpolating next to them falls back to the exact form
         return (RegularGridInterpolator(axes, np.where(ok, np.log(np.where(ok, m, 1.0)), np.nan), **opts),
-                RegularGridInterpolator(axes, np.where(ok, z["log_fill_steps"], np.nan), **opts), axes)
+                RegularGridInterpolator(axes, np.where(ok, z["log_fill_steps"], np.nan), **opts), axes,
+                # next to those cells (a context just past the buffer) the misses go to 0: linear in m there
+                RegularGridInterpolator(axes, np.where(ok, m, 0.0), **opts))
 
 
-def steady_state(*, context, topk, buffer_slots, correlation) -> tuple[np.ndarray, np.ndarray]:
+def steady_state(*, context, topk, buffer_slots, correlation, need_fill: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(misses per step in steady state, fill steps T_C), vectorised, from the precomputed table.
 
-    Outside the table's range (correlation above 1 - 5e-4 or below 0.5, L/k beyond 256) it falls back to
-    :func:`exact_steady_state`. A context that fits the buffer has no steady-state misses.
+    Outside the table's range (correlation above 1 - 5e-4 or below 0.5, L/k beyond 16384) it falls back to
+    :func:`exact_steady_state`. A context that fits the buffer has no steady-state misses. ``need_fill=False``:
+    the caller uses the misses only (the fill steps may then be NaN just past the buffer's size).
     """
     L, k, B, phi = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, dtype=float)) for v in (
         context, topk, buffer_slots, correlation)))
@@ -197,17 +200,24 @@ def steady_state(*, context, topk, buffer_slots, correlation) -> tuple[np.ndarra
     swap = B < L
     if not swap.any():
         return m, tc
-    f_m, f_tc, axes = _table()
+    f_m, f_tc, axes, f_lin = _table()
     x = np.log(np.maximum(1.0 - phi, 1e-300))
     r = np.log2(L / k)
     bk = B / k
-    inside = (swap & (x >= axes[0][0]) & (x <= axes[0][-1]) & (r >= axes[1][0]) & (r <= axes[1][-1])
-              & (bk >= axes[2][0]) & (bk <= axes[2][-1]))
+    eps = 1e-9                      # rounding at the table's edges (a fitted correlation at its bound)
+    inside = swap.copy()
+    for v, ax in zip((x, r, bk), axes):
+        inside &= (v >= ax[0] - eps) & (v <= ax[-1] + eps)
     if inside.any():
-        pts = np.stack([x[inside], r[inside], bk[inside]], axis=-1)
-        m[inside] = np.exp(f_m(pts)) * k[inside]
+        pts = np.stack([np.clip(v[inside], ax[0], ax[-1]) for v, ax in zip((x, r, bk), axes)], axis=-1)
+        mi = np.exp(f_m(pts))
+        edge = ~np.isfinite(mi)
+        mi[edge] = f_lin(pts[edge])
+        m[inside] = mi * k[inside]
         tc[inside] = np.exp(f_tc(pts))
-        inside[inside] = np.isfinite(m[inside]) & np.isfinite(tc[inside])
+        # at the edge the misses come from the linear table; its fill time is taken from the exact form
+        # unless the caller does not need it
+        inside[inside] = np.isfinite(m[inside]) & (np.isfinite(tc[inside]) | (edge & ~need_fill))
     for idx in zip(*np.nonzero(swap & ~inside)):
         m[idx], tc[idx] = exact_steady_state(context=L[idx], topk=k[idx], buffer_slots=B[idx], correlation=phi[idx])
     return m, tc
@@ -255,7 +265,7 @@ def miss_series(*, context: int, topk: int, steps: int, buffer_slots: int, corre
     fill = np.diff(D)                                      # D(a+1) - D(a), a = 0..n_fill-1
     out = np.full(steps, m)
     a = np.arange(n_fill)
-    out[:n_fill] = np.where(a + 1 <= tc, fill, m)
+    out[:n_fill] = np.where(a < tc, fill, m)          # LRU (Che): new entries miss until the buffer is full
     out[0] = k                                             # an empty buffer: the first step loads the top-k
     return out
 

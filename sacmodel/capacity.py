@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from .config import FETCH_SYSTEMS, Config
+from .config import Config
 
 
 def weights_per_gpu(cfg: Config) -> float:
@@ -51,7 +51,7 @@ def static_check(cfg: Config, *, context: int, output: int, concurrency: int, pr
         prefix = context - cfg.prefill_chunk + page if shared else 0
         per_req = cfg.buffer_alloc if context > cfg.device_buffer else -(-(context + output) // page) * page
     usage["max_total_tokens"] = (prefix + per_rank * per_req, cfg.max_total_tokens)     # the device KV pool
-    if cfg.hisparse:
+    if cfg.hisparse and cfg.system != "rdma-topk":      # rdma-topk reads the remote pool, no host pool
         ratio = t.param("host_to_device_ratio") if t.has_param("host_to_device_ratio") else 2.0
         host_tokens = (context if shared else per_rank * context) + per_rank * (page + output)
         usage["host_pool"] = (host_tokens, ratio * cfg.max_total_tokens)
@@ -59,7 +59,11 @@ def static_check(cfg: Config, *, context: int, output: int, concurrency: int, pr
         if cfg.system in ("dram", "rdma", "cxl-prefetch"):
             cap = sum(t.node(n)["capacity"] for n in t.pools.get("dram", []))
             usage["host_dram"] = (pool_bytes, cap)
-    if cfg.system in FETCH_SYSTEMS and cfg.system == "rdma":
+        if cfg.system in ("cxl", "cxl-prefetch"):      # the KV's home: the CXL devices in use
+            cap = sum(t.node(n).get("capacity", math.inf) for n in t.pools.get("cxl", [])[:cfg.cxl_devices])
+            used = pool_bytes if cfg.system == "cxl" else (context if shared else concurrency * context) * cfg.token_bytes
+            usage["cxl_pool"] = (used, cap)
+    if cfg.system in ("rdma", "rdma-topk"):
         remote = t.nodes_of("remote_memory")
         if remote:
             usage["remote_pool"] = (context * cfg.token_bytes * (1 if shared else concurrency),

@@ -121,7 +121,8 @@ METRIC_ROWS = (("ttft_mean_ms", "TTFT mean", "ms"), ("ttft_p50_ms", "TTFT p50", 
                ("e2e_mean_ms", "E2E latency mean", "ms"), ("output_throughput_tok_s", "output throughput", "tok/s"),
                ("request_throughput_req_s", "request throughput", "req/s"), ("duration_s", "run duration", "s"))
 USAGE_LABELS = {"hbm": "HBM per GPU for KV (after weights)", "max_total_tokens": "token slots per rank",
-                "device_pool": "GPU KV slots per rank", "host_pool": "host DRAM pool", "cxl_pool": "CXL pool",
+                "device_pool": "GPU KV slots per rank", "host_pool": "HiSparse host pool per rank",
+                "host_dram": "host DRAM", "cxl_pool": "CXL pool (devices in use)",
                 "remote_pool": "remote RDMA pool"}
 
 
@@ -331,14 +332,11 @@ def cmd_validate(a):
     con.print(m)
 
 
-def cmd_calibrate(a):
-    from .calibrate import MICROBENCH_PARAMS, PREFILL_PARAMS, calibrate_runs, fit_microbench, fit_serving, write_params
+def _fit(a):
+    """The fit ``calibrate`` asked for: (FitResult, what it was fitted to)."""
+    from .calibrate import MICROBENCH_PARAMS, PREFILL_PARAMS, calibrate_runs, fit_microbench, fit_serving
     from .measured import latest_per_backend, load_microbench, load_runs
     from .progress import status
-    from .scenario_io import calibration_target
-    from .topology import resolve_scenario_path
-    scenario = resolve_scenario_path(a.scenario)
-    out = None if a.dry_run else calibration_target(scenario, a.out, force=a.force)   # refuse before fitting
     with status("calibrate: least-squares fit"):
         if a.microbench:
             pts = latest_per_backend(load_microbench(a.paths or None))
@@ -352,6 +350,19 @@ def cmd_calibrate(a):
             runs = load_runs(a.paths or None)
             fit = calibrate_runs(a.scenario, runs, a.params)
             what = fit.what
+    return fit, what
+
+
+def cmd_calibrate(a):
+    from .calibrate import write_params
+    from .scenario_io import calibration_target
+    from .topology import resolve_scenario_path
+    scenario = resolve_scenario_path(a.scenario)
+    out = None if a.dry_run else calibration_target(scenario, a.out, force=a.force)   # refuse before fitting
+    try:
+        fit, what = _fit(a)
+    except ValueError as exc:          # no data, nothing to fit: say that the scenario was left alone
+        raise ValueError(f"{exc}; nothing written") from None
     if out is not None:
         write_params(out, fit, a.source or what, template=scenario)
     if a.csv:

@@ -17,13 +17,18 @@ from .systems import as_topology, check_system, entry_bytes, model_of, swap_path
 from .topology import Topology, TopologyError
 
 POOL_SYSTEMS = ("dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk")
-HISPARSE_SYSTEMS = ("dram", "cxl", "rdma", "cxl-prefetch")     # the GPU buffer + swap-in machinery
+# the GPU buffer + LRU machinery (rdma-topk: the what-if that RDMA-reads its misses instead of swapping them in)
+HISPARSE_SYSTEMS = ("dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk")
 FETCH_SYSTEMS = ("rdma", "cxl-prefetch")                         # copy the whole prompt before decoding
 SWAP_POOL = {"dram": "dram", "cxl": "cxl", "rdma": "dram", "cxl-prefetch": "dram", "rdma-topk": "dram"}
 
 
 class ConfigError(ValueError):
     """A workload or configuration the model cannot take (bad argument values)."""
+
+
+class PositionError(ConfigError):
+    """A request longer than the model's maximum position: no configuration of the hardware can serve it."""
 
 
 def system_uses(system: str, pool: str) -> bool:
@@ -169,7 +174,10 @@ def static_values(cfg: Config) -> dict[str, float]:
         v.update(pf_rate=nic["rate"] * cfg.rdma_nics, rdma_op_cost=nic["op_cost"] / cfg.rdma_nics)
     else:
         v.update(pf_rate=1.0, rdma_op_cost=0.0)
-    v["rdma_ops_per_miss"], v["rdma_bytes_per_miss"] = 1.0, eb
+    # rdma-topk reads each missed entry (one READ of one entry), or its whole KV page: the steady misses are a
+    # small share of a long context's pages, so two misses rarely share a page and each costs a page read
+    page_reads = t.serving["rdma_topk_granularity"].raw == "page" if "rdma_topk_granularity" in t.serving else False
+    v["rdma_ops_per_miss"], v["rdma_bytes_per_miss"] = 1.0, eb * (cfg.page if page_reads else 1)
     return v
 
 

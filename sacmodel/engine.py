@@ -170,20 +170,57 @@ class Model:
 def cumulative_misses(cfg: Config, context: int, max_age: int) -> np.ndarray:
     """C[a] for a = 0..max_age+1 (see :meth:`Model.misses`); zeros when nothing is swapped."""
     n = max_age + 2
-    if not cfg.hisparse or not cfg.model.sparse or cfg.device_buffer >= context + max_age:
+    if not _swaps(cfg, context, max_age):
         return np.zeros(n)
+    per = _per_step(cfg, context, np.arange(n, dtype=float))
+    return np.concatenate([[0.0], np.cumsum(per)])[:n]
+
+
+def cumulative_misses_at(cfg: Config, context: int, ages) -> np.ndarray:
+    """C[a] at any ages (array), also far beyond an engine run: exact sums up to ``EXACT_AGES``, then the
+    per-step misses (smooth there: settled correlation, slowly growing context) integrated on a geometric grid."""
+    ages = np.asarray(ages, dtype=float)
+    top = int(np.max(ages)) if ages.size else 0
+    if top <= EXACT_AGES:
+        return cumulative_misses(cfg, context, max(top, 1))[ages.astype(int)]
+    if not _swaps(cfg, context, top):
+        return np.zeros(ages.shape)
+    c0 = cumulative_misses(cfg, context, EXACT_AGES)          # C[0..EXACT_AGES + 1]
+    g = np.unique(np.concatenate([np.geomspace(EXACT_AGES, top + 1, 512), [float(EXACT_AGES), top + 1.0]]))
+    m = _per_step(cfg, context, g, first_fill=False)
+    cg = c0[EXACT_AGES] + np.concatenate([[0.0], np.cumsum(np.diff(g) * (m[1:] + m[:-1]) / 2)])
+    out = np.interp(ages, g, cg)
+    low = ages <= EXACT_AGES
+    out[low] = c0[ages[low].astype(int)]
+    return out
+
+
+EXACT_AGES = 8192
+
+
+def _swaps(cfg: Config, context: int, max_age: int) -> bool:
+    return bool(cfg.hisparse and cfg.model.sparse and cfg.device_buffer < context + max_age)
+
+
+def _per_step(cfg: Config, context: int, ages: np.ndarray, first_fill: bool = True) -> np.ndarray:
+    """Entries loaded per layer at each age (decode steps since admission): the top-k into an empty buffer at
+    age 0, the buffer's fill over ``T_C`` steps, then the steady misses at the age's correlation."""
     k = float(min(cfg.model.topk, context))
     B = float(cfg.device_buffer)
-    ages = np.arange(n, dtype=float)
     phi = score_correlation(cfg, ages)
-    m, tc = steady_state(context=context + ages, topk=k, buffer_slots=B, correlation=phi)
-    t_fill = max(1.0, float(tc[0]))
-    per = np.where(ages < t_fill, (B - k) / max(t_fill - 1.0, 1.0), m)
-    per[0] = k
+    m, _ = steady_state(context=context + ages, topk=k, buffer_slots=B, correlation=phi, need_fill=False)
     if B >= context:            # fits the buffer at first: loaded whole once, misses only as it grows past B
-        per[:] = np.where(context + ages > B, m, 0.0)
-        per[0] = context
-    return np.concatenate([[0.0], np.cumsum(per)])[:n]
+        per = np.where(context + ages > B, m, 0.0)
+        if first_fill:
+            per[ages == 0] = context
+        return per
+    if not first_fill:
+        return m
+    t_fill = max(1.0, float(steady_state(context=context, topk=k, buffer_slots=B,
+                                         correlation=score_correlation(cfg, np.zeros(1)))[1][0]))
+    per = np.where(ages < t_fill, (B - k) / max(t_fill - 1.0, 1.0), m)
+    per[ages == 0] = k
+    return per
 
 
 # ---- the engine -------------------------------------------------------------------------------------
@@ -243,6 +280,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     shared_prompt = reqs.prompt is not None
     pid = reqs.prompt.tolist() if shared_prompt else None
     groups_at: list[dict] = [{} for _ in range(dp)]                   # (prompt, join clock) -> requests
+    groups_ver, same_cache = 0, {}                                    # distinct (prompt, age) pairs, cached
     used = [float(reqs.prefix_pages)] * dp
     logged = [0] * dp
     timeline = []
@@ -268,6 +306,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             in_flight += 1
 
     pre_cache: dict = {}
+    rank_cache, shared_cache = mdl._rank_cache, mdl._shared_cache
     release_more(0.0)
     guard = 40 * n + 8 * max_out + 100000
     staged = 0
@@ -297,6 +336,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                         if shared_prompt:
                             gk = (pid[i], j)
                             groups_at[r][gk] = groups_at[r].get(gk, 0) + 1
+                            groups_ver += 1
                         heapq.heappush(ends[r], (j + out[i] - 2, i))      # clock of its last step
                         sum_l[r] += L[i]
                         n_long[r] += long_[i]
@@ -306,7 +346,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                     if top > len(a):
                         a = acc[r] = np.concatenate([a, np.zeros(max(top, 2 * len(a)) - len(a))])
                     for (c, steps_), cnt in groups.items():
-                        a[j:j + steps_ + 1] += cnt * curve(c)[:steps_ + 1]
+                        seg = a[j:j + steps_ + 1]
+                        seg += curve(c)[:steps_ + 1] if cnt == 1 else cnt * curve(c)[:steps_ + 1]
                     sum_join[r] += j * len(ready)
                     newest[r] = j
                     running[r] += len(ready)
@@ -379,29 +420,50 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 if hit[i] and prefilled[i] == 0:
                     p += t_admit
             pre_part = max(pre_part, p)
-        n_tok = sum(running[r] for r in decoding) + sum(tk for _, b_ in admits for _, tk in b_)
+        n_tok = n_dec = 0
+        for r in decoding:
+            n_dec += running[r]
+        n_tok = n_dec
+        for _, b_ in admits:
+            for _, tk in b_:
+                n_tok += tk
         if shared_prompt:      # same prompt at the same position: the same token, the same experts
-            same = {(p_, clock[r] - j_) for r in decoding for (p_, j_) in groups_at[r]}
-            ext = {(pid[i], prefilled[i], tk) for _, b_ in admits for i, tk in b_}
-            n_distinct = len(same) + sum(tk for _, _, tk in ext)
+            # the count depends on the groups and on the ranks' clocks relative to each other only
+            c0 = clock[decoding[0]] if decoding else 0
+            skey = (groups_ver, tuple([clock[r] - c0 for r in decoding]), tuple(decoding))
+            n_same = same_cache.get(skey)
+            if n_same is None:
+                n_same = same_cache[skey] = len({(p_, clock[r] - j_) for r in decoding for (p_, j_) in groups_at[r]})
+            if admits:
+                ext = {(pid[i], prefilled[i], tk) for _, b_ in admits for i, tk in b_}
+                n_distinct = n_same + sum(tk for _, _, tk in ext)
+            else:
+                n_distinct = n_same
         else:
             n_distinct = n_tok
-        shared = mdl.shared(n_tok, bool(admits), n_distinct)
+        shared = shared_cache.get((n_tok, n_distinct, bool(admits)))
+        if shared is None:
+            shared = mdl.shared(n_tok, bool(admits), n_distinct)
         horizon = min(pending[0][0] if pending else math.inf,
                       arrival[next_req] if next_req < n and in_flight < concurrency else math.inf)
         while True:                   # shrink the jump if it would run past the next arrival
-            part, parts = pre_part, {}
+            part, best, top = pre_part, None, -1.0
+            half = (jump - 1) / 2.0
             for r in decoding:
                 b = running[r]
                 ck = clock[r]
-                Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + (jump - 1) / 2.0
+                Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
                 ar = acc[r]
                 M = float(ar[ck + jump] - ar[ck]) / jump
-                a0, a1, a2 = mdl.rank_coeffs(b, active, n_long[r] > 0)
-                p = a0 + a1 * Lm + a2 * M
-                parts[r] = (p, b, Lm, M, n_long[r] > 0)
-                if p > part:
-                    part = p
+                lg = n_long[r] > 0
+                co = rank_cache.get((b, active, lg))
+                if co is None:
+                    co = mdl.rank_coeffs(b, active, lg)
+                p = co[0] + co[1] * Lm + co[2] * M
+                if p > top:
+                    top, best = p, (b, Lm, M, lg)
+            if top > part:
+                part = top
             T = shared + part
             if jump == 1 or t + jump * T <= horizon + 1e-12:
                 break
@@ -417,7 +479,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             stats["decode_steps"] += jump
             stats["decode_s"] += jump * T
             stats["shared_s"] += jump * shared
-            _, b, Lm, M, lg = max(parts.values())
+            b, Lm, M, lg = best
             sw = swap.setdefault((b, active, lg), [0.0, 0.0, 0.0])
             sw[0] += jump
             sw[1] += jump * Lm
@@ -439,6 +501,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                     groups_at[r][gk] -= 1
                     if not groups_at[r][gk]:
                         del groups_at[r][gk]
+                        groups_ver += 1
                 done[i] = t
                 in_flight -= 1
                 finished += 1

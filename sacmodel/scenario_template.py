@@ -91,32 +91,41 @@ serving:
   dp: {value: 8, source: "--dp-size 8 --enable-dp-attention"}
   tp: {value: 8, source: "--tp 8"}
   mem_fraction: {value: 0.85, source: "--mem-fraction-static 0.85"}
-  max_total_tokens: {value: 200000, source: "--max-total-tokens 200000"}
+  max_total_tokens: {value: 200000, source: "--max-total-tokens 200000 (device KV slots per rank)"}
+  max_running_requests: {value: 2048, source: "max_running_requests printed at start-up (per rank)"}
   weight_bytes_per_param: {value: 0.53125, source: "4-bit weights, group 128 with fp16 scale and zero"}
-  kv_dtype: {value: fp8, source: "FP8 KV cache"}
-  device_buffer: {value: 4096, source: "GPU buffer slots per request and layer"}
+  kv_dtype: {value: bf16, source: "kv_cache_dtype in the server log (bf16 for DeepSeek DSA on Hopper)"}
+  device_buffer: {value: 4096, source: "HiSparse device_buffer_size: GPU buffer slots per request and layer"}
+  buffer_extra_slots: {value: 64, source: "HiSparse pads each request's buffer by one page"}
+  host_to_device_ratio: {value: 2, source: "HiSparse host pool = 2 x the device pool"}
   page_tokens: {value: 64, source: "--page-size 64"}
-  prefill_chunk: {value: 8192, source: "chunked prefill size, tokens"}
+  prefill_chunk: {value: 1024, source: "chunked_prefill_size per rank (1024 with DP attention)"}
+  load_balance: {value: round_robin, source: "--load-balance-method round_robin"}
   cxl_devices: {value: 2, source: "CXL devices in use"}
   rdma_nics: {value: 2, source: "RDMA NICs in use"}
   cacheline: {value: 64 B, source: "PCIe/CXL 64 B cache line"}
-  rdma_ops_per_token: {value: 1, source: "one RDMA READ per entry"}
+  swap_block_threads: {value: 1024, source: "HiSparse swap-in kernel: one 1024-thread block per request"}
+  swap_load_bytes: {value: 8 B, source: "HiSparse swap-in kernel: 8-byte loads, one in flight per lane"}
+  stage_passes: {value: 4, source: "RDMA pool prefetch: gather, copy, transpose, scatter (CPU passes over the prompt)"}
 
-# Fitted constants: copied from the SAC testbed fit. Refit them to your own runs with
-#   sacmodel calibrate my_runs/ --scenario mine.yaml            (serving constants)
-#   sacmodel calibrate --microbench --scenario mine.yaml        (fetch path)
+# Fitted constants: copied from the SAC testbed fit. Refit them to your own runs (with their server logs) with
+#   sacmodel calibrate my_runs/ --scenario mine.yaml --out mine-fitted.yaml   (serving constants)
+#   sacmodel calibrate --microbench --scenario mine.yaml --out mine-fitted.yaml (fetch path)
 calibration:
-  t_kernel: {value: 8.53 us, source: "fitted: SAC testbed micro-benchmark (gather kernel fixed cost)"}
-  outstanding_lines: {value: 612, source: "fitted: SAC testbed micro-benchmark (64 B loads in flight)"}
-  hbm_eff: {value: 0.9, source: "FlashMLA dense decode, 0.9 of HBM bandwidth"}
-  compute_eff: {value: 0.295307, source: "fitted: SAC testbed runs"}
-  t_layer: {value: 0.558206 ms, source: "fitted: SAC testbed runs"}
-  topk_overlap: {value: 0.928876, source: "fitted: SAC testbed runs"}
-  topk_churn_exponent: {value: 0.49284, source: "fitted: SAC testbed runs"}
-  t_admit: {value: 135.264 ms, source: "fitted: SAC testbed runs"}
-  admit_bandwidth: {value: 5.05648 GB/s, source: "fitted: SAC testbed runs"}
-  copy_bandwidth: {value: 4.52868 GB/s, source: "fitted: SAC testbed runs"}
-  t_request: {value: 206.165 ms, source: "fitted: SAC testbed runs"}
-  prefetch_poll: {value: 5.5748 s, source: "fitted: SAC testbed runs"}
-  prefill_eff: {value: 0.477372, source: "fitted: SAC testbed cold rounds"}
+  t_kernel: {value: 8.53 us, source: "fitted: SAC testbed micro-benchmark"}
+  outstanding_lines: {value: 612, source: "fitted: SAC testbed micro-benchmark"}
+  hbm_eff: {value: 0.9, source: "constants.md 1c: FlashMLA dense decode 3000 GB/s of 3350 GB/s HBM (H800) = 0.9"}
+  compute_eff: {value: 0.340548, source: "fitted: SAC testbed (server logs and runs)"}
+  t_layer: {value: 0.241226 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  t_hs: {value: 17.8867 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  t_hs_req: {value: 0.398803 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  score_correlation: {value: 0.9995, source: "fitted: SAC testbed (server logs and runs)"}
+  drift_settling: {value: 50.285, source: "fitted: SAC testbed (server logs and runs)"}
+  settling_steps: {value: 645.144, source: "fitted: SAC testbed (server logs and runs)"}
+  t_request: {value: 110.698 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  t_token: {value: 0.580918 us, source: "fitted: SAC testbed (server logs and runs)"}
+  t_admit: {value: 33.0421 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  stage_copy_bw: {value: 2.36744 GB/s, source: "fitted: SAC testbed (server logs and runs)"}
+  prefill_eff: {value: 0.5056, source: "fitted: SAC testbed (server logs and runs)"}
 """
+

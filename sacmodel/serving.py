@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .capacity import static_check
-from .config import Config, ConfigError, resolve, static_values, swap_route
+from .config import Config, ConfigError, PositionError, resolve, static_values, swap_route
 from .engine import Model, Requests, run_engine
 
 __all__ = ["ConfigError", "Prediction", "Requests", "compare", "predict", "resolve", "run_engine", "workload"]
@@ -148,7 +148,7 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics,
                   max_total_tokens=max_total_tokens, max_running_requests=max_running_requests)
     if cfg.model.max_position and context + hi > cfg.model.max_position:
-        raise ConfigError(f"context {context} + output {hi} exceeds {cfg.model.name}'s maximum position "
+        raise PositionError(f"context {context} + output {hi} exceeds {cfg.model.name}'s maximum position "
                           f"{cfg.model.max_position}")
     n_req = requests if requests is not None else 8 * concurrency
     if outputs is not None:

@@ -22,7 +22,7 @@ from scipy.optimize import brentq
 
 from .calibrate import get_param, set_param
 from .costs import SYMBOLS, sym
-from .config import resolve, static_values, swap_route
+from .config import PositionError, resolve, static_values, swap_route
 from .serving import predict
 from .step import fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
 from .systems import as_topology, check_system
@@ -174,26 +174,20 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
 
 def mean_misses(scenario, system: str, *, context: int, output: int, **resources) -> float:
     """``m_mean``: entries one request alone loads per layer per decode step, averaged over its output."""
-    from .engine import cumulative_misses
-    cfg = resolve(scenario, system, **resources)
-    if output < 2:
-        return 0.0
-    c = cumulative_misses(cfg, int(context), int(output))
-    return float(c[output - 1] / (output - 1))
+    return float(mean_misses_grid(scenario, system, context, output, **resources))
 
 
 def mean_misses_grid(scenario, system: str, context, output, **resources) -> np.ndarray:
     """``m_mean`` at every (context, output) pair of two broadcastable arrays (same rule as the engine)."""
-    from .engine import cumulative_misses
+    from .engine import cumulative_misses_at
     cfg = resolve(scenario, system, **resources)
     L, O = np.broadcast_arrays(np.asarray(context, dtype=float), np.asarray(output, dtype=float))
     out = np.zeros(L.shape)
-    top = int(np.max(O)) if O.size else 1
     for lv in np.unique(L):
-        sel = L == lv
-        c = cumulative_misses(cfg, int(round(lv)), max(top, 2))
-        o = np.maximum(O[sel].astype(int), 2)
-        out[sel] = c[o - 1] / (o - 1)
+        sel = (L == lv) & (O >= 2)
+        if sel.any():
+            o = np.round(O[sel])
+            out[sel] = cumulative_misses_at(cfg, int(round(lv)), o - 1) / (o - 1)
     return out
 
 
@@ -325,7 +319,10 @@ def evaluate(scenario, system: str, metric: str, vary: str | None = None, value:
         e = symbolic(system, metric, topo, context=ctx, output=out, **res)
         return float(e)
     kw.setdefault("concurrency", 1)
-    p = predict(topo, system, **kw)
+    try:
+        p = predict(topo, system, **kw)
+    except PositionError:          # longer than the model's positions: infeasible on any hardware
+        return math.nan
     return getattr(p, metric) if p.feasible else math.nan
 
 
@@ -395,9 +392,10 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     fast = {s: _unloaded_fn(topo, s, metric, vary, fixed) for s in (a, b)} if kind == "unloaded" else {}
 
     def f(s, x):
-        if fast.get(s):
-            return float(fast[s](x))
-        return evaluate(topo, s, metric, vary, x, **fixed)
+        with np.errstate(divide="ignore", invalid="ignore"):      # e.g. TBT at output 1: nan, not a warning
+            if fast.get(s):
+                return float(fast[s](x))
+            return evaluate(topo, s, metric, vary, x, **fixed)
     d = lambda x: f(a, x) - ratio * f(b, x)  # noqa: E731
     res = BreakEven(a, b, metric, vary, lo, hi, False, None, ratio=ratio)
 

@@ -83,7 +83,7 @@ def test_predict_shows_memory_use_and_units_per_row(capsys):
     rc, out, _ = run(capsys, "predict", "--system", "cxl", "--context", "32K", "--concurrency", "16")
     assert rc == 0 and "memory use vs capacity" in out and "CXL pool" in out
     rows = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines() if ln.strip() and len(ln.split()) >= 3}
-    assert rows["backup_write"] == "GB/s" and rows["share_time_admitting"] == "%" and rows["step_swap"] == "ms"
+    assert rows["swap_bandwidth_share"] == "GB/s" and rows["share_time_prefill"] == "%" and rows["step_swap"] == "ms"
     assert rows["TTFT"] == "ms" and rows["output"] == "tok/s"
 
 
@@ -334,7 +334,7 @@ def test_every_help_example_parses():
     for name, p in _subparsers().items():
         for line in p.epilog.splitlines()[1:]:
             words = shlex.split(line.split(" > ")[0].split("#")[0])
-            if name in ("replay", "trace-stats") or words[:1] != ["sacmodel"]:
+            if name in ("replay", "trace-stats", "hitrate") or words[:1] != ["sacmodel"]:
                 continue                      # (trace files of the examples need not exist here)
             try:
                 ap.parse_args(words[1:])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import SHARED, needs_shared
+from measured_data import SHARED, needs_shared
 from sacmodel import schemas
 from sacmodel.cli import main
 from sacmodel.measured import DataError, load_microbench, load_run
@@ -89,11 +89,11 @@ def test_units_memory_fraction_in_gb_refused(capsys, tmp_path):
 @pytest.mark.parametrize("name,value,msg", [
     ("mem_fraction", 1.5, "must be in (0, 1]"), ("mem_fraction", 0, "must be positive"),
     ("hbm_eff", 1.2, "must be in (0, 1]"), ("compute_eff", 0, "must be positive"),
-    ("prefill_eff", -0.1, "must be positive"), ("topk_overlap", 1.01, "must be in [0, 1]"),
+    ("prefill_eff", -0.1, "must be positive"), ("score_correlation", 1.01, "must be in [0, 0.999999]"),
     ("tp", 2.5, "whole number"), ("dp", 0, "must be positive"), ("tp", 0, "must be positive"),
     ("max_total_tokens", 0, "must be positive"), ("max_total_tokens", 1000.5, "whole number"),
     ("device_buffer", -4096, "must be positive"), ("t_layer", "-1 ms", "non-negative"),
-    ("admit_bandwidth", "0 GB/s", "must be positive"), ("cacheline", "0.5 B", "must be in [1 B"), ("cacheline", "1.5 B", "whole number"),
+    ("stage_copy_bw", "0 GB/s", "must be positive"), ("cacheline", "0.5 B", "must be in [1 B"), ("cacheline", "1.5 B", "whole number"),
     ("kv_dtype", "int3", "must be one of"),
 ])
 def test_ranges_of_parameters(capsys, tmp_path, name, value, msg):
@@ -305,8 +305,8 @@ def test_traceback_trace_records(capsys, tmp_path, line, msg):
 def test_traceback_trace_is_a_directory(capsys, tmp_path):
     d = tmp_path / "trace.jsonl"
     d.mkdir()
-    refused(capsys, "trace-stats", str(d), names=("trace.jsonl", "directory"))
-    refused(capsys, "replay", str(tmp_path), names=("directory",))
+    refused(capsys, "trace-stats", str(d), names=("trace.jsonl", "folder"))
+    refused(capsys, "replay", str(tmp_path), names=("folder",))
 
 
 def test_traceback_csv_field_over_128k(capsys, tmp_path):

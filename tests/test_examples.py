@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED
+from measured_data import SHARED
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.py"))
 

@@ -66,9 +66,11 @@ def test_breakeven_closed_form_in_a_bandwidth():
 
 
 def test_breakeven_numeric_in_context_and_no_crossing():
+    # a short answer: at short contexts the bulk copy is cheap, at long ones loading in place (SAC) wins
     be = breakeven("sac-testbed", "cxl", "cxl-prefetch", metric="e2e", vary="context", lo=8192, hi=262144,
-                   output=20000)
+                   output=100)
     assert be.found and be.method == "numeric" and be.residual < 1e-9
+    assert (be.winner_below, be.winner_above) == ("cxl-prefetch", "cxl")
     none = breakeven("sac-testbed", "cxl", "rdma", metric="e2e", vary="context", lo=8192, hi=131072,
                      output=1024, points=12)
     assert not none.found and none.winner == "cxl" and "throughout" in none.message
@@ -86,7 +88,9 @@ def test_breakeven_loaded_hardware_parameter():
                  concurrency=64)
     b = evaluate("sac-testbed", "dram", "tbt_mean_ms", "link:gpu.latency", be.value, context=131072, output=256,
                  concurrency=64)
-    assert a == pytest.approx(1.1 * b, rel=1e-6)
+    # the engine is piecewise continuous in a hardware number (an admission can move to the next iteration),
+    # so the root is where the ratio crosses 1.1 to within such a step
+    assert a == pytest.approx(1.1 * b, rel=0.01)
 
 
 def test_plan_smallest_value_and_one_less_misses():

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import SHARED
+from measured_data import SHARED
 from sacmodel.cli import main
 from sacmodel.measured import DataError
 from sacmodel.traces import load_trace, replay, summarize

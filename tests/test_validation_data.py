@@ -8,7 +8,7 @@ import csv
 import numpy as np
 import pytest
 
-from conftest import SHARED, needs_shared
+from measured_data import SHARED, needs_shared
 from sacmodel.measured import DataError, compare_runs, latest_per_backend, load_microbench, load_runs, mape_table
 from sacmodel.systems import fetch_latency_us
 

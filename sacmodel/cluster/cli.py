@@ -13,9 +13,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..serving import ConfigError
-from ..systems import SYSTEMS
-from .routers import ROUTERS
+from ..names import ROUTERS, SYSTEMS
+
+
+class ConfigError(ValueError):
+    """A bad cluster option (exit 2 from the CLI, like every ValueError of the library)."""
 
 
 def _list(s: str) -> list[str]:
@@ -251,14 +253,15 @@ def register(sub, add_scenario):
     add_scenario(p)
     p.add_argument("trace", type=arg(in_file), help=trace_help)
     p.add_argument("--systems", default=None, metavar="LIST", help="comma-separated systems (default dram,cxl,rdma)")
-    p.add_argument("--system", default=None, help="one system")
+    p.add_argument("--system", default=None, help="one system (same as --systems with one name)")
     p.add_argument("--router", default="round_robin", metavar="LIST",
                    help=f"one or more of {', '.join(ROUTERS)} (comma-separated)")
     p.add_argument("--router-weight", type=arg(number, lo=0, lo_open=False), default=None, metavar="W",
                    help="kv router: weight of the prefill blocks")
     p.add_argument("--router-temperature", type=arg(number, lo=0, lo_open=False), default=None, metavar="T",
                    help="kv router: softmax temperature (0 = argmin)")
-    p.add_argument("--router-seed", type=arg(count, lo=0), default=None, metavar="N")
+    p.add_argument("--router-seed", type=arg(count, lo=0), default=None, metavar="N",
+                   help="kv router: seed of its softmax draws (deterministic)")
     p.add_argument("--affinity-blocks", type=arg(count), default=None, metavar="N",
                    help="prefix_affinity: leading blocks hashed")
     p.add_argument("--instances", type=arg(count, hi=4096), default=None, metavar="N",
@@ -273,7 +276,8 @@ def register(sub, add_scenario):
     p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
                    help="first N requests")
     p.add_argument("--time-scale", type=arg(number, lo=TIME_SCALE_RANGE[0], hi=TIME_SCALE_RANGE[1]), default=1.0,
-                   metavar="X", help="arrival times are divided by X: 2 = twice as fast, 0.5 = half the rate")
+                   metavar="X", help="arrival times are divided by X: 2 = requests arrive twice as fast, 0.5 = at "
+                                     "half the trace's rate (default 1)")
     p.add_argument("--cache", choices=("trace", "none", "all"), default=None,
                    help="cached prefixes: the prefix caches (Mooncake hash_ids; default when present), none, or "
                         "every prompt")
@@ -285,7 +289,7 @@ def register(sub, add_scenario):
     p.add_argument("--csv", type=arg(out_file), default=None, metavar="FILE", help="write the per-request results here")
     p.add_argument("--plot", type=plot_file, default=None, metavar="FILE",
                    help="TTFT CDF per configuration (PNG/SVG/PDF)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on the terminal")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=cmd_replay)
 
@@ -296,14 +300,21 @@ def register(sub, add_scenario):
     p.add_argument("--capacity", default="1M,3M,10M,inf", metavar="LIST", help="tokens per instance, comma-separated")
     p.add_argument("--block-tokens", type=arg(tokens), default=512, metavar="TOKENS",
                    help="cache block/page size in tokens (default 512, the trace's; 64: SGLang pages)")
-    p.add_argument("--instances", type=arg(count, hi=4096), default=1, metavar="N")
-    p.add_argument("--router", default="round_robin", metavar="LIST", help=f"one or more of {', '.join(ROUTERS)}")
-    p.add_argument("--affinity-blocks", type=arg(count), default=None, metavar="N")
-    p.add_argument("--router-weight", type=arg(number, lo=0, lo_open=False), default=None, metavar="W")
-    p.add_argument("--router-temperature", type=arg(number, lo=0, lo_open=False), default=None, metavar="T")
-    p.add_argument("--router-seed", type=arg(count, lo=0), default=None, metavar="N")
-    p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N")
-    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE", help="hit rate vs capacity")
+    p.add_argument("--instances", type=arg(count, hi=4096), default=1, metavar="N",
+                   help="instances, each with its own cache of --capacity tokens (default 1)")
+    p.add_argument("--router", default="round_robin", metavar="LIST",
+                   help=f"one or more of {', '.join(ROUTERS)} (comma-separated)")
+    p.add_argument("--affinity-blocks", type=arg(count), default=None, metavar="N",
+                   help="prefix_affinity: leading blocks hashed")
+    p.add_argument("--router-weight", type=arg(number, lo=0, lo_open=False), default=None, metavar="W",
+                   help="kv router: weight of the prefill blocks")
+    p.add_argument("--router-temperature", type=arg(number, lo=0, lo_open=False), default=None, metavar="T",
+                   help="kv router: softmax temperature (0 = argmin)")
+    p.add_argument("--router-seed", type=arg(count, lo=0), default=None, metavar="N",
+                   help="kv router: seed of its softmax draws (deterministic)")
+    p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
+                   help="read the first N requests only")
+    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE", help="plot of hit rate vs capacity into FILE (.png, .pdf, .svg)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=cmd_hitrate)
 
@@ -312,13 +323,20 @@ def register(sub, add_scenario):
         if p is None:
             continue
         g = p.add_argument_group("cluster (with --trace: replays of the trace through the cluster)")
-        g.add_argument("--trace", default=None, help="plan/sweep a cluster on this trace (Mooncake JSONL, ...)")
-        g.add_argument("--time-scale", type=float, default=1.0)
-        g.add_argument("--limit", type=int, default=None, help="first N requests of the trace")
-        g.add_argument("--slo-window", default=None, help="per-request SLO for attainment/goodput (ttft=2s,tbt=100ms)")
+        g.add_argument("--trace", type=arg(in_file), default=None, metavar="TRACE",
+                       help="plan/sweep a cluster on this trace (Mooncake JSONL, Azure CSV, testbed run JSON)")
+        g.add_argument("--time-scale", type=arg(number, lo=TIME_SCALE_RANGE[0], hi=TIME_SCALE_RANGE[1]), default=1.0,
+                       metavar="X", help="trace arrival times are divided by X: 2 = requests arrive twice as fast")
+        g.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
+                       help="first N requests of the trace")
+        g.add_argument("--slo-window", default=None, metavar="SPEC",
+                       help="per-request SLO for attainment/goodput (ttft=2s,tbt=100ms)")
         if name == "plan":
-            g.add_argument("--values", default=None, help="values of --vary (instances, pool, router, pd) to try")
-            g.add_argument("--scheduler", default=None, help="run the replays on Dask (tcp://HOST:PORT)")
+            g.add_argument("--values", default=None, metavar="LIST",
+                           help="values of --vary (instances, pool, router, pd) to try")
+            if not any(a_.dest == "scheduler" for a_ in p._actions):
+                g.add_argument("--scheduler", default=None, metavar="URL",
+                               help="run the replays on Dask (tcp://HOST:PORT)")
         fallback = p.get_default("func")
         for act in p._actions:            # --context is needed by single-instance plans only
             if act.dest == "context" and act.required:

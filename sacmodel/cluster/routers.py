@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-ROUTERS = ("round_robin", "least_load", "prefix_affinity", "kv")
+from ..names import ROUTERS  # noqa: F401  (the names, shared with the command line)
 
 
 class RouterError(ValueError):

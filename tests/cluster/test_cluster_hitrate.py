@@ -3,7 +3,7 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import SHARED
+from measured_data import SHARED
 from sacmodel import prefix_hit_rate
 from sacmodel.cluster.hitrate import hit_rates
 from sacmodel.measured import DataError

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import SHARED, needs_shared
+from measured_data import SHARED, needs_shared
 from sacmodel import replay
 from sacmodel.cli import main
 from sacmodel.cluster.schema import kv_bytes_per_token

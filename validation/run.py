@@ -207,10 +207,15 @@ def elasticities(topo, rel=0.05):
     out = {}
     for name in (*STEP_PARAMS, *SERVING_PARAMS, *PREFILL_PARAMS):
         v0 = get_param(topo, name)
+        # a correlation near 1 is moved through its complement 1 - phi (the decorrelation per step)
+        if name == "score_correlation":
+            up_v, dn_v = 1 - (1 - v0) * (1 + rel), 1 - (1 - v0) / (1 + rel)
+        else:
+            up_v, dn_v = v0 * (1 + rel), v0 / (1 + rel)
         row = {}
         for s, kw in cases.items():
-            up = predict(with_params(topo, {name: v0 * (1 + rel)}), s, requests=4 * kw["concurrency"], **kw)
-            dn = predict(with_params(topo, {name: v0 / (1 + rel)}), s, requests=4 * kw["concurrency"], **kw)
+            up = predict(with_params(topo, {name: up_v}), s, requests=4 * kw["concurrency"], **kw)
+            dn = predict(with_params(topo, {name: dn_v}), s, requests=4 * kw["concurrency"], **kw)
             for m in KEY:
                 a, b = getattr(up, m), getattr(dn, m)
                 row[f"{s} {m}"] = (math.log(a / b) / (2 * math.log(1 + rel))) if a > 0 and b > 0 else None
@@ -370,7 +375,8 @@ def write_markdown(rep):
           "Stage 1 (micro-benchmark), stage 2 (decode steps of the server logs), stage 3 (runs' TTFT, TBT, "
           "throughput), stage 4 (cold first rounds). Elasticity = d ln(metric) / d ln(constant) at 32K, "
           "concurrency 64 (gpu: 32), by the engine; a constant that carries most of a metric would show an "
-          "elasticity near 1.", "",
+          "elasticity near 1. For score_correlation the elasticity is with respect to its complement 1 - phi "
+          "(the decorrelation per step).", "",
           table([[k, v["value"], v["bounds"], v["plausible"], v["stage"],
                   " ".join(f"{s}:{fmt(v['elasticity'].get(f'{s} tbt_mean_ms'), 2)}" for s in SYSTEMS)
                   if v.get("elasticity") else "-",
@@ -431,6 +437,7 @@ def main():
     else:
         print("leave one category out (refits) ...", flush=True)
         rep["cross_validation"] = cross_validate(runs, obs, a.workers)
+        old.write_text(json.dumps({**prev, "cross_validation": rep["cross_validation"]}, indent=1, default=float))
         print("elasticities ...", flush=True)
         elast = elasticities(topo)
     stage = {**{k: "2 (server logs)" for k in STEP_PARAMS}, **{k: "3 (runs)" for k in SERVING_PARAMS},

@@ -3,9 +3,14 @@
 Compares the measured testbed with the what-if scenario (topologies/h200-cxl-large.yaml) across context
 lengths, shows which hardware number the time between tokens is most sensitive to, and draws the curves.
 """
+from pathlib import Path
+
 from sacmodel import compare
 from sacmodel.plots import plot_compare, plot_tornado
 from sacmodel.solvers import sensitivity
+
+OUT = Path("out")          # figures go here, never into the current folder itself
+OUT.mkdir(exist_ok=True)
 
 for scenario in ("sac-testbed", "h200-cxl-large"):
     rows = []
@@ -14,11 +19,12 @@ for scenario in ("sac-testbed", "h200-cxl-large"):
         rows.append((L, r))
         print(f"{scenario:15s} {L // 1024:4d}K: " + "  ".join(
             f"{s} {p.output_throughput_tok_s:6.0f} tok/s TBT {p.tbt_mean_ms:5.1f} ms" for s, p in r.items()))
-    plot_compare(rows, f"whatif_{scenario}.png", title=scenario)
+    plot_compare(rows, OUT / f"whatif_{scenario}.png", title=f"{scenario}, concurrency 64, output 1024")
 
 from sacmodel.solvers import symbol_kind  # noqa: E402
 
 rows = [r for r in sensitivity("h200-cxl-large", "cxl", "tbt", context=131072) if symbol_kind(r[0]) == "hardware"]
-print("hardware numbers TBT at 128K on the what-if is most sensitive to (elasticity):",
+print("hardware numbers the unloaded TBT at 128K on the what-if is most sensitive to (elasticity):",
       ", ".join(f"{n} ({e:+.3f})" for n, e, _, _ in rows[:4]))
-plot_tornado(rows, "whatif_tornado.png", title="h200-cxl-large, cxl, TBT at 128K")
+plot_tornado(rows, OUT / "whatif_tornado.png", title="h200-cxl-large, cxl: unloaded TBT at 128K, hardware numbers")
+print(f"plots in {OUT}/")

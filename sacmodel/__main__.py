@@ -1,4 +1,4 @@
-"""``python -m sacmodel ...``: the command-line interface."""
+"""``python -m sacmodel ...``: the command line (same as the ``sacmodel`` entry point)."""
 import sys
 
 from .cli import main

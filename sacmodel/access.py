@@ -1,19 +1,263 @@
-"""Closed-form expected access counts of the synthetic top-k process (counterpart of ``reference.simulate``).
+"""Which top-k entries a decode step must load: the score process and its closed forms.
 
-Model, per layer: step 0 selects k = min(topk, L) tokens at random (all cold misses). Each later step keeps
-round(overlap k) of them (resident, so hits) and draws n = k - keep new tokens uniformly from the L - k
-others; a new token hits iff it is among the R - k resident non-selected tokens, R = min(B, D) with D the
-expected number of distinct tokens touched so far (the buffer only evicts once full). Missed tokens are
-spread uniformly, so pages follow hypergeometric coverage and RDMA runs the adjacent-pair count.
-A context that fits the buffer is loaded whole once (exact counts).
+**Process** (one layer of one request; :func:`sacmodel.reference.simulate` runs it literally). The lightning
+indexer scores every context token against the query; the keys are fixed and the query drifts from step
+to step, ``q(t+1) = phi q(t) + sqrt(1 - phi^2) eps(t)``. With many key dimensions, the score of each token is
+then a stationary Gaussian AR(1) sequence with lag-1 correlation ``phi`` (the *score correlation*), nearly
+independent across tokens. Each step selects the ``k`` best-scoring tokens (``k = min(topk, L)``), i.e. the
+tokens whose score exceeds ``theta = Phi^-1(1 - k / L)``. The GPU buffer of ``B`` slots per layer keeps the
+most recently selected tokens (LRU) and starts **empty** when a request is admitted with a cached prefix
+(SGLang HiSparse allocates the buffer empty on a prefix hit), so its first step loads all ``k`` entries.
+
+**Closed forms** (Che's approximation for LRU, exact for the fill phase). ``D(T) = L (1 - P(T))`` is the
+expected number of distinct tokens selected in ``T`` consecutive steps, where ``P(T)`` is the probability
+that an AR(1) score stays below ``theta`` for ``T`` steps, computed from the spectrum of the kernel
+restricted to ``(-inf, theta]`` (Gauss-Legendre quadrature). While ``D`` is below ``B`` nothing is evicted,
+so step ``a`` loads ``D(a+1) - D(a)`` entries; the buffer is full after ``T_C`` steps (``D(T_C) = B``), and
+from then on a selected token is resident iff it was selected within the last ``T_C`` steps, so a step loads
+``m = D(T_C + 1) - D(T_C)`` entries (the steady state). The top-k overlap between consecutive steps,
+``1 - (D(2) - D(1)) / k``, follows from ``phi`` and ``k / L``: longer contexts churn more at the same
+correlation. Everything depends only on ``(phi, L / k, B / k)``; :func:`steady_state` interpolates a
+precomputed table of that function (``sacmodel/data/access_table.npz``, rebuilt by :func:`build_table`),
+:func:`exact_steady_state` computes it directly.
 """
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+from pathlib import Path
+
 import numpy as np
-from scipy.special import gammaln
+from scipy.special import gammaln, ndtr, ndtri
 
 from .costs import lines_per_entry
-from .reference import KEYS, _check, lines_touched, new_per_step
+from .reference import KEYS, lines_touched
+
+TABLE_PATH = Path(__file__).resolve().parent / "data" / "access_table.npz"
+# table axes: log(1 - phi), log2(L / k), B / k
+TABLE_LOG_ONE_MINUS_PHI = np.linspace(math.log(5e-4), math.log(0.5), 64)
+TABLE_LOG2_L_OVER_K = np.arange(0.0, 8.01, 0.25)
+TABLE_B_OVER_K = np.array([1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0])
+
+
+def check_process(context, topk, buffer_slots, correlation) -> None:
+    if context <= 0 or topk <= 0:
+        raise ValueError("context and topk must be positive")
+    if not 0.0 <= correlation < 1.0:
+        raise ValueError(f"score correlation must be in [0, 1), got {correlation}")
+    if buffer_slots < min(topk, context):
+        raise ValueError(f"buffer_slots ({buffer_slots}) must hold one step's selection "
+                         f"(min(topk, context) = {min(topk, context)})")
+
+
+# ---- exact evaluation -----------------------------------------------------------------------------
+@lru_cache(maxsize=256)
+def _kernel(phi: float, theta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Quadrature of the AR(1) kernel restricted to scores <= theta.
+
+    Gauss-Legendre nodes on ``[theta - span, theta]``; ``move[i, j]`` carries probability mass from node i to
+    node j in one step, ``leak[i]`` the mass that drifts below the grid, which is counted as never exceeding
+    ``theta`` (the span is wide enough that it cannot come back within the horizons that matter).
+    """
+    s = math.sqrt(1.0 - phi * phi)
+    span = min(9.0, max(4.0, 80.0 * s))
+    n = int(min(400, max(64, 6.0 * span / max(s, 1e-9))))
+    g, wg = np.polynomial.legendre.leggauss(n)
+    lo = theta - span
+    x = lo + (g + 1.0) * (span / 2.0)
+    w = wg * (span / 2.0)
+    z = (x[None, :] - phi * x[:, None]) / s
+    move = np.exp(-0.5 * z * z) / (s * math.sqrt(2.0 * math.pi)) * w[None, :]
+    leak = ndtr((lo - phi * x) / s)
+    mass0 = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi) * w
+    return move, leak, mass0, float(ndtr(lo))
+
+
+def stay_below(phi: float, theta: float, steps) -> np.ndarray:
+    """P(an AR(1) N(0, 1) sequence with lag-1 correlation ``phi`` stays <= theta for ``steps`` steps)."""
+    steps = np.atleast_1d(np.asarray(steps, dtype=int))
+    if phi == 0.0:
+        return ndtr(theta) ** steps
+    move, leak, mass, below = _kernel(float(phi), float(theta))
+    out = np.empty(len(steps))
+    want = {int(t): [] for t in steps}
+    for i, t in enumerate(steps):
+        want[int(t)].append(i)
+    for t in range(1, int(steps.max()) + 1):
+        if t in want:
+            out[want[t]] = below + mass.sum()
+        below += mass @ leak
+        mass = mass @ move
+    return np.clip(out, 0.0, 1.0)
+
+
+def distinct_selected(steps, *, context: float, topk: float, correlation: float) -> np.ndarray:
+    """Expected distinct tokens selected over ``steps`` consecutive steps: D(T) = L (1 - P(T))."""
+    L, k = float(context), float(min(topk, context))
+    if k >= L:
+        return np.full(np.shape(np.atleast_1d(steps)), L)
+    theta = float(ndtri(1.0 - k / L))
+    return L * (1.0 - stay_below(correlation, theta, steps))
+
+
+def _crossing(d: np.ndarray, B: float) -> tuple[float, float]:
+    """(misses per step, T_C) from d[t] = D(t), t = 0, 1, ... (D(0) = 0), once D has passed B.
+
+    T_C interpolates where D crosses B between consecutive integers; the misses are the slope of D there,
+    interpolated between the steps on either side.
+    """
+    t = int(np.searchsorted(d, B))           # d[t - 1] < B <= d[t]
+    t = max(t, 1)
+    lo, hi = d[t - 1], d[t]
+    t_c = (t - 1) + (B - lo) / max(hi - lo, 1e-12)
+    nxt = d[t + 1] if t + 1 < len(d) else hi + (hi - lo)
+    frac = t_c - (t - 1)
+    return float((1.0 - frac) * (hi - lo) + frac * (nxt - hi)), float(max(t_c, 1.0))
+
+
+def _distinct_until(phi: float, L: float, k: float, B: float, max_steps: int) -> np.ndarray:
+    """D(t) for t = 0, 1, ... until two steps past the first D(t) >= B (or ``max_steps``)."""
+    theta = float(ndtri(1.0 - k / L))
+    d = [0.0]
+    if phi == 0.0:
+        p = float(ndtr(theta))
+        while len(d) < max_steps and (len(d) < 3 or d[-2] < B):
+            d.append(L * (1.0 - p ** len(d)))
+        return np.array(d)
+    move, leak, mass, below = _kernel(float(phi), theta)
+    while len(d) < max_steps and (len(d) < 3 or d[-2] < B):
+        d.append(L * (1.0 - below - mass.sum()))
+        below += mass @ leak
+        mass = mass @ move
+    return np.array(d)
+
+
+def exact_steady_state(*, context: float, topk: float, buffer_slots: float, correlation: float,
+                       max_steps: int = 200_000) -> tuple[float, float]:
+    """(misses per step once the buffer is full, steps to fill it T_C), computed directly."""
+    L, k, B = float(context), float(min(topk, context)), float(buffer_slots)
+    if not 0.0 <= correlation < 1.0:
+        raise ValueError(f"score correlation must be in [0, 1), got {correlation}")
+    if B >= L:
+        return 0.0, 1.0
+    d = _distinct_until(correlation, L, k, B, max_steps)
+    if d[-2] < B:
+        return 0.0, math.inf
+    return _crossing(d, B)
+
+
+def build_table(path: str | Path = TABLE_PATH, max_steps: int = 400_000) -> Path:
+    """Compute the (phi, L/k, B/k) table of steady-state misses / k and fill steps (a few minutes)."""
+    k = 1.0
+    shape = (len(TABLE_LOG_ONE_MINUS_PHI), len(TABLE_LOG2_L_OVER_K), len(TABLE_B_OVER_K))
+    m = np.zeros(shape)
+    tc = np.ones(shape)
+    for i, x in enumerate(TABLE_LOG_ONE_MINUS_PHI):
+        phi = 1.0 - math.exp(x)
+        for j, r in enumerate(TABLE_LOG2_L_OVER_K):
+            L = 2.0 ** r
+            bs = [(b, bk) for b, bk in enumerate(TABLE_B_OVER_K) if bk < L]
+            if not bs:
+                continue
+            d = _distinct_until(phi, L, k, max(bk for _, bk in bs), max_steps)
+            for b, bk in bs:
+                m[i, j, b], tc[i, j, b] = _crossing(d, bk) if d[-2] >= bk else (0.0, float(max_steps))
+    path = Path(path)
+    tmp = path.with_name(path.stem + ".tmp.npz")
+    np.savez_compressed(tmp, log_one_minus_phi=TABLE_LOG_ONE_MINUS_PHI, log2_l_over_k=TABLE_LOG2_L_OVER_K,
+                        b_over_k=TABLE_B_OVER_K, misses_over_k=m, log_fill_steps=np.log(tc))
+    tmp.replace(path)
+    return path
+
+
+@lru_cache(maxsize=1)
+def _table():
+    from scipy.interpolate import RegularGridInterpolator
+    z = np.load(TABLE_PATH)
+    axes = (z["log_one_minus_phi"], z["log2_l_over_k"], z["b_over_k"])
+    opts = dict(bounds_error=False, fill_value=None)
+    m = z["misses_over_k"]
+    ok = m > 0                      # cells where the context fits the buffer have no steady state: NaN,
+    with np.errstate(divide="ignore"):   # so that interpolating next to them falls back to the exact form
+        return (RegularGridInterpolator(axes, np.where(ok, np.log(np.where(ok, m, 1.0)), np.nan), **opts),
+                RegularGridInterpolator(axes, np.where(ok, z["log_fill_steps"], np.nan), **opts), axes)
+
+
+def steady_state(*, context, topk, buffer_slots, correlation) -> tuple[np.ndarray, np.ndarray]:
+    """(misses per step in steady state, fill steps T_C), vectorised, from the precomputed table.
+
+    Outside the table's range (correlation above 1 - 5e-4 or below 0.5, L/k beyond 256) it falls back to
+    :func:`exact_steady_state`. A context that fits the buffer has no steady-state misses.
+    """
+    L, k, B, phi = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, dtype=float)) for v in (
+        context, topk, buffer_slots, correlation)))
+    k = np.minimum(k, L)
+    m = np.zeros(L.shape)
+    tc = np.ones(L.shape)
+    swap = B < L
+    if not swap.any():
+        return m, tc
+    f_m, f_tc, axes = _table()
+    x = np.log(np.maximum(1.0 - phi, 1e-300))
+    r = np.log2(L / k)
+    bk = B / k
+    inside = (swap & (x >= axes[0][0]) & (x <= axes[0][-1]) & (r >= axes[1][0]) & (r <= axes[1][-1])
+              & (bk >= axes[2][0]) & (bk <= axes[2][-1]))
+    if inside.any():
+        pts = np.stack([x[inside], r[inside], bk[inside]], axis=-1)
+        m[inside] = np.exp(f_m(pts)) * k[inside]
+        tc[inside] = np.exp(f_tc(pts))
+        inside[inside] = np.isfinite(m[inside]) & np.isfinite(tc[inside])
+    for idx in zip(*np.nonzero(swap & ~inside)):
+        m[idx], tc[idx] = exact_steady_state(context=L[idx], topk=k[idx], buffer_slots=B[idx], correlation=phi[idx])
+    return m, tc
+
+
+def top_k_overlap(*, context: float, topk: float, correlation: float) -> float:
+    """Expected share of a step's top-k already selected at the previous step: P(s' > theta | s > theta)."""
+    L, k = float(context), float(min(topk, context))
+    if k >= L:
+        return 1.0
+    d = distinct_selected(np.array([1.0, 2.0]), context=L, topk=k, correlation=correlation)
+    return float(1.0 - (d[1] - d[0]) / k)
+
+
+def correlation_for_overlap(overlap: float, *, context: float, topk: float) -> float:
+    """The score correlation whose consecutive-step top-k overlap at ``context`` is ``overlap``."""
+    from scipy.optimize import brentq
+    if not 0.0 < overlap < 1.0:
+        raise ValueError(f"overlap must be in (0, 1), got {overlap}")
+    lo, hi = 0.0, 1.0 - 1e-7
+    f = lambda p: top_k_overlap(context=context, topk=topk, correlation=p) - overlap  # noqa: E731
+    if f(lo) >= 0:
+        return 0.0
+    return float(brentq(f, lo, hi, xtol=1e-10))
+
+
+# ---- per-step misses from admission ---------------------------------------------------------------
+def miss_series(*, context: int, topk: int, steps: int, buffer_slots: int, correlation: float,
+                exact: bool = True) -> np.ndarray:
+    """Expected entries loaded at each of the first ``steps`` steps after admission (empty buffer).
+
+    ``exact=False`` takes the steady state from the precomputed table (what the engine uses).
+    """
+    check_process(context, topk, buffer_slots, correlation)
+    L, k, B = int(context), int(min(topk, context)), int(buffer_slots)
+    if B >= L:                     # the whole context fits: loaded once, then always resident
+        return np.array([float(L)] + [0.0] * (steps - 1))
+    if exact:
+        m, tc = exact_steady_state(context=L, topk=k, buffer_slots=B, correlation=correlation)
+    else:
+        m, tc = (float(v[0]) for v in steady_state(context=L, topk=k, buffer_slots=B, correlation=correlation))
+    n_fill = int(min(steps, math.ceil(tc) + 1))
+    D = np.concatenate([[0.0], distinct_selected(np.arange(1, n_fill + 1), context=L, topk=k,
+                                                  correlation=correlation)])
+    fill = np.diff(D)                                      # D(a+1) - D(a), a = 0..n_fill-1
+    out = np.full(steps, m)
+    a = np.arange(n_fill)
+    out[:n_fill] = np.where(a + 1 <= tc, fill, m)
+    out[0] = k                                             # an empty buffer: the first step loads the top-k
+    return out
 
 
 def expected_pages(m: float, context: int, page_tokens: int) -> float:
@@ -33,55 +277,35 @@ def expected_pages(m: float, context: int, page_tokens: int) -> float:
 
 
 def expected_runs(m: float, context: int) -> float:
-    """Expected runs of adjacent tokens among ``m`` tokens drawn from ``context``: m - m(m-1)/L."""
+    """Expected runs of adjacent tokens among ``m`` tokens spread uniformly over ``context``: m - m(m-1)/L."""
     return 0.0 if m <= 0 else max(1.0, m - m * (m - 1) / context)
 
 
-def miss_series(context: int, topk: int, steps: int, buffer_slots: int, overlap: float) -> np.ndarray:
-    """Expected misses at each step (length ``steps``)."""
-    _check(context, topk, steps, buffer_slots, overlap)
-    L, B = context, buffer_slots
-    k = min(topk, L)
-    if B >= L:
-        return np.array([float(L)] + [0.0] * (steps - 1))
-    n_new = new_per_step(context, topk, overlap)
-    out = np.empty(steps)
-    out[0] = k
-    D = float(k)
-    for t in range(1, steps):
-        resident_others = min(B, D) - k
-        p_hit = resident_others / (L - k)
-        out[t] = n_new * (1.0 - p_hit)
-        D += n_new * (1.0 - (D - k) / (L - k))
-    return out
+def access_counts(*, context: int, topk: int, steps: int = 100, buffer_slots: int = 4096,
+                  correlation: float | None = None, overlap: float | None = None, entry_bytes: int = 1152,
+                  page_tokens: int = 64) -> dict[str, float]:
+    """Expected totals over the first ``steps`` steps after admission, for one layer of one request.
 
-
-def access_counts(*, context: int, topk: int, entry_bytes: int = 656, steps: int = 100,
-                  buffer_slots: int = 4096, overlap: float = 0.9, page_tokens: int = 64) -> dict[str, float]:
-    """Expected totals of ``misses, hits, bytes_fetched, cachelines, pages, rdma_ops`` over ``steps``."""
-    L = context
-    k = min(topk, L)
-    misses = miss_series(context, topk, steps, buffer_slots, overlap)
-    if buffer_slots >= L:   # whole context loaded once: exact
+    Keys: ``misses, hits, bytes_fetched, cachelines, pages, rdma_ops`` (see :mod:`sacmodel.reference`).
+    Give the process by its score ``correlation`` or by the consecutive-step top-k ``overlap`` at this context.
+    """
+    if (correlation is None) == (overlap is None):
+        raise ValueError("give exactly one of correlation= and overlap=")
+    if correlation is None:
+        correlation = correlation_for_overlap(overlap, context=context, topk=topk)
+    check_process(context, topk, buffer_slots, correlation)
+    if steps <= 0:
+        raise ValueError("steps must be positive")
+    L, k = int(context), int(min(topk, context))
+    series = miss_series(context=L, topk=k, steps=steps, buffer_slots=buffer_slots, correlation=correlation)
+    total = float(series.sum())
+    if buffer_slots >= L:
         return {"misses": float(L), "hits": float((steps - 1) * k), "bytes_fetched": float(L * entry_bytes),
                 "cachelines": float(lines_touched(np.arange(L), entry_bytes)),
                 "pages": float(-(-L // page_tokens)), "rdma_ops": 1.0}
-    total = float(misses.sum())
     out = {"misses": total, "hits": float(steps * k - total), "bytes_fetched": total * entry_bytes,
            "cachelines": total * lines_per_entry(entry_bytes),
-           "pages": float(sum(expected_pages(m, L, page_tokens) for m in misses)),
-           "rdma_ops": float(sum(expected_runs(m, L) for m in misses))}
+           "pages": float(sum(expected_pages(m, L, page_tokens) for m in series)),
+           "rdma_ops": float(sum(expected_runs(m, L) for m in series))}
     assert set(out) == set(KEYS)
     return out
-
-
-def steady_state_misses(context: float, topk: float, buffer_slots: float, overlap: float) -> float:
-    """Long-run expected misses per step (buffer full): n_new x (1 - (B - k)/(L - k)); 0 if L <= B.
-
-    ``n_new = k (1 - overlap)`` without rounding, so that the serving model is smooth in ``overlap``.
-    """
-    k = min(topk, context)
-    if buffer_slots >= context:
-        return 0.0
-    n_new = min(k * (1.0 - overlap), context - k)
-    return n_new * (1.0 - (buffer_slots - k) / (context - k))

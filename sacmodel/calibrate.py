@@ -1,4 +1,13 @@
-"""Fitting the few free parameters of a scenario to measured data (scipy least squares).
+"""Fitting the few free parameters of a scenario to measured data (scipy least squares), in stages.
+
+1. Fetch path (:func:`fit_microbench`): gather-kernel constants and link latency to the single-layer
+   fetch micro-benchmark.
+2. Decode step (:func:`fit_steps`): the step model's constants to the **time-resolved** decode step times of
+   the server logs (every 40 decode steps, per rank: running requests and generation throughput), each
+   interval at its requests' age since admission.
+3. Front end, admission and prefix copy (:func:`fit_serving`): to the runs' TTFT, TBT and throughput through
+   the event engine, with the step constants fixed.
+4. Prefill efficiency (``fit_serving(..., PREFILL_PARAMS, ("ttft_mean_ms",))``): to the cold first rounds.
 
 Parameter names: a calibration/serving parameter (``t_layer``), every node of a kind (``node:rdma_nic.op_cost``)
 or every link touching a GPU (``link:gpu.latency``). Residuals are relative errors (fetch latency) or log
@@ -22,26 +31,45 @@ from .measured import FetchPoint, Run
 from .systems import as_topology, fetch_latency_us
 from .topology import Topology, TopologyError
 
-# name -> (display unit, SI scale, lower, upper) ; the fit works in display units
+# name -> (display unit, SI scale, lower, upper): the fit works in display units within physical bounds
 PARAM_UNITS: dict[str, tuple[str, float, float, float]] = {
     "t_kernel": ("us", 1e-6, 0.0, 100.0),
     "outstanding_lines": ("", 1.0, 10.0, 1e5),
     "link:gpu.latency": ("ns", 1e-9, 0.0, 1e4),
     "node:rdma_nic.op_cost": ("us", 1e-6, 0.0, 100.0),
-    "t_layer": ("ms", 1e-3, 0.0, 10.0),
-    "compute_eff": ("", 1.0, 0.02, 1.0),
-    "topk_overlap": ("", 1.0, 0.0, 1.0),
-    "topk_churn_exponent": ("", 1.0, -1.0, 2.0),
-    "t_admit": ("ms", 1e-3, 0.0, 5000.0),
-    "t_request": ("ms", 1e-3, 0.0, 5000.0),
-    "prefetch_poll": ("s", 1.0, 0.0, 60.0),
-    "admit_bandwidth": ("GB/s", 1e9, 0.1, 1000.0),
-    "copy_bandwidth": ("GB/s", 1e9, 0.1, 1000.0),
-    "prefill_eff": ("", 1.0, 0.02, 1.0),
+    "t_layer": ("ms", 1e-3, 0.01, 1.0),
+    "compute_eff": ("", 1.0, 0.05, 1.0),
+    "t_hs": ("ms", 1e-3, 0.0, 40.0),
+    "t_hs_req": ("ms", 1e-3, 0.0, 2.0),
+    "score_correlation": ("", 1.0, 0.5, 0.9995),
+    "drift_settling": ("", 1.0, 0.0, 100.0),
+    "settling_steps": ("steps", 1.0, 10.0, 10000.0),
+    "t_request": ("ms", 1e-3, 0.0, 500.0),
+    "t_token": ("us", 1e-6, 0.01, 5.0),
+    "t_admit": ("ms", 1e-3, 0.0, 500.0),
+    "stage_copy_bw": ("GB/s", 1e9, 1.0, 50.0),
+    "prefill_eff": ("", 1.0, 0.05, 1.0),
+}
+# What a physically reasonable value looks like, and why (the validation report lists it next to each fit)
+PLAUSIBLE: dict[str, str] = {
+    "t_layer": "0.05-0.5 ms: kernel launches and two tensor-parallel collectives per layer",
+    "compute_eff": "0.15-0.6: small-batch decode kernels (projections, indexer, sparse attention)",
+    "t_hs": "5-30 ms: HiSparse's blocking host syncs make the scheduler's per-step CPU work (Python) serial "
+            "with the GPU",
+    "t_hs_req": "0.05-1 ms: per-request bookkeeping, unfused top-k and HiSparse's own attention kernel",
+    "score_correlation": "0.95-0.9999: consecutive decode queries are highly correlated",
+    "drift_settling": "0-100: how much faster the query drifts right after admission than later",
+    "settling_steps": "100-3000 steps: greedy decoding settles within hundreds to thousands of tokens",
+    "t_request": "20-300 ms: HTTP, JSON, detokenisation and streaming outside the engine",
+    "t_token": "0.2-2 us: a fast tokenizer's 0.5-5 M tokens/s (serial per request)",
+    "t_admit": "5-100 ms: the scheduler's O(L) prefix lookup, tail restore and buffer allocation per request",
+    "stage_copy_bw": "1-20 GB/s: one CPU thread copying into freshly allocated (page-faulting) buffers",
+    "prefill_eff": "0.3-0.8 of peak FLOP/s in large prefill chunks",
 }
 MICROBENCH_PARAMS = ("t_kernel", "outstanding_lines", "link:gpu.latency", "node:rdma_nic.op_cost")
-SERVING_PARAMS = ("t_layer", "compute_eff", "topk_overlap", "topk_churn_exponent", "t_admit", "t_request",
-                  "admit_bandwidth", "copy_bandwidth", "prefetch_poll")
+STEP_PARAMS = ("t_layer", "compute_eff", "t_hs", "t_hs_req", "score_correlation", "drift_settling",
+               "settling_steps")
+SERVING_PARAMS = ("t_request", "t_token", "t_admit", "stage_copy_bw")
 SERVING_METRICS = ("ttft_mean_ms", "tbt_mean_ms", "output_throughput_tok_s")
 PREFILL_PARAMS = ("prefill_eff",)          # fitted to the cold round 1 TTFTs
 
@@ -95,7 +123,7 @@ class FitResult:
     what: str
 
 
-def _fit(topo, names, residuals, what) -> FitResult:
+def _fit(topo, names, residuals, what, diff_step: float = 0.01) -> FitResult:
     for n in names:
         if n not in PARAM_UNITS:
             raise TopologyError(f"cannot fit {n!r}; fittable: {', '.join(PARAM_UNITS)}")
@@ -113,12 +141,12 @@ def _fit(topo, names, residuals, what) -> FitResult:
         return residuals(work)
 
     def jac(u):
-        # forward differences with an absolute step of 1% of each parameter's range: the engine's event
-        # times make the objective slightly rough at finer scales
+        # forward differences with an absolute step of ``diff_step`` of each parameter's range: the engine's
+        # event times make the objective slightly rough at finer scales
         f0 = fun(u)
         J = np.empty((len(f0), len(u)))
         for j in range(len(u)):
-            h = 0.01 if u[j] + 0.01 <= 1 else -0.01
+            h = diff_step if u[j] + diff_step <= 1 else -diff_step
             du = u.copy()
             du[j] += h
             J[:, j] = (fun(du) - f0) / h
@@ -140,28 +168,161 @@ def fit_microbench(scenario, points: list[FetchPoint], names=MICROBENCH_PARAMS) 
     return _fit(topo, list(names), res, f"{len(points)} micro-benchmark points")
 
 
-def serving_residuals(topo: Topology, runs: list[Run], metrics=SERVING_METRICS) -> np.ndarray:
+# ---- decode steps from the server logs ------------------------------------------------------------------
+@dataclass
+class StepObservation:
+    """Decode steps of one rank between two log lines: requests, their age and prompt, and the step time."""
+    run: Run
+    b: int                  # requests decoding on the rank
+    age: float              # decode steps since the rank admitted them (middle of the interval)
+    step_s: float           # measured mean step time
+    weight: int = 1         # log intervals merged into this observation
+    distinct: float = 0.0   # distinct decode positions over all ranks (admission batches of the waves)
+
+
+def step_observations(runs: list[Run], bin_steps: int = 200) -> list[StepObservation]:
+    """Steady decode intervals of every run with a server log and fixed outputs, merged per age bin.
+
+    An interval counts when the rank ran no prefill since its previous decode line and the running count did
+    not change; the age is counted from the rank's last prefill batch (its requests were admitted together).
+    """
+    from .measured import load_server_log
+    obs = []
+    for run in runs:
+        if not run.server_log or run.output_min != run.output_max or run.failed or not run.prefix_cached:
+            continue
+        log = load_server_log(run.server_log).rounds(8)[1]
+        bins: dict[tuple[int, int], list[float]] = {}
+        dist: dict[tuple[int, int], list[float]] = {}
+        # per rank: times of its decode lines and how many prefill batches its current wave came in
+        waves = []
+        for r in range(log.ranks):
+            lg = log.rank(r)
+            d = lg.decode
+            pre = np.sort(lg.prefill["t"])
+            prev = np.concatenate([[-np.inf], d["t"][:-1]])
+            n_batches = np.array([np.sum((pre > a) & (pre <= b)) for a, b in zip(prev, d["t"])])
+            count = np.zeros(len(d))
+            cur = 1
+            for i, nb in enumerate(n_batches):
+                cur = nb if nb else cur
+                count[i] = min(max(cur, 1), d["running"][i])
+            waves.append((d["t"], count))
+
+        def distinct_at(t: float) -> float:
+            tot = 0.0
+            for times, count in waves:
+                j = np.searchsorted(times, t, side="right") - 1
+                tot += count[j] if j >= 0 else 0.0
+            return max(tot, 1.0)
+        for r in range(log.ranks):
+            lg = log.rank(r)
+            d = lg.decode
+            pre = np.sort(lg.prefill["t"])
+            age, last = None, None
+            for i in range(len(d)):
+                t = d["t"][i]
+                if last is None or np.any((pre > last) & (pre <= t)):
+                    age, last = 40, t           # this line's interval holds the wave's admission
+                    continue
+                if d["running"][i] == d["running"][i - 1] and d["gen_tps"][i] > 0:
+                    key = (int(d["running"][i]), int((age + 20) // bin_steps))
+                    bins.setdefault(key, []).append(d["running"][i] / d["gen_tps"][i])
+                    dist.setdefault(key, []).append(distinct_at(t))
+                age += 40
+                last = t
+        for (b, k), v in bins.items():
+            if len(v) >= 4:
+                obs.append(StepObservation(run, b, (k + 0.5) * bin_steps, float(np.median(v)), len(v),
+                                           float(np.median(dist[(b, k)]))))
+    return obs
+
+
+def predicted_steps(topo: Topology, obs: list[StepObservation]) -> np.ndarray:
+    """Step time (s) the model gives each observation: its rank's b requests at that age, all ranks alike."""
+    from .config import resolve
+    from .engine import Model
+    out = np.empty(len(obs))
+    models: dict = {}
+    for j, o in enumerate(obs):
+        kw = run_kwargs(o.run)
+        key = (o.run.system, kw.get("cxl_devices"), kw.get("rdma_nics"), kw.get("device_buffer"),
+               kw.get("max_total_tokens"))
+        if key not in models:
+            models[key] = Model(resolve(topo, o.run.system, **{k: v for k, v in kw.items() if k in (
+                "cxl_devices", "rdma_nics", "device_buffer", "max_total_tokens")}))
+        mdl = models[key]
+        L0 = o.run.context
+        active = min(mdl.cfg.dp, o.run.concurrency)
+        a = int(o.age)
+        c = mdl.misses(L0, max(o.run.output, a + 2))
+        M = o.b * (c[a + 1] - c[a])
+        a0, a1, a2 = mdl.rank_coeffs(o.b, active, L0 > mdl.cfg.device_buffer)
+        n_tok = o.b * active
+        out[j] = mdl.shared(n_tok, False, int(round(min(o.distinct, n_tok)))) + a0 + a1 * (L0 + a + 1) + a2 * M
+    return out
+
+
+def fit_steps(scenario, runs: list[Run], names=STEP_PARAMS, obs=None) -> FitResult:
+    """Fit the decode-step constants to the server logs' time-resolved step times (log ratios)."""
+    topo = as_topology(scenario)
+    obs = obs if obs is not None else step_observations([r for r in runs if not r.failed])
+    if not obs:
+        raise TopologyError("no decode intervals to fit: the runs have no server logs with fixed outputs")
+    meas = np.log([o.step_s for o in obs])
+    per_run: dict[str, int] = {}
+    for o in obs:
+        per_run[o.run.file] = per_run.get(o.run.file, 0) + 1
+    w = np.array([1.0 / math.sqrt(per_run[o.run.file]) for o in obs])   # every run weighs alike
+    return _fit(topo, list(names), lambda t: w * (np.log(predicted_steps(t, obs)) - meas),
+                f"{len(obs)} decode intervals of {len({o.run.file for o in obs})} server logs", diff_step=0.002)
+
+
+def step_residuals(scenario, obs: list[StepObservation]) -> np.ndarray:
+    """Relative errors (predicted - measured) / measured of the step time of each observation."""
+    return predicted_steps(as_topology(scenario), obs) / np.array([o.step_s for o in obs]) - 1
+
+
+# ---- run-level metrics ------------------------------------------------------------------------------
+# The RDMA runs' first-token latency is left out of the fit: the measured server received the requests of an
+# RDMA wave over several seconds (prefill batches of 1, 2, 4-5 requests with empty queues, 4-16 s apart),
+# a front-end slowdown during prefix copies that the logs and sources do not explain and the model does not
+# have; fitting TTFT there would distort the copy bandwidth. The report shows that error.
+NOT_FITTED = {("rdma", "ttft_mean_ms")}
+
+
+def serving_residuals(topo: Topology, runs: list[Run], metrics=SERVING_METRICS, skip=NOT_FITTED) -> np.ndarray:
     from .serving import predict
     out = []
     for r in runs:
         p = predict(topo, r.system, **run_kwargs(r))
         for m in metrics:
+            if (r.system, m) in skip:
+                continue
             if m in r.metrics and r.metrics[m] > 0:
                 v = getattr(p, m)
-                out.append(math.log(v / r.metrics[m]) if p.feasible and v > 0 else 3.0)
+                out.append(math.log(v / r.metrics[m]) if v and v > 0 and math.isfinite(v) else 3.0)
     return np.array(out)
 
 
 def run_kwargs(r: Run) -> dict:
-    kw = dict(context=r.context, output=r.output, concurrency=r.concurrency, requests=r.requests)
+    """``predict`` arguments that reproduce a measured run's configuration and workload."""
+    out = r.output if r.output_min is None or r.output_min == r.output_max else (r.output_min, r.output_max)
+    kw = dict(context=r.context, output=out, concurrency=r.concurrency, requests=r.requests)
     if r.cxl_devices and r.system in ("cxl", "cxl-prefetch"):
         kw["cxl_devices"] = r.cxl_devices
     if r.rdma_nics and r.system in ("rdma", "rdma-topk"):
         kw["rdma_nics"] = r.rdma_nics
-    if r.device_buffer:
+    if r.device_buffer and r.system != "gpu":
         kw["device_buffer"] = r.device_buffer
+    if r.max_total_tokens:
+        kw["max_total_tokens"] = r.max_total_tokens
+    if r.max_running_requests:
+        kw["max_running_requests"] = r.max_running_requests
     if not r.prefix_cached:
         kw["prefix_cached"] = False
+    if r.outputs is not None and len(r.outputs) == r.requests and r.output_min != r.output_max and not r.failed:
+        kw["outputs"] = [max(int(x), 1) for x in r.outputs]
     return kw
 
 
@@ -170,6 +331,24 @@ def fit_serving(scenario, runs: list[Run], names=SERVING_PARAMS, metrics=SERVING
     topo = as_topology(scenario)
     runs = [r for r in runs if not r.failed]
     return _fit(topo, list(names), lambda t: serving_residuals(t, runs, metrics), f"{len(runs)} serving runs")
+
+
+def calibrate_runs(scenario, runs: list[Run], names=None) -> FitResult:
+    """Stages 2 and 3 on measured runs: the step constants to their server logs, then the rest to the runs."""
+    names = list(names) if names else list(STEP_PARAMS + SERVING_PARAMS)
+    step_names = [n for n in names if n in STEP_PARAMS]
+    run_names = [n for n in names if n not in STEP_PARAMS]
+    topo = as_topology(scenario)
+    fits = []
+    if step_names:
+        fits.append(fit_steps(topo, runs, step_names))
+        topo = with_params(topo, fits[-1].params)
+    if run_names:
+        fits.append(fit_serving(topo, runs, run_names))
+    return FitResult({k: v for f in fits for k, v in f.params.items()},
+                     {k: v for f in fits for k, v in f.display.items()},
+                     float(np.sqrt(np.mean([f.residual_rms ** 2 for f in fits]))), sum(f.n_points for f in fits),
+                     "; ".join(f.what for f in fits))
 
 
 def _entry(name: str, v: float) -> str:

@@ -1,88 +1,98 @@
-"""Command-line interface: ``sacmodel <command> ...``. Bad input exits with status 2 and a one-line message."""
+"""Command-line interface: ``sacmodel <command> ...``. Bad input exits with status 2 and a one-line message.
+
+Start-up is kept fast: this module imports only the standard library and the light :mod:`sacmodel.names`
+and :mod:`sacmodel.cli_types`; each command imports what it needs (sympy, pint, scipy, rich) when it runs.
+"""
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
 import math
 import sys
 
-from rich.console import Console
-from rich.table import Table
+from . import __version__
+from .cli_types import (LIMITS, RATE_RANGE, TIME_SCALE_RANGE, arg, byte_size, count, in_file, names_list, number,
+                        out_file, path_text, plot_file, system_list, token_list, tokens)
+from .names import MAIN_SYSTEMS, SYSTEMS
 
-from .measured import DataError
-from .models import ModelError
-from .serving import ConfigError
-from .systems import MAIN_SYSTEMS, SYSTEMS, SystemError_
-from .topology import TopologyError
-from .units import UnitError, parse_quantity, parse_tokens
-
-USER_ERRORS = (TopologyError, ModelError, UnitError, DataError, ConfigError, SystemError_, KeyError, ValueError,
-               FileNotFoundError)
 DEFAULT_CONTEXTS = "16K,32K,64K,128K"
+DEFAULT_CONCURRENCY = 64
 
 
-def tokens(s: str) -> int:
-    """argparse type: '32768', '32K' (x1024) or '1M' (x1024^2) -> int tokens."""
-    try:
-        return parse_tokens(s)
-    except UnitError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def token_list(s: str) -> list[int]:
-    return [tokens(x) for x in s.split(",") if x.strip()]
-
-
-def pos_int(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {s!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1: {s!r}")
-    return v
-
-
-def pos_float(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {s!r}") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be a positive number: {s!r}")
-    return v
-
-
-def byte_size(s: str) -> float:
-    """argparse type: a positive number of bytes, plain ('656') or with a unit ('1.125 KiB')."""
-    try:
-        v = float(s)
-    except ValueError:
-        try:
-            v = parse_quantity(s, "bytes", field="--entry-bytes")
-        except UnitError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"must be a positive size: {s!r}")
-    return v
-
-
-def system_list(s: str) -> list[str]:
-    out = [x.strip() for x in s.split(",") if x.strip()]
-    for x in out:
-        if x not in SYSTEMS:
-            raise argparse.ArgumentTypeError(f"unknown system {x!r}; known: {', '.join(SYSTEMS)}")
-    return out
-
-
+# ---- output helpers -------------------------------------------------------------------------------
 def _fmt(v, nd=1):
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
     return f"{v:,.{nd}f}"
 
 
-def _print_json(obj):
-    print(json.dumps(obj, indent=2, default=lambda o: None if isinstance(o, float) and math.isnan(o) else str(o)))
+def jsonable(obj):
+    """``obj`` with numpy values as Python ones and non-finite floats as None (valid JSON)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):                       # numpy arrays and scalars
+        return jsonable(obj.tolist())
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (str, int, bool)):
+        return obj
+    return str(obj)
+
+
+def print_json(obj):
+    print(json.dumps(jsonable(obj), indent=2))
+
+
+def write_csv(path: str, header: list[str], rows) -> None:
+    """Rows as CSV to ``path`` (``-``: standard output), written atomically."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for r in rows:
+        w.writerow(["" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in r])
+    if path == "-":
+        sys.stdout.write(buf.getvalue())
+    else:
+        from .files import write_text
+        write_text(path, buf.getvalue())
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def table(title: str | None, columns, right=()):
+    """A compact rich table (one space between columns, a rule under the header) that fits 80 columns."""
+    from rich import box
+    from rich.table import Table
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if c in right else "left", no_wrap=i == 0, overflow="fold")
+    return t
+
+
+def console():
+    from rich.console import Console
+    return Console()
+
+
+def _scenario(a):
+    """The scenario the command runs on: the --scenario, with the --model in place of its own when given."""
+    if not getattr(a, "model", None):
+        return a.scenario
+    from dataclasses import replace
+
+    from .models import get_model
+    from .systems import as_topology
+    get_model(a.model)                      # a clear error now for an unknown name or a broken config.json
+    t = as_topology(a.scenario)
+    return replace(t, model_name=a.model, model_overrides={}, _routes={})
+
+
+def _model_name(a) -> str:
+    from .systems import as_topology
+    return getattr(a, "model", None) or as_topology(a.scenario).model_name
 
 
 # ---- commands -------------------------------------------------------------------------------------
@@ -90,158 +100,270 @@ def cmd_microbench(a):
     from .systems import fetch_latency_us
     us = fetch_latency_us(a.scenario, a.backend, topk=a.topk, entry_bytes=a.entry_bytes)
     if a.json:
-        _print_json({"scenario": a.scenario, "backend": a.backend, "topk": a.topk, "entry_bytes": a.entry_bytes,
-                     "latency_us": us})
+        print_json({"scenario": a.scenario, "backend": a.backend, "topk": a.topk, "entry_bytes": a.entry_bytes,
+                    "latency_us": us})
     else:
         print(f"{a.backend} gather of top-{a.topk} x {a.entry_bytes:g} B entries (one layer): {us:.1f} us")
 
 
 def _workload(a):
-    return dict(context=getattr(a, "context", None), output=a.output, concurrency=a.concurrency, requests=a.requests,
-                cxl_devices=a.cxl_devices, device_buffer=a.device_buffer, rdma_nics=a.rdma_nics, rate=a.rate,
-                prefix_cached=not a.cold, method=a.method)
+    """predict() keyword arguments from the workload options (``prompts`` only when given)."""
+    kw = dict(context=getattr(a, "context", None), output=a.output, concurrency=a.concurrency,
+              requests=a.requests, cxl_devices=a.cxl_devices, device_buffer=a.device_buffer, rdma_nics=a.rdma_nics,
+              rate=a.rate, prefix_cached=not a.cold, method=a.method)
+    if getattr(a, "prompts", None):
+        kw["prompts"] = a.prompts
+    return kw
+
+
+METRIC_ROWS = (("ttft_mean_ms", "TTFT mean", "ms"), ("ttft_p50_ms", "TTFT p50", "ms"),
+               ("ttft_p99_ms", "TTFT p99", "ms"), ("tbt_mean_ms", "TBT mean", "ms"), ("tbt_p99_ms", "TBT p99", "ms"),
+               ("e2e_mean_ms", "E2E latency mean", "ms"), ("output_throughput_tok_s", "output throughput", "tok/s"),
+               ("request_throughput_req_s", "request throughput", "req/s"), ("duration_s", "run duration", "s"))
+USAGE_LABELS = {"hbm": "HBM per GPU for KV (after weights)", "max_total_tokens": "token slots per rank",
+                "device_pool": "GPU KV slots per rank", "host_pool": "host DRAM pool", "cxl_pool": "CXL pool",
+                "remote_pool": "remote RDMA pool"}
+
+
+def _unit_of(key: str) -> tuple[str, str, float]:
+    """(label, unit, scale) of a breakdown entry from its name: step_swap_ms -> ('step_swap', 'ms', 1)."""
+    for suffix, unit in (("_tok_s", "tok/s"), ("_req_s", "req/s"), ("_GBps", "GB/s"), ("_ms", "ms"), ("_s", "s")):
+        if key.endswith(suffix):
+            return key[: -len(suffix)], unit, 1.0
+    if key.startswith("share"):
+        return key, "%", 100.0
+    if "tokens" in key:
+        return key, "tokens", 1.0
+    return key, "", 1.0
+
+
+def _usage_unit(key: str, u: dict) -> str:
+    """'tokens' or 'bytes' for a capacity row: its own 'unit' when the engine gives one, else by name and size
+    (token budgets are at most millions; memories are gigabytes)."""
+    if u.get("unit") in ("tokens", "bytes"):
+        return u["unit"]
+    return "tokens" if "tokens" in key or u["capacity"] < 1e8 else "bytes"
+
+
+def _describe(p, a) -> str:
+    cold = "cold prompts (prefilled)" if not p.config.get("prefix_cached", not a.cold) else "cached prompt"
+    prompts = f", {a.prompts} prompts" if getattr(a, "prompts", None) else ""
+    rate = f", Poisson {p.config['rate']:g} req/s" if p.config.get("rate") else ""
+    tok = lambda n: f"{n // 1024}K" if n % 1024 == 0 else f"{n:,}"  # noqa: E731
+    return (f"{p.system} on {p.scenario} ({_model_name(a)}): context {tok(p.context)}, output {tok(p.output)}, "
+            f"concurrency {p.concurrency}, {p.requests:,} requests{rate}, {cold}{prompts}")
 
 
 def cmd_predict(a):
     from .serving import predict
-    p = predict(a.scenario, a.system, **_workload(a))
+    scenario = _scenario(a)
+    from .progress import status
+    with status(f"predict {a.system}"):
+        p = predict(scenario, a.system, **_workload(a))
+    load = _load_report(scenario, a, p) if p.feasible and a.rate else None
     if a.json:
-        _print_json(p.to_dict())
+        print_json({**p.to_dict(), **({"load": load} if load else {})})
         return
-    con = Console()
+    con = console()
     if not p.feasible:
-        con.print(f"[bold red]infeasible[/]: {p.system} on {p.scenario}, context {p.context}, concurrency "
-                  f"{p.concurrency}: binding limit [bold]{p.limit}[/]")
+        con.print(f"[bold red]infeasible[/]: {_describe(p, a)}: binding limit [bold]{p.limit}[/]")
         _usage_table(con, p)
         return
-    t = Table(title=f"{p.system} on {p.scenario}: context {p.context}, output {p.output}, concurrency "
-                    f"{p.concurrency}, {p.requests} requests")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-    for k in ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tbt_mean_ms", "tbt_p99_ms", "e2e_mean_ms",
-              "output_throughput_tok_s", "request_throughput_req_s", "duration_s"):
-        t.add_row(k, _fmt(getattr(p, k), 2))
+    con.print(_describe(p, a), highlight=False)
+    t = table("predicted metrics", ("metric", "value", "unit"), right=("value",))
+    for k, label, unit in METRIC_ROWS:
+        t.add_row(label, _fmt(getattr(p, k), 2 if unit != "s" else 1), unit)
     con.print(t)
-    b = Table(title="where the time goes (per decode step, ms; admission and prefix fetch per request)")
-    b.add_column("component")
-    b.add_column("ms", justify="right")
+    _usage_table(con, p)
+    b = table("where the time goes", ("component", "value", "unit"), right=("value",))
     for k, v in p.breakdown.items():
-        share = k.startswith("share")
-        b.add_row(k, _fmt(v * (100 if share else 1), 3) + (" %" if share else ""))
+        label, unit, scale = _unit_of(k)
+        b.add_row(label, _fmt(v * scale, 3), unit)
     con.print(b)
+    con.print("step_*: one decode step of the busiest rank; admit and prefix_*: once per request", highlight=False)
+    if a.method == "analytic":
+        con.print("method: analytic steady state (requests out of phase; no first-wave transient, no "
+                  "percentiles). The engine (default) reproduces benchmark waves; the two differ most in TTFT "
+                  "at long contexts.")
+    if load:
+        _print_load(con, load)
+
+
+def _load_report(scenario, a, p) -> dict:
+    """Offered vs served load of an open-loop run; overloaded when arrivals outpace what the system serves.
+
+    Uses the engine's ``offered_req_s``/``served_req_s`` when it reports them; otherwise compares the offered
+    rate with the closed-loop throughput at the same concurrency (the most the system can serve).
+    """
+    b = p.breakdown
+    offered = b.get("offered_req_s", a.rate)
+    if "served_req_s" in b:
+        served = b["served_req_s"]
+        over = bool(b.get("overloaded", served < 0.95 * offered))
+    else:
+        from .serving import predict
+        cap = predict(scenario, a.system, **{**_workload(a), "rate": None}).request_throughput_req_s
+        served, over = min(offered, cap), offered > cap
+    return {"offered_req_s": offered, "served_req_s": served, "overloaded": over}
+
+
+def _print_load(con, load):
+    if load["overloaded"]:
+        con.print(f"[bold yellow]overloaded[/]: offered {load['offered_req_s']:.3g} req/s, served "
+                  f"{load['served_req_s']:.3g} req/s; queues grow without bound, so latencies grow with the "
+                  "number of requests (lower --rate or raise capacity)")
+    else:
+        con.print(f"load: offered {load['offered_req_s']:.3g} req/s, served {load['served_req_s']:.3g} req/s")
 
 
 def _usage_table(con, p):
-    t = Table(title="memory use vs capacity")
-    for c in ("limit", "used", "capacity", "use"):
-        t.add_column(c, justify="right" if c != "limit" else "left")
-    for k, u in p.capacity.get("usage", {}).items():
-        f = (lambda x: f"{x:,.0f} tokens") if k == "max_total_tokens" else (lambda x: f"{x / 1e9:,.1f} GB")
-        t.add_row(k, f(u["used"]), f(u["capacity"]), f"{u['used'] / u['capacity']:.0%}")
+    usage = p.capacity.get("usage", {})
+    if not usage:
+        return
+    t = table("memory use vs capacity", ("limit", "used", "capacity", "use"), right=("used", "capacity", "use"))
+    for k, u in usage.items():
+        f = (lambda x: f"{x:,.0f} tok") if _usage_unit(k, u) == "tokens" else (lambda x: f"{x / 1e9:,.1f} GB")
+        t.add_row(USAGE_LABELS.get(k, k), f(u["used"]), f(u["capacity"]), f"{u['used'] / u['capacity']:.0%}")
     con.print(t)
 
 
+COMPARE_METRICS = (("output_throughput_tok_s", "tok/s", 0), ("ttft_mean_ms", "TTFT ms", 0), ("tbt_mean_ms", "TBT ms", 1))
+CSV_METRICS = ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tbt_mean_ms", "tbt_p99_ms", "e2e_mean_ms",
+               "output_throughput_tok_s", "request_throughput_req_s")
+
+
 def cmd_compare(a):
+    from .progress import track
     from .serving import compare
-    systems = a.systems
-    rows = []
-    for L in a.contexts:
-        res = compare(a.scenario, systems, **{**_workload(a), "context": L})
-        rows.append((L, res))
+    scenario, systems = _scenario(a), a.systems
+    rows = [(L, compare(scenario, systems, **{**_workload(a), "context": L}))
+            for L in track(a.contexts, f"compare {len(systems)} systems")]
+    kind = "cold prompts" if a.cold else "cached prompt"
+    title = f"{a.scenario} ({_model_name(a)}): output {a.output} tokens, concurrency {a.concurrency}, {kind}"
     if a.plot:
         from .plots import plot_compare
-        plot_compare(rows, a.plot, title=f"{a.scenario}, concurrency {a.concurrency}, output {a.output}")
+        plot_compare(rows, a.plot, title=title)
+    if a.csv:
+        write_csv(a.csv, ["context", "system", "feasible", "limit", *CSV_METRICS],
+                  [[L, s, p.feasible, p.limit, *[getattr(p, m) for m in CSV_METRICS]]
+                   for L, res in rows for s, p in res.items()])
     if a.json:
-        _print_json([{"context": L, **{s: p.to_dict() for s, p in res.items()}} for L, res in rows])
+        print_json([{"context": L, **{s: p.to_dict() for s, p in res.items()}} for L, res in rows])
         return
-    con = Console()
-    t = Table(title=f"{a.scenario}: output {a.output} tokens, concurrency {a.concurrency}")
-    t.add_column("context", justify="right")
-    t.add_column("metric")
-    for s in systems:
-        t.add_column(s, justify="right")
+    if a.csv == "-":
+        return
+    t = table(None, ("context", "metric", *systems), right=("context", *systems))
     ratios = [(x, y) for x, y in (("cxl", "rdma"), ("cxl", "dram")) if x in systems and y in systems]
     for x, y in ratios:
         t.add_column(f"{x}/{y}", justify="right")
-    metrics = (("output_throughput_tok_s", "tok/s", 0), ("ttft_mean_ms", "TTFT ms", 0), ("tbt_mean_ms", "TBT ms", 1))
     for L, res in rows:
-        for j, (m, label, nd) in enumerate(metrics):
-            cells = [f"{L // 1024}K" if j == 0 else "", label]
+        for j, (m, label, nd) in enumerate(COMPARE_METRICS):
+            cells = [(f"{L // 1024}K" if L % 1024 == 0 else f"{L:,}") if j == 0 else "", label]
             for s in systems:
                 p = res[s]
                 cells.append(_fmt(getattr(p, m), nd) if p.feasible else (f"({p.limit})" if j == 0 else ""))
             for x, y in ratios:
                 px, py = res[x], res[y]
                 cells.append(f"{getattr(px, m) / getattr(py, m):.2f}x" if px.feasible and py.feasible else "-")
-            t.add_row(*cells, end_section=j == len(metrics) - 1)
+            t.add_row(*cells, end_section=j == len(COMPARE_METRICS) - 1)
+    con = console()
+    con.print(title, highlight=False)
     con.print(t)
     if a.plot:
-        con.print(f"plot written to {a.plot}")
+        print(f"plot written to {a.plot}", file=sys.stderr)
+
+
+VALIDATE_METRICS = (("ttft_mean_ms", "TTFT ms"), ("tbt_mean_ms", "TBT ms"), ("output_throughput_tok_s", "tok/s"))
 
 
 def cmd_validate(a):
     from .measured import compare_runs, load_runs, mape_table
+    from .progress import track
     runs = load_runs(a.paths, system=a.system, round_=a.round)
-    comps = compare_runs(a.scenario, runs)
-    table = mape_table(comps)
+    comps = [c for r in track(runs, "predict measured runs") for c in compare_runs(a.scenario, [r])]
+    comps.sort(key=lambda c: (c.run.system, c.run.context, c.run.concurrency))
+    mape = mape_table(comps)
+    err = lambda c, m: None if (e := c.error(m)) is None else 100 * e  # noqa: E731
+    if a.plot:
+        from .plots import plot_validation
+        plot_validation(comps, a.plot, title=f"predicted vs measured on {a.scenario}: {len(runs)} runs "
+                                              f"({', '.join(sorted({c.run.system for c in comps}))}; round {a.round})")
+        print(f"plot written to {a.plot}", file=sys.stderr)
+    if a.csv:
+        cols = [m for m, _ in VALIDATE_METRICS] + ["e2e_mean_ms"]
+        write_csv(a.csv, ["file", "system", "context", "concurrency", "output", "measured_failed", "feasible",
+                          "limit", *[f"{m}_{w}" for m in cols for w in ("measured", "predicted", "error_pct")]],
+                  [[c.run.file, c.run.system, c.run.context, c.run.concurrency, c.run.output, c.run.failed,
+                    c.feasible, c.limit, *[v for m in cols for v in (c.run.metrics.get(m), c.predicted.get(m),
+                                                                     err(c, m))]] for c in comps])
     if a.json:
-        _print_json({"runs": [{"file": c.run.file, "system": c.run.system, "context": c.run.context,
-                               "concurrency": c.run.concurrency, "output": c.run.output,
-                               "measured": c.run.metrics, "predicted": c.predicted, "feasible": c.feasible,
-                               "limit": c.limit, "measured_failed": c.run.failed,
-                               "error_pct": {m: (None if (e := c.error(m)) is None else 100 * e)
-                                             for m in c.run.metrics}} for c in comps],
-                     "mape_pct": table})
+        print_json({"runs": [{"file": c.run.file, "system": c.run.system, "context": c.run.context,
+                              "concurrency": c.run.concurrency, "output": c.run.output,
+                              "measured": c.run.metrics, "predicted": c.predicted, "feasible": c.feasible,
+                              "limit": c.limit, "measured_failed": c.run.failed,
+                              "error_pct": {m: err(c, m) for m in c.run.metrics}} for c in comps],
+                    "mape_pct": mape})
         return
-    con = Console()
-    t = Table(title=f"predicted vs measured on {a.scenario} ({len(runs)} runs)")
-    for c in ("run", "TTFT ms meas/pred", "TBT ms meas/pred", "tok/s meas/pred", "feasible"):
-        t.add_column(c, justify="right" if c != "run" else "left")
-    for c in sorted(comps, key=lambda c: (c.run.system, c.run.context, c.run.concurrency)):
+    if a.csv == "-":
+        return
+    con = console()
+    con.print(f"predicted vs measured on {a.scenario} ({len(runs)} runs, round {a.round})", highlight=False)
+    t = table(None, ("run", "metric", "measured", "predicted", "error"), right=("measured", "predicted", "error"))
+    for c in comps:
         r = c.run
-        cell = lambda m: (f"{_fmt(r.metrics.get(m), 1)} / {_fmt(c.predicted.get(m), 1)} "  # noqa: E731
-                          f"({100 * c.error(m):+.1f}%)" if c.error(m) is not None else "-")
-        t.add_row(r.key(), cell("ttft_mean_ms"), cell("tbt_mean_ms"), cell("output_throughput_tok_s"),
-                  ("ok" if c.feasible == (not r.failed) else "WRONG") + f" ({'yes' if c.feasible else c.limit})")
+        right = c.feasible == (not r.failed)
+        if not c.feasible or r.failed:     # no metrics to compare: did the model see the failure coming?
+            t.add_row(r.key(), "feasible", "no (failed)" if r.failed else "yes", "yes" if c.feasible else "no",
+                      "ok" if right else "WRONG", end_section=True)
+            continue
+        for j, (m, label) in enumerate(VALIDATE_METRICS):
+            e = err(c, m)
+            t.add_row(r.key() if j == 0 else "", label, _fmt(r.metrics.get(m), 1), _fmt(c.predicted.get(m), 1),
+                      "-" if e is None else f"{e:+.1f}%", end_section=j == len(VALIDATE_METRICS) - 1)
     con.print(t)
-    m = Table(title="MAPE % per system")
-    cols = ["ttft_mean_ms", "tbt_mean_ms", "output_throughput_tok_s", "e2e_mean_ms", "feasibility_right"]
-    m.add_column("system")
-    for c in cols:
-        m.add_column(c, justify="right")
-    for s, row in table.items():
-        m.add_row(s, *[_fmt(row.get(c), 1) for c in cols])
+    m = table("mean absolute percentage error per system (%)",
+              ("system", "runs", "TTFT", "TBT", "tok/s", "E2E", "feasibility right"),
+              right=("runs", "TTFT", "TBT", "tok/s", "E2E", "feasibility right"))
+    for s, row in mape.items():
+        m.add_row(s, str(row.get("runs", "")), *[_fmt(row.get(c), 1) for c in
+                                                  ("ttft_mean_ms", "tbt_mean_ms", "output_throughput_tok_s",
+                                                   "e2e_mean_ms", "feasibility_right")])
     con.print(m)
 
 
 def cmd_calibrate(a):
-    from .calibrate import (MICROBENCH_PARAMS, PREFILL_PARAMS, SERVING_METRICS, SERVING_PARAMS, fit_microbench,
-                            fit_serving, write_params)
+    from .calibrate import MICROBENCH_PARAMS, PREFILL_PARAMS, calibrate_runs, fit_microbench, fit_serving, write_params
     from .measured import latest_per_backend, load_microbench, load_runs
+    from .progress import status
     from .scenario_io import calibration_target
     from .topology import resolve_scenario_path
     scenario = resolve_scenario_path(a.scenario)
     out = None if a.dry_run else calibration_target(scenario, a.out, force=a.force)   # refuse before fitting
-    if a.microbench:
-        pts = latest_per_backend(load_microbench(a.paths or None))
-        fit = fit_microbench(a.scenario, pts, a.params or MICROBENCH_PARAMS)
-        what = "sac-testbed microbench (newest file per backend)"
-    else:
-        runs = load_runs(a.paths or None, round_=a.round)
-        default = SERVING_PARAMS if a.round == 2 else PREFILL_PARAMS
-        fit = fit_serving(a.scenario, runs, a.params or default,
-                          SERVING_METRICS if a.round == 2 else ("ttft_mean_ms",))
-        what = f"{len(runs)} serving runs ({', '.join(sorted({r.file.split('_ctx')[0] for r in runs})[:3])}...)"
+    with status("calibrate: least-squares fit"):
+        if a.microbench:
+            pts = latest_per_backend(load_microbench(a.paths or None))
+            fit = fit_microbench(a.scenario, pts, a.params or MICROBENCH_PARAMS)
+            what = "sac-testbed microbench (newest file per backend)"
+        elif a.round == 1:
+            runs = load_runs(a.paths or None, round_=1)
+            fit = fit_serving(a.scenario, runs, a.params or PREFILL_PARAMS, ("ttft_mean_ms",))
+            what = f"TTFT of the cold first rounds of {len(runs)} runs"
+        else:
+            runs = load_runs(a.paths or None)
+            fit = calibrate_runs(a.scenario, runs, a.params)
+            what = fit.what
     if out is not None:
         write_params(out, fit, a.source or what, template=scenario)
+    if a.csv:
+        write_csv(a.csv, ["parameter", "value_si", "value"], [[k, fit.params.get(k), v] for k, v in fit.display.items()])
     if a.json:
-        _print_json({"params": fit.params, "display": fit.display, "residual_rms": fit.residual_rms,
-                     "points": fit.n_points, "written_to": None if a.dry_run else str(out)})
+        print_json({"params": fit.params, "display": fit.display, "residual_rms": fit.residual_rms,
+                    "points": fit.n_points, "written_to": None if a.dry_run else str(out)})
         return
-    con = Console()
-    t = Table(title=f"fitted to {fit.what} (rms residual {fit.residual_rms:.3f})")
-    t.add_column("parameter")
-    t.add_column("value", justify="right")
+    if a.csv == "-":
+        return
+    con = console()
+    t = table(f"fitted to {fit.what} (rms residual {fit.residual_rms:.3f})", ("parameter", "value"), right=("value",))
     for k, v in fit.display.items():
         t.add_row(k, v)
     con.print(t)
@@ -252,7 +374,7 @@ def cmd_trace_stats(a):
     from .traces import load_trace, summarize
     d = summarize(load_trace(a.trace, limit=a.limit))
     if a.json:
-        _print_json(d)
+        print_json(d)
         return
     print(f"{d['name']}: {d['requests']} requests over {d['duration_s']:.0f} s ({d['rate_req_s']:.2f} req/s)")
     print(f"input tokens: mean {d['input_mean']:.0f}, p50/p90/p99 {d['input']['p50']:.0f} / {d['input']['p90']:.0f} / "
@@ -263,165 +385,370 @@ def cmd_trace_stats(a):
         print(f"prompt tokens in an earlier request's prefix (unbounded cache): {100 * d['cached_token_ratio']:.1f}%")
 
 
+def _replay_load(p, tr, time_scale) -> dict | None:
+    """Offered vs served request rate of a replay (the engine's figures when it reports them)."""
+    if not p.feasible:
+        return None
+    b = p.breakdown
+    span = float(tr.arrival.max() - tr.arrival.min()) / time_scale if len(tr) > 1 else 0.0
+    offered = b.get("offered_req_s", (len(tr) - 1) / span if span > 0 else math.nan)
+    served = b.get("served_req_s", p.request_throughput_req_s)
+    over = bool(b.get("overloaded", math.isfinite(offered) and served < 0.9 * offered))
+    return {"offered_req_s": offered, "served_req_s": served, "overloaded": over}
+
+
 def cmd_replay(a):
+    from .progress import track
     from .traces import load_trace, replay
     tr = load_trace(a.trace, limit=a.limit)
     a.cache = a.cache or ("trace" if tr.has_prefix_info else "none")
-    con = Console()
     rows = []
-    for s in a.systems:
+    for s in track(a.systems, f"replay {len(tr):,} requests"):
         p = replay(a.scenario, s, tr, concurrency=a.concurrency, time_scale=a.time_scale, cache=a.cache,
                    cxl_devices=a.cxl_devices, rdma_nics=a.rdma_nics, device_buffer=a.device_buffer)
-        rows.append(p)
+        rows.append((p, _replay_load(p, tr, a.time_scale)))
+    if a.csv:
+        write_csv(a.csv, ["system", "feasible", "limit", "in_flight", "offered_req_s", "served_req_s", "overloaded",
+                          *CSV_METRICS],
+                  [[p.system, p.feasible, p.limit, p.concurrency, *([ld[k] for k in ("offered_req_s",
+                    "served_req_s", "overloaded")] if ld else [None] * 3), *[getattr(p, m) for m in CSV_METRICS]]
+                   for p, ld in rows])
     if a.json:
-        _print_json([p.to_dict() for p in rows])
+        print_json([{**p.to_dict(), "load": ld} for p, ld in rows])
         return
-    t = Table(title=f"replay of {tr.name} ({len(tr)} requests, arrivals x 1/{a.time_scale:g}, cache={a.cache})")
-    for c in ("system", "in flight", "TTFT mean / p99 ms", "TBT mean / p99 ms", "tok/s", "E2E ms"):
-        t.add_column(c, justify="right" if c != "system" else "left")
-    for p in rows:
+    if a.csv == "-":
+        return
+    con = console()
+    con.print(f"replay of {tr.name}: {len(tr):,} requests, arrival times / {a.time_scale:g}, cache={a.cache} "
+              "(conc: requests in flight at most; served and offered load in requests/s, ! = overloaded)", highlight=False)
+    cols = ("system", "conc", "TTFT s", "p99", "TBT ms", "p99 ", "tok/s", "served", "offered")
+    t = table(None, cols, right=cols[1:])
+    for p, ld in rows:
         if not p.feasible:
-            t.add_row(p.system, "-", f"infeasible ({p.limit})", "", "", "")
+            t.add_row(p.system, "-", f"infeasible: {p.limit}")
             continue
-        t.add_row(p.system, str(p.concurrency), f"{p.ttft_mean_ms:,.0f} / {p.ttft_p99_ms:,.0f}",
-                  f"{p.tbt_mean_ms:,.1f} / {p.tbt_p99_ms:,.1f}", f"{p.output_throughput_tok_s:,.0f}",
-                  f"{p.e2e_mean_ms:,.0f}")
+        short = lambda v: _fmt(v, 1 if abs(v) < 1000 else 0)  # noqa: E731
+        t.add_row(p.system, str(p.concurrency), short(p.ttft_mean_ms / 1e3), short(p.ttft_p99_ms / 1e3),
+                  short(p.tbt_mean_ms), short(p.tbt_p99_ms), _fmt(p.output_throughput_tok_s, 0),
+                  f"{ld['served_req_s']:.3g}" + ("!" if ld["overloaded"] else ""), f"{ld['offered_req_s']:.3g}")
     con.print(t)
+    over = [p.system for p, ld in rows if ld and ld["overloaded"]]
+    if over:
+        con.print(f"[bold yellow]overloaded (!)[/]: {', '.join(over)} serve fewer requests per second than arrive; "
+                  "queues grow without bound, so TTFT grows with the trace length (a --time-scale below 1 slows "
+                  "the arrivals)")
 
 
 def cmd_scenarios(a):
-    from .topology import builtin_scenarios, load_topology
+    if a.template:
+        from .scenario_template import TEMPLATE
+        sys.stdout.write(TEMPLATE)
+        return
+    from .names import PRICE_FILE
+    from .topology import builtin_scenarios, load_topology, resolve_scenario_path
+    rows = []
     for n in builtin_scenarios():
-        print(f"{n}: {load_topology(n).description}")
+        path = resolve_scenario_path(n)
+        if path.resolve() == PRICE_FILE:          # the price table shares the package data folder
+            continue
+        t = load_topology(path)
+        rows.append({"name": n, "model": t.model_name, "gpus": len(t.gpus), "path": str(path),
+                     "description": t.description})
+    if a.csv:
+        write_csv(a.csv, list(rows[0]) if rows else ["name"], [list(r.values()) for r in rows])
+    if a.json:
+        print_json(rows)
+    elif a.csv != "-":
+        for r in rows:
+            print(f"{r['name']}: {r['description']}")
+        print("\nGive --scenario NAME or a YAML path; `sacmodel scenarios --template > mine.yaml` starts your own.")
 
 
 def cmd_models(a):
     from .models import catalog, get_model
-    t = Table(title="model catalog")
-    for c in ("name", "attention", "layers", "params (B)", "active (B)", "KV B/token/layer fp8|bf16", "top-k"):
-        t.add_column(c)
+    rows = []
     for n in catalog():
         m = get_model(n)
-        t.add_row(n, m.kind + (" + DSA" if m.sparse else ""), str(m.layers), f"{m.params_total() / 1e9:.0f}",
-                  f"{m.params_active() / 1e9:.1f}", f"{m.kv_bytes('fp8'):g} | {m.kv_bytes('bf16'):g}",
-                  str(m.topk or "-"))
-    Console().print(t)
+        rows.append({"name": n, "attention": m.kind + (" + DSA" if m.sparse else ""), "layers": m.layers,
+                     "params_b": round(m.params_total() / 1e9, 1), "active_b": round(m.params_active() / 1e9, 1),
+                     "kv_bytes_fp8": m.kv_bytes("fp8"), "kv_bytes_bf16": m.kv_bytes("bf16"), "topk": m.topk or None})
+    if a.csv:
+        write_csv(a.csv, list(rows[0]), [list(r.values()) for r in rows])
+    if a.json:
+        print_json(rows)
+        return
+    if a.csv == "-":
+        return
+    t = table("model catalog (KV: bytes per token per layer)",
+              ("name", "attention", "layers", "params B", "active B", "KV fp8", "KV bf16", "top-k"),
+              right=("layers", "params B", "active B", "KV fp8", "KV bf16", "top-k"))
+    for r in rows:
+        t.add_row(r["name"], r["attention"], str(r["layers"]), f"{r['params_b']:.0f}", f"{r['active_b']:.1f}",
+                  f"{r['kv_bytes_fp8']:g}", f"{r['kv_bytes_bf16']:g}", str(r["topk"] or "-"))
+    con = console()
+    con.print(t)
+    con.print("Any Hugging Face config.json works too: --model path/to/config.json")
 
 
 # ---- parser ---------------------------------------------------------------------------------------
-def _add_scenario(p):
-    p.add_argument("--scenario", default="sac-testbed", help="built-in name or YAML path (default sac-testbed)")
+SCENARIO_HELP = ("built-in scenario name (sac-testbed, h200-cxl-large; see `sacmodel scenarios`) or a path to a "
+                 "scenario YAML (start one with `sacmodel scenarios --template`); default: sac-testbed")
+LIMITS_TEXT = (f"limits: contexts and outputs up to 16M tokens, concurrency up to {LIMITS['concurrency']:,}, "
+               f"{LIMITS['requests']:,} requests per prediction, --rate {RATE_RANGE[0]:g} to {RATE_RANGE[1]:g} "
+               "requests/s")
 
 
-def _add_workload(p, context_default=None):
-    if context_default is None:
-        p.add_argument("--context", type=tokens, required=True, help="prompt tokens (e.g. 32768 or 32K)")
-    p.add_argument("--output", type=tokens, default=1024, help="output tokens per request (default 1024)")
-    p.add_argument("--concurrency", type=pos_int, default=64, help="requests in flight (default 64)")
-    p.add_argument("--requests", type=pos_int, default=None, help="requests in total (default 8 x concurrency)")
-    p.add_argument("--rate", type=pos_float, default=None, help="open loop: Poisson arrivals per second")
-    p.add_argument("--cxl-devices", type=pos_int, default=None)
-    p.add_argument("--device-buffer", type=tokens, default=None, help="GPU buffer slots per request and layer")
-    p.add_argument("--rdma-nics", type=pos_int, default=None)
-    p.add_argument("--cold", action="store_true", help="uncached prompts: every request is prefilled")
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: 'sacmodel predict: error: ... (see sacmodel predict --help)', status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps descriptions; keeps indented lines (the examples of an epilog) as written."""
+
+    def _fill_text(self, text, width, indent):
+        import textwrap
+        return "\n".join(line if line.startswith("  ") or not line else
+                         textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent)
+                         for line in text.splitlines())
+
+
+def _formatter(prog):
+    return _Formatter(prog, max_help_position=32)
+
+
+def _parser(sub, name, help_, examples, description=None):
+    """A sub-command with a help line, a description and an epilog of examples."""
+    epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+    return sub.add_parser(name, help=help_, description=description or help_, epilog=epilog,
+                          formatter_class=_formatter)
+
+
+def add_scenario(p):
+    p.add_argument("--scenario", default="sac-testbed", type=arg(path_text), metavar="NAME|YAML", help=SCENARIO_HELP)
+
+
+def add_json(p, csv_=True):
+    p.add_argument("--json", action="store_true", help="print the results as JSON (machine-readable, no table)")
+    if csv_:
+        p.add_argument("--csv", type=arg(out_file), default=None, metavar="FILE",
+                       help="write one row per item as CSV to FILE ('-' = standard output instead of the table)")
+
+
+def add_plot(p, what: str):
+    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE",
+                   help=f"{what} into FILE (.png, .pdf, .svg); without it no file is written")
+
+
+def add_systems(p, default: str):
+    p.add_argument("--systems", type=arg(system_list), default=default, metavar="LIST",
+                   help=f"comma-separated systems from {', '.join(SYSTEMS)} (default {default})")
+
+
+def add_resources(p):
+    """CXL devices, RDMA NICs and GPU buffer slots, defaulting to the scenario's values."""
+    p.add_argument("--cxl-devices", type=arg(count, hi=1024), default=None, metavar="N",
+                   help="CXL memory devices in the pool (cxl, cxl-prefetch; default: the scenario's cxl_devices)")
+    p.add_argument("--rdma-nics", type=arg(count, hi=1024), default=None, metavar="N",
+                   help="RDMA NICs used (rdma, rdma-topk; default: the scenario's rdma_nics)")
+    p.add_argument("--device-buffer", type=arg(tokens), default=None, metavar="SLOTS",
+                   help="GPU buffer slots per request and layer for pool systems, e.g. 4096 or 6K "
+                        "(default: the scenario's device_buffer)")
+
+
+def add_workload(p, context=True, concurrency_help=None):
+    if context:
+        p.add_argument("--context", type=arg(tokens), required=True, metavar="TOKENS",
+                       help="prompt tokens per request, e.g. 32768 or 32K (K = 1024)")
+    p.add_argument("--output", type=arg(tokens), default=1024, metavar="TOKENS",
+                   help="output tokens per request (default 1024)")
+    p.add_argument("--concurrency", type=arg(count, hi=LIMITS["concurrency"]), default=DEFAULT_CONCURRENCY,
+                   metavar="N", help=concurrency_help or f"requests in flight at most (default {DEFAULT_CONCURRENCY})")
+    p.add_argument("--requests", type=arg(count, hi=LIMITS["requests"]), default=None, metavar="N",
+                   help=f"requests in total (default 8 x concurrency, as the testbed benchmark; at most "
+                        f"{LIMITS['requests']:,})")
+    p.add_argument("--rate", type=arg(number, lo=RATE_RANGE[0], hi=RATE_RANGE[1], lo_open=False), default=None,
+                   metavar="REQ/S", help="open loop: Poisson arrivals at this many requests/s (default: all "
+                                         "requests released at once, closed loop); overload is reported")
+    add_resources(p)
+    p.add_argument("--cold", action="store_true",
+                   help="uncached prompts: every request is prefilled (default: the prompt's KV is cached in the pool)")
     p.add_argument("--method", choices=("engine", "analytic"), default="engine",
-                   help="engine: event-driven (benchmark waves, percentiles); analytic: steady-state fixed point")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+                   help="engine (default): event-driven run of the benchmark, with waves and percentiles; "
+                        "analytic: steady-state fixed point, faster, no percentiles, assumes requests out of "
+                        "phase (differs most in TTFT at long contexts)")
+
+
+def add_model_options(p):
+    p.add_argument("--model", type=arg(path_text), default=None, metavar="NAME|CONFIG",
+                   help="catalog model (see `sacmodel models`) or a Hugging Face config.json path, in place of "
+                        "the scenario's model (default: the scenario's)")
+    p.add_argument("--prompts", choices=("shared", "distinct"), default=None,
+                   help="shared: every request reuses one cached prompt (capacity counts its KV once); distinct: "
+                        "each request has its own prompt (capacity counts every prefix). Default: the serving "
+                        "model's (see README)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="sacmodel", description="Predict LLM serving with the KV cache in "
-                                 "CXL / DRAM / RDMA memory pools (SAC and its baselines).")
-    sub = ap.add_subparsers(dest="command", required=True)
+    ap = Parser(
+        prog="sacmodel", formatter_class=_formatter,
+        description="Predict LLM serving (TTFT, TBT, throughput, memory) with the KV cache in HBM or in DRAM / "
+                    "CXL / RDMA memory pools (SAC and its baselines).",
+        epilog="examples:\n"
+               "  sacmodel compare                                   all systems, 16K-128K contexts\n"
+               "  sacmodel predict --system cxl --context 128K       one system: metrics, memory, breakdown\n"
+               "  sacmodel breakeven --a cxl --b dram --metric tbt --vary context --lo 8K --hi 256K\n"
+               "  sacmodel plan --system cxl --context 128K --slo tbt_mean_ms=80\n"
+               "  sacmodel <command> --help                          options and examples of a command\n\n"
+               "Quantities take units (--lo '26 GB/s', --entry-bytes '1.125 KiB', contexts as 32K); arithmetic "
+               "is never evaluated.\nBad input exits with status 2 and a one-line message. Every table "
+               "command takes --json; those with one row per item take --csv.\n" + LIMITS_TEXT + ".")
+    ap.add_argument("--version", action="version", version=f"sacmodel {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("microbench", help="single-layer top-k gather latency (fetch micro-benchmark model)")
-    _add_scenario(p)
-    p.add_argument("--backend", choices=("dram", "cxl", "rdma"), required=True)
-    p.add_argument("--topk", type=pos_int, required=True)
-    p.add_argument("--entry-bytes", type=byte_size, default=656.0, help="bytes per entry (656 or '1152 B')")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_microbench)
-
-    p = sub.add_parser("predict", help="TTFT, TBT, throughput of one system")
-    _add_scenario(p)
-    p.add_argument("--system", choices=SYSTEMS, required=True)
-    _add_workload(p)
+    p = _parser(sub, "predict", "TTFT, TBT, throughput, memory use and time breakdown of one system",
+                ["sacmodel predict --system cxl --context 128K --concurrency 64",
+                 "sacmodel predict --system rdma --context 32K --rate 0.5 --requests 400",
+                 "sacmodel predict --system dram --context 64K --cold --json",
+                 "sacmodel predict --system cxl --context 32K --model path/to/config.json"],
+                "Predict one system on one workload with the event-driven engine (or --method analytic). "
+                + LIMITS_TEXT + ".")
+    add_scenario(p)
+    p.add_argument("--system", choices=SYSTEMS, required=True, metavar="SYSTEM",
+                   help="where the KV cache lives: gpu (HBM), dram (host DRAM pool), cxl (CXL pool, SAC), rdma "
+                        "(RDMA pool, prefix copied first), cxl-prefetch, rdma-topk")
+    add_model_options(p)
+    add_workload(p)
+    add_json(p, csv_=False)
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("compare", help="all systems side by side over context lengths (the main job)")
-    _add_scenario(p)
-    p.add_argument("--contexts", type=token_list, default=token_list(DEFAULT_CONTEXTS),
-                   help=f"comma-separated contexts (default {DEFAULT_CONTEXTS})")
-    p.add_argument("--systems", type=system_list, default=list(MAIN_SYSTEMS))
-    _add_workload(p, context_default=True)
-    p.add_argument("--plot", default=None, help="write metric-vs-context curves to this image file")
+    p = _parser(sub, "compare", "all systems side by side over context lengths (the main job)",
+                ["sacmodel compare", "sacmodel compare --contexts 8K,32K,128K --concurrency 32 --plot curves.png",
+                 "sacmodel compare --systems dram,cxl --cold --csv results.csv"])
+    add_scenario(p)
+    p.add_argument("--contexts", type=arg(token_list), default=DEFAULT_CONTEXTS, metavar="LIST",
+                   help=f"comma-separated prompt lengths (default {DEFAULT_CONTEXTS}; at most {LIMITS['contexts']})")
+    add_systems(p, ",".join(MAIN_SYSTEMS))
+    add_model_options(p)
+    add_workload(p, context=False)
+    add_plot(p, "also draw metric-vs-context curves")
+    add_json(p)
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("validate", help="predicted vs measured for run files (testbed or bench_serving format)")
-    _add_scenario(p)
-    p.add_argument("paths", nargs="+", help="run JSON files or folders")
-    p.add_argument("--system", choices=SYSTEMS, default=None, help="system, when file names do not say it")
+    p = _parser(sub, "validate", "predicted vs measured for run files (testbed or SGLang bench_serving format)",
+                ["sacmodel validate ../shared/data/sac-testbed/runs",
+                 "sacmodel validate my_bench_cxl2_ctx32k.json --system cxl --csv errors.csv"])
+    add_scenario(p)
+    p.add_argument("paths", nargs="+", metavar="PATH", help="run JSON files or folders of them")
+    p.add_argument("--system", choices=SYSTEMS, default=None, help="system of the runs, when file names do not say it")
     p.add_argument("--round", type=int, choices=(1, 2), default=2,
-                   help="testbed files: 2 = measured round (cached prompt), 1 = cache-filling round (cold prefill)")
-    p.add_argument("--json", action="store_true")
+                   help="testbed files: 2 = measured round (cached prompt, default), 1 = cache-filling round "
+                        "(cold prefill)")
+    add_plot(p, "also draw predicted against measured per metric")
+    add_json(p)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("calibrate", help="fit the free parameters to measured runs and write them to a scenario")
-    _add_scenario(p)
-    p.add_argument("paths", nargs="*", help="run files/folders (default: shared calibration runs)")
-    p.add_argument("--microbench", action="store_true", help="fit fetch-path parameters to micro-benchmarks")
+    p = _parser(sub, "calibrate", "fit the free parameters to measured runs and write them into a scenario",
+                ["sacmodel calibrate --dry-run", "sacmodel calibrate --microbench --out mine.yaml",
+                 "sacmodel calibrate my_runs/ --params t_layer,compute_eff --out mine.yaml"])
+    add_scenario(p)
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="run files or folders (default: the shared calibration runs, ../shared/data)")
+    p.add_argument("--microbench", action="store_true",
+                   help="fit the fetch-path parameters to the fetch micro-benchmarks instead of serving runs")
     p.add_argument("--round", type=int, choices=(1, 2), default=2,
-                   help="2: fit the serving constants to the measured rounds; 1: fit prefill_eff to cold rounds")
-    p.add_argument("--params", type=lambda s: [x for x in s.split(",") if x], default=None)
-    p.add_argument("--out", default=None, help="write a new scenario file instead of updating the given one")
-    p.add_argument("--source", default=None, help="provenance text for the fitted values")
-    p.add_argument("--dry-run", action="store_true")
+                   help="2: fit the decode-step constants to the server logs' step times, then the front-end, "
+                        "admission and copy constants to the measured rounds (default); 1: fit prefill_eff to "
+                        "the cold rounds")
+    p.add_argument("--params", type=arg(names_list), default=None, metavar="LIST",
+                   help="comma-separated parameters to fit (default: every constant of the chosen stage(s))")
+    p.add_argument("--out", default=None, type=arg(out_file), metavar="YAML",
+                   help="write a new scenario file instead of updating the given one")
+    p.add_argument("--source", default=None, help="provenance text recorded with the fitted values")
+    p.add_argument("--dry-run", action="store_true", help="fit and print the values; write no file")
     p.add_argument("--force", action="store_true",
                    help="allow overwriting a built-in scenario or an existing --out file")
-    p.add_argument("--json", action="store_true")
+    add_json(p)
     p.set_defaults(func=cmd_calibrate)
 
-    p = sub.add_parser("trace-stats", help="summary of a request trace (Mooncake JSONL or Azure CSV)")
-    p.add_argument("trace")
-    p.add_argument("--limit", type=pos_int, default=None)
-    p.add_argument("--json", action="store_true")
+    trace_help = ("request trace: Mooncake JSONL (timestamp, input_length, output_length, hash_ids) or Azure LLM "
+                  "inference CSV (TIMESTAMP, ContextTokens, GeneratedTokens)")
+    p = _parser(sub, "trace-stats", "summary of a request trace (Mooncake JSONL or Azure CSV)",
+                ["sacmodel trace-stats ../shared/data/traces/conversation_trace.jsonl --limit 1000"])
+    p.add_argument("trace", type=arg(in_file), help=trace_help)
+    p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
+                   help=f"read the first N requests only (at most {LIMITS['trace_requests']:,})")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_trace_stats)
 
-    p = sub.add_parser("replay", help="replay a request trace through the serving model")
-    _add_scenario(p)
-    p.add_argument("trace")
-    p.add_argument("--systems", type=system_list, default=["dram", "cxl", "rdma"])
-    p.add_argument("--limit", type=pos_int, default=None, help="first N requests")
-    p.add_argument("--time-scale", type=pos_float, default=1.0, help="speed-up of the arrivals (0.5 = half rate)")
+    p = _parser(sub, "replay", "replay a request trace through the serving model",
+                ["sacmodel replay trace.jsonl --limit 2000",
+                 "sacmodel replay trace.csv --cache none --time-scale 0.5 --systems cxl,rdma --csv replay.csv"])
+    add_scenario(p)
+    p.add_argument("trace", type=arg(in_file), help=trace_help)
+    add_systems(p, "dram,cxl,rdma")
+    p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
+                   help="replay the first N requests only")
+    p.add_argument("--time-scale", type=arg(number, lo=TIME_SCALE_RANGE[0], hi=TIME_SCALE_RANGE[1]), default=1.0,
+                   metavar="X", help="arrival times are divided by X: 2 = requests arrive twice as fast, 0.5 = at "
+                                     "half the trace's rate (default 1)")
     p.add_argument("--cache", choices=("trace", "none", "all"), default=None,
-                   help="cached prefixes: from the trace's hash_ids (Mooncake), none, or all")
-    p.add_argument("--concurrency", type=pos_int, default=None, help="in flight at most (default: memory)")
-    p.add_argument("--cxl-devices", type=pos_int, default=None)
-    p.add_argument("--rdma-nics", type=pos_int, default=None)
-    p.add_argument("--device-buffer", type=tokens, default=None)
-    p.add_argument("--json", action="store_true")
+                   help="cached prefixes: from the trace's hash_ids (Mooncake; the default when present), none "
+                        "(every prompt prefilled; default otherwise) or all (every prompt cached)")
+    p.add_argument("--concurrency", type=arg(count, hi=LIMITS["concurrency"]), default=None, metavar="N",
+                   help="requests in flight at most (default: what the GPUs' memory holds at the mean lengths)")
+    add_resources(p)
+    add_json(p)
     p.set_defaults(func=cmd_replay)
 
-    p = sub.add_parser("scenarios", help="list built-in scenarios")
+    p = _parser(sub, "scenarios", "list the built-in scenarios, or print a scenario template",
+                ["sacmodel scenarios", "sacmodel scenarios --template > mine.yaml   # edit, then --scenario mine.yaml"])
+    p.add_argument("--template", action="store_true",
+                   help="print a documented scenario YAML (every field explained) to start your own hardware")
+    add_json(p)
     p.set_defaults(func=cmd_scenarios)
-    p = sub.add_parser("models", help="list the model catalog")
+
+    p = _parser(sub, "models", "list the model catalog", ["sacmodel models", "sacmodel models --json"])
+    add_json(p)
     p.set_defaults(func=cmd_models)
+
+    p = _parser(sub, "microbench", "single-layer top-k gather latency (fetch micro-benchmark model)",
+                ["sacmodel microbench --backend cxl --topk 2048",
+                 "sacmodel microbench --backend rdma --topk 512 --entry-bytes '1.125 KiB'"])
+    add_scenario(p)
+    p.add_argument("--backend", choices=("dram", "cxl", "rdma"), required=True, help="memory the entries are read from")
+    p.add_argument("--topk", type=arg(count, hi=LIMITS["tokens"]), required=True, metavar="K",
+                   help="entries gathered (one layer)")
+    p.add_argument("--entry-bytes", type=arg(byte_size), default=656.0, metavar="SIZE",
+                   help="bytes per entry: plain (656) or with a unit ('1.125 KiB'); default 656 (FP8 DSA entry)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_microbench)
+
     from . import solvers_cli
-    solvers_cli.register(sub, _add_scenario, _add_workload)
+    solvers_cli.register(sub)
     return ap
 
 
 def main(argv=None) -> int:
     ap = build_parser()
-    a = ap.parse_args(argv)
+    try:
+        a = ap.parse_args(argv)
+    except SystemExit as exc:          # --help, --version (0) and bad options (2), as a return value
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         a.func(a)
-    except USER_ERRORS as exc:
+    except BrokenPipeError:
+        return 0
+    except (ValueError, KeyError, OSError) as exc:
+        # every user-facing error of the library is a ValueError subclass (TopologyError, UnitError, ...)
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"sacmodel: error: {msg}", file=sys.stderr)
         return 2
-    except BrokenPipeError:
-        return 0
+    except KeyboardInterrupt:
+        print("sacmodel: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -54,6 +54,23 @@ def gather_time(prefix: str = "") -> sp.Expr:
     return tk + lat + n * lines * line / achieved
 
 
+def swap_in_time(prefix: str = "sw_") -> sp.Expr:
+    """One launch of the HiSparse swap-in kernel for ``{prefix}ctas`` requests of one layer (s).
+
+    One thread block per request hashes the top-k and scans the buffer's LRU slots (no cost the measured
+    step times resolve), then copies the misses from the pool with one 8-byte load in flight per thread:
+    ``inflight`` bytes per block per round trip. The copy runs at min(route bandwidth share, blocks x
+    inflight / latency), after the kernel's fixed cost and one latency.
+    """
+    ctas = sym(f"{prefix}ctas", "dimensionless", "requests (thread blocks) of the swap-in kernel")
+    nbytes = sym(f"{prefix}bytes", "byte", "bytes the swap-in copies for all requests of one layer")
+    inflight = sym("swap_inflight", "byte", "bytes one swap-in thread block keeps in flight")
+    bw = sym(f"{prefix}bw", "byte/second", "route bandwidth available to this rank")
+    lat = sym(f"{prefix}lat", "second", "load round-trip latency over the route")
+    return sym("t_kernel", "second", "fixed cost of one gather kernel") + lat + nbytes / sp.Min(
+        bw, ctas * inflight / lat)
+
+
 def dma_time(prefix: str = "") -> sp.Expr:
     """Bulk DMA copy: setup + bytes / bandwidth (s)."""
     return (sym("dma_setup", "second", "DMA setup per copy")

@@ -44,6 +44,7 @@ class ModelSpec:
     index_heads: int = 0              # DSA lightning indexer (0 = dense attention)
     index_head_dim: int = 0
     topk: int = 0                     # tokens selected per query (0 = dense attention)
+    max_position: int = 0             # longest context the model takes (0 = not stated)
     source: str = ""
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -197,7 +198,7 @@ def from_hf_config(cfg: dict | str | Path, name: str | None = None) -> ModelSpec
         routed_experts=routed, shared_experts=g("n_shared_experts"),
         experts_per_token=g("num_experts_per_tok"),
         index_heads=g("index_n_heads"), index_head_dim=g("index_head_dim"), topk=g("index_topk"),
-        source=str(cfg.get("_source", where)),
+        max_position=g("max_position_embeddings"), source=str(cfg.get("_source", where)),
     )
     if routed and not spec.experts_per_token:
         raise ModelError(f"{where}: MoE config needs 'num_experts_per_tok'")
@@ -211,7 +212,7 @@ _DSV3 = {
     "vocab_size": 129280, "intermediate_size": 18432, "moe_intermediate_size": 2048,
     "first_k_dense_replace": 3, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
     "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
-    "v_head_dim": 128,
+    "v_head_dim": 128, "max_position_embeddings": 163840,
 }
 CATALOG_CONFIGS: dict[str, dict] = {
     "deepseek-v3.2": {**_DSV3, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048,
@@ -219,7 +220,7 @@ CATALOG_CONFIGS: dict[str, dict] = {
     "deepseek-v3": {**_DSV3, "_source": "constants.md 1a (V3.2 = V3 architecture + DSA)"},
     "llama-3.1-70b": {"num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
                       "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
-                      "intermediate_size": 28672,
+                      "intermediate_size": 28672, "max_position_embeddings": 131072,
                       "_source": "meta-llama/Llama-3.1-70B config.json (Hugging Face model card)"},
 }
 ALIASES = {"dsv32": "deepseek-v3.2", "deepseek-v3.2-exp": "deepseek-v3.2", "dsv3": "deepseek-v3",

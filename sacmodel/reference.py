@@ -2,9 +2,10 @@
 
 A layer-first KV pool in a numpy byte array (entries of ``entry_bytes``, pages of ``page_tokens`` tokens),
 lightning-indexer scores -> top-k -> gather, and a per-request LRU GPU buffer of ``buffer_slots`` entries
-carried across decode steps. Two drivers: real query/key vectors (:func:`decode_step`), and a synthetic
-top-k process for statistics (:func:`simulate`). Counting conventions (shared with
-:func:`sacmodel.access_counts`):
+carried across decode steps. Two drivers: real query/key vectors (:func:`decode_step`), and the score
+process of :mod:`sacmodel.access` run literally (:func:`simulate`): fixed random keys, a query that drifts
+from step to step, the top-k by score, and a buffer that starts empty at admission, as SGLang HiSparse
+gives a request whose prefix is cached. Counting conventions (shared with :func:`sacmodel.access_counts`):
 
 - ``misses``: entries copied into the buffer; ``hits``: selected entries already resident.
 - A context that fits in the buffer (``buffer_slots >= context``) is loaded whole at the first step
@@ -97,46 +98,43 @@ def step_counts(missed: np.ndarray, entry_bytes: int, page_tokens: int) -> dict[
 KEYS = ("misses", "hits", "bytes_fetched", "cachelines", "pages", "rdma_ops")
 
 
-def _check(context, topk, steps, buffer_slots, overlap):
-    if context <= 0 or topk <= 0 or steps <= 0:
-        raise ValueError("context, topk and steps must be positive")
-    if not 0 <= overlap <= 1:
-        raise ValueError(f"overlap must be in [0, 1], got {overlap}")
-    if buffer_slots < min(topk, context):
-        raise ValueError(f"buffer_slots ({buffer_slots}) must hold one step's selection (min(topk, context) = "
-                         f"{min(topk, context)})")
+def simulate(*, context: int, topk: int, steps: int = 100, buffer_slots: int = 4096, correlation=0.99,
+             dims: int = 256, entry_bytes: int = 1152, page_tokens: int = 64, seed: int = 0,
+             per_step: bool = False) -> dict:
+    """Run the drifting-query score process through the LRU buffer; totals over ``steps`` for one layer.
 
-
-def new_per_step(context: int, topk: int, overlap: float) -> int:
-    """Tokens newly drawn at each step after the first: k - round(overlap k), at most the L - k others."""
-    k = min(topk, context)
-    return min(k - int(round(overlap * k)), context - k)
-
-
-def simulate(*, context: int, topk: int, entry_bytes: int = 656, steps: int = 100, buffer_slots: int = 4096,
-             overlap: float = 0.9, page_tokens: int = 64, seed: int = 0) -> dict[str, int]:
-    """Run the synthetic top-k process through the LRU buffer; totals over ``steps`` for one layer.
-
-    Step 0 selects ``k = min(topk, context)`` tokens uniformly; each later step keeps ``round(overlap * k)`` of
-    the previous selection (chosen uniformly; more if fewer than the rest remain unselected) and draws the rest
-    uniformly from the other tokens.
+    Keys: ``context`` fixed random vectors in ``dims`` dimensions. Query: ``q(t+1) = phi q(t) +
+    sqrt(1 - phi^2) eps`` with ``phi = correlation`` (a number, or one value per step). Each step selects
+    the ``min(topk, context)`` tokens with the largest ``q . key`` and touches them in a buffer that starts
+    empty. ``per_step=True`` adds ``"misses_per_step"`` (array over steps, from admission).
     """
-    _check(context, topk, steps, buffer_slots, overlap)
-    rng = np.random.default_rng(seed)
+    if context <= 0 or topk <= 0 or steps <= 0 or dims <= 0:
+        raise ValueError("context, topk, steps and dims must be positive")
     k = min(topk, context)
-    keep = k - new_per_step(context, topk, overlap)
+    if buffer_slots < k:
+        raise ValueError(f"buffer_slots ({buffer_slots}) must hold one step's selection (min(topk, context) = {k})")
+    phi = np.broadcast_to(np.asarray(correlation, dtype=float), (steps,))
+    if np.any((phi < 0) | (phi >= 1)):
+        raise ValueError("correlation must be in [0, 1)")
+    rng = np.random.default_rng(seed)
+    keys = rng.standard_normal((context, dims)).astype(np.float32)
+    q = rng.standard_normal(dims).astype(np.float32)
     buf = LRUBuffer(context, buffer_slots)
     tot = dict.fromkeys(KEYS, 0)
-    sel = rng.choice(context, size=k, replace=False)
+    series = np.zeros(steps)
     for t in range(steps):
-        if t > 0 and k < context:
-            kept = rng.choice(sel, size=keep, replace=False)
-            others = np.setdiff1d(np.arange(context), sel, assume_unique=True)
-            sel = np.concatenate([kept, rng.choice(others, size=k - keep, replace=False)])
+        scores = keys @ q
+        sel = np.argpartition(-scores, k - 1)[:k] if k < context else np.arange(context)
         hits, missed = buf.access(sel)
         tot["hits"] += hits
+        series[t] = len(missed)
         for key, v in step_counts(missed, entry_bytes, page_tokens).items():
             tot[key] += v
+        if t + 1 < steps:
+            p = phi[t + 1]
+            q = (p * q + np.sqrt(1.0 - p * p) * rng.standard_normal(dims)).astype(np.float32)
+    if per_step:
+        tot["misses_per_step"] = series
     return tot
 
 

@@ -8,6 +8,7 @@ go through :func:`sacmodel.predict`.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 import os
@@ -21,18 +22,18 @@ from scipy.optimize import brentq
 
 from .calibrate import get_param, set_param
 from .costs import SYMBOLS, sym
-from .serving import (REF_CONTEXT, admission_expressions, bind, predict, prefill_expressions,
-                      resolve, step_expressions)
+from .config import resolve, static_values, swap_route
+from .serving import predict
+from .step import fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
 from .systems import as_topology, check_system
 from .topology import Topology, TopologyError
+# shared names, limits and progress (kept below the serving imports, whose binding changes separately)
+from .names import HIGHER_IS_BETTER, LIMITS, LOADED, PRICE_FILE, UNLOADED, fmt_value, kind_of
+from .progress import status, track
 
-UNLOADED = ("ttft", "tbt", "e2e", "bytes_per_step", "ttft_cold")
 METRIC_ALIASES = {"ttft": "ttft", "ttft_mean_ms": "ttft", "tbt": "tbt", "tbt_mean_ms": "tbt", "e2e": "e2e",
                   "e2e_mean_ms": "e2e", "bytes_per_step": "bytes_per_step", "bytes": "bytes_per_step",
                   "ttft_cold": "ttft_cold"}
-LOADED = ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tbt_mean_ms", "tbt_p99_ms", "e2e_mean_ms",
-          "output_throughput_tok_s", "request_throughput_req_s")
-HIGHER_IS_BETTER = {"output_throughput_tok_s", "request_throughput_req_s"}
 WORKLOAD_SYMBOLS = {"context": "L", "output": "O"}
 
 
@@ -40,78 +41,155 @@ class SolverError(ValueError):
     """A question the solvers cannot answer as asked (bad metric, parameter or range)."""
 
 
+# ---- argument checks (the public functions validate here; the engine then trusts its inputs) -----------
+def _topology(scenario) -> Topology:
+    """The loaded scenario, or a clear error for something that is not a scenario (None, a number...)."""
+    if scenario is None or isinstance(scenario, (bool, int, float)):
+        raise SolverError(f"scenario must be a built-in name, a YAML path or a Topology, got {scenario!r}")
+    try:
+        return as_topology(scenario)
+    except TypeError:
+        raise SolverError(f"scenario must be a built-in name, a YAML path or a Topology, "
+                          f"got a {type(scenario).__name__}") from None
+
+
+def _positive_tokens(name: str, v, required: bool = True):
+    """A workload length: a positive whole number of tokens (at most LIMITS['tokens'])."""
+    if v is None and not required:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v) \
+            or v < 1 or v > LIMITS["tokens"]:
+        raise SolverError(f"{name} must be a positive number of tokens up to {LIMITS['tokens']:,}, got {v!r}"
+                          + (" (put several values in the grid instead)" if isinstance(v, (list, tuple,
+                                                                                          np.ndarray)) else ""))
+    return v
+
+
+def _finite_array(name: str, values, positive: bool) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise SolverError(f"grid {name}: not an array of numbers") from None
+    if arr.size == 0 or not np.isfinite(arr).all():
+        raise SolverError(f"grid {name}: give finite numbers (got {arr.size} values)")
+    if positive and (arr <= 0).any():
+        raise SolverError(f"grid {name}: values must be positive, got {arr.min():g}")
+    return arr
+
+
+def _check_vary(topo: Topology, vary: str, kind: str = "loaded", systems=(), metric: str = "tbt") -> None:
+    """``vary`` must name something that exists: a workload argument, a scenario parameter, a hardware number,
+    or (unloaded metrics only) a symbol of the closed form of ``metric`` for ``systems``."""
+    if not isinstance(vary, str) or not vary:
+        raise SolverError(f"vary must be a name, got {vary!r}")
+    if vary in ("context", "output", "concurrency", "requests", "rate", "cxl_devices", "rdma_nics",
+                "device_buffer", "topk", "dp"):
+        return
+    if vary.startswith(("node:", "link:")):
+        try:
+            v = get_param(topo, vary)
+        except (KeyError, IndexError, ValueError, StopIteration, TopologyError):
+            v = None
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            known = ", ".join(hardware_parameters(topo))
+            raise SolverError(f"{vary}: no such hardware number in {topo.name}; known: {known}") from None
+        return
+    if topo.has_param(vary):
+        return
+    closed = {x.name for s in systems or ("cxl",) for x in      # building them registers every symbol
+              unloaded_expression(s, metric if metric in METRIC_ALIASES else "tbt").free_symbols}
+    if (vary in closed or vary in SYMBOLS) and kind == "unloaded":
+        return
+    if vary in closed or vary in SYMBOLS:
+        raise SolverError(f"{vary} is a symbol of the unloaded closed form; the loaded model varies workload "
+                          "arguments, scenario parameters and hardware numbers (node:KIND.FIELD): ask the unloaded "
+                          "metric (--unloaded) or vary the hardware number behind it")
+    raise SolverError(f"{vary}: not a workload argument, scenario parameter or hardware number "
+                      "(e.g. context, cxl_devices, t_layer, node:cxl_device.bandwidth)")
+
+
 # ---- symbolic forms -------------------------------------------------------------------------------
 def _workload_symbols():
     L = sym("L", "dimensionless", "context length (tokens)")
     O = sym("O", "dimensionless", "output tokens per request")
-    k = sym("topk", "dimensionless", "top-k entries selected per layer")
-    Bb = sym("buffer_slots", "dimensionless", "GPU buffer slots per request and layer")
-    rho0 = sym("topk_overlap", "dimensionless", "fraction of top-k kept between steps at 32K")
-    gam = sym("topk_churn_exponent", "dimensionless", "growth of top-k churn with context")
-    return L, O, k, Bb, rho0, gam
+    return L, O
 
 
+@functools.lru_cache(maxsize=64)
 def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Expr:
     """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step).
 
-    ``ttft``: request latency + prefix fetch (rdma, cxl-prefetch) + admission; ``tbt``: one decode step with
-    one request; ``e2e``: ttft + (O - 1) tbt; ``bytes_per_step``: bytes read over the pool route per step;
-    ``ttft_cold``: first token of an uncached prompt (request latency + chunked prefill of L tokens).
+    One request alone (what ``predict(..., concurrency=1, requests=1)`` runs): ``ttft`` = the client's serial
+    work on the prompt + the request latency + one prefill iteration extending the cached prompt by its
+    uncached page; ``tbt`` = one decode step at the mean context ``L + O/2`` loading ``m_mean`` entries per
+    layer (the request's mean misses over its output, from the score process), plus, for the pools that copy
+    the prompt first (rdma, cxl-prefetch), that copy spread over the ``O - 1`` gaps; ``e2e`` = ttft +
+    (O - 1) tbt; ``bytes_per_step`` = the entries a decode step loads; ``ttft_cold`` = an uncached prompt
+    prefilled in chunks.
     """
     check_system(system)
     m = METRIC_ALIASES.get(metric)
     if m is None:
         raise SolverError(f"unknown unloaded metric {metric!r}; known: {', '.join(UNLOADED)}")
-    L, O, k, Bb, rho0, gam = _workload_symbols()
-    steps, adm = step_expressions(), admission_expressions()
-    b, B = sym("b", "dimensionless"), sym("B", "dimensionless")
-    # a decode step sees the prompt plus, on average over the request, half of its output
-    tbt = sum(steps.values()).subs({b: 1, B: 1})
-    fetch = {"rdma": adm["rdma_fetch"] + adm["rdma_copy"], "cxl-prefetch": adm["dma_fetch"]}.get(system, 0)
-    if fetch != 0:
-        fetch = fetch + sym("prefetch_poll", "second", "period of the scheduler's prefetch check") / 2
-    ttft = sym("t_request", "second", "request latency outside the engine (HTTP, tokenizer)") + fetch + adm["admit"]
-    e2e = ttft + (O - 1) * tbt
-    nbytes = (sym("swap_on", "dimensionless") * sym("layers", "dimensionless") * sym("m_miss", "dimensionless")
-              * sym("lines_per_entry", "dimensionless") * sym("cacheline", "byte"))
-    pre = prefill_expressions()
-    cold = sym("t_request", "second") + sum(pre.values()).subs(
-        {sym("P", "dimensionless"): L, sym("Bp", "dimensionless"): L, sym("H", "dimensionless"): 0})
-    expr = {"ttft": ttft, "tbt": tbt, "e2e": e2e, "bytes_per_step": nbytes, "ttft_cold": cold}[m]
-    # context dependence of the access process (same rules as the engine's numeric binding)
-    pool = system != "gpu"
-    k_attn = sp.Min(k, L) if sparse else L
-    rho = sp.Max(0, sp.Min(1, 1 - (1 - rho0) * (L / REF_CONTEXT) ** gam))
-    gap = sp.Max(L - k_attn, 1)   # L - k >= 1 wherever L > buffer >= k; the guard keeps numpy finite
-    miss = sp.Piecewise((sp.Min(k_attn * (1 - rho), L - k_attn) * (1 - (Bb - k_attn) / gap), L > Bb),
-                        (0, True))
-    swap_on = sp.Piecewise((1, L > Bb), (0, True)) if pool else 0
-    ctx_rules = {sym("k_attn", "dimensionless"): k_attn, sym("m_miss", "dimensionless"): miss,
-                 sym("swap_on", "dimensionless"): swap_on}
-    if m in ("tbt", "e2e", "bytes_per_step"):
-        # decode terms at the mean decode context L + (O - 1)/2; admission terms at the prompt length L
-        L_dec = L + (O - 1) / 2
-        dec = {name: sp.sympify(rule).xreplace({L: L_dec}) for name, rule in ctx_rules.items()}
-        tbt_d = tbt.xreplace({**dec, L: L_dec})          # xreplace: one simultaneous pass
-        nbytes_d = nbytes.xreplace({**dec, L: L_dec})
-        expr = {"tbt": tbt_d, "e2e": ttft.subs(ctx_rules) + (O - 1) * tbt_d, "bytes_per_step": nbytes_d}[m]
-        return expr
-    return expr.subs(ctx_rules)
+    L, O = _workload_symbols()
+    S = lambda n, u="dimensionless": sym(n, u)  # noqa: E731
+    rank, shared, pre, fetch, front = rank_terms(), shared_terms(), prefill_terms(), fetch_terms(), front_end_terms()
+    k_attn = sp.Min(S("topk"), L) if sparse else L
+    m_mean = sym("m_mean", "dimensionless", "entries one request loads per layer per step, mean over its output")
+    L_dec = L + O / 2
+    swap_on = sp.Piecewise((1, L_dec > S("buffer_slots")), (0, True)) if system not in ("gpu", "rdma-topk") else 0
+    decode = (sum(rank.values()).xreplace({S("b"): 1, S("M"): m_mean, S("L"): L_dec, S("k_attn"): k_attn,
+                                          S("swap_on"): swap_on})
+              + shared["fixed"] + shared["mlp"].xreplace({S("N"): 1, S("N_d"): 1, S("mlp_eff"): S("compute_eff")}))
+    # a prefix hit is matched page-aligned: the last 1..page tokens are prefilled
+    E = L - S("E") * sp.floor((L - 1) / S("E"))
+    extend = (shared["fixed"] + shared["mlp"].xreplace({S("N"): E, S("N_d"): E, S("mlp_eff"): S("prefill_eff")})
+              + sum(pre.values()).xreplace({S("P"): E, S("H"): L - E, S("k_attn"): k_attn})
+              + sym("t_admit", "second"))
+    ttft = front["tokenize"] + front["request"] + extend
+    if system == "rdma":
+        copy_ = sum(fetch.values()).xreplace({S("N_f"): L})
+    elif system == "cxl-prefetch":
+        copy_ = L * S("layers") * S("entry_bytes", "byte") / sym("pf_dma_bw", "byte/second", "bulk prefix copy bandwidth")
+    else:
+        copy_ = 0
+    tbt = decode + copy_ / (O - 1)
+    C = S("prefill_chunk")
+    chunks = sp.ceiling(L / C)
+    kk = k_attn
+    entries = sp.Piecewise((L * (L + 1) / 2, L <= kk), (kk * (kk + 1) / 2 + (L - kk) * kk, True))
+    cold = (front["tokenize"] + front["request"]
+            + chunks * (shared["fixed"] + shared["mlp"].xreplace({S("N"): C, S("N_d"): C, S("mlp_eff"): S("prefill_eff")})
+                        + pre["prefill_proj"].xreplace({S("P"): C}))
+            + S("layers") * S("f_index", "FLOP") * L * (L + 1) / 2 / (S("peak_fp8", "FLOP/second") * S("prefill_eff"))
+            + S("layers") * S("f_attn", "FLOP") * entries / (S("peak_bf16", "FLOP/second") * S("prefill_eff")))
+    nbytes = S("layers") * m_mean * S("entry_bytes", "byte") * (1 if system == "rdma-topk" else swap_on)
+    return {"ttft": ttft, "tbt": tbt, "e2e": ttft + (O - 1) * tbt, "bytes_per_step": nbytes, "ttft_cold": cold}[m]
+
+
+def mean_misses(scenario, system: str, *, context: int, output: int, **resources) -> float:
+    """``m_mean``: entries one request alone loads per layer per decode step, averaged over its output."""
+    from .engine import cumulative_misses
+    cfg = resolve(scenario, system, **resources)
+    if output < 2:
+        return 0.0
+    c = cumulative_misses(cfg, int(context), int(output))
+    return float(c[output - 1] / (output - 1))
 
 
 def scenario_values(scenario, system: str, **resources) -> dict[str, float]:
-    """Numbers for every non-workload symbol of ``system`` on ``scenario`` (one rank active)."""
+    """Numbers for every non-workload symbol of ``system``'s closed forms on ``scenario`` (one request)."""
     cfg = resolve(scenario, system, **resources)
-    v = bind(cfg, REF_CONTEXT, active_ranks=1)
-    for key in ("L", "k_attn", "m_miss", "swap_on"):
-        v.pop(key, None)
-    t = cfg.topo
-    v.update(topk=float(cfg.model.topk or 0), buffer_slots=float(cfg.device_buffer),
-             topk_overlap=t.param("topk_overlap"),
-             topk_churn_exponent=t.param("topk_churn_exponent") if t.has_param("topk_churn_exponent") else 0.0,
-             t_request=t.param("t_request"), prefetch_poll=t.param("prefetch_poll"))
-    v.pop("P", None)
-    v.pop("Bp", None)
+    v = static_values(cfg)
+    bw, lat = swap_route(cfg, 1)
+    v.update(sw_bw=bw, sw_lat=lat, topk=float(cfg.model.topk or 0), buffer_slots=float(cfg.device_buffer),
+             prefill_chunk=float(cfg.prefill_chunk))
+    if cfg.system == "rdma":
+        from .config import fetch_bandwidth
+        v["nic_bw"] = fetch_bandwidth(cfg, (0,))[0]
+    if cfg.system == "cxl-prefetch":
+        from .engine import Model
+        v["pf_dma_bw"] = Model(cfg).pf_dma_bw()
     return v
 
 
@@ -119,8 +197,8 @@ def symbolic(system: str, metric: str, scenario=None, *, free=(), context=None, 
     """The sympy expression of an unloaded metric (seconds, or bytes for ``bytes_per_step``).
 
     Without ``scenario``: over named symbols (see :func:`symbol_docs`). With it: every symbol bound except
-    those named in ``free`` (and ``L``/``O`` unless ``context``/``output`` are given); fully bound, it is a
-    number equal to ``predict(..., concurrency=1, requests=1)``.
+    those named in ``free`` (and ``L``/``O`` unless ``context``/``output`` are given; ``m_mean`` is bound
+    once both are); fully bound, it is a number equal to ``predict(..., concurrency=1, requests=1)``.
     """
     sparse = True
     if scenario is not None:
@@ -134,6 +212,8 @@ def symbolic(system: str, metric: str, scenario=None, *, free=(), context=None, 
         vals["L"] = float(context)
     if output is not None:
         vals["O"] = float(output)
+    if context is not None and output is not None and "m_mean" not in free:
+        vals["m_mean"] = mean_misses(scenario, system, context=context, output=output, **resources)
     unknown = free - {s.name for s in expr.free_symbols} - {"L", "O"}
     if unknown:
         raise SolverError(f"{', '.join(sorted(unknown))}: not a symbol of {system} {metric} "
@@ -272,10 +352,25 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     """
     check_system(a)
     check_system(b)
-    if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
-        raise SolverError(f"need lo < hi, got lo={lo}, hi={hi}")
+    for name, v in (("lo", lo), ("hi", hi), ("ratio", ratio)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+            raise SolverError(f"{name} must be a finite number, got {v!r}")
+    if lo >= hi:
+        raise SolverError(f"need lo < hi, got lo={lo:g}, hi={hi:g}")
+    if not ratio > 0:
+        raise SolverError(f"ratio must be positive, got {ratio:g}")
+    if isinstance(points, bool) or not isinstance(points, (int, np.integer)) or not 2 <= points <= LIMITS["points"]:
+        raise SolverError(f"points must be a whole number from 2 to {LIMITS['points']:,}, got {points!r}")
+    if lo < 0 or (lo == 0 and kind_of(vary) not in ("time", "number")):
+        raise SolverError(f"{vary} must stay positive: lo = {fmt_value(lo, kind_of(vary))}")
+    for k in ("context", "output"):
+        _positive_tokens(k, fixed.get(k), required=False)
     kind = _metric_kind(metric)
-    topo = as_topology(scenario)
+    for k in ("context", "output"):
+        if k not in fixed and vary != k:
+            raise SolverError(f"breakeven needs {k}= (or vary={k!r})")
+    topo = _topology(scenario)
+    _check_vary(topo, vary, kind, (a, b), metric)
     discrete = vary in DISCRETE
     fast = {s: _unloaded_fn(topo, s, metric, vary, fixed) for s in (a, b)} if kind == "unloaded" else {}
 
@@ -293,8 +388,11 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
         xs = np.geomspace(lo, hi, points)
     else:
         xs = np.linspace(lo, hi, points)
-    fa = np.array([f(a, x) for x in xs])
-    fb = np.array([f(b, x) for x in xs])
+    pairs = [(s_, x) for s_ in (a, b) for x in xs]
+    if kind == "loaded" or not all(fast.values()):
+        pairs = track(pairs, f"breakeven {a} vs {b} over {vary}")
+    vals = np.array([f(s_, x) for s_, x in pairs])
+    fa, fb = vals[:len(xs)], vals[len(xs):]
     res.curve = {"x": xs.tolist(), a: fa.tolist(), b: fb.tolist()}
     diff = fa - ratio * fb
     ok = np.isfinite(diff)
@@ -323,10 +421,12 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
             elif diff[i + 1] != 0:
                 roots.append(float(brentq(d, xs[i], xs[i + 1], xtol=1e-9 * max(1.0, abs(xs[i])), rtol=1e-12)))
         roots = sorted(set(roots))
+    at = lambda x: fmt_value(x, kind_of(vary))  # noqa: E731
     if not roots:
         w = {_better(metric, x, y, ratio, a, b) for x, y in zip(fa[ok], fb[ok])}
         res.winner = w.pop() if len(w) == 1 else None
-        res.message = (f"no crossing in [{lo:g}, {hi:g}]: {res.winner} wins throughout" if res.winner
+        res.message = (f"no crossing for {vary} in [{at(lo)}, {at(hi)}]: "
+                       f"{_throughout(metric, a, b, ratio, res.winner)}" if res.winner
                        else "no crossing found, but the winner changes where a system becomes infeasible")
         return res
     res.found, res.values, res.value = True, roots, roots[0]
@@ -338,9 +438,21 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
         res.winner_below = _better(metric, f(a, below[-1]), f(b, below[-1]), ratio, a, b)
     if len(above):
         res.winner_above = _better(metric, f(a, above[0]), f(b, above[0]), ratio, a, b)
-    res.message = (f"{a} and {b} cross at {vary} = {roots[0]:.6g}" + (f" (and at {', '.join(f'{r:.6g}' for r in roots[1:])})"
-                                                                      if len(roots) > 1 else ""))
+    where = f"{vary} = {at(roots[0])}" + (f" (and at {', '.join(at(r) for r in roots[1:])})" if len(roots) > 1
+                                          else "")
+    res.message = (f"{a} and {b} cross at {where}" if ratio == 1 else
+                   f"{metric} of {a} reaches {ratio:g} x that of {b} at {where}")
     return res
+
+
+def _throughout(metric: str, a: str, b: str, ratio: float, winner: str) -> str:
+    """Words for a side that holds over the whole range; with a ratio, 'stays within 1.05x', not 'wins'."""
+    if ratio == 1:
+        return f"{winner} is better throughout"
+    below = (winner == a) != (metric in HIGHER_IS_BETTER)     # a's metric stays below ratio x b's
+    if below and ratio > 1 and metric not in HIGHER_IS_BETTER:
+        return f"{metric} of {a} stays within {ratio:g}x that of {b} throughout"
+    return f"{metric} of {a} stays {'below' if below else 'above'} {ratio:g} x that of {b} throughout"
 
 
 def _free_form(system, metric, topo, name, fx, res):
@@ -385,7 +497,10 @@ def _symbolic_roots(topo, a, b, metric, vary, lo, hi, ratio, fixed):
     except SolverError:
         return None
     x = sp.Symbol(name, positive=True)
-    diff = sp.simplify(ea - ratio * eb)
+    diff = ea - ratio * eb          # like terms of a and b already combine here, without simplify
+    if any(x in f.free_symbols for f in diff.atoms(sp.Min, sp.Max, sp.Piecewise)):
+        return None                 # piecewise in x: the numeric root finder handles it (simplify would be slow)
+    diff = sp.simplify(diff)
     if diff.has(sp.Min, sp.Max, sp.Piecewise) or x not in diff.free_symbols:
         return None
     num, _ = sp.fraction(sp.together(diff))
@@ -401,7 +516,6 @@ def _symbolic_roots(topo, a, b, metric, vary, lo, hi, ratio, fixed):
 
 
 # ---- planning -------------------------------------------------------------------------------------
-PRICE_FILE = Path(__file__).resolve().parent / "data" / "prices.yaml"
 
 
 def prices(path: str | Path | None = None) -> dict[str, dict]:
@@ -409,9 +523,16 @@ def prices(path: str | Path | None = None) -> dict[str, dict]:
     p = Path(path) if path else PRICE_FILE
     try:
         data = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise SolverError(f"{p}: cannot read price table ({exc})") from None
-    return data["parts"]
+    parts = data.get("parts") if isinstance(data, dict) else None
+    if not isinstance(parts, dict) or not parts:
+        raise SolverError(f"{p}: a price table maps 'parts:' to entries like 'gpu: {{usd_per_hour: 2.0}}'")
+    for k, v in parts.items():
+        usd = v.get("usd_per_hour") if isinstance(v, dict) else None
+        if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and usd >= 0):
+            raise SolverError(f"{p}: parts.{k}.usd_per_hour must be a non-negative number, got {usd!r}")
+    return parts
 
 
 def configuration_cost(scenario, system: str, *, cxl_devices=None, rdma_nics=None, dp=None,
@@ -481,11 +602,14 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
     """
     _check_slo(slo)
     check_system(system)
-    topo = as_topology(scenario)
+    _check_workload(workload)
+    topo = _topology(scenario)
+    _check_vary(topo, vary)
     res = PlanResult(system, vary, dict(slo), False, None)
     step = step or (512 if vary == "device_buffer" else 1)
+    _check_range(vary, min_value, max_value, step)
     prev = None
-    for v in np.arange(min_value, max_value + step / 2, step):
+    for v in track(np.arange(min_value, max_value + step / 2, step), f"plan {system}: {vary}"):
         v = int(v) if float(v).is_integer() else float(v)
         t, kw = _with_value(topo, vary, v)
         p = predict(t, system, **{**workload, **kw})
@@ -514,9 +638,17 @@ def max_load(scenario, system: str, *, workload: dict, slo: dict, vary: str = "c
     Bisection assumes the metrics worsen monotonically in ``vary``; the neighbours of the answer are checked.
     """
     _check_slo(slo)
+    check_system(system)
+    _check_workload(workload)
     if vary not in ("concurrency", "context", "output", "rate"):
         raise SolverError(f"max_load varies concurrency, context, output or rate, not {vary!r}")
-    topo = as_topology(scenario)
+    _check_range(vary, min_value, max_value, 1)
+    if vary != "rate" and not (float(min_value).is_integer() and float(max_value).is_integer()):
+        raise SolverError(f"max_load over {vary}: min and max must be whole numbers")
+    top = {"concurrency": LIMITS["concurrency"], "rate": math.inf}.get(vary, LIMITS["tokens"])
+    if max_value > top:
+        raise SolverError(f"max_load over {vary}: max at most {top:,} (a documented limit)")
+    topo = _topology(scenario)
     for key, pool in (("cxl_devices", "cxl"), ("rdma_nics", "rdma")):
         if workload.get(key) and workload[key] > len(topo.pools.get(pool, [])):
             topo = with_pool_size(topo, pool, workload[key])
@@ -525,6 +657,28 @@ def max_load(scenario, system: str, *, workload: dict, slo: dict, vary: str = "c
         p = predict(topo, system, **{**workload, vary: v})
         return _meets(p, slo), p
     res = PlanResult(system, vary, dict(slo), False, None)
+    with status(f"max_load {system}: bisection on {vary}"):
+        return _max_load(res, meets, vary, min_value, max_value)
+
+
+def _check_workload(workload) -> None:
+    if not isinstance(workload, dict):
+        raise SolverError(f"workload must be a dict of predict() arguments, got {type(workload).__name__}")
+    for k in ("context", "output"):
+        _positive_tokens(k, workload.get(k), required=False)
+
+
+def _check_range(vary: str, lo, hi, step) -> None:
+    for name, v in (("min", lo), ("max", hi), ("step", step)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+            raise SolverError(f"{vary}: {name} must be a finite number, got {v!r}")
+    if not (0 < lo <= hi and step > 0):
+        raise SolverError(f"{vary}: need 0 < min <= max and step > 0, got min {lo:g}, max {hi:g}, step {step:g}")
+    if (hi - lo) / step + 1 > LIMITS["points"]:
+        raise SolverError(f"{vary}: at most {LIMITS['points']:,} values from min to max (a documented limit)")
+
+
+def _max_load(res, meets, vary, min_value, max_value):
     ok_lo, p_lo = meets(min_value)
     if not ok_lo:
         res.message = f"even {vary} = {min_value} misses the SLO"
@@ -577,6 +731,9 @@ def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, out
     Returns (symbol, elasticity, value, meaning). Symbols are the topology, model and calibration numbers
     the unloaded metric depends on (e.g. ``sw_bw`` = the pool-route bandwidth the GPU sees).
     """
+    _positive_tokens("context", context)
+    _positive_tokens("output", output)
+    scenario = _topology(scenario)
     expr = symbolic(system, metric, scenario, free=_all_free(system, metric, scenario, resources),
                     context=context, output=output, **resources)
     vals = scenario_values(scenario, system, **resources)
@@ -609,17 +766,21 @@ def sweep(scenario, system: str, grid: dict, metric: str = "tbt", *, context=Non
     ``t_layer``, ...); ``output`` (default 1024) matters through the context a decode step sees. Returns
     columns: one per grid name plus ``metric`` (seconds or bytes).
     """
-    if not grid:
-        raise SolverError("empty grid")
+    if not isinstance(grid, dict) or not grid:
+        raise SolverError("grid must be a non-empty dict of name -> values")
     names = list(grid)
     syms = [WORKLOAD_SYMBOLS.get(n, n) for n in names]
-    ctx = None if "L" in syms else context
-    out_ = None if "O" in syms else output
+    ctx = None if "L" in syms else _positive_tokens("context", context, required=False)
+    out_ = None if "O" in syms else _positive_tokens("output", output)
     if ctx is None and "L" not in syms:
         raise SolverError("give context= or put 'context' in the grid")
-    expr = symbolic(system, metric, scenario, free=tuple(syms), context=ctx, output=out_, **resources)
+    axes = [_finite_array(n, grid[n], positive=kind_of(n) not in ("time", "number")) for n in names]
+    size = math.prod(len(x) for x in axes)
+    if size > LIMITS["sweep_points"]:
+        raise SolverError(f"the grid has {size:,} points; at most {LIMITS['sweep_points']:,} per sweep "
+                          "(a documented limit: split it)")
+    expr = symbolic(system, metric, _topology(scenario), free=tuple(syms), context=ctx, output=out_, **resources)
     f = _lambdify(expr, tuple(syms))
-    axes = [np.asarray(grid[n], dtype=float).ravel() for n in names]
     mesh = np.meshgrid(*axes, indexing="ij")
     cols = {n: m.ravel() for n, m in zip(names, mesh)}
     val = f(*[cols[n] for n in names])
@@ -651,8 +812,18 @@ def sweep_predict(scenario, system: str, grid: dict, *, fixed: dict | None = Non
     (``tcp://host:port``) is given. Returns one Prediction dict per point, in grid order.
     """
     names = list(grid)
+    bad = [n for n in names if n not in ("context", "output", "concurrency", "requests", "rate", "cxl_devices",
+                                         "rdma_nics", "device_buffer")]
+    if bad:
+        raise SolverError(f"a full sweep varies predict() arguments (context, output, concurrency, requests, "
+                          f"rate, cxl_devices, rdma_nics, device_buffer), not {', '.join(bad)}; vary hardware "
+                          "numbers with the vectorised sweep or breakeven")
+    size = math.prod(len(grid[n]) for n in names)
+    if size > LIMITS["predictions"]:
+        raise SolverError(f"the grid has {size:,} points; at most {LIMITS['predictions']:,} predictions per full "
+                          "sweep (a documented limit)")
     combos = [dict(zip(names, vals)) for vals in itertools.product(*[list(grid[n]) for n in names])]
-    topo = as_topology(scenario)
+    topo = _topology(scenario)
     jobs = [(topo, system, {**(fixed or {}), **{k: (int(v) if k != "rate" else float(v)) for k, v in c.items()}})
             for c in combos]
     if scheduler:
@@ -664,30 +835,64 @@ def sweep_predict(scenario, system: str, grid: dict, *, fixed: dict | None = Non
             futures = client.map(_predict_point, jobs, pure=False)
             return client.gather(futures)
     workers = workers or os.cpu_count() or 1
+    label = f"predict {system}"
     if workers == 1 or len(jobs) < 8:
-        return [_predict_point(j) for j in jobs]
+        return [_predict_point(j) for j in (track(jobs, label) if progress else jobs)]
     from concurrent.futures import ProcessPoolExecutor
-    from rich.progress import Progress
-    out = [None] * len(jobs)
-    with ProcessPoolExecutor(workers) as ex, Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"predict {system}", total=len(jobs))
-        for i, r in enumerate(ex.map(_predict_point, jobs, chunksize=max(1, len(jobs) // (8 * workers)))):
-            out[i] = r
-            bar.advance(task)
-    return out
+    with ProcessPoolExecutor(workers) as ex:
+        results = ex.map(_predict_point, jobs, chunksize=max(1, len(jobs) // (8 * workers)))
+        return list(track(results, label, total=len(jobs)) if progress else results)
 
 
 def winner_map(scenario, systems, metric: str, x: tuple[str, np.ndarray], y: tuple[str, np.ndarray],
                **fixed) -> dict:
-    """Which system has the best unloaded ``metric`` at every (x, y) grid point (vectorised sweeps)."""
+    """Which system has the best ``metric`` at every (x, y) grid point.
+
+    An unloaded metric (``tbt``, ``ttft``, ``e2e``...: one request alone) is evaluated by vectorised sweeps of
+    its closed form; a loaded one (``tbt_mean_ms``...: a Prediction field) by ``predict`` at every point with
+    the ``fixed`` workload (give ``concurrency``). ``winner`` holds indices into ``systems``, -1 where no
+    system is feasible; ``values`` the metric per system (nan where infeasible).
+    """
+    if isinstance(systems, str) or not systems:
+        raise SolverError("systems must be a non-empty list of system names")
+    for s in systems:
+        check_system(s)
+    kind = _metric_kind(metric)
     (xn, xv), (yn, yv) = x, y
+    xv = _finite_array(xn, xv, positive=kind_of(xn) not in ("time", "number"))
+    yv = _finite_array(yn, yv, positive=kind_of(yn) not in ("time", "number"))
+    cells = len(xv) * len(yv)
+    limit = LIMITS["map_cells"] if kind == "unloaded" else LIMITS["predictions"] // len(systems)
+    if cells > limit:
+        raise SolverError(f"the map has {cells:,} cells; at most {limit:,} for {len(systems)} {kind} systems "
+                          "(a documented limit)")
+    topo = _topology(scenario)
     vals = []
     for s in systems:
-        cols = sweep(scenario, s, {xn: xv, yn: yv}, metric, **fixed)
-        vals.append(cols[metric].reshape(len(xv), len(yv)))
+        if kind == "unloaded":
+            v = sweep(topo, s, {xn: xv, yn: yv}, metric, **fixed)[metric]
+        else:
+            v = _loaded_grid(topo, s, metric, (xn, xv), (yn, yv), fixed)
+        vals.append(np.asarray(v, dtype=float).reshape(len(xv), len(yv)))
     arr = np.stack(vals)
-    best = np.argmax(arr, axis=0) if metric in HIGHER_IS_BETTER else np.argmin(arr, axis=0)
-    return {"x": np.asarray(xv), "y": np.asarray(yv), "winner": best, "systems": list(systems), "values": arr}
+    ok = np.isfinite(arr)
+    pick = np.where(ok, arr, -np.inf if metric in HIGHER_IS_BETTER else np.inf)
+    best = np.argmax(pick, axis=0) if metric in HIGHER_IS_BETTER else np.argmin(pick, axis=0)
+    best = np.where(ok.any(axis=0), best, -1)
+    return {"x": xv, "y": yv, "winner": best, "systems": list(systems), "values": arr, "kind": kind}
+
+
+def _loaded_grid(topo, system, metric, x, y, fixed) -> list[float]:
+    """``predict`` at every (x, y) point (x-major), nan where infeasible."""
+    (xn, xv), (yn, yv) = x, y
+    _check_vary(topo, xn)
+    _check_vary(topo, yn)
+    out = []
+    for xi, yi in track(list(itertools.product(xv, yv)), f"winner map: {system}"):
+        t, kw = _with_value(topo, xn, xi)
+        t, kw2 = _with_value(t, yn, yi)
+        out.append(evaluate(t, system, metric, **{**fixed, **kw, **kw2}))
+    return out
 
 
 def hardware_parameters(scenario) -> list[str]:
@@ -713,13 +918,16 @@ def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, re
     from .calibrate import SERVING_PARAMS
     if metric not in LOADED:
         raise SolverError(f"loaded sensitivity takes a Prediction metric ({', '.join(LOADED)})")
-    topo = as_topology(scenario)
+    check_system(system)
+    if not (isinstance(rel, (int, float)) and 0 < rel < 1):
+        raise SolverError(f"rel must be a relative step in (0, 1), got {rel!r}")
+    topo = _topology(scenario)
     params = list(params or hardware_parameters(topo) + [p for p in SERVING_PARAMS if topo.has_param(p)])
     base = predict(topo, system, **workload)
     if not base.feasible:
         raise SolverError(f"the configuration is infeasible ({base.limit}): no sensitivity to report")
     out = []
-    for name in params:
+    for name in track(params, f"sensitivity of {metric} ({system})"):
         try:
             v0 = get_param(topo, name)
         except (TopologyError, IndexError, StopIteration, KeyError):

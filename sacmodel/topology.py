@@ -125,6 +125,9 @@ PARAM_DIMENSIONS = {
     "copy_bandwidth": "bandwidth", "admit_bandwidth": "bandwidth", "outstanding_lines": "dimensionless", "cacheline": "bytes",
     "dma_setup": "time", "t_rdma_post": "time", "rdma_ops_per_token": "dimensionless",
     "kv_dtype": "string", "attn_dtype": "string", "rdma_topk_granularity": "string",
+    "t_hs": "time", "t_hs_req": "time", "t_token": "time", "stage_copy_bw": "bandwidth",
+    "cxl_map_bytes": "bytes", "swap_load_bytes": "bytes", "buffer_extra_slots": "tokens",
+    "load_balance": "string",
 }
 # Ranges of serving / calibration parameters. A parameter listed only in PARAM_DIMENSIONS gets the default
 # range of its dimension (DEFAULT_PARAM_RANGES); a name in neither table is refused as unknown.
@@ -145,6 +148,15 @@ PARAM_RANGES: dict[str, Range] = {
     "kv_dtype": Range("string", 0, 0, choices=("fp8", "bf16", "fp16")),
     "attn_dtype": Range("string", 0, 0, choices=("fp8", "bf16", "fp16")),
     "rdma_topk_granularity": Range("string", 0, 0, choices=("entry", "page")),
+    "load_balance": Range("string", 0, 0, choices=("round_robin",)),
+    "score_correlation": Range("dimensionless", 0.0, 0.999999),
+    "drift_settling": Range("dimensionless", 0.0, 1e4),
+    "settling_steps": Range("dimensionless", 0.0, 1e9, lo_open=True),
+    "host_to_device_ratio": Range("dimensionless", 0.0, 1e3, lo_open=True),
+    "swap_block_threads": _count(1 << 16),
+    "swap_load_bytes": Range("bytes", 1, 1024, integer=True),
+    "stage_passes": Range("dimensionless", 0.0, 100.0),
+    "buffer_extra_slots": Range("tokens", 0, 1 << 20, integer=True),
 }
 DEFAULT_PARAM_RANGES = {"time": _time(hi=3600.0), "bandwidth": _bandwidth(), "bytes": Range("bytes", 0, 1e18),
                         "tokens": _count(1 << 31, "tokens"), "dimensionless": Range("dimensionless", 0, 1e9),

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
+from .capacity import static_check
 from .schemas import LIMITS, AzureRecord, DataError, MooncakeRecord, first_error, json_line
-from .serving import Prediction, Requests, capacity, resolve, run_engine
+from .serving import Prediction, Requests, fill, resolve, run_engine
 
 MOONCAKE_BLOCK = 512   # tokens per hash_id (shared/data/README.md)
 
@@ -208,12 +209,12 @@ def summarize(trace: Trace, topk: int = 2048) -> dict:
 
 
 def replay(scenario, system: str, trace: Trace, *, concurrency: int | None = None, time_scale: float = 1.0,
-           cache: str = "trace", context_resolution: float = 1 / 16, **resources) -> Prediction:
+           cache: str = "trace", **resources) -> Prediction:
     """Replay ``trace`` (arrivals divided by ``time_scale``) through the engine for ``system``.
 
     ``cache``: 'trace' (Mooncake prefix blocks), 'none' (prefill everything) or 'all' (every prompt cached).
     ``concurrency``: requests in flight at most (default: what the GPUs' memory holds at the trace's mean
-    lengths). Decode steps use each rank's mean context, rounded to ``context_resolution``.
+    lengths, with distinct prompts).
     """
     if cache not in ("trace", "none", "all"):
         raise DataError(f"cache must be 'trace', 'none' or 'all', not {cache!r}")
@@ -223,34 +224,34 @@ def replay(scenario, system: str, trace: Trace, *, concurrency: int | None = Non
         raise DataError("time_scale must be positive")
     cfg = resolve(scenario, system, **resources)
     L_max, O_max = int(trace.input_len.max()), int(trace.output_len.max())
+    if cfg.model.max_position and L_max + O_max > cfg.model.max_position:
+        raise DataError(f"{trace.name}: a request of {L_max} + {O_max} tokens exceeds {cfg.model.name}'s maximum "
+                        f"position {cfg.model.max_position}")
     pred = Prediction(system, cfg.topo.name, int(trace.input_len.mean()), int(trace.output_len.mean()),
                       concurrency or 0, len(trace), True, None,
                       config={"trace": trace.name, "time_scale": time_scale, "cache": cache})
-    alone = capacity(cfg, L_max, O_max, 1)
+    alone = static_check(cfg, context=L_max, output=O_max, concurrency=1, prompts="distinct")
     if not alone["feasible"]:
         pred.feasible, pred.limit, pred.capacity = False, f"{alone['limit']} (largest request alone)", alone
+        pred.success_fraction = 0.0
         return pred
     if concurrency is None:
         concurrency = _memory_concurrency(cfg, int(trace.input_len.mean()), int(trace.output_len.mean()))
         pred.concurrency = concurrency
     cached = {"trace": trace.cached, "none": np.zeros(len(trace)), "all": trace.input_len - 1.0}[cache]
     reqs = Requests(trace.arrival / time_scale, trace.input_len, trace.output_len, np.asarray(cached, float))
-    res = run_engine(cfg, reqs, concurrency, context_resolution=context_resolution)
-    for k, v in res.items():
-        setattr(pred, k, v)
-    return pred
+    res = run_engine(cfg, reqs, concurrency)
+    return fill(pred, cfg, reqs, res)
 
 
 def _memory_concurrency(cfg, context: int, output: int) -> int:
-    """Largest concurrency whose memory use fits (bisection on :func:`capacity`)."""
+    """Largest concurrency whose memory use fits with distinct prompts (bisection on the static check)."""
+    ok = lambda c: static_check(cfg, context=context, output=output, concurrency=c, prompts="distinct")["feasible"]  # noqa: E731
     lo, hi = 1, 1
-    while capacity(cfg, context, output, hi * 2)["feasible"] and hi < 1 << 16:
+    while ok(hi * 2) and hi < 1 << 16:
         hi *= 2
     hi *= 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if capacity(cfg, context, output, mid)["feasible"]:
-            lo = mid
-        else:
-            hi = mid
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
     return lo

@@ -5,14 +5,15 @@ import sympy as sp
 
 from sacmodel.costs import (check_dimensions, compile_expr, dma_time, gather_time, lines_per_entry, rdma_time,
                             roofline_time, sym)
-from sacmodel.serving import admission_expressions, step_expressions
+from sacmodel.costs import swap_in_time
+from sacmodel.step import extend_terms, fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
 
 
 def all_expressions():
     exprs = {"gather": gather_time(), "dma": dma_time(), "rdma": rdma_time("x_"),
-             "roofline": roofline_time("k_", "fp8")}
-    exprs.update(step_expressions())
-    exprs.update(admission_expressions())
+             "roofline": roofline_time("k_", "fp8"), "swap_in": swap_in_time()}
+    for group in (rank_terms, shared_terms, extend_terms, prefill_terms, fetch_terms, front_end_terms):
+        exprs.update(group())
     return exprs
 
 
@@ -53,3 +54,15 @@ def test_gather_latency_bound_vs_bandwidth_bound():
                                                (100, 64, 2.5)])
 def test_lines_per_entry(size, line, expect):
     assert lines_per_entry(size, line) == pytest.approx(expect)
+
+
+def test_swap_in_is_latency_bound_per_block_then_bandwidth_bound():
+    """One block keeps 8 KiB in flight: b blocks move b x 8 KiB per round trip until the route's share binds."""
+    f = compile_expr(swap_in_time())
+    base = dict(t_kernel=0.0, swap_inflight=8192.0, sw_lat=2e-6, sw_bytes=1e6)
+    one = f(**base, sw_ctas=1, sw_bw=1e12)
+    assert one == pytest.approx(2e-6 + 1e6 / (8192 / 2e-6))
+    eight = f(**base, sw_ctas=8, sw_bw=1e12)
+    assert eight == pytest.approx(2e-6 + 1e6 / (8 * 8192 / 2e-6))
+    capped = f(**base, sw_ctas=8, sw_bw=5e9)                 # 8 blocks want 32.8 GB/s, the route gives 5
+    assert capped == pytest.approx(2e-6 + 1e6 / 5e9)

@@ -17,3 +17,5 @@ def test_example_runs(script, tmp_path):
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip()
+    # files only where asked: figures go into out/, nothing else lands in the folder the script runs in
+    assert {p.name for p in tmp_path.iterdir()} <= {"out"}

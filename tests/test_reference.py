@@ -60,18 +60,26 @@ def test_lru_evicts_least_recently_used():
 
 def test_step_accounting_details():
     assert lines_touched(np.array([0]), 656) == 11 and lines_touched(np.array([0, 1]), 64) == 2
-    r = simulate(context=1000, topk=100, entry_bytes=100, steps=20, buffer_slots=200, overlap=0.5, page_tokens=10,
-                 seed=3)
+    r = simulate(context=1000, topk=100, entry_bytes=100, steps=20, buffer_slots=200, correlation=0.9,
+                 page_tokens=10, seed=3, dims=32)
     assert r["bytes_fetched"] == 100 * r["misses"]
     assert r["hits"] + r["misses"] == 20 * 100
     assert r["pages"] <= r["misses"] and r["rdma_ops"] <= r["misses"]
-    assert simulate(context=1000, topk=100, steps=20, buffer_slots=200, overlap=0.5, seed=3) == \
-        simulate(context=1000, topk=100, steps=20, buffer_slots=200, overlap=0.5, seed=3)
+    assert simulate(context=1000, topk=100, steps=20, buffer_slots=200, correlation=0.9, seed=3) == \
+        simulate(context=1000, topk=100, steps=20, buffer_slots=200, correlation=0.9, seed=3)
 
 
-@pytest.mark.parametrize("kw,msg", [(dict(overlap=1.5), "overlap"), (dict(buffer_slots=10), "buffer_slots"),
+def test_buffer_starts_empty_and_a_still_query_stops_missing():
+    r = simulate(context=500, topk=50, steps=5, buffer_slots=100, correlation=0.0, seed=1, dims=8, per_step=True)
+    assert r["misses_per_step"][0] == 50          # admitted with an empty buffer: the whole top-k misses
+    frozen = simulate(context=500, topk=50, steps=5, buffer_slots=100, correlation=[0.0] + [0.9999999] * 4,
+                      seed=1, dims=8, per_step=True)
+    assert frozen["misses_per_step"][1:].sum() <= 2
+
+
+@pytest.mark.parametrize("kw,msg", [(dict(correlation=1.5), "correlation"), (dict(buffer_slots=10), "buffer_slots"),
                                     (dict(context=0), "positive")])
 def test_simulate_rejects_bad_arguments(kw, msg):
-    args = dict(context=100, topk=20, steps=3, buffer_slots=50, overlap=0.5)
+    args = dict(context=100, topk=20, steps=3, buffer_slots=50, correlation=0.5)
     with pytest.raises(ValueError, match=msg):
         simulate(**{**args, **kw})

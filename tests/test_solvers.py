@@ -159,14 +159,14 @@ def test_solver_cli_commands(capsys, tmp_path):
     d = json.loads(capsys.readouterr().out)
     assert "O" in d["plain"] and "\\" in d["latex"]
     assert main(["breakeven", "--a", "cxl", "--b", "cxl-prefetch", "--metric", "e2e", "--vary", "pf_dma_bw",
-                 "--lo", "1 GB/s", "--hi", "1 TB/s", "--context", "128K", "--output", "16K", "--json"]) == 0
+                 "--lo", "1 GB/s", "--hi", "1 TB/s", "--context", "128K", "--output", "16K", "--unloaded", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["method"] == "symbolic"
     out = tmp_path / "s.csv"
-    assert main(["sweep", "--system", "dram", "--grid", "context=8K:256K:5", "--grid", "t_layer=1e-4,5e-4",
+    assert main(["sweep", "--system", "dram", "--grid", "context=8K:256K:5", "--grid", "t_layer=0.1 ms,0.5 ms",
                  "--csv", str(out)]) == 0
     capsys.readouterr()
     rows = list(csv.DictReader(out.open()))
-    assert len(rows) == 10 and set(rows[0]) == {"context", "t_layer", "tbt"}
+    assert len(rows) == 10 and set(rows[0]) == {"context", "t_layer", "tbt_unloaded_s"}
     assert main(["plan", "--system", "cxl", "--context", "32K", "--slo", "tbt_mean_ms=75", "--max", "4",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["found"]

@@ -1,0 +1,504 @@
+"""Event engine: the SGLang scheduler with data-parallel attention, iteration by iteration.
+
+What it simulates (each piece is a mechanism of the measured server, see ``step.py`` for the costs):
+
+- **Client and front end.** The benchmark client releases requests (all at once, at most ``concurrency``
+  in flight; or at given arrival times) and prepares each one serially (prompt text, HTTP, tokenisation:
+  ``t_token`` per prompt token); while it is busy it cannot read responses, so a first token is seen no
+  earlier than the end of the client's busy period, plus ``t_request`` of latency.
+- **Dispatch.** Requests go to the data-parallel ranks round-robin in the order they arrive.
+- **Iterations.** All ranks step in lockstep. Each iteration a rank either admits waiting requests (a
+  prefill batch: up to ``prefill_chunk`` new tokens, a prefix hit costing one page) or decodes its running
+  requests; the iteration lasts as long as the slowest rank (:mod:`sacmodel.step`).
+- **Staging and RDMA fetch.** An admitted request joins decode one iteration after its first token (its new
+  tokens are copied to the host pool first). On the RDMA pool the scheduler then copies the request's whole
+  prompt from the pool (CPU gather, RDMA READ, CPU transpose and scatter) before anything else, which stalls
+  every rank for that iteration; concurrent fetches share the NICs.
+- **Buffer warm-up and settling.** A request admitted on a cached prefix starts with an empty GPU buffer: its
+  first steps load the buffer (``B`` entries over ``T_C`` steps), then the steady misses of the score process
+  at its current correlation (:mod:`sacmodel.access`, :func:`sacmodel.config.score_correlation`).
+- **Memory.** Each HiSparse request holds ``device_buffer + 64`` physical slots from admission to the end; the
+  shared prefix holds its device pages. If a rank's scheduler admits a request whose buffer does not fit
+  (its admission check only reserves ``64 + min(output, 4096)`` tokens), the buffer allocation raises and
+  the server stops: the requests not yet finished fail.
+- **Identical tokens.** Requests of one prompt decoded greedily (the benchmark) generate the same token at
+  the same position, so the MoE layers read the experts of the distinct tokens only.
+
+Runs of identical decode iterations are advanced in one jump (bounded while the miss rate still changes).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from . import step as steps
+from .access import steady_state
+from .config import Config, FETCH_SYSTEMS, fetch_bandwidth, score_correlation, static_values, swap_route
+
+
+@dataclass
+class Requests:
+    """A workload as per-request arrays: arrival (s), prompt tokens, output tokens, cached-prefix tokens.
+
+    ``prefix_pages``: device tokens that the cached prefix holds on every rank (the benchmark's shared prompt,
+    prefilled once per rank in its first round); 0 when cached prefixes are evictable.
+    """
+    arrival: np.ndarray
+    context: np.ndarray
+    output: np.ndarray
+    cached: np.ndarray
+    prefix_pages: int = 0
+    prompt: np.ndarray | None = None      # prompt id per request (same id = same prompt); None: all distinct
+
+    def __post_init__(self):
+        self.arrival = np.asarray(self.arrival, dtype=float)
+        self.context = np.asarray(self.context, dtype=np.int64)
+        self.output = np.asarray(self.output, dtype=np.int64)
+        self.cached = np.asarray(self.cached, dtype=np.int64)
+        if self.prompt is not None:
+            self.prompt = np.asarray(self.prompt, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.arrival)
+
+
+@dataclass
+class Crash:
+    time: float
+    rank: int
+    reason: str
+
+
+@dataclass
+class EngineResult:
+    release: np.ndarray
+    first: np.ndarray
+    done: np.ndarray
+    completed: np.ndarray
+    crash: Crash | None
+    stats: dict = field(default_factory=dict)
+    timeline: list = field(default_factory=list)
+
+
+# ---- per-configuration numbers ----------------------------------------------------------------------
+class Model:
+    """The step model of one configuration, reduced to fast closed forms for the engine's inner loop."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.v = static_values(cfg)
+        self.rank_c = steps.compiled("rank")
+        self.shared_c = steps.compiled("shared")
+        self.prefill_c = steps.compiled("prefill")
+        self.fetch_c = steps.compiled("fetch")
+        self.k = float(cfg.model.topk) if cfg.model.sparse else 0.0
+        self.B = float(cfg.device_buffer)
+        self._rank_cache: dict = {}
+        self._shared_cache: dict = {}
+        self._miss_cache: dict = {}
+
+    # rank part = a + c * L + g * M  for b requests (exact: the expressions are linear in L and M)
+    def rank_coeffs(self, b: int, active: int, swap: bool = True) -> tuple[float, float, float]:
+        """Coefficients of the rank part; ``swap=False`` when all its requests fit the GPU buffer."""
+        key = (b, active, swap)
+        c = self._rank_cache.get(key)
+        if c is None:
+            bw, lat = swap_route(self.cfg, active)
+            v = dict(self.v, b=float(b), sw_bw=bw, sw_lat=lat, k_attn=self.k or 1.0,
+                     swap_on=1.0 if swap and self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
+            f = self.rank_c.total
+            L0, L1 = 4 * self.k + 1.0, 8 * self.k + 2.0           # both above k: the linear branch
+            t00 = f(*self.rank_c.args(dict(v, L=L0, M=0.0)))
+            t10 = f(*self.rank_c.args(dict(v, L=L1, M=0.0)))
+            t01 = f(*self.rank_c.args(dict(v, L=L0, M=1.0)))
+            slope_l = (t10 - t00) / (L1 - L0)
+            c = (t00 - slope_l * L0, slope_l, t01 - t00)
+            self._rank_cache[key] = c
+        return c
+
+    def rank_terms(self, b: int, active: int, L: float, M: float, swap: bool = True) -> dict[str, float]:
+        bw, lat = swap_route(self.cfg, active)
+        v = dict(self.v, b=float(b), L=float(L), M=float(M), sw_bw=bw, sw_lat=lat, k_attn=min(self.k, L) or L,
+                 swap_on=1.0 if swap and self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
+        a = self.rank_c.args(v)
+        return {k: f(*a) for k, f in self.rank_c.funcs.items()}
+
+    def shared(self, n_tokens: int, prefill: bool, distinct: int | None = None) -> float:
+        d = n_tokens if distinct is None else distinct
+        key = (n_tokens, d, prefill)
+        s = self._shared_cache.get(key)
+        if s is None:
+            v = dict(self.v, N=float(max(n_tokens, 1)), N_d=float(max(d, 1)),
+                     mlp_eff=self.v["prefill_eff"] if prefill else self.v["compute_eff"])
+            s = self.shared_c.total(*self.shared_c.args(v))
+            self._shared_cache[key] = s
+        return s
+
+    def prefill(self, P: float, H: float) -> float:
+        L = H + P
+        v = dict(self.v, P=float(P), H=float(H), k_attn=min(self.k, L) if self.k else L)
+        return self.prefill_c.total(*self.prefill_c.args(v))
+
+    def fetch(self, tokens: float, nic_bw: float) -> float:
+        if self.cfg.system == "cxl-prefetch":
+            return tokens * self.cfg.token_bytes / self.pf_dma_bw()
+        v = dict(self.v, N_f=float(tokens), nic_bw=nic_bw)
+        return self.fetch_c.total(*self.fetch_c.args(v))
+
+    @lru_cache(maxsize=1)
+    def pf_dma_bw(self) -> float:
+        from .topology import max_min_share
+        t = self.cfg.topo
+        flows = [(d, t.pool_for(0, "dram")) for d in t.pools["cxl"][:self.cfg.cxl_devices]]
+        return sum(max_min_share(t, flows))
+
+    def misses(self, context: int, max_age: int) -> np.ndarray:
+        """Cumulative entries loaded per layer by one request, C[a] = sum of misses of its steps 0..a-1."""
+        key = (context, max_age)
+        c = self._miss_cache.get(key)
+        if c is None:
+            c = cumulative_misses(self.cfg, context, max_age)
+            self._miss_cache[key] = c
+        return c
+
+
+def cumulative_misses(cfg: Config, context: int, max_age: int) -> np.ndarray:
+    """C[a] for a = 0..max_age+1 (see :meth:`Model.misses`); zeros when nothing is swapped."""
+    n = max_age + 2
+    if not cfg.hisparse or not cfg.model.sparse or cfg.device_buffer >= context + max_age:
+        return np.zeros(n)
+    k = float(min(cfg.model.topk, context))
+    B = float(cfg.device_buffer)
+    ages = np.arange(n, dtype=float)
+    phi = score_correlation(cfg, ages)
+    m, tc = steady_state(context=context + ages, topk=k, buffer_slots=B, correlation=phi)
+    t_fill = max(1.0, float(tc[0]))
+    per = np.where(ages < t_fill, (B - k) / max(t_fill - 1.0, 1.0), m)
+    per[0] = k
+    if B >= context:            # fits the buffer at first: loaded whole once, misses only as it grows past B
+        per[:] = np.where(context + ages > B, m, 0.0)
+        per[0] = context
+    return np.concatenate([[0.0], np.cumsum(per)])[:n]
+
+
+# ---- the engine -------------------------------------------------------------------------------------
+def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | None = None,
+               record: bool = False, first_round: int = 0) -> EngineResult:
+    """Simulate the workload; see the module docstring. ``record=True`` keeps a per-rank timeline sampled
+    like the server log (every 40 decode steps: time, rank, running requests, device tokens held).
+    ``first_round``: requests dispatched before this workload (the round-robin counter continues)."""
+    mdl = model or Model(cfg)
+    dp = cfg.dp
+    n = len(reqs)
+    L = reqs.context.tolist()
+    out = reqs.output.tolist()
+    arrival = reqs.arrival.tolist()
+    page = cfg.page
+    hs = cfg.hisparse
+    v = mdl.v
+    t_token, t_admit = v["t_token"], v["t_admit"]
+    chunk, max_total, max_run = cfg.prefill_chunk, cfg.max_total_tokens, cfg.max_running_requests
+    fetching_system = cfg.system in FETCH_SYSTEMS
+    max_out = max(out) if out else 1
+    # uncached tokens to prefill: a prefix hit is matched page-aligned, leaving 1..page tokens
+    cached = reqs.cached.tolist()
+    todo = [int(c - (min(h, c - 1) // page) * page) if h > 0 else int(c) for c, h in zip(L, cached)]
+    hit = [h > 0 for h in cached]
+    # physical device slots a request holds from the start of its prefill to its end
+    alloc = float(cfg.buffer_alloc)
+    long_ = [hs and c > cfg.device_buffer for c in L]
+    hold = [alloc if lg else float(-(-(td + o) // page) * page) for lg, td, o in zip(long_, todo, out)]
+    reserve = [page + min(o, 4096) for o in out]
+    curves: dict[int, np.ndarray] = {}
+
+    def curve(c: int) -> np.ndarray:
+        x = curves.get(c)
+        if x is None:
+            x = curves[c] = mdl.misses(c, max_out)
+        return x
+    # acc[r][x]: misses-so-far of the rank's running requests at its decode clock x, so that the entries a
+    # jump of j steps loads per layer is acc[x + j] - acc[x] (each request adds its cumulative curve over its
+    # life; a finished one takes back its last point)
+    acc = [np.zeros(max(4096, 4 * max_out)) for _ in range(dp)]
+    release = [math.nan] * n
+    first = [math.nan] * n
+    done = [math.nan] * n
+    prefilled = [0] * n
+    rank_of = [0] * n
+    joined = [0] * n
+    waiting = [deque() for _ in range(dp)]
+    staging: list[list[tuple[int, int]]] = [[] for _ in range(dp)]    # (iteration it may decode from, request)
+    ends: list[list[tuple[int, int]]] = [[] for _ in range(dp)]       # heap of (clock at its last token, request)
+    running = [0] * dp
+    n_long = [0] * dp                                                 # running requests longer than the buffer
+    clock = [0] * dp                                                  # decode iterations each rank has run
+    sum_l = [0.0] * dp                                                # sum of prompt lengths of running requests
+    sum_join = [0] * dp                                               # sum of their join clocks
+    newest = [0] * dp                                                 # clock of the latest join
+    shared_prompt = reqs.prompt is not None
+    pid = reqs.prompt.tolist() if shared_prompt else None
+    groups_at: list[dict] = [{} for _ in range(dp)]                   # (prompt, join clock) -> requests
+    used = [float(reqs.prefix_pages)] * dp
+    logged = [0] * dp
+    timeline = []
+    fe_free = 0.0
+    pending: list[tuple[float, int]] = []        # (dispatch time, request)
+    counter = first_round % dp
+    next_req, in_flight, finished = 0, 0, 0
+    crash: Crash | None = None
+    t, it = 0.0, 0
+    swap = {}                                    # (b, active) -> [steps, steps x L, steps x M] for the breakdown
+    stats = {"iterations": 0, "decode_steps": 0, "prefill_iterations": 0, "fetch_s": 0.0, "decode_s": 0.0,
+             "prefill_s": 0.0, "shared_s": 0.0, "peak_used": 0.0, "peak_rank_requests": 0}
+
+    def release_more(now: float):
+        nonlocal next_req, in_flight, fe_free
+        while next_req < n and in_flight < concurrency and arrival[next_req] <= now + 1e-12:
+            i = next_req
+            r = now if arrival[i] < now else arrival[i]
+            release[i] = r
+            fe_free = (r if r > fe_free else fe_free) + t_token * L[i]
+            heapq.heappush(pending, (fe_free, i))
+            next_req += 1
+            in_flight += 1
+
+    pre_cache: dict = {}
+    release_more(0.0)
+    guard = 40 * n + 8 * max_out + 100000
+    staged = 0
+    while finished < n and crash is None:
+        guard -= 1
+        if guard < 0:
+            raise RuntimeError("serving engine did not finish (internal error)")
+        while pending and pending[0][0] <= t + 1e-12:             # dispatch, round-robin in arrival order
+            i = heapq.heappop(pending)[1]
+            r = counter % dp
+            counter += 1
+            rank_of[i] = r
+            waiting[r].append(i)
+        # ---- staged requests join decode (rdma and cxl-prefetch copy the whole prompt first)
+        fetch_t, fetching = 0.0, []
+        if staged:
+            for r in range(dp):
+                st = staging[r]
+                if st and st[0][0] <= it:
+                    ready = [i for j, i in st if j <= it]
+                    staging[r] = [(j, i) for j, i in st if j > it]
+                    staged -= len(ready)
+                    j = clock[r]
+                    groups: dict[tuple[int, int], int] = {}
+                    for i in ready:
+                        joined[i] = j
+                        if shared_prompt:
+                            gk = (pid[i], j)
+                            groups_at[r][gk] = groups_at[r].get(gk, 0) + 1
+                        heapq.heappush(ends[r], (j + out[i] - 2, i))      # clock of its last step
+                        sum_l[r] += L[i]
+                        n_long[r] += long_[i]
+                        groups[(L[i], out[i] - 1)] = groups.get((L[i], out[i] - 1), 0) + 1
+                    a = acc[r]
+                    top = j + max(k_[1] for k_ in groups) + 1
+                    if top > len(a):
+                        a = acc[r] = np.concatenate([a, np.zeros(max(top, 2 * len(a)) - len(a))])
+                    for (c, steps_), cnt in groups.items():
+                        a[j:j + steps_ + 1] += cnt * curve(c)[:steps_ + 1]
+                    sum_join[r] += j * len(ready)
+                    newest[r] = j
+                    running[r] += len(ready)
+                    if fetching_system:
+                        fetching.append((r, ready))
+            if fetching:
+                bws = fetch_bandwidth(cfg, tuple(r for r, _ in fetching)) if cfg.system == "rdma" else {}
+                for r, ready in fetching:
+                    fetch_t = max(fetch_t, sum(mdl.fetch(L[i], bws.get(r, 0.0)) for i in ready))
+        # ---- each rank: admit waiting requests (prefill has priority) or decode
+        admits = []
+        for r in range(dp):
+            w = waiting[r]
+            if not w:
+                continue
+            batch, budget = [], chunk
+            n_active = running[r] + len(staging[r])
+            while w and budget > 0 and n_active + len(batch) < max_run:
+                i = w[0]
+                if prefilled[i] == 0:                              # its memory is taken when it starts
+                    if used[r] + hold[i] > max_total:
+                        if long_[i] and max_total - used[r] >= reserve[i]:
+                            crash = Crash(t, r, f"device-buffer allocation of {hold[i]:.0f} slots failed on rank {r} "
+                                                f"({used[r]:.0f} of {max_total} slots in use)")
+                        break
+                    used[r] += hold[i]
+                take = min(todo[i] - prefilled[i], budget)
+                batch.append((i, take))
+                budget -= -(-take // page) * page
+                if prefilled[i] + take < todo[i]:
+                    break                                          # a chunked prompt fills the batch
+                w.popleft()
+            if crash:
+                break
+            if batch:
+                admits.append((r, batch))
+        if crash:
+            break
+        busy = {r for r, _ in admits}
+        decoding = [r for r in range(dp) if running[r] and r not in busy]
+        if not admits and not decoding:
+            if fetch_t > 0 or staged:
+                t += fetch_t
+                it += 1
+                continue
+            nxt = [pending[0][0]] if pending else []
+            if next_req < n and in_flight < concurrency:
+                nxt.append(arrival[next_req])
+            if not nxt:
+                raise RuntimeError("serving engine stalled (internal error)")
+            t = max(t, min(nxt))
+            release_more(t)
+            continue
+        # ---- the iteration's time
+        active = len(decoding)
+        jump = 1
+        if decoding and not admits and not fetch_t and not staged:
+            jump = min(ends[r][0][0] - clock[r] for r in decoding) + 1
+            youngest = min(clock[r] - newest[r] for r in decoding)
+            jump = max(1, min(jump, 256 if youngest >= 512 else youngest // 2 + 1))
+        pre_part = 0.0
+        for r, batch in admits:
+            p = 0.0
+            for i, take in batch:
+                key = (take, L[i] - todo[i] + prefilled[i])
+                x = pre_cache.get(key)
+                if x is None:
+                    x = pre_cache[key] = mdl.prefill(*key)
+                p += x
+                if hit[i] and prefilled[i] == 0:
+                    p += t_admit
+            pre_part = max(pre_part, p)
+        n_tok = sum(running[r] for r in decoding) + sum(tk for _, b_ in admits for _, tk in b_)
+        if shared_prompt:      # same prompt at the same position: the same token, the same experts
+            same = {(p_, clock[r] - j_) for r in decoding for (p_, j_) in groups_at[r]}
+            ext = {(pid[i], prefilled[i], tk) for _, b_ in admits for i, tk in b_}
+            n_distinct = len(same) + sum(tk for _, _, tk in ext)
+        else:
+            n_distinct = n_tok
+        shared = mdl.shared(n_tok, bool(admits), n_distinct)
+        horizon = min(pending[0][0] if pending else math.inf,
+                      arrival[next_req] if next_req < n and in_flight < concurrency else math.inf)
+        while True:                   # shrink the jump if it would run past the next arrival
+            part, parts = pre_part, {}
+            for r in decoding:
+                b = running[r]
+                ck = clock[r]
+                Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + (jump - 1) / 2.0
+                ar = acc[r]
+                M = float(ar[ck + jump] - ar[ck]) / jump
+                a0, a1, a2 = mdl.rank_coeffs(b, active, n_long[r] > 0)
+                p = a0 + a1 * Lm + a2 * M
+                parts[r] = (p, b, Lm, M, n_long[r] > 0)
+                if p > part:
+                    part = p
+            T = shared + part
+            if jump == 1 or t + jump * T <= horizon + 1e-12:
+                break
+            jump = max(1, min(jump - 1, math.ceil((horizon - t) / T)))
+        t += fetch_t + jump * T
+        it += jump
+        stats["iterations"] += jump
+        stats["fetch_s"] += fetch_t
+        if admits:
+            stats["prefill_iterations"] += 1
+            stats["prefill_s"] += T
+        else:
+            stats["decode_steps"] += jump
+            stats["decode_s"] += jump * T
+            stats["shared_s"] += jump * shared
+            _, b, Lm, M, lg = max(parts.values())
+            sw = swap.setdefault((b, active, lg), [0.0, 0.0, 0.0])
+            sw[0] += jump
+            sw[1] += jump * Lm
+            sw[2] += jump * M
+        # ---- advance the requests
+        for r in decoding:
+            clock[r] += jump
+            e = ends[r]
+            while e and e[0][0] < clock[r]:
+                i = heapq.heappop(e)[1]
+                steps_ = out[i] - 1
+                acc[r][joined[i] + steps_] -= curve(L[i])[steps_]
+                sum_l[r] -= L[i]
+                sum_join[r] -= joined[i]
+                n_long[r] -= long_[i]
+                running[r] -= 1
+                if shared_prompt:
+                    gk = (pid[i], joined[i])
+                    groups_at[r][gk] -= 1
+                    if not groups_at[r][gk]:
+                        del groups_at[r][gk]
+                done[i] = t
+                in_flight -= 1
+                finished += 1
+                used[r] -= hold[i]
+            if record:
+                logged[r] += jump
+                while logged[r] >= 40:
+                    logged[r] -= 40
+                    timeline.append((t, r, "decode", running[r], used[r]))
+        if record:
+            for r, batch in admits:
+                timeline.append((t, r, "prefill", len(batch), running[r]))
+            if fetch_t:
+                timeline.append((t, -1, "fetch", fetch_t, len(fetching)))
+        for r, batch in admits:
+            for i, take in batch:
+                prefilled[i] += take
+                if prefilled[i] < todo[i]:
+                    continue
+                first[i] = t
+                if out[i] <= 1:
+                    done[i] = t
+                    in_flight -= 1
+                    finished += 1
+                    used[r] -= hold[i]
+                    continue
+                staging[r].append((it + 1, i))                # decodes from the iteration after next
+                staged += 1
+            stats["peak_rank_requests"] = max(stats["peak_rank_requests"], running[r] + len(staging[r]))
+        stats["peak_used"] = max(stats["peak_used"], max(used))
+        release_more(t)
+    stats["swap_states"] = swap
+    tr = v["t_request"]
+    seen = np.array(_delivery(first, release, L, t_token), dtype=float) + tr
+    done_a = np.array(done, dtype=float) + tr
+    return EngineResult(np.array(release, dtype=float), seen, done_a, np.isfinite(done_a), crash, stats, timeline)
+
+
+def _delivery(first: list, release: list, L: list, t_token: float) -> np.ndarray:
+    """When the client sees each first token.
+
+    The front end is one event loop that tokenises requests one after another and also streams the outputs:
+    an output that arrives while earlier-released requests are still queued for tokenisation is sent after
+    them (it joins the back of the queue), so a first token is seen no earlier than the end of the front-end
+    work released before it.
+    """
+    rel = np.asarray(release, dtype=float)
+    fst = np.asarray(first, dtype=float)
+    ok = np.isfinite(rel)
+    order = np.argsort(np.where(ok, rel, np.inf), kind="stable")[: int(ok.sum())]
+    work = t_token * np.asarray(L, dtype=float)[order]
+    r = rel[order]
+    ends = np.empty(len(order))
+    free = 0.0
+    for j in range(len(order)):               # FIFO server: end_j = max(r_j, end_{j-1}) + work_j
+        free = (r[j] if r[j] > free else free) + work[j]
+        ends[j] = free
+    seen = fst.copy()
+    f = np.isfinite(fst)
+    j = np.searchsorted(r, fst[f], side="right") - 1          # the last request released before the token
+    queued = np.where(j >= 0, ends[np.maximum(j, 0)], -np.inf)
+    seen[f] = np.maximum(fst[f], queued)
+    return seen

@@ -1,0 +1,122 @@
+"""The documented scenario template printed by ``sacmodel scenarios --template`` (it loads as it is).
+
+Kept as a Python string so that it ships with the package and is never listed as a built-in scenario.
+"""
+
+TEMPLATE = """\
+# A sacmodel scenario: your hardware, the model it serves and the serving software's settings.
+# Start from this file (`sacmodel scenarios --template > mine.yaml`), replace the numbers with yours, then
+#   sacmodel predict --scenario mine.yaml --system cxl --context 32K
+# Rules: every number is {value: NUMBER UNIT, source: WHERE IT COMES FROM}. Units are parsed (GB = 1e9 B,
+# GiB = 2^30 B, "26 GB/s", "750 ns", "148 TFLOP/s", "100 Gbit/s"); arithmetic is not evaluated. Keep a
+# source for every number (a datasheet, a measurement, or "fitted: <data>" after `sacmodel calibrate`).
+# As shipped, the numbers describe one socket of the SAC testbed (see topologies/sac-testbed.yaml).
+schema_version: 1
+name: my-cluster                 # shown in every output
+description: one host, 8 GPUs, a DRAM pool, a CXL pool of 2 devices behind a switch, 2 RDMA NICs
+model: deepseek-v3.2             # `sacmodel models` lists the catalog; or a path to a Hugging Face config.json
+
+# Nodes: id, kind and the fields of that kind. `count: N` makes N identical nodes id[0]..id[N-1].
+# Kinds and their fields (* = required):
+#   gpu: hbm_capacity*, hbm_bandwidth*, flops_bf16*, flops_fp8*, flops_fp4
+#   cpu_root_complex, pcie_switch, cxl_adapter, cxl_switch: bandwidth, latency
+#   host_dram: capacity*, bandwidth*, latency*       cxl_device: capacity*, bandwidth*, latency*
+#   rdma_nic: rate*, op_cost* (per RDMA READ), latency
+#   remote_memory: capacity*, bandwidth, latency
+nodes:
+  - id: gpu
+    kind: gpu
+    count: 8
+    hbm_capacity: {value: 96 GB, source: "datasheet (H20: 96 GB HBM3)"}
+    hbm_bandwidth: {value: 4.0 TB/s, source: "datasheet (H20: 4.0 TB/s)"}
+    flops_bf16: {value: 148 TFLOP/s, source: "datasheet (H20: 148 TFLOPS BF16 dense)"}
+    flops_fp8: {value: 296 TFLOP/s, source: "datasheet (H20: 296 TFLOPS FP8 dense)"}
+  - {id: rc, kind: cpu_root_complex, description: "CPU root complex"}
+  - id: dram
+    kind: host_dram
+    capacity: {value: 1 TB, source: "server configuration"}
+    bandwidth: {value: 358 GB/s, source: "8 channels x DDR5-5600 x 8 B"}
+    latency: {value: 100 ns, source: "typical local DRAM load latency"}
+  - {id: cxl_adapter, kind: cxl_adapter, description: "PCIe 5.0 x16 CXL adapter"}
+  - {id: cxl_switch, kind: cxl_switch, description: "CXL 2.0 switch"}
+  - id: cxl_dev
+    kind: cxl_device
+    count: 2
+    capacity: {value: 1 TB, source: "device datasheet"}
+    bandwidth: {value: 22.5 GB/s, source: "measured per device"}
+    latency: {value: 750 ns, source: "measured 64 B access"}
+  - id: nic
+    kind: rdma_nic
+    count: 2
+    rate: {value: 100 Gbit/s, source: "NIC datasheet"}
+    op_cost: {value: 0.446 us, source: "fitted: SAC testbed micro-benchmark (one READ per 656 B entry)"}
+  - id: remote_pool
+    kind: remote_memory
+    capacity: {value: 1 TB, source: "memory server configuration"}
+
+# Links: from, to, protocol and bandwidth (each direction; bandwidth_reverse when the way back differs),
+# optional latency (one way) and per_flow_bandwidth (the most one flow gets). A link between a group
+# (count > 1) and one node connects every member. Protocols: pcie4 pcie5 pcie6 cxl2 cxl3 ddr4 ddr5 rdma
+# nvlink upi internal.
+links:
+  - from: gpu
+    to: rc
+    protocol: pcie5
+    bandwidth: {value: 55 GB/s, source: "pinned host<->GPU copy over PCIe 5.0 x16"}
+    latency: {value: 473 ns, source: "fitted: SAC testbed micro-benchmark (one-way GPU<->root complex)"}
+  - {from: rc, to: dram, protocol: ddr5, bandwidth: {value: 358 GB/s, source: "8 x DDR5-5600 channels"}}
+  - from: rc
+    to: cxl_adapter
+    protocol: pcie5
+    bandwidth: {value: 33 GB/s, source: "measured CPU->CXL write per adapter"}
+    bandwidth_reverse: {value: 46 GB/s, source: "measured CXL->CPU read per adapter"}
+    per_flow_bandwidth: {value: 26 GB/s, source: "measured GPU->CXL, root-complex bound"}
+  - {from: cxl_adapter, to: cxl_switch, protocol: cxl2, bandwidth: {value: 63 GB/s, source: "PCIe 5.0 x16 raw"}}
+  - {from: cxl_switch, to: cxl_dev, protocol: cxl2, bandwidth: {value: 31.5 GB/s, source: "PCIe 5.0 x8 raw"}}
+  - {from: rc, to: nic, protocol: pcie5, bandwidth: {value: 63 GB/s, source: "NIC host interface PCIe 5.0 x16"}}
+  - from: nic
+    to: remote_pool
+    protocol: rdma
+    bandwidth: {value: 100 Gbit/s, source: "NIC line rate"}
+    latency: {value: 2 us, source: "RDMA READ round trip order"}
+
+# Which nodes hold each KV-cache pool: dram (host DRAM), cxl (CXL devices), rdma (NICs to remote memory).
+pools:
+  dram: [dram]
+  cxl: [cxl_dev]
+  rdma: [nic]
+
+# Serving software settings (SGLang-style): parallelism, memory budget, KV layout, pool sizes in use.
+serving:
+  dp: {value: 8, source: "--dp-size 8 --enable-dp-attention"}
+  tp: {value: 8, source: "--tp 8"}
+  mem_fraction: {value: 0.85, source: "--mem-fraction-static 0.85"}
+  max_total_tokens: {value: 200000, source: "--max-total-tokens 200000"}
+  weight_bytes_per_param: {value: 0.53125, source: "4-bit weights, group 128 with fp16 scale and zero"}
+  kv_dtype: {value: fp8, source: "FP8 KV cache"}
+  device_buffer: {value: 4096, source: "GPU buffer slots per request and layer"}
+  page_tokens: {value: 64, source: "--page-size 64"}
+  prefill_chunk: {value: 8192, source: "chunked prefill size, tokens"}
+  cxl_devices: {value: 2, source: "CXL devices in use"}
+  rdma_nics: {value: 2, source: "RDMA NICs in use"}
+  cacheline: {value: 64 B, source: "PCIe/CXL 64 B cache line"}
+  rdma_ops_per_token: {value: 1, source: "one RDMA READ per entry"}
+
+# Fitted constants: copied from the SAC testbed fit. Refit them to your own runs with
+#   sacmodel calibrate my_runs/ --scenario mine.yaml            (serving constants)
+#   sacmodel calibrate --microbench --scenario mine.yaml        (fetch path)
+calibration:
+  t_kernel: {value: 8.53 us, source: "fitted: SAC testbed micro-benchmark (gather kernel fixed cost)"}
+  outstanding_lines: {value: 612, source: "fitted: SAC testbed micro-benchmark (64 B loads in flight)"}
+  hbm_eff: {value: 0.9, source: "FlashMLA dense decode, 0.9 of HBM bandwidth"}
+  compute_eff: {value: 0.295307, source: "fitted: SAC testbed runs"}
+  t_layer: {value: 0.558206 ms, source: "fitted: SAC testbed runs"}
+  topk_overlap: {value: 0.928876, source: "fitted: SAC testbed runs"}
+  topk_churn_exponent: {value: 0.49284, source: "fitted: SAC testbed runs"}
+  t_admit: {value: 135.264 ms, source: "fitted: SAC testbed runs"}
+  admit_bandwidth: {value: 5.05648 GB/s, source: "fitted: SAC testbed runs"}
+  copy_bandwidth: {value: 4.52868 GB/s, source: "fitted: SAC testbed runs"}
+  t_request: {value: 206.165 ms, source: "fitted: SAC testbed runs"}
+  prefetch_poll: {value: 5.5748 s, source: "fitted: SAC testbed runs"}
+  prefill_eff: {value: 0.477372, source: "fitted: SAC testbed cold rounds"}
+"""

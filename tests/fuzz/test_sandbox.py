@@ -2,16 +2,18 @@
 from .sandbox import Sandbox
 
 
-def test_wall_clock_and_memory_budgets_are_enforced():
+def test_wall_clock_and_memory_budgets_are_enforced(tmp_path):
     sb = Sandbox(budget={"wall_s": 0.001})
     try:
         assert sb.run(["scenarios"]).status == "timeout"
     finally:
         sb.close()
-    sb = Sandbox(budget={"memory_bytes": 1 << 20})
+    trace = tmp_path / "big.jsonl"        # 200,000 requests: tens of MB of Python objects while reading
+    trace.write_text("".join(f'{{"timestamp": {i}, "input_length": 100, "output_length": 5, "hash_ids": [{i}]}}\n'
+                             for i in range(200_000)))
+    sb = Sandbox(budget={"memory_bytes": 4 << 20})
     try:
-        r = sb.run(["predict", "--system", "cxl", "--context", "8K", "--concurrency", "8", "--requests", "64",
-                    "--json"])
+        r = sb.run(["trace-stats", str(trace), "--json"])
         assert r.status == "memory" and r.rc is None, r.describe()
     finally:
         sb.close()

@@ -6,6 +6,7 @@ relative to the repository (override with ``SACMODEL_DATA``).
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import re

@@ -52,9 +52,10 @@ def scenario(tmp_path, change=None, text=None, name="s.yaml"):
 
 
 def serving(name, value):
+    """Set serving/calibration parameter ``name`` (added under calibration when the scenario lacks it)."""
     def f(d):
         table = "serving" if name in d["serving"] else "calibration"
-        d[table][name]["value"] = value
+        d[table].setdefault(name, {"source": "test"})["value"] = value
     return f
 
 
@@ -305,8 +306,10 @@ def test_traceback_trace_records(capsys, tmp_path, line, msg):
 def test_traceback_trace_is_a_directory(capsys, tmp_path):
     d = tmp_path / "trace.jsonl"
     d.mkdir()
-    refused(capsys, "trace-stats", str(d), names=("trace.jsonl", "folder"))
-    refused(capsys, "replay", str(tmp_path), names=("folder",))
+    with pytest.raises(DataError, match="trace.jsonl: is a directory"):
+        load_trace(d)
+    refused(capsys, "trace-stats", str(d), names=("trace.jsonl",))
+    refused(capsys, "replay", str(tmp_path), names=(tmp_path.name,))
 
 
 def test_traceback_csv_field_over_128k(capsys, tmp_path):

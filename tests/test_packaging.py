@@ -19,6 +19,14 @@ def test_every_subpackage_is_installed():
     assert "*.yaml" in cfg["package-data"]["sacmodel.topologies"]
 
 
+def test_every_data_file_is_package_data():
+    """A file the library reads from sacmodel/data (the price table, the access table) must install too."""
+    patterns = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["sacmodel"]
+    for f in (REPO / "sacmodel" / "data").iterdir():
+        if f.is_file():
+            assert any(f.relative_to(REPO / "sacmodel").match(p) for p in patterns), f
+
+
 def test_builtin_scenarios_are_the_topologies_folder_only(capsys):
     names = {p.stem for p in (REPO / "topologies").glob("*.yaml")}
     assert set(builtin_scenarios()) == names and "prices" not in names

@@ -100,7 +100,7 @@ def test_breakeven_discrete_bisection_is_not_off_by_one(monkeypatch):
     monkeypatch.setattr(solvers, "evaluate", fake_evaluate)
     for points in (4, 7, 48):
         be = breakeven("sac-testbed", "cxl", "dram", metric="tbt_mean_ms", vary="concurrency", lo=1, hi=40,
-                       points=points, context=32768, output=1024)
+                       points=points, context=32768, output=64)
         assert be.found and be.values == [11.0], points
         assert (be.winner_below, be.winner_above) == ("cxl", "dram")
 
@@ -183,11 +183,12 @@ def test_winner_map_takes_argmax_for_throughput_and_argmin_for_latency(monkeypat
     def fake_sweep(scenario, system, grid, metric, **fixed):
         return {metric: table[system].ravel()}
     monkeypatch.setattr(solvers, "sweep", fake_sweep)
+    grid = (("context", [8192, 16384]), ("output", [64, 128]))
     monkeypatch.setattr(solvers, "HIGHER_IS_BETTER", solvers.HIGHER_IS_BETTER | {"tbt"}, raising=True)
-    hi = winner_map("sac-testbed", ["cxl", "dram"], "tbt", ("context", [1, 2]), ("output", [1, 2]))
+    hi = winner_map("sac-testbed", ["cxl", "dram"], "tbt", *grid)
     assert hi["winner"].tolist() == [[1, 0], [0, 1]]          # larger is better
     monkeypatch.setattr(solvers, "HIGHER_IS_BETTER", solvers.HIGHER_IS_BETTER - {"tbt"}, raising=True)
-    lo = winner_map("sac-testbed", ["cxl", "dram"], "tbt", ("context", [1, 2]), ("output", [1, 2]))
+    lo = winner_map("sac-testbed", ["cxl", "dram"], "tbt", *grid)
     assert lo["winner"].tolist() == [[0, 1], [1, 0]]          # smaller is better
 
 

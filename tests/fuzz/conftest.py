@@ -1,11 +1,9 @@
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sandbox import Sandbox  # noqa: E402
+from .sandbox import Sandbox
 
 _SANDBOXES: list = []
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from sandbox import Result
+from .sandbox import Result
 
 SANE_MAX = 1e12     # no time (ms), rate or size in a successful answer is beyond this
 

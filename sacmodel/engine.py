@@ -279,6 +279,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     newest = [0] * dp                                                 # clock of the latest join
     shared_prompt = reqs.prompt is not None
     pid = reqs.prompt.tolist() if shared_prompt else None
+    single = shared_prompt and len(set(pid)) == 1          # one prompt: groups keyed by join clock alone
     groups_at: list[dict] = [{} for _ in range(dp)]                   # (prompt, join clock) -> requests
     groups_ver, same_cache = 0, {}                                    # distinct (prompt, age) pairs, cached
     used = [float(reqs.prefix_pages)] * dp
@@ -334,7 +335,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                     for i in ready:
                         joined[i] = j
                         if shared_prompt:
-                            gk = (pid[i], j)
+                            gk = j if single else (pid[i], j)
                             groups_at[r][gk] = groups_at[r].get(gk, 0) + 1
                             groups_ver += 1
                         heapq.heappush(ends[r], (j + out[i] - 2, i))      # clock of its last step
@@ -406,8 +407,10 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         jump = 1
         if decoding and not admits and not fetch_t and not staged:
             jump = min(ends[r][0][0] - clock[r] for r in decoding) + 1
+            # while a young request's misses still change, the jump at most doubles its age (the rank parts are
+            # exact averages over a jump; only which rank is slowest may change inside it)
             youngest = min(clock[r] - newest[r] for r in decoding)
-            jump = max(1, min(jump, 256 if youngest >= 512 else youngest // 2 + 1))
+            jump = max(1, min(jump, 256 if youngest >= 512 else 2 * youngest + 1))
         pre_part = 0.0
         for r, batch in admits:
             p = 0.0
@@ -433,7 +436,11 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             skey = (groups_ver, tuple([clock[r] - c0 for r in decoding]), tuple(decoding))
             n_same = same_cache.get(skey)
             if n_same is None:
-                n_same = same_cache[skey] = len({(p_, clock[r] - j_) for r in decoding for (p_, j_) in groups_at[r]})
+                if single:
+                    n_same = len({clock[r] - j_ for r in decoding for j_ in groups_at[r]})
+                else:
+                    n_same = len({(p_, clock[r] - j_) for r in decoding for (p_, j_) in groups_at[r]})
+                same_cache[skey] = n_same
             if admits:
                 ext = {(pid[i], prefilled[i], tk) for _, b_ in admits for i, tk in b_}
                 n_distinct = n_same + sum(tk for _, _, tk in ext)
@@ -497,7 +504,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 n_long[r] -= long_[i]
                 running[r] -= 1
                 if shared_prompt:
-                    gk = (pid[i], joined[i])
+                    gk = joined[i] if single else (pid[i], joined[i])
                     groups_at[r][gk] -= 1
                     if not groups_at[r][gk]:
                         del groups_at[r][gk]

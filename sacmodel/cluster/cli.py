@@ -20,6 +20,25 @@ class ConfigError(ValueError):
     """A bad cluster option (exit 2 from the CLI, like every ValueError of the library)."""
 
 
+
+def _plain(obj):
+    """``obj`` as strict JSON: numpy values as Python ones, an unbounded quantity as "inf", NaN as null."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return _plain(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(_plain(obj), indent=2, allow_nan=False))
+
 def _list(s: str) -> list[str]:
     return [x.strip() for x in str(s).split(",") if x.strip()]
 
@@ -109,8 +128,7 @@ def cmd_replay(a):
         from .plots import plot_ttft_cdf
         plot_ttft_cdf(runs, a.plot, title=f"{tr.name} on {a.scenario}, arrivals x {a.time_scale:g}")
     if a.json:
-        print(json.dumps({k: p.to_dict() for k, p in runs.items()}, indent=2,
-                         default=lambda o: None if isinstance(o, float) and math.isnan(o) else str(o)))
+        _print_json({k: p.to_dict() for k, p in runs.items()})
         return
     con = Console(width=max(Console().width, 110))
     p0 = next(iter(runs.values()))
@@ -162,8 +180,7 @@ def cmd_hitrate(a):
             (x["capacity_tokens"], x["hit_rate"]) for x in rs] for r, rs in rows.items()}, a.plot,
             title=f"{tr.name}: LRU prefix cache of {a.block_tokens}-token blocks per instance")
     if a.json:
-        print(json.dumps({r: [{**x, "capacity_tokens": x["capacity_tokens"] if math.isfinite(x["capacity_tokens"])
-                               else "inf"} for x in rs] for r, rs in rows.items()}, indent=2))
+        _print_json(rows)
         return
     t = Table(title=f"{tr.name}: prefix hit rate, {a.instances} instance(s), {a.block_tokens}-token blocks")
     for c in ("router", "capacity (tokens)", "hit rate", "evicted blocks", "seconds"):
@@ -199,7 +216,7 @@ def cmd_cluster_plan(a, fallback):
     r = cluster_plan(a.scenario, a.system, a.trace, slo, vary=vary, values=values, fixed=_cluster_workload(a),
                      scheduler=getattr(a, "scheduler", None), progress=sys.stderr.isatty())
     if a.json:
-        print(json.dumps(r.to_dict(), indent=2, default=str))
+        _print_json(r.to_dict())
         return
     con = Console()
     con.print(r.message)

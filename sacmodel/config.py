@@ -240,13 +240,14 @@ def score_correlation(cfg: Config, age):
     """Lag-1 correlation of the indexer scores at request age ``age`` (decode steps since admission).
 
     The query drifts fastest right after admission and settles: 1 - phi(a) = (1 - phi_inf)(1 + A e^(-a/tau)),
-    with phi_inf = ``score_correlation``, A = ``drift_settling`` and tau = ``settling_steps``.
+    at most 1, with phi_inf = ``score_correlation``, A = ``drift_settling`` and tau = ``settling_steps``.
     """
     import numpy as np
     t = cfg.topo
     phi = t.param("score_correlation")
     a_ = _setting(t, "drift_settling", 0.0)
     tau = _setting(t, "settling_steps", 1.0)
-    return 1.0 - (1.0 - phi) * (1.0 + a_ * np.exp(-np.asarray(age, dtype=float) / tau))
+    # at most fully decorrelated (phi >= 0): a fresh query every step is as far as the drift can go
+    return np.maximum(1.0 - (1.0 - phi) * (1.0 + a_ * np.exp(-np.asarray(age, dtype=float) / tau)), 0.0)
 
 

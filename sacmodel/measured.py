@@ -511,11 +511,33 @@ def parse_server_args(line: str) -> dict:
     return out
 
 
+_LOG_CACHE: dict = {}
+
+
 def load_server_log(path: str | Path) -> ServerLog:
-    """Parse an SGLang server log (plain or ``.gz``) into a :class:`ServerLog`."""
+    """Parse an SGLang server log (plain or ``.gz``) into a :class:`ServerLog` (kept per file and version:
+    a log read again, unchanged, is not parsed again)."""
+    path = Path(path)
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key in _LOG_CACHE:
+        return _LOG_CACHE[key]
+    log = _parse_server_log(path)
+    for a in (log.prefill, log.decode, log.arrivals):     # shared between callers: read-only
+        a.flags.writeable = False
+    if key is not None:
+        if len(_LOG_CACHE) >= 256:
+            _LOG_CACHE.clear()
+        _LOG_CACHE[key] = log
+    return log
+
+
+def _parse_server_log(path: Path) -> ServerLog:
     import datetime as _dt
     import gzip
-    path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     settings: dict = {}
     notes: list[str] = []
@@ -523,9 +545,13 @@ def load_server_log(path: str | Path) -> ServerLog:
     t0 = None
     pending_exc = None
 
+    seen: dict[str, float] = {}          # log stamps have one-second resolution: parse each once
+
     def stamp(s: str) -> float:
         nonlocal t0
-        t = _dt.datetime.strptime(s, "%Y-%m-%d %H:%M:%S").replace(tzinfo=_dt.timezone.utc).timestamp()
+        t = seen.get(s)
+        if t is None:
+            t = seen[s] = _dt.datetime.strptime(s, "%Y-%m-%d %H:%M:%S").replace(tzinfo=_dt.timezone.utc).timestamp()
         if t0 is None:
             t0 = t
         return t - t0

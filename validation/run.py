@@ -23,8 +23,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from sacmodel.calibrate import (NOT_FITTED, PARAM_UNITS, PLAUSIBLE, PREFILL_PARAMS, SERVING_PARAMS,  # noqa: E402
-                                STEP_PARAMS, fit_serving, fit_steps, get_param, run_kwargs, step_observations,
-                                step_residuals, with_params)
+                                STEP_PARAMS, fit_serving, fit_steps, get_param, prior, run_kwargs,
+                                step_observations, step_residuals, with_params)
 from sacmodel.measured import (METRICS, compare_runs, latest_per_backend, load_microbench, load_runs,  # noqa: E402
                                load_server_log)
 from sacmodel.serving import predict  # noqa: E402
@@ -71,19 +71,29 @@ def microbench_case():
     return {"rows": rows, "mape_pct": {b: 100 * float(np.mean(v)) for b, v in per.items()}}
 
 
-def reference_vs_closed_form(seeds: int = 6):
+def _reference_case(args):
+    from sacmodel.reference import simulate
+    c, steps, seed = args
+    return simulate(**c, steps=steps, seed=seed, dims=256, per_step=True)["misses_per_step"]
+
+
+def reference_vs_closed_form(seeds: int = 6, workers: int = 1):
     """Mean misses per step of the numpy reference (drifting query, real top-k, LRU) vs the closed forms."""
     from sacmodel.access import exact_steady_state, miss_series
-    from sacmodel.reference import simulate
     cases = [dict(context=16384, topk=1024, buffer_slots=2048, correlation=0.99),
              dict(context=16384, topk=1024, buffer_slots=3072, correlation=0.995),
              dict(context=32768, topk=2048, buffer_slots=4096, correlation=0.98),
              dict(context=8192, topk=512, buffer_slots=1024, correlation=0.95)]
+    steps_of = [300 if c["correlation"] >= 0.995 else 120 for c in cases]
+    jobs = [(c, n, s) for c, n in zip(cases, steps_of) for s in range(seeds)]
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as ex:
+            sims_all = list(ex.map(_reference_case, jobs))
+    else:
+        sims_all = [_reference_case(j) for j in jobs]
     rows = []
-    for c in cases:
-        steps = 300 if c["correlation"] >= 0.995 else 120
-        sims = np.mean([simulate(**c, steps=steps, seed=s, dims=256, per_step=True)["misses_per_step"]
-                        for s in range(seeds)], axis=0)
+    for i, (c, steps) in enumerate(zip(cases, steps_of)):
+        sims = np.mean(sims_all[i * seeds:(i + 1) * seeds], axis=0)
         closed = miss_series(**c, steps=steps, exact=True)
         m_ss, t_c = exact_steady_state(**c)
         tail = slice(int(max(2 * t_c, 40)), steps)
@@ -134,13 +144,21 @@ def comparisons(topo, runs):
     return compare_runs(topo, runs)
 
 
-def fit_all(runs, obs):
-    """Stage 2 (decode steps from the logs) and stage 3 (front end, admission, copy) on ``runs``."""
+def fit_all(runs, obs, start=SCENARIO):
+    """Stage 2 (decode steps from the logs) and stage 3 (front end, admission, copy) on ``runs``, from the
+    constants of ``start``."""
     names = {o.run.file for o in obs}
-    steps = fit_steps(SCENARIO, runs, obs=[o for o in obs if o.run.file in {r.file for r in runs} & names])
-    topo = with_params(SCENARIO, steps.params)
+    steps = fit_steps(start, runs, obs=[o for o in obs if o.run.file in {r.file for r in runs} & names])
+    topo = with_params(start, steps.params)
     serving = fit_serving(topo, [r for r in runs if not r.failed])
     return {**steps.params, **serving.params}
+
+
+def neutral_start():
+    """The scenario with every fitted constant (stages 2 and 3) at its a-priori value (the middle of its
+    plausible range, :func:`sacmodel.calibrate.prior`): a fold starts from no fit at all, so nothing of the
+    held-out runs reaches it through the starting point."""
+    return with_params(SCENARIO, {k: prior(k) for k in (*STEP_PARAMS, *SERVING_PARAMS)})
 
 
 def _fold(args):
@@ -148,7 +166,7 @@ def _fold(args):
     t0 = time.time()
     train = [r for r in runs if not CATEGORIES[name](r)]
     test = [r for r in runs if CATEGORIES[name](r)]
-    params = fit_all(train, obs)
+    params = fit_all(train, obs, start=neutral_start())
     topo = with_params(SCENARIO, params)
     comps = comparisons(topo, test)
     return name, errors(comps), params, len(train), round(time.time() - t0, 1)
@@ -395,6 +413,9 @@ def write_markdown(rep):
                 ["run", "system", "context", "conc", "output", "TTFT ms meas / pred (err %)",
                  "TBT ms meas / pred (err %)", "tok/s meas / pred (err %)", "completed meas / pred"]), "",
           f"Time per prediction (median over the runs): {rep['predict_ms_median']:.1f} ms.", ""]
+    cl = HERE / "cluster_section.md"
+    if cl.exists():
+        L += ["## 9. " + cl.read_text().lstrip("# ")]
     (HERE / "report.md").write_text("\n".join(L))
 
 
@@ -409,7 +430,7 @@ def main():
     runs = load_runs()
     mb = microbench_case()
     print("access reference ...", flush=True)
-    ref = reference_vs_closed_form()
+    ref = reference_vs_closed_form(workers=a.workers)
     print("server logs ...", flush=True)
     obs = step_observations(runs)
     st = step_model(obs, topo)
@@ -440,6 +461,9 @@ def main():
         old.write_text(json.dumps({**prev, "cross_validation": rep["cross_validation"]}, indent=1, default=float))
         print("elasticities ...", flush=True)
         elast = elasticities(topo)
+        print("cluster section ...", flush=True)
+        import cluster_section
+        (HERE / "cluster_section.md").write_text(cluster_section.render(PLOTS) + "\n")
     stage = {**{k: "2 (server logs)" for k in STEP_PARAMS}, **{k: "3 (runs)" for k in SERVING_PARAMS},
              **{k: "4 (cold rounds)" for k in PREFILL_PARAMS}}
     rep["constants"] = {

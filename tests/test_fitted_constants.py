@@ -1,0 +1,37 @@
+"""The fitted constants of the testbed scenario are physically plausible, and the a-priori values the
+cross-validation folds start from come from the plausible ranges alone."""
+import math
+
+import pytest
+
+from sacmodel.calibrate import (PARAM_UNITS, PLAUSIBLE, PLAUSIBLE_RANGE, PREFILL_PARAMS, SERVING_PARAMS,
+                                STEP_PARAMS, get_param, prior)
+from sacmodel.topology import load_topology
+
+FITTED = (*STEP_PARAMS, *SERVING_PARAMS, *PREFILL_PARAMS)
+
+
+def test_every_fitted_constant_has_a_plausible_range_that_its_text_states():
+    assert set(PLAUSIBLE_RANGE) == set(FITTED) == set(PLAUSIBLE)
+    for name, (lo, hi) in PLAUSIBLE_RANGE.items():
+        assert lo < hi
+        text = PLAUSIBLE[name].split(":")[0].replace(" ms", "").replace(" us", "").replace(" GB/s", "")
+        text = text.replace(" steps", "").replace(" of peak FLOP/s in large prefill chunks", "")
+        assert text.split("-")[0].strip() == f"{lo:g}" and text.split("-")[1].split()[0] == f"{hi:g}", name
+
+
+@pytest.mark.parametrize("name", FITTED)
+def test_prior_lies_in_the_plausible_range_and_the_fit_bounds(name):
+    lo, hi = PLAUSIBLE_RANGE[name]
+    scale, blo, bhi = PARAM_UNITS[name][1:]
+    v = prior(name) / scale
+    assert lo <= v <= hi and blo <= v <= bhi
+    if name == "score_correlation":     # the middle of the decorrelation 1 - phi on a log scale
+        assert math.log(1 - v) == pytest.approx((math.log(1 - lo) + math.log(1 - hi)) / 2)
+
+
+@pytest.mark.parametrize("name", FITTED)
+def test_testbed_fit_is_physically_plausible(name):
+    lo, hi = PLAUSIBLE_RANGE[name]
+    v = get_param(load_topology("sac-testbed"), name) / PARAM_UNITS[name][1]
+    assert lo <= v <= hi, f"{name} = {v:g} outside its plausible range {lo:g}..{hi:g}"

@@ -52,6 +52,11 @@ def check_process(context, topk, buffer_slots, correlation) -> None:
 
 # ---- exact evaluation -----------------------------------------------------------------------------
 @lru_cache(maxsize=256)
+@lru_cache(maxsize=64)
+def _leggauss(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.polynomial.legendre.leggauss(n)
+
+
 def _kernel(phi: float, theta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Quadrature of the AR(1) kernel restricted to scores <= theta.
 
@@ -62,7 +67,7 @@ def _kernel(phi: float, theta: float) -> tuple[np.ndarray, np.ndarray, np.ndarra
     s = math.sqrt(1.0 - phi * phi)
     span = min(9.0, max(4.0, 80.0 * s))
     n = int(min(400, max(64, 6.0 * span / max(s, 1e-9))))
-    g, wg = np.polynomial.legendre.leggauss(n)
+    g, wg = _leggauss(n)
     lo = theta - span
     x = lo + (g + 1.0) * (span / 2.0)
     w = wg * (span / 2.0)
@@ -217,7 +222,7 @@ def steady_state(*, context, topk, buffer_slots, correlation, need_fill: bool = 
         tc[inside] = np.exp(f_tc(pts))
         # at the edge the misses come from the linear table; its fill time is taken from the exact form
         # unless the caller does not need it
-        inside[inside] = np.isfinite(m[inside]) & (np.isfinite(tc[inside]) | (edge & ~need_fill))
+        inside[inside] = np.isfinite(m[inside]) & (np.isfinite(tc[inside]) | (not need_fill))
     for idx in zip(*np.nonzero(swap & ~inside)):
         m[idx], tc[idx] = exact_steady_state(context=L[idx], topk=k[idx], buffer_slots=B[idx], correlation=phi[idx])
     return m, tc

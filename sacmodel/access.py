@@ -190,12 +190,14 @@ def _table():
                 RegularGridInterpolator(axes, np.where(ok, m, 0.0), **opts))
 
 
-def steady_state(*, context, topk, buffer_slots, correlation, need_fill: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def steady_state(*, context, topk, buffer_slots, correlation, need_fill: bool = True,
+                 max_steps: int = 200_000) -> tuple[np.ndarray, np.ndarray]:
     """(misses per step in steady state, fill steps T_C), vectorised, from the precomputed table.
 
     Outside the table's range (correlation above 1 - 5e-4 or below 0.5, L/k beyond 16384) it falls back to
-    :func:`exact_steady_state`. A context that fits the buffer has no steady-state misses. ``need_fill=False``:
-    the caller uses the misses only (the fill steps may then be NaN just past the buffer's size).
+    :func:`exact_steady_state` (counting at most ``max_steps`` steps of the fill: ``inf`` if the buffer is not
+    full by then). A context that fits the buffer has no steady-state misses. ``need_fill=False``: the caller
+    uses the misses only (the fill steps are then NaN).
     """
     L, k, B, phi = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, dtype=float)) for v in (
         context, topk, buffer_slots, correlation)))
@@ -217,14 +219,16 @@ def steady_state(*, context, topk, buffer_slots, correlation, need_fill: bool = 
         pts = np.stack([np.clip(v[inside], ax[0], ax[-1]) for v, ax in zip((x, r, bk), axes)], axis=-1)
         mi = np.exp(f_m(pts))
         edge = ~np.isfinite(mi)
-        mi[edge] = f_lin(pts[edge])
+        if edge.any():
+            mi[edge] = f_lin(pts[edge])
         m[inside] = mi * k[inside]
-        tc[inside] = np.exp(f_tc(pts))
+        tc[inside] = np.exp(f_tc(pts)) if need_fill else np.nan
         # at the edge the misses come from the linear table; its fill time is taken from the exact form
         # unless the caller does not need it
         inside[inside] = np.isfinite(m[inside]) & (np.isfinite(tc[inside]) | (not need_fill))
     for idx in zip(*np.nonzero(swap & ~inside)):
-        m[idx], tc[idx] = exact_steady_state(context=L[idx], topk=k[idx], buffer_slots=B[idx], correlation=phi[idx])
+        m[idx], tc[idx] = exact_steady_state(context=L[idx], topk=k[idx], buffer_slots=B[idx], correlation=phi[idx],
+                                             max_steps=max_steps)
     return m, tc
 
 

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from .capacity import static_check
 from .schemas import LIMITS, AzureRecord, DataError, MooncakeRecord, first_error, json_line
-from .serving import Prediction, Requests, fill, resolve, run_engine
+from .serving import TRACE_CONTEXT_GRID, Model, Prediction, Requests, fill, resolve, run_engine
 
 MOONCAKE_BLOCK = 512   # tokens per hash_id (shared/data/README.md)
 
@@ -315,7 +315,7 @@ def replay(scenario, system: str, trace: Trace, *, concurrency: int | None = Non
         pred.concurrency = concurrency
     cached = {"trace": trace.cached, "none": np.zeros(len(trace)), "all": trace.input_len - 1.0}[cache]
     reqs = Requests(trace.arrival / time_scale, trace.input_len, trace.output_len, np.asarray(cached, float))
-    res = run_engine(cfg, reqs, concurrency)
+    res = run_engine(cfg, reqs, concurrency, model=Model(cfg, context_grid=TRACE_CONTEXT_GRID))
     return fill(pred, cfg, reqs, res)
 
 

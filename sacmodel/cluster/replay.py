@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..measured import DataError
-from ..serving import ConfigError, Prediction, Requests, resolve, simulate
+from ..serving import TRACE_CONTEXT_GRID, ConfigError, Model, Prediction, Requests, resolve, simulate
 from ..traces import Trace, load_trace, memory_concurrency
 from ..units import UnitError, parse_quantity
 from .load import InstanceLoad, estimate
@@ -412,6 +412,8 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     failed: list[str] = []
     mean_in, mean_out = int(tr.input_len.mean()), int(tr.output_len.mean())
 
+    models: dict = {}
+
     def run(k, idx, arr, ctx, out, hit, c):
         if not len(idx):
             return None
@@ -422,7 +424,10 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
         else:                                # what the instance's memory holds at the trace's mean lengths
             conc = memory_concurrency(c, mean_in, mean_out)
         conc_used[insts[k].id] = conc
-        p = simulate(c, Requests(arr, ctx, out, hit), conc, **kw)
+        # one model per configuration, shared by its instances; miss curves on the 64-token page grid
+        if id(c) not in models:
+            models[id(c)] = (c, Model(c, context_grid=TRACE_CONTEXT_GRID))
+        p = simulate(c, Requests(arr, ctx, out, hit), conc, model=models[id(c)][1], **kw)
         if not p.feasible:                  # the instance overflowed: say so, keep what completed
             failed.append(f"{insts[k].id}: {p.limit} ({100 * p.success_fraction:.0f}% of its requests completed)")
         if prog:

@@ -56,11 +56,12 @@ def _loaded_workload(a) -> dict:
 def _model_line(a, wl: dict) -> str:
     if a.unloaded:
         return UNLOADED_NOTE
-    c = wl["concurrency"]
-    n = wl.get("requests") or 8 * c
-    how = f"Poisson {wl['rate']:g} req/s" if wl.get("rate") else f"{n:,} requests"
+    c = wl.get("concurrency")          # absent when the concurrency is what varies
+    n = wl.get("requests") or (f"{8 * c:,}" if c else "8 x concurrency")
+    how = f"Poisson {wl['rate']:g} req/s" if wl.get("rate") else f"{n if isinstance(n, str) else f'{n:,}'} requests"
     prompt = "cold prompts" if wl.get("prefix_cached") is False else "cached prompt"
-    return f"loaded: serving engine at concurrency {c} ({how}, {prompt}); --unloaded for the closed form"
+    at = f"at concurrency {c}" if c else "over concurrency"
+    return f"loaded: serving engine {at} ({how}, {prompt}); --unloaded for the closed form"
 
 
 # ---- commands -------------------------------------------------------------------------------------

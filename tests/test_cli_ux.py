@@ -340,3 +340,11 @@ def test_every_help_example_parses():
                 ap.parse_args(words[1:])
             except SystemExit:
                 pytest.fail(f"example does not parse: {line.strip()}")
+
+
+def test_loaded_breakeven_over_concurrency_runs(capsys):
+    """The example in `breakeven --help` that varies the concurrency (the workload line had no concurrency)."""
+    rc, out, err = run(capsys, "breakeven", "--a", "cxl", "--b", "rdma", "--metric", "throughput",
+                       "--vary", "concurrency", "--lo", "8", "--hi", "64", "--context", "32K", "--points", "4")
+    assert rc == 0, err
+    assert "over concurrency" in out and "8 x concurrency requests" in out

@@ -1,0 +1,61 @@
+"""Wall and CPU time of the everyday commands (issue 10): start-up, a prediction, a loaded break-even over
+concurrency, a replay of the 12,031-request Mooncake conversation trace, calibration of every serving
+constant (dry run) and the quick validation report.
+
+    python benchmarks/timings.py [--skip-slow]
+
+Each command runs once in a fresh interpreter (this checkout first on the path, no progress bars); CPU is
+user + sys of the child and its children. Results go to benchmarks/timings.md. Not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from startup import ROOT, timed  # noqa: E402
+
+TRACE = ROOT.parent / "shared" / "data" / "traces" / "mooncake_conversation_trace.jsonl"
+SAC = [sys.executable, "-m", "sacmodel"]
+COMMANDS = [
+    ("sacmodel --help", SAC + ["--help"], False),
+    ("sacmodel predict --system cxl --context 32K", SAC + ["predict", "--system", "cxl", "--context", "32K"], False),
+    ("sacmodel predict --system cxl --context 128K", SAC + ["predict", "--system", "cxl", "--context", "128K"], False),
+    ("sacmodel breakeven --a cxl --b rdma --metric throughput --vary concurrency --lo 8 --hi 256 --context 64K",
+     SAC + ["breakeven", "--a", "cxl", "--b", "rdma", "--metric", "throughput", "--vary", "concurrency",
+            "--lo", "8", "--hi", "256", "--context", "64K"], False),
+    ("sacmodel replay mooncake_conversation_trace.jsonl --system cxl (12,031 requests, one instance)",
+     SAC + ["replay", str(TRACE), "--systems", "cxl"], True),
+    ("sacmodel calibrate --dry-run (stages 2 and 3 on the 66 runs)", SAC + ["calibrate", "--dry-run"], True),
+    ("python validation/run.py --quick", [sys.executable, str(ROOT / "validation" / "run.py"), "--quick"], True),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skip-slow", action="store_true", help="only the commands that take seconds")
+    a = ap.parse_args()
+    rows = []
+    for label, argv, slow in COMMANDS:
+        if slow and a.skip_slow:
+            continue
+        wall, cpu = timed(argv, ROOT)
+        rows.append((label, wall, cpu))
+        print(f"{label}: {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
+    load = os.getloadavg()[0]
+    md = ["# Timings of the everyday commands", "",
+          f"`python3 benchmarks/timings.py`, {datetime.date.today()}, {platform.machine()}, Python "
+          f"{platform.python_version()}, {os.cpu_count()} cores (load average {load:.1f} at the end: the "
+          "machine is shared, so CPU time is the steadier figure). The full validation report's time is in "
+          "`validation/report.md` (first paragraph); start-up in detail in `startup.md`.", "",
+          "| command | wall (s) | CPU (s) |", "|---|---|---|"]
+    md += [f"| `{lbl}` | {w:.1f} | {c:.1f} |" for lbl, w, c in rows]
+    (Path(__file__).resolve().parent / "timings.md").write_text("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -96,7 +96,8 @@ def _check_vary(topo: Topology, vary: str, kind: str = "loaded", systems=(), met
         return
     if topo.has_param(vary):
         return
-    closed = {x.name for s in systems or ("cxl",) for x in      # building them registers every symbol
+    from .names import SYSTEMS as ALL_SYSTEMS           # every system's form: the symbol may be another's
+    closed = {x.name for s in (*(systems or ()), *ALL_SYSTEMS) for x in      # building them registers every symbol
               unloaded_expression(s, metric if metric in METRIC_ALIASES else "tbt").free_symbols}
     if (vary in closed or vary in SYMBOLS) and kind == "unloaded":
         return

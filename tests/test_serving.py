@@ -174,3 +174,19 @@ def test_compare_runs_every_system():
 def test_requests_array_validation():
     r = Requests([0.0, 1.0], [100, 200], [5, 6], [0, 0])
     assert len(r) == 2 and r.context.dtype == np.int64
+
+
+def test_fetches_of_one_rank_add_up():
+    """Requests staged together on one rank are fetched one after another on its scheduler thread: a wave of
+    two per rank stalls twice as long as a wave of one per rank (seven ranks fetching in both, so each sees
+    the same NIC share; rank 0's first request is admitted alone before the others arrive)."""
+    topo = with_params("sac-testbed", {"t_token": 1e-12})        # every request reaches its rank at once
+    cfg = resolve(topo, "rdma")
+
+    def longest_fetch(n):
+        z = np.zeros(n)
+        res = run_engine(cfg, Requests(z, np.full(n, 32768), np.full(n, 8), np.full(n, 32767.0)), n, record=True)
+        return max(e[3] for e in res.timeline if e[2] == "fetch")
+    one, two = longest_fetch(cfg.dp), longest_fetch(2 * cfg.dp)
+    assert one > 1.0                                               # seconds: a 32K prompt's copy
+    assert two == pytest.approx(2 * one, rel=1e-9)

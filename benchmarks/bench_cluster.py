@@ -48,11 +48,12 @@ else:
         t = time.process_time(); r = run_engine(*a, **k); spent[0] += time.process_time() - t; return r
     if job.get("stub_engine"):
         import numpy as np
+        from sacmodel.engine import EngineResult
         def timed(cfg, reqs, conc, **k):   # the cluster layer alone: every request served at once
-            a = np.asarray(reqs.arrival, float); z = np.zeros(len(a))
-            return {"per_request": {"first_s": a, "done_s": a, "ttft_ms": z, "tbt_ms": z, "e2e_ms": z,
-                                    "completed": np.ones(len(a), bool)}}
-    R.run_engine = timed
+            a = np.asarray(reqs.arrival, float)
+            return EngineResult(a, a, a + 1e-3, np.ones(len(a), bool), None, {"decode_steps": 0})
+    import sacmodel.serving as S            # instances run through serving.simulate -> run_engine
+    S.run_engine = timed
     t0, w0 = time.process_time(), time.perf_counter()
     p = R.replay(job["scenario"], job["system"], job["trace"], router=job["router"], time_scale=job["time_scale"],
                  pd=job.get("pd"))

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 import sacmodel.scenario_io as sio
+from measured_data import needs_shared
 from sacmodel.calibrate import FitResult, write_params
 from sacmodel.cli import main
 from sacmodel.scenario_io import ScenarioWriteError, calibration_target, update_scenario
@@ -216,6 +217,7 @@ def test_data_loss_builtin_scenario_needs_force(capsys):
     assert rc == 2 and "built-in scenario" in err and "--force" in err and TESTBED.read_bytes() == before
 
 
+@needs_shared          # the forced run fits the micro-benchmark in ../shared
 def test_data_loss_existing_out_needs_force(capsys, scen, tmp_path):
     out = tmp_path / "out.yaml"
     out.write_text("my notes\n")

@@ -28,23 +28,24 @@ def _fmt(v, nd=1):
     return f"{v:,.{nd}f}"
 
 
-def jsonable(obj):
-    """``obj`` with numpy values as Python ones and non-finite floats as None (valid JSON)."""
+def jsonable(obj, inf_as_text: bool = False):
+    """``obj`` with numpy values as Python ones and non-finite floats as None (valid JSON); with
+    ``inf_as_text`` an unbounded quantity stays visible as "inf" / "-inf"."""
     if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v, inf_as_text) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
+        return [jsonable(v, inf_as_text) for v in obj]
     if hasattr(obj, "tolist"):                       # numpy arrays and scalars
-        return jsonable(obj.tolist())
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if obj is None or isinstance(obj, (str, int, bool)):
+        return jsonable(obj.tolist(), inf_as_text)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return ("inf" if obj > 0 else "-inf") if inf_as_text and not math.isnan(obj) else None
+    if obj is None or isinstance(obj, (str, int, float, bool)):
         return obj
     return str(obj)
 
 
-def print_json(obj):
-    print(json.dumps(jsonable(obj), indent=2))
+def print_json(obj, inf_as_text: bool = False):
+    print(json.dumps(jsonable(obj, inf_as_text), indent=2, allow_nan=False))
 
 
 def write_csv(path: str, header: list[str], rows) -> None:

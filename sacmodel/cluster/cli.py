@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import sys
@@ -13,31 +12,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from ..cli import print_json
 from ..names import ROUTERS, SYSTEMS
 
 
 class ConfigError(ValueError):
     """A bad cluster option (exit 2 from the CLI, like every ValueError of the library)."""
 
-
-
-def _plain(obj):
-    """``obj`` as strict JSON: numpy values as Python ones, an unbounded quantity as "inf", NaN as null."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if hasattr(obj, "tolist"):
-        return _plain(obj.tolist())
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    return str(obj)
-
-
-def _print_json(obj) -> None:
-    print(json.dumps(_plain(obj), indent=2, allow_nan=False))
 
 def _list(s: str) -> list[str]:
     return [x.strip() for x in str(s).split(",") if x.strip()]
@@ -128,7 +109,7 @@ def cmd_replay(a):
         from .plots import plot_ttft_cdf
         plot_ttft_cdf(runs, a.plot, title=f"{tr.name} on {a.scenario}, arrivals x {a.time_scale:g}")
     if a.json:
-        _print_json({k: p.to_dict() for k, p in runs.items()})
+        print_json({k: p.to_dict() for k, p in runs.items()}, inf_as_text=True)
         return
     con = Console(width=max(Console().width, 110))
     p0 = next(iter(runs.values()))
@@ -180,7 +161,7 @@ def cmd_hitrate(a):
             (x["capacity_tokens"], x["hit_rate"]) for x in rs] for r, rs in rows.items()}, a.plot,
             title=f"{tr.name}: LRU prefix cache of {a.block_tokens}-token blocks per instance")
     if a.json:
-        _print_json(rows)
+        print_json(rows, inf_as_text=True)
         return
     t = Table(title=f"{tr.name}: prefix hit rate, {a.instances} instance(s), {a.block_tokens}-token blocks")
     for c in ("router", "capacity (tokens)", "hit rate", "evicted blocks", "seconds"):
@@ -216,7 +197,7 @@ def cmd_cluster_plan(a, fallback):
     r = cluster_plan(a.scenario, a.system, a.trace, slo, vary=vary, values=values, fixed=_cluster_workload(a),
                      scheduler=getattr(a, "scheduler", None), progress=sys.stderr.isatty())
     if a.json:
-        _print_json(r.to_dict())
+        print_json(r.to_dict(), inf_as_text=True)
         return
     con = Console()
     con.print(r.message)

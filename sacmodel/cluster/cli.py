@@ -238,6 +238,21 @@ def cmd_cluster_sweep(a, fallback):
         sys.stdout.write(buf.getvalue())
 
 
+def _router_options(p) -> None:
+    """The router choice and its parameters (read back by :func:`_router_params`), for replay and hitrate."""
+    from ..cli_types import arg, count, number
+    p.add_argument("--router", default="round_robin", metavar="LIST",
+                   help=f"one or more of {', '.join(ROUTERS)} (comma-separated)")
+    p.add_argument("--router-weight", type=arg(number, lo=0, lo_open=False), default=None, metavar="W",
+                   help="kv router: weight of the prefill blocks")
+    p.add_argument("--router-temperature", type=arg(number, lo=0, lo_open=False), default=None, metavar="T",
+                   help="kv router: softmax temperature (0 = argmin)")
+    p.add_argument("--router-seed", type=arg(count, lo=0), default=None, metavar="N",
+                   help="kv router: seed of its softmax draws (deterministic)")
+    p.add_argument("--affinity-blocks", type=arg(count), default=None, metavar="N",
+                   help="prefix_affinity: leading blocks hashed")
+
+
 def register(sub, add_scenario):
     """Add ``replay`` and ``hitrate`` and the cluster options of ``plan``/``sweep`` (call after the solvers)."""
     from ..cli import _parser, add_resources
@@ -252,16 +267,7 @@ def register(sub, add_scenario):
     p.add_argument("trace", type=arg(in_file), help=trace_help)
     p.add_argument("--systems", default=None, metavar="LIST", help="comma-separated systems (default dram,cxl,rdma)")
     p.add_argument("--system", default=None, help="one system (same as --systems with one name)")
-    p.add_argument("--router", default="round_robin", metavar="LIST",
-                   help=f"one or more of {', '.join(ROUTERS)} (comma-separated)")
-    p.add_argument("--router-weight", type=arg(number, lo=0, lo_open=False), default=None, metavar="W",
-                   help="kv router: weight of the prefill blocks")
-    p.add_argument("--router-temperature", type=arg(number, lo=0, lo_open=False), default=None, metavar="T",
-                   help="kv router: softmax temperature (0 = argmin)")
-    p.add_argument("--router-seed", type=arg(count, lo=0), default=None, metavar="N",
-                   help="kv router: seed of its softmax draws (deterministic)")
-    p.add_argument("--affinity-blocks", type=arg(count), default=None, metavar="N",
-                   help="prefix_affinity: leading blocks hashed")
+    _router_options(p)
     p.add_argument("--instances", type=arg(count, hi=4096), default=None, metavar="N",
                    help="instances (default: the cluster's, or 1)")
     p.add_argument("--pd", default=None, metavar="P:D", help="prefill:decode instance split, e.g. 2:6 (disaggregation)")
@@ -300,16 +306,7 @@ def register(sub, add_scenario):
                    help="cache block/page size in tokens (default 512, the trace's; 64: SGLang pages)")
     p.add_argument("--instances", type=arg(count, hi=4096), default=1, metavar="N",
                    help="instances, each with its own cache of --capacity tokens (default 1)")
-    p.add_argument("--router", default="round_robin", metavar="LIST",
-                   help=f"one or more of {', '.join(ROUTERS)} (comma-separated)")
-    p.add_argument("--affinity-blocks", type=arg(count), default=None, metavar="N",
-                   help="prefix_affinity: leading blocks hashed")
-    p.add_argument("--router-weight", type=arg(number, lo=0, lo_open=False), default=None, metavar="W",
-                   help="kv router: weight of the prefill blocks")
-    p.add_argument("--router-temperature", type=arg(number, lo=0, lo_open=False), default=None, metavar="T",
-                   help="kv router: softmax temperature (0 = argmin)")
-    p.add_argument("--router-seed", type=arg(count, lo=0), default=None, metavar="N",
-                   help="kv router: seed of its softmax draws (deterministic)")
+    _router_options(p)
     p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
                    help="read the first N requests only")
     p.add_argument("--plot", type=plot_file, default=None, metavar="FILE", help="plot of hit rate vs capacity into FILE (.png, .pdf, .svg)")

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-import sympy as sp
+from .lazy import lazy_module
+from .units import registry
 
-from .units import ureg
+sp = lazy_module("sympy")      # loads when an expression is first built (not on the generated numeric path)
 
 # name -> (Symbol, unit string, description)
 SYMBOLS: dict[str, tuple[sp.Symbol, str, str]] = {}
@@ -157,6 +158,7 @@ def check_dimensions(expr: sp.Expr, expect: str = "second") -> None:
     mods = [{"Min": _mm(lambda a, b: a if a <= b else b), "Max": _mm(lambda a, b: a if a >= b else b),
              "ceiling": lambda x: x, "floor": lambda x: x}, "math"]
     f = sp.lambdify([sp.Symbol(n, positive=True) for n in names], expr, modules=mods)
+    ureg = registry()
     q = f(*(ureg.Quantity(1.0, SYMBOLS[n][1]) for n in names))
     if not hasattr(q, "to"):
         q = ureg.Quantity(q, "dimensionless")

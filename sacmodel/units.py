@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 
-import pint
+from .lazy import lazy_module
+
+pint = lazy_module("pint")     # loads on the first unit parsed (a cached scenario needs none)
 
 _DEFINITIONS = """
 nano- = 1e-9 = n-
@@ -41,9 +44,21 @@ token = [token] = tok
 entry = [entry]
 """
 
-ureg = pint.UnitRegistry(None)
-for _line in _DEFINITIONS.strip().splitlines():
-    ureg.define(_line)
+
+
+@lru_cache(maxsize=1)
+def registry():
+    """The unit registry (built on first use from the definitions above)."""
+    reg = pint.UnitRegistry(None)
+    for line in _DEFINITIONS.strip().splitlines():
+        reg.define(line)
+    return reg
+
+
+def __getattr__(name: str):      # ``units.ureg``: the registry, built when first asked for
+    if name == "ureg":
+        return registry()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # The SI unit each named dimension is returned in.
 DIMENSIONS: dict[str, str] = {
@@ -113,11 +128,11 @@ def parse_quantity(value: str | int | float, dimension: str, *, field: str = "va
     if unit.startswith("/"):
         unit = "1" + unit
     try:
-        units = ureg.parse_units(unit)
+        units = registry().parse_units(unit)
     except (pint.errors.PintError, ValueError, TypeError, AttributeError) as exc:
         raise UnitError(f"{field}: unknown unit in {value!r} ({exc})") from None
     try:
-        factor = ureg.Quantity(1.0, units).to(DIMENSIONS[dimension]).magnitude
+        factor = registry().Quantity(1.0, units).to(DIMENSIONS[dimension]).magnitude
     except pint.DimensionalityError:
         if dimension == "dimensionless":
             raise UnitError(f"{field}: {value!r} must be a plain number (no unit)") from None

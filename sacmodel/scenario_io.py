@@ -21,7 +21,8 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.util import load_yaml_guess_indent
 
-from .topology import Topology, TopologyError, is_builtin, load_topology, read_yaml
+from .scenario_schema import read_yaml
+from .topology import Topology, TopologyError, is_builtin, load_topology
 
 
 class ScenarioWriteError(TopologyError):

@@ -4,9 +4,9 @@ A scenario file names the model, lists nodes (GPU, CPU root complex, host DRAM, 
 CXL switch, CXL device, RDMA NIC, remote memory) and links, and binds the serving and fitted parameters.
 Every number is ``{value: "<quantity with unit>", source: "<provenance>"}``. Inside, numbers are SI floats.
 
-Validation (pydantic, :func:`validate_scenario`) checks the YAML's size and shape, every field's dimension
-and range (:data:`FIELD_RANGES`, :data:`PARAM_RANGES`) and the size limits (:data:`LIMITS`); the engine then
-trusts what it gets. Errors are :class:`TopologyError` with the file and field in the message.
+This module holds the loaded form (:class:`Topology`), the allowed ranges of every field (:data:`FIELD_RANGES`,
+:data:`PARAM_RANGES`) and the size limits (:data:`LIMITS`); the file's schema, its validation and the build of
+the graph are in :mod:`sacmodel.scenario_schema`. Errors are :class:`TopologyError` naming file and field.
 
 Routes carry data from ``src`` to ``dst``; :func:`max_min_share` gives the bandwidth each of several
 concurrent flows gets when they share links and devices.
@@ -15,18 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Any
 
-import networkx as nx
-import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr,
-                      ValidationError, create_model, field_validator)
+from . import cache
+from .lazy import lazy_module
 
-from .models import ModelError, get_model
-from .schemas import check_tree as _check_tree
-from .units import UnitError, parse_quantity
+nx = lazy_module("networkx")     # graph algorithms only; a cached scenario's lookups need none
 
 SCHEMA_VERSION = 1
 _PKG = Path(__file__).resolve().parent
@@ -171,90 +166,12 @@ def param_range(name: str) -> Range | None:
     return DEFAULT_PARAM_RANGES[dim] if dim else None
 
 
-# ---- schema (pydantic) ----------------------------------------------------------------------------
-Text = Annotated[StrictStr, Field(max_length=LIMITS["text_chars"])]
-Name = Annotated[StrictStr, Field(min_length=1, max_length=200)]
-
-
-class Num(BaseModel):
-    """A number with its unit and provenance."""
-    model_config = ConfigDict(extra="forbid")
-    value: Union[StrictStr, StrictInt, StrictFloat]
-    source: Text
-
-    @field_validator("source")
-    @classmethod
-    def _nonempty(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("source must not be empty")
-        return v
-
-
 @dataclass
 class Param:
     """A bound number: SI value and where it came from."""
     value: float
     source: str
     raw: str = ""
-
-
-def _quantity(num: Num, rng: Range) -> Param:
-    if rng.dimension == "string":
-        if rng.choices and num.value not in rng.choices:
-            raise ValueError(f"must be one of {', '.join(rng.choices)}, got {num.value!r}")
-        return Param(float("nan"), num.source, str(num.value))
-    try:
-        v = parse_quantity(num.value, rng.dimension, field="value")
-    except UnitError as exc:
-        raise ValueError(str(exc).removeprefix("value: ")) from None
-    rng.check(v, num.value)
-    return Param(v, num.source, str(num.value))
-
-
-def Quantity(rng: Range):  # noqa: N802 - a type factory
-    """Annotated type: a ``{value, source}`` mapping validated to a :class:`Param` within ``rng``."""
-    return Annotated[Num, AfterValidator(partial(_quantity, rng=rng))]
-
-
-def _field_range(name: str, dim: str) -> Range:
-    return FIELD_OVERRIDES.get(name, FIELD_RANGES[dim])
-
-
-class NodeSpec(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: Name
-    kind: Name
-    count: StrictInt = Field(1, ge=1, le=LIMITS["node_count"])
-    description: Text = ""
-
-
-def _fields_model(name: str, spec: dict[str, tuple[str, bool]]) -> type[BaseModel]:
-    fields = {f: (Quantity(_field_range(f, dim)), ... if required else None) for f, (dim, required) in spec.items()}
-    return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
-
-
-NODE_MODELS = {kind: _fields_model(f"{kind}_fields", spec) for kind, spec in NODE_FIELDS.items()}
-LINK_MODEL = _fields_model("link_fields", LINK_FIELDS)
-
-
-class LinkSpec(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    from_: Name
-    to: Name
-    protocol: Name
-
-
-class ScenarioFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    schema_version: StrictInt
-    name: Name
-    description: Text = ""
-    model: Name
-    nodes: list[dict[str, Any]] = Field(max_length=LIMITS["nodes"])
-    links: list[dict[str, Any]] = Field(max_length=LIMITS["edges"])
-    pools: dict[str, list[Name]] = {}
-    serving: dict[str, Any] = {}
-    calibration: dict[str, Any] = {}
 
 
 @dataclass
@@ -273,14 +190,50 @@ class Topology:
     cluster: Any = None     # schema version 2: the cluster (sacmodel.cluster.schema.ClusterSpec)
     _routes: dict = field(default_factory=dict, repr=False)
 
+    # ---- the graph, and its attributes without it --------------------------------------------------
+    # A Topology read from the cache carries its nodes and links as plain dicts (``_plain``) and builds the
+    # networkx graph only when a method needs a graph algorithm (a route not computed before): predictions
+    # look up routes computed when the scenario was validated, so they never import networkx.
+    def __getattr__(self, name: str):
+        if name == "graph" and self.__dict__.get("_plain") is not None:
+            nodes, edges = self.__dict__.pop("_plain")
+            g = nx.DiGraph()
+            g.add_nodes_from(nodes.items())
+            g.add_edges_from((u, v, d) for (u, v), d in edges.items())
+            self.graph = g
+            return g
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        g = state.pop("graph", None)
+        if g is not None:
+            state["_plain"] = (dict(g.nodes(data=True)), {(u, v): d for u, v, d in g.edges(data=True)})
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def _nodes(self):
+        """Attribute dict of each node (the graph's, or the plain copy while the graph is not built)."""
+        plain = self.__dict__.get("_plain")
+        return plain[0] if plain is not None else self.graph.nodes
+
+    @property
+    def _edges(self):
+        """Attribute dict of each directed link, by ``(u, v)``."""
+        plain = self.__dict__.get("_plain")
+        return plain[1] if plain is not None else self.graph.edges
+
     # ---- lookup ----------------------------------------------------------------------------------
     def node(self, nid: str) -> dict:
-        if nid not in self.graph:
+        if nid not in self._nodes:
             raise TopologyError(f"{self.name}: no node {nid!r}")
-        return self.graph.nodes[nid]
+        return self._nodes[nid]
 
     def nodes_of(self, kind: str) -> list[str]:
-        return [n for n, d in self.graph.nodes(data=True) if d["kind"] == kind]
+        return [n for n, d in self._nodes.items() if d["kind"] == kind]
 
     def param(self, name: str) -> float:
         """A serving or calibration parameter by name (SI float)."""
@@ -307,36 +260,54 @@ class Topology:
                 raise TopologyError(f"{self.name}: no route from {src} to {dst}") from None
         return self._routes[key]
 
+    def precompute_routes(self) -> None:
+        """Compute the routes predictions use (every pool member to every GPU, remote memory to the NICs, the
+        NICs and CXL devices to host DRAM) and each GPU's DRAM, so that a cached copy answers them at once."""
+        reachable = lambda a, b: a != b and b in nx.descendants(self.graph, a)  # noqa: E731
+        dram = self.pools.get("dram", [])
+        pairs = [(m, g) for ms in self.pools.values() for m in ms for g in self.gpus]
+        pairs += [(r, n) for r in self.nodes_of("remote_memory") for n in self.pools.get("rdma", [])]
+        pairs += [(m, d) for p in ("rdma", "cxl") for m in self.pools.get(p, []) for d in dram]
+        for a, b in pairs:
+            if reachable(a, b):
+                try:
+                    self.route(a, b)
+                except TopologyError:
+                    pass
+        for r in range(len(self.gpus)):
+            if dram:
+                self.pool_for(r, "dram")
+
     def _forwardable(self, path: list[str]) -> bool:
         """A CXL switch connects hosts to devices; it does not carry host-to-host traffic."""
-        kind = lambda n: self.graph.nodes[n]["kind"]  # noqa: E731
+        kind = lambda n: self._nodes[n]["kind"]  # noqa: E731
         return not any(kind(b) == "cxl_switch" and kind(a) == kind(c) == "cxl_adapter"
                        for a, b, c in zip(path, path[1:], path[2:]))
 
     def route_latency(self, path: list[str]) -> float:
         """One-way latency of a path (s): its links plus the latency of every node after the first."""
-        lat = sum(self.graph.edges[u, v]["latency"] for u, v in zip(path, path[1:]))
-        return lat + sum(self.graph.nodes[n].get("latency", 0.0) for n in path[1:])
+        lat = sum(self._edges[u, v]["latency"] for u, v in zip(path, path[1:]))
+        return lat + sum(self._nodes[n].get("latency", 0.0) for n in path[1:])
 
     def round_trip_latency(self, path: list[str]) -> float:
         """Load latency (s) for a reader at ``path[-1]`` of memory at ``path[0]``: links both ways + devices."""
-        links = sum(self.graph.edges[u, v]["latency"] for u, v in zip(path, path[1:]))
-        return 2 * links + sum(self.graph.nodes[n].get("latency", 0.0) for n in path)
+        links = sum(self._edges[u, v]["latency"] for u, v in zip(path, path[1:]))
+        return 2 * links + sum(self._nodes[n].get("latency", 0.0) for n in path)
 
     def resources(self, path: list[str]) -> list[tuple]:
         """Shared capacities a flow along ``path`` uses: directed links and nodes with a bandwidth."""
         res = [("link", u, v) for u, v in zip(path, path[1:])]
-        res += [("node", n) for n in path if "bandwidth" in self.graph.nodes[n]]
+        res += [("node", n) for n in path if "bandwidth" in self._nodes[n]]
         return res
 
     def capacity(self, res: tuple) -> float:
         if res[0] == "link":
-            return self.graph.edges[res[1], res[2]]["bandwidth"]
-        return self.graph.nodes[res[1]]["bandwidth"]
+            return self._edges[res[1], res[2]]["bandwidth"]
+        return self._nodes[res[1]]["bandwidth"]
 
     def flow_cap(self, path: list[str]) -> float:
         """Per-flow cap of a path (s^-1 B): the smallest ``per_flow_bandwidth`` of its links, else inf."""
-        caps = [self.graph.edges[u, v].get("per_flow_bandwidth", math.inf) for u, v in zip(path, path[1:])]
+        caps = [self._edges[u, v].get("per_flow_bandwidth", math.inf) for u, v in zip(path, path[1:])]
         return min(caps, default=math.inf)
 
     def bottleneck(self, path: list[str]) -> float:
@@ -354,8 +325,11 @@ class Topology:
             raise TopologyError(f"{self.name}: no '{pool}' pool in this scenario (pools: {sorted(self.pools)})")
         gpu = self.gpus[gpu_rank]
         if pool == "dram":
-            reach = [m for m in members if nx.has_path(self.graph, m, gpu)]
-            return min(reach, key=lambda m: self.route_latency(self.route(m, gpu)))
+            key = ("nearest", "dram", gpu)     # 3-tuple: never a (src, dst) route key
+            if key not in self._routes:
+                reach = [m for m in members if nx.has_path(self.graph, m, gpu)]
+                self._routes[key] = min(reach, key=lambda m: self.route_latency(self.route(m, gpu)))
+            return self._routes[key]
         n = len(members) if n_devices is None else n_devices
         if not 1 <= n <= len(members):
             raise TopologyError(f"{self.name}: {pool} pool has {len(members)} devices, asked for {n}")
@@ -363,295 +337,49 @@ class Topology:
 
 
 # ---- loading --------------------------------------------------------------------------------------
-def _pyd(exc: ValidationError, where: str, what: str = "") -> str:
-    """One line from a pydantic error: ``where``, the field path and the message."""
-    e = exc.errors()[0]
-    path = [x for x in e["loc"] if x not in ("str", "int", "float") and not str(x).startswith("function-")]
-    loc = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in path).lstrip(".").replace("from_", "from")
-    if e["type"] == "missing":
-        return f"{where}: missing field {loc!r}" + (f" ({what} needs it)" if what else "")
-    if e["type"] == "extra_forbidden":
-        return f"{where}: unknown field {loc!r}" + (f" for {what}" if what else "")
-    msg = e["msg"].removeprefix("Value error, ")
-    if e["type"] in ("model_type", "dict_type"):
-        quantity = path and isinstance(path[-1], str) and path[-1] not in ScenarioFile.model_fields
-        msg = (f"expected {{value: <quantity>, source: <provenance>}}" if quantity else "expected a mapping") + \
-            f", got {_short(e.get('input'))}"
-    elif path and path[-1] == "value" and e["type"].endswith("_type"):
-        msg = f"expected a quantity such as '26 GB/s' or a number, got {_short(e.get('input'))}"
-    return f"{where}: {loc}: {msg}" if loc else f"{where}: {msg}"
-
-
-def _short(v: Any, n: int = 60) -> str:
-    text = repr(v)
-    return text if len(text) <= n else text[:n] + "..."
-
-
-def check_tree(data: Any, where: str) -> None:
-    """Refuse a parsed scenario nested too deeply, too large (aliases expanded) or with non-string keys."""
-    _check_tree(data, where, depth=LIMITS["yaml_depth"], items=LIMITS["yaml_items"], err=TopologyError)
-
-
-def _check_yaml_depth(text: str, where: str, err) -> None:
-    """Walk the YAML events (no recursion) and stop at a nesting deeper than the limit, before composing."""
-    depth = 0
-    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-            depth += 1
-            if depth > LIMITS["yaml_depth"]:
-                line = ev.start_mark.line + 1 if ev.start_mark else "?"
-                raise err(f"{where}: line {line}: nested deeper than {LIMITS['yaml_depth']} levels")
-        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-            depth -= 1
-
-
-def read_yaml(path: Path, err=TopologyError) -> Any:
-    """``yaml.safe_load`` of a file within the size limits; errors name the file and line."""
-    where = str(path)
-    if path.is_dir():
-        raise err(f"{where}: is a directory, not a scenario file")
-    try:
-        size = path.stat().st_size
-        if size > LIMITS["file_bytes"]:
-            raise err(f"{where}: file of {size} bytes is over the {LIMITS['file_bytes']}-byte limit")
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise err(f"{where}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n") + 1
-        raise err(f"{where}: line {line}: not UTF-8 text") from None
-    try:
-        _check_yaml_depth(text, where, err)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f": line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        if isinstance(exc, yaml.reader.ReaderError):
-            c = chr(exc.character) if isinstance(exc.character, int) else exc.character
-            at = f": line {text[:exc.position].count(chr(10)) + 1}"
-            what = f"unacceptable character {c!r}"
-        else:
-            what = " ".join(str(getattr(exc, "problem", None) or exc).split())
-        raise err(f"{where}{at}: malformed YAML ({what[:200]})") from None
-    except RecursionError:
-        raise err(f"{where}: nested deeper than {LIMITS['yaml_depth']} levels") from None
-    except err:
-        raise
-    except ValueError as exc:       # e.g. an integer of more than 4300 digits
-        raise err(f"{where}: malformed YAML ({exc})") from None
-    _check_tree(data, where, depth=LIMITS["yaml_depth"], items=LIMITS["yaml_items"], err=err)
-    return data
-
-
-def _params(table: Any, where: str) -> dict[str, Param]:
-    if not isinstance(table, dict):
-        raise TopologyError(f"{where}: expected a mapping of parameters")
-    out = {}
-    for k, raw in table.items():
-        rng = param_range(k)
-        if rng is None:
-            known = sorted(set(PARAM_RANGES) | set(PARAM_DIMENSIONS))
-            raise TopologyError(f"{where}.{k}: unknown parameter {k!r} (known: {', '.join(known)})")
-        if not isinstance(raw, dict):
-            raise TopologyError(f"{where}.{k}: expected {{value: <quantity>, source: <provenance>}}, got {_short(raw)}")
-        try:
-            out[k] = _quantity(Num(**raw), rng)
-        except ValidationError as exc:
-            raise TopologyError(_pyd(exc, f"{where}.{k}")) from None
-        except ValueError as exc:
-            raise TopologyError(f"{where}.{k}: {exc}") from None
-    return out
-
-
-def _fields(raw: dict, model: type[BaseModel], loc: str, what: str) -> dict:
-    """Validate the numeric fields of a node or link entry: SI values and their sources."""
-    try:
-        parsed = model(**raw)
-    except ValidationError as exc:
-        raise TopologyError(_pyd(exc, loc, what)) from None
-    out: dict[str, Any] = {"sources": {}}
-    for name, p in parsed:
-        if p is not None:
-            out[name] = p.value
-            out["sources"][name] = p.source
-    return out
-
-
-def validate_scenario(data: Any, where: str) -> ScenarioFile:
-    """The top level of a parsed scenario, checked (field types, schema version)."""
-    if not isinstance(data, dict):
-        raise TopologyError(f"{where}: expected a mapping at the top level")
-    check_tree(data, where)
-    try:
-        sf = ScenarioFile(**data)
-    except ValidationError as exc:
-        raise TopologyError(_pyd(exc, where)) from None
-    if sf.schema_version != SCHEMA_VERSION:
-        raise TopologyError(f"{where}: schema_version {sf.schema_version} is not supported "
-                            f"(this is {SCHEMA_VERSION}, or 2 with a 'cluster:' section)")
-    return sf
-
-
 def load_topology(spec: str | Path | dict) -> Topology:
-    """Load a scenario: a built-in name (``sac-testbed``), a YAML path, or a parsed mapping."""
-    path: Path | None = None
+    """Load a scenario: a built-in name (``sac-testbed``), a YAML path, or a parsed mapping.
+
+    A file validated before (same bytes, same sacmodel) comes from the cache (:mod:`sacmodel.cache`).
+    """
     if isinstance(spec, dict):
-        data, where = spec, "<scenario>"
-    elif isinstance(spec, (str, Path)):
-        path = resolve_scenario_path(spec)
-        where = str(path)
-        data = read_yaml(path)
-    else:
+        from .scenario_schema import build
+        return build(spec, "<scenario>", None)
+    if not isinstance(spec, (str, Path)):
         raise TopologyError(f"a scenario is a built-in name, a YAML path or a mapping, not {type(spec).__name__}")
-    if isinstance(data, dict) and data.get("schema_version") == 2:   # a cluster: host scenario + 'cluster:'
-        from .cluster.schema import load_v2
-        return load_v2(data, where, path)
-    sf = validate_scenario(data, where)
-
-    g = nx.DiGraph()
-    groups: dict[str, list[str]] = {}
-    gpus: list[str] = []
-    for i, raw in enumerate(sf.nodes):
-        loc = f"{where}: nodes[{i}]"
-        try:
-            ns = NodeSpec(**raw)
-        except ValidationError as exc:
-            raise TopologyError(_pyd(exc, loc)) from None
-        loc = f"{where}: node {ns.id!r}"
-        if ns.kind not in NODE_FIELDS:
-            raise TopologyError(f"{loc}: unknown kind {ns.kind!r} (known: {', '.join(NODE_FIELDS)})")
-        if ns.id in groups:
-            raise TopologyError(f"{loc}: duplicate id")
-        extra = {k: v for k, v in raw.items() if k not in ("id", "kind", "count", "description")}
-        attrs: dict[str, Any] = {"kind": ns.kind, **_fields(extra, NODE_MODELS[ns.kind], loc, f"a {ns.kind}")}
-        ids = [ns.id] if ns.count == 1 else [f"{ns.id}[{j}]" for j in range(ns.count)]
-        if g.number_of_nodes() + len(ids) > LIMITS["nodes"]:
-            raise TopologyError(f"{loc}: more than {LIMITS['nodes']} nodes in the scenario (limit)")
-        if ns.kind == "gpu" and len(gpus) + len(ids) > LIMITS["gpus"]:
-            raise TopologyError(f"{loc}: more than {LIMITS['gpus']} GPUs in the scenario (limit)")
-        groups[ns.id] = ids
-        for nid in ids:
-            if nid in g:
-                raise TopologyError(f"{loc}: node id {nid!r} is used twice")
-            g.add_node(nid, **attrs)
-        if ns.kind == "gpu":
-            gpus += ids
-
-    def members(ref: str, loc: str) -> list[str]:
-        if ref in groups:
-            return groups[ref]
-        if ref in g:
-            return [ref]
-        raise TopologyError(f"{loc}: unknown node {ref!r}")
-
-    for i, raw in enumerate(sf.links):
-        loc = f"{where}: links[{i}]"
-        raw = dict(raw)
-        if "from" in raw:
-            raw["from_"] = raw.pop("from")
-        try:
-            ls = LinkSpec(**raw)
-        except ValidationError as exc:
-            raise TopologyError(_pyd(exc, loc)) from None
-        loc = f"{where}: link {ls.from_} -> {ls.to}"
-        if ls.protocol not in PROTOCOLS:
-            raise TopologyError(f"{loc}: unknown protocol {ls.protocol!r} (known: {', '.join(PROTOCOLS)})")
-        extra = {k: v for k, v in raw.items() if k not in ("from_", "to", "protocol")}
-        attrs = {"protocol": ls.protocol, "latency": 0.0, "granularity": 64.0,
-                 **_fields(extra, LINK_MODEL, loc, "a link")}
-        a, b = members(ls.from_, loc), members(ls.to, loc)
-        if len(a) > 1 and len(b) > 1:
-            if len(a) != len(b):
-                raise TopologyError(f"{loc}: groups of different sizes ({len(a)} vs {len(b)})")
-            pairs = list(zip(a, b))
-        else:
-            pairs = [(x, y) for x in a for y in b]
-        if g.number_of_edges() + 2 * len(pairs) > LIMITS["edges"]:
-            raise TopologyError(f"{loc}: more than {LIMITS['edges']} directed links in the scenario (limit)")
-        fwd = {k: v for k, v in attrs.items() if k != "bandwidth_reverse"}
-        rev = dict(fwd, bandwidth=attrs.get("bandwidth_reverse", attrs["bandwidth"]))
-        for x, y in pairs:
-            if x == y:
-                raise TopologyError(f"{loc}: a link from {x} to itself")
-            if g.has_edge(x, y):
-                raise TopologyError(f"{loc}: {x} and {y} are already linked (one link per pair)")
-            w = attrs["latency"] + 1e-9  # hop penalty: prefer fewer hops at equal latency
-            g.add_edge(x, y, **fwd, hop_weight=w)
-            g.add_edge(y, x, **rev, hop_weight=w)
-
-    pools: dict[str, list[str]] = {}
-    for pname, refs in sf.pools.items():
-        if pname not in POOL_KINDS:
-            raise TopologyError(f"{where}: pools.{pname}: unknown pool (known: {', '.join(POOL_KINDS)})")
-        ms = [m for r in refs for m in members(r, f"{where}: pools.{pname}")]
-        if not ms:
-            raise TopologyError(f"{where}: pools.{pname}: empty pool")
-        if len(ms) > LIMITS["pool_members"] or len(set(ms)) != len(ms):
-            raise TopologyError(f"{where}: pools.{pname}: members must be distinct and at most "
-                                f"{LIMITS['pool_members']}")
-        for m in ms:
-            if g.nodes[m]["kind"] != POOL_KINDS[pname]:
-                raise TopologyError(f"{where}: pools.{pname}: {m} is a {g.nodes[m]['kind']}, "
-                                    f"not a {POOL_KINDS[pname]}")
-        pools[pname] = ms
-
-    topo = Topology(name=sf.name, graph=g, gpus=gpus, pools=pools, model_name=sf.model,
-                    serving=_params(sf.serving, f"{where}: serving"),
-                    calibration=_params(sf.calibration, f"{where}: calibration"),
-                    path=path, description=sf.description)
-    if not gpus:
-        raise TopologyError(f"{where}: the scenario has no GPU")
-    if "dram" not in pools:   # the host pool: HiSparse's, the RDMA staging copy's and the prefetch target
-        raise TopologyError(f"{where}: pools: no 'dram' pool (list the host_dram nodes under pools.dram)")
-    for name in ("dp", "tp"):
-        if topo.has_param(name) and topo.param(name) > len(gpus):
-            raise TopologyError(f"{where}: {name}={topo.param(name):g} but the scenario has {len(gpus)} GPUs")
-    for name, pool in (("cxl_devices", "cxl"), ("rdma_nics", "rdma")):
-        if topo.has_param(name) and pool in pools and topo.param(name) > len(pools[pool]):
-            raise TopologyError(f"{where}: {name}={topo.param(name):g} but pools.{pool} has "
-                                f"{len(pools[pool])} member(s)")
-    try:
-        get_model(sf.model)
-    except ModelError as exc:
-        raise TopologyError(f"{where}: model: {exc}") from None
-    _check_pool_routes(topo, where)
+    path = resolve_scenario_path(spec)
+    key = _cache_key(path)
+    topo = cache.load("scenario", key) if key else None
+    if topo is None:
+        from .scenario_schema import build, read_yaml
+        topo = build(read_yaml(path), str(path), path)
+        if key:
+            topo.precompute_routes()
+            cache.store("scenario", key, topo)
     return topo
 
 
-def _check_pool_routes(topo: Topology, where: str) -> None:
-    """Every GPU must reach every CXL / RDMA pool member and at least one DRAM pool member.
-
-    Shortest paths towards each GPU (one Dijkstra on the reversed graph, one on it without CXL switches,
-    whose paths are always forwardable); only when both fail is :meth:`Topology.route` asked.
-    """
-    g = topo.graph
-    rev = g.reverse(copy=False)
-    no_switch = nx.subgraph_view(rev, filter_node=lambda n: g.nodes[n]["kind"] != "cxl_switch")
-    for gpu in topo.gpus:
-        full = nx.single_source_dijkstra_path(rev, gpu, weight="hop_weight")   # paths gpu <- member, reversed
-        plain = None
-        for pname, ms in topo.pools.items():
-            reached = 0
-            for m in ms:
-                ok = m in full and topo._forwardable(full[m][::-1])
-                if not ok and m in full:
-                    if plain is None:
-                        plain = nx.single_source_dijkstra_path(no_switch, gpu, weight="hop_weight")
-                    ok = m in plain or _routable(topo, m, gpu)
-                if ok:
-                    reached += 1
-                elif pname != "dram":
-                    raise TopologyError(f"{where}: GPU {gpu} has no route to {pname} pool member {m}")
-            if not reached:
-                raise TopologyError(f"{where}: GPU {gpu} has no route to any member of the {pname} pool")
-
-
-def _routable(topo: Topology, src: str, dst: str) -> bool:
+def _cache_key(path: Path) -> str | None:
+    """The file's bytes, its path (recorded in the Topology) and the code that validates it; None if unreadable
+    or too large (the loader then reports why)."""
     try:
-        topo.route(src, dst)
-        return True
-    except TopologyError:
-        return False
+        if path.stat().st_size > LIMITS["file_bytes"]:
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return cache.key(data, str(path), code=_LOADER_SOURCES)
+
+
+_LOADER_SOURCES = ("topology.py", "scenario_schema.py", "units.py", "models.py", "schemas.py", "cluster/schema.py")
+
+
+def __getattr__(name: str):     # the schema and reader moved to scenario_schema; imported on first use
+    if name in ("Num", "NODE_MODELS", "LINK_MODEL", "ScenarioFile", "read_yaml", "validate_scenario", "check_tree",
+                "_pyd"):
+        from . import scenario_schema
+        return getattr(scenario_schema, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def builtin_scenarios() -> list[str]:

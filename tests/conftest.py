@@ -8,6 +8,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     import os
+    import tempfile
+    # the scenario cache of this run (inherited by the CLI subprocesses), not the user's ~/.cache
+    os.environ.setdefault("SACMODEL_CACHE_DIR", tempfile.mkdtemp(prefix="sacmodel-test-cache-"))
     config.addinivalue_line("markers", "fuzz: hostile-input fuzzing in a sandbox (tests/fuzz)")
     if config.getoption("--fuzz-long"):
         os.environ["SACMODEL_FUZZ_EXAMPLES"] = os.environ.get("SACMODEL_FUZZ_LONG_EXAMPLES", "2000")

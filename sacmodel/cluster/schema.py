@@ -23,7 +23,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..topology import Num, Topology, TopologyError, _pyd, load_topology
+from ..scenario_schema import Num, _pyd
+from ..topology import Topology, TopologyError, load_topology
 from ..units import UnitError, parse_quantity, parse_tokens
 from .transfer import TransferEngine
 

@@ -156,3 +156,12 @@ def test_a_warm_prediction_imports_none_of_the_heavy_libraries(tmp_path):
         assert first.returncode == 0, first.stderr
         warm = subprocess.run([sys.executable, "-c", c], capture_output=True, text=True, env=env)
         assert warm.returncode == 0 and warm.stdout.strip() == "[]", warm.stdout + warm.stderr
+
+
+def test_percentile_equals_numpys():
+    from sacmodel.serving import percentile
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 3, 7, 64, 511, 512):
+        x = rng.lognormal(size=n) * 1000.0
+        for q in (0, 1, 10, 50, 90, 99, 99.9, 100):
+            assert percentile(x, q) == pytest.approx(float(np.percentile(x, q)), rel=1e-12)

@@ -294,6 +294,9 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     single = shared_prompt and len(set(pid)) == 1          # one prompt: groups keyed by join clock alone
     groups_at: list[dict] = [{} for _ in range(dp)]                   # (prompt, join clock) -> requests
     groups_ver, same_cache = 0, {}                                    # distinct (prompt, age) pairs, cached
+    # one prompt: bit a of age_bits[r] is set while rank r decodes requests a steps after they joined, so the
+    # distinct ages over the decoding ranks are the set bits of the OR of their masks (a decode step shifts them)
+    age_bits = [0] * dp
     used = [float(reqs.prefix_pages)] * dp
     logged = [0] * dp
     timeline = []
@@ -350,6 +353,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                             gk = j if single else (pid[i], j)
                             groups_at[r][gk] = groups_at[r].get(gk, 0) + 1
                             groups_ver += 1
+                            if single:
+                                age_bits[r] |= 1
                         heapq.heappush(ends[r], (j + out[i] - 2, i))      # clock of its last step
                         sum_l[r] += L[i]
                         n_long[r] += long_[i]
@@ -443,16 +448,19 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             for _, tk in b_:
                 n_tok += tk
         if shared_prompt:      # same prompt at the same position: the same token, the same experts
-            # the count depends on the groups and on the ranks' clocks relative to each other only
-            c0 = clock[decoding[0]] if decoding else 0
-            skey = (groups_ver, tuple([clock[r] - c0 for r in decoding]), tuple(decoding))
-            n_same = same_cache.get(skey)
-            if n_same is None:
-                if single:
-                    n_same = len({clock[r] - j_ for r in decoding for j_ in groups_at[r]})
-                else:
+            if single:
+                u = 0
+                for r in decoding:
+                    u |= age_bits[r]
+                n_same = u.bit_count()
+            else:
+                # the count depends on the groups and on the ranks' clocks relative to each other only
+                c0 = clock[decoding[0]] if decoding else 0
+                skey = (groups_ver, tuple([clock[r] - c0 for r in decoding]), tuple(decoding))
+                n_same = same_cache.get(skey)
+                if n_same is None:
                     n_same = len({(p_, clock[r] - j_) for r in decoding for (p_, j_) in groups_at[r]})
-                same_cache[skey] = n_same
+                    same_cache[skey] = n_same
             if admits:
                 ext = {(pid[i], prefilled[i], tk) for _, b_ in admits for i, tk in b_}
                 n_distinct = n_same + sum(tk for _, _, tk in ext)
@@ -506,6 +514,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         # ---- advance the requests
         for r in decoding:
             clock[r] += jump
+            if single:
+                age_bits[r] <<= jump
             e = ends[r]
             while e and e[0][0] < clock[r]:
                 i = heapq.heappop(e)[1]
@@ -521,6 +531,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                     if not groups_at[r][gk]:
                         del groups_at[r][gk]
                         groups_ver += 1
+                        if single:
+                            age_bits[r] &= ~(1 << (clock[r] - joined[i]))
                 done[i] = t
                 in_flight -= 1
                 finished += 1

@@ -263,12 +263,22 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     long_ = [hs and c > cfg.device_buffer for c in L]
     hold = [alloc if lg else float(-(-(td + o) // page) * page) for lg, td, o in zip(long_, todo, out)]
     reserve = [page + min(o, 4096) for o in out]
+    life = [o - 1 for o in out]                  # decode steps of each request (the prefill gives its first token)
+    shape = list(zip(L, life))
     curves: dict[int, np.ndarray] = {}
+    lives: dict[tuple[int, int], np.ndarray] = {}
 
     def curve(c: int) -> np.ndarray:
         x = curves.get(c)
         if x is None:
             x = curves[c] = mdl.misses(c, max_out)
+        return x
+
+    def curve_over_life(sh: tuple[int, int]) -> np.ndarray:
+        """C[0..steps] of a request of shape (prompt length, decode steps)."""
+        x = lives.get(sh)
+        if x is None:
+            x = lives[sh] = curve(sh[0])[:sh[1] + 1]
         return x
     # acc[r][x]: misses-so-far of the rank's running requests at its decode clock x, so that the entries a
     # jump of j steps loads per layer is acc[x + j] - acc[x] (each request adds its cumulative curve over its
@@ -343,10 +353,11 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 st = staging[r]
                 if st and st[0][0] <= it:
                     ready = [i for j, i in st if j <= it]
-                    staging[r] = [(j, i) for j, i in st if j > it]
+                    staging[r] = st[len(ready):]                   # staged in order of the iteration
                     staged -= len(ready)
                     j = clock[r]
-                    groups: dict[tuple[int, int], int] = {}
+                    shapes: dict[tuple[int, int], int] = {}     # requests of one shape add one curve
+                    longest = 0
                     for i in ready:
                         joined[i] = j
                         if shared_prompt:
@@ -355,17 +366,19 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                             groups_ver += 1
                             if single:
                                 age_bits[r] |= 1
-                        heapq.heappush(ends[r], (j + out[i] - 2, i))      # clock of its last step
+                        heapq.heappush(ends[r], (j + life[i] - 1, i))      # clock of its last step
                         sum_l[r] += L[i]
                         n_long[r] += long_[i]
-                        groups[(L[i], out[i] - 1)] = groups.get((L[i], out[i] - 1), 0) + 1
+                        sh = shape[i]
+                        shapes[sh] = shapes.get(sh, 0) + 1
+                        if life[i] > longest:
+                            longest = life[i]
                     a = acc[r]
-                    top = j + max(k_[1] for k_ in groups) + 1
-                    if top > len(a):
-                        a = acc[r] = np.concatenate([a, np.zeros(max(top, 2 * len(a)) - len(a))])
-                    for (c, steps_), cnt in groups.items():
-                        seg = a[j:j + steps_ + 1]
-                        seg += curve(c)[:steps_ + 1] if cnt == 1 else cnt * curve(c)[:steps_ + 1]
+                    if j + longest + 1 > len(a):
+                        a = acc[r] = np.concatenate([a, np.zeros(max(j + longest + 1, 2 * len(a)) - len(a))])
+                    for sh, cnt in shapes.items():
+                        seg = a[j:j + sh[1] + 1]
+                        seg += curve_over_life(sh) if cnt == 1 else cnt * curve_over_life(sh)
                     sum_join[r] += j * len(ready)
                     newest[r] = j
                     running[r] += len(ready)

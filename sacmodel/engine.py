@@ -317,8 +317,9 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     crash: Crash | None = None
     t, it = 0.0, 0
     swap = {}                                    # (b, active) -> [steps, steps x L, steps x M] for the breakdown
-    stats = {"iterations": 0, "decode_steps": 0, "prefill_iterations": 0, "fetch_s": 0.0, "decode_s": 0.0,
-             "prefill_s": 0.0, "shared_s": 0.0, "peak_used": 0.0, "peak_rank_requests": 0}
+    # run statistics (the stats dict of the result, filled at the end)
+    n_iter = n_decode = n_prefill = peak_requests = 0
+    fetch_s = decode_s = prefill_s = shared_s = peak_used = 0.0
 
     def release_more(now: float):
         nonlocal next_req, in_flight, fe_free
@@ -389,36 +390,39 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 for r, ready in fetching:
                     fetch_t = max(fetch_t, sum(mdl.fetch(L[i], bws.get(r, 0.0)) for i in ready))
         # ---- each rank: admit waiting requests (prefill has priority) or decode
-        admits = []
+        admits, decoding = [], []
+        n_tok = 0                                                  # tokens of the iteration's forward pass
         for r in range(dp):
             w = waiting[r]
-            if not w:
-                continue
-            batch, budget = [], chunk
-            n_active = running[r] + len(staging[r])
-            while w and budget > 0 and n_active + len(batch) < max_run:
-                i = w[0]
-                if prefilled[i] == 0:                              # its memory is taken when it starts
-                    if used[r] + hold[i] > max_total:
-                        if long_[i] and max_total - used[r] >= reserve[i]:
-                            crash = Crash(t, r, f"device-buffer allocation of {hold[i]:.0f} slots failed on rank {r} "
-                                                f"({used[r]:.0f} of {max_total} slots in use)")
-                        break
-                    used[r] += hold[i]
-                take = min(todo[i] - prefilled[i], budget)
-                batch.append((i, take))
-                budget -= -(-take // page) * page
-                if prefilled[i] + take < todo[i]:
-                    break                                          # a chunked prompt fills the batch
-                w.popleft()
-            if crash:
-                break
-            if batch:
-                admits.append((r, batch))
+            if w:
+                batch, budget = [], chunk
+                n_active = running[r] + len(staging[r])
+                while w and budget > 0 and n_active + len(batch) < max_run:
+                    i = w[0]
+                    if prefilled[i] == 0:                          # its memory is taken when it starts
+                        if used[r] + hold[i] > max_total:
+                            if long_[i] and max_total - used[r] >= reserve[i]:
+                                crash = Crash(t, r, f"device-buffer allocation of {hold[i]:.0f} slots failed on rank "
+                                                    f"{r} ({used[r]:.0f} of {max_total} slots in use)")
+                            break
+                        used[r] += hold[i]
+                    take = min(todo[i] - prefilled[i], budget)
+                    batch.append((i, take))
+                    n_tok += take
+                    budget -= -(-take // page) * page
+                    if prefilled[i] + take < todo[i]:
+                        break                                      # a chunked prompt fills the batch
+                    w.popleft()
+                if crash:
+                    break
+                if batch:
+                    admits.append((r, batch))
+                    continue
+            if running[r]:
+                decoding.append(r)
+                n_tok += running[r]
         if crash:
             break
-        busy = {r for r, _ in admits}
-        decoding = [r for r in range(dp) if running[r] and r not in busy]
         if not admits and not decoding:
             if fetch_t > 0 or staged:
                 t += fetch_t
@@ -453,13 +457,6 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 if hit[i] and prefilled[i] == 0:
                     p += t_admit
             pre_part = max(pre_part, p)
-        n_tok = n_dec = 0
-        for r in decoding:
-            n_dec += running[r]
-        n_tok = n_dec
-        for _, b_ in admits:
-            for _, tk in b_:
-                n_tok += tk
         if shared_prompt:      # same prompt at the same position: the same token, the same experts
             if single:
                 u = 0
@@ -510,15 +507,15 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             jump = max(1, min(jump - 1, math.ceil((horizon - t) / T)))
         t += fetch_t + jump * T
         it += jump
-        stats["iterations"] += jump
-        stats["fetch_s"] += fetch_t
+        n_iter += jump
+        fetch_s += fetch_t
         if admits:
-            stats["prefill_iterations"] += 1
-            stats["prefill_s"] += T
+            n_prefill += 1
+            prefill_s += T
         else:
-            stats["decode_steps"] += jump
-            stats["decode_s"] += jump * T
-            stats["shared_s"] += jump * shared
+            n_decode += jump
+            decode_s += jump * T
+            shared_s += jump * shared
             b, Lm, M, lg = best
             sw = swap.setdefault((b, active, lg), [0.0, 0.0, 0.0])
             sw[0] += jump
@@ -574,10 +571,13 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                     continue
                 staging[r].append((it + 1, i))                # decodes from the iteration after next
                 staged += 1
-            stats["peak_rank_requests"] = max(stats["peak_rank_requests"], running[r] + len(staging[r]))
-        stats["peak_used"] = max(stats["peak_used"], max(used))
+            peak_requests = max(peak_requests, running[r] + len(staging[r]))
+        if admits:            # only admissions take memory
+            peak_used = max(peak_used, max(used))
         release_more(t)
-    stats["swap_states"] = swap
+    stats = {"iterations": n_iter, "decode_steps": n_decode, "prefill_iterations": n_prefill, "fetch_s": fetch_s,
+             "decode_s": decode_s, "prefill_s": prefill_s, "shared_s": shared_s, "peak_used": peak_used,
+             "peak_rank_requests": peak_requests, "swap_states": swap}
     tr = v["t_request"]
     seen = np.array(_delivery(first, release, L, t_token), dtype=float) + tr
     done_a = np.array(done, dtype=float) + tr

@@ -335,6 +335,15 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
 
     pre_cache: dict = {}
     rank_cache, shared_cache = mdl._rank_cache, mdl._shared_cache
+    fetch_cache: dict = {}
+
+    def fetch_time(tokens: int, nic_bw: float) -> float:
+        key = (tokens, nic_bw)
+        x = fetch_cache.get(key)
+        if x is None:
+            x = fetch_cache[key] = mdl.fetch(tokens, nic_bw)
+        return x
+
     release_more(0.0)
     guard = 40 * n + 8 * max_out + 100000
     staged = 0
@@ -390,7 +399,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             if fetching:
                 bws = fetch_bandwidth(cfg, tuple(r for r, _ in fetching)) if cfg.system == "rdma" else {}
                 for r, ready in fetching:
-                    fetch_t = max(fetch_t, sum(mdl.fetch(L[i], bws.get(r, 0.0)) for i in ready))
+                    bw = bws.get(r, 0.0)
+                    fetch_t = max(fetch_t, sum(fetch_time(L[i], bw) for i in ready))
         # ---- each rank: admit waiting requests (prefill has priority) or decode
         admits, decoding = [], []
         n_tok = 0                                                  # tokens of the iteration's forward pass

@@ -609,11 +609,12 @@ def _delivery(first: list, release: list, L: list, t_token: float) -> np.ndarray
     order = np.argsort(np.where(ok, rel, np.inf), kind="stable")[: int(ok.sum())]
     work = t_token * np.asarray(L, dtype=float)[order]
     r = rel[order]
-    ends = np.empty(len(order))
+    ends_l = []
     free = 0.0
-    for j in range(len(order)):               # FIFO server: end_j = max(r_j, end_{j-1}) + work_j
-        free = (r[j] if r[j] > free else free) + work[j]
-        ends[j] = free
+    for rj, wj in zip(r.tolist(), work.tolist()):   # FIFO server: end_j = max(r_j, end_{j-1}) + work_j
+        free = (rj if rj > free else free) + wj
+        ends_l.append(free)
+    ends = np.array(ends_l, dtype=float)
     seen = fst.copy()
     f = np.isfinite(fst)
     j = np.searchsorted(r, fst[f], side="right") - 1          # the last request released before the token

@@ -266,7 +266,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     life = [o - 1 for o in out]                  # decode steps of each request (the prefill gives its first token)
     shape = list(zip(L, life))
     curves: dict[int, np.ndarray] = {}
-    lives: dict[tuple[int, int], np.ndarray] = {}
+    lives: dict[tuple[int, int], np.ndarray | None] = {}
 
     def curve(c: int) -> np.ndarray:
         x = curves.get(c)
@@ -274,12 +274,13 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             x = curves[c] = mdl.misses(c, max_out)
         return x
 
-    def curve_over_life(sh: tuple[int, int]) -> np.ndarray:
-        """C[0..steps] of a request of shape (prompt length, decode steps)."""
-        x = lives.get(sh)
-        if x is None:
-            x = lives[sh] = curve(sh[0])[:sh[1] + 1]
-        return x
+    def curve_over_life(sh: tuple[int, int]) -> np.ndarray | None:
+        """C[0..steps] of a request of shape (prompt length, decode steps); None when it loads nothing (its
+        share of the miss sums below is 0 throughout)."""
+        if sh not in lives:
+            x = curve(sh[0])[:sh[1] + 1]
+            lives[sh] = x if x.any() else None
+        return lives[sh]
     # acc[r][x]: misses-so-far of the rank's running requests at its decode clock x, so that the entries a
     # jump of j steps loads per layer is acc[x + j] - acc[x] (each request adds its cumulative curve over its
     # life; a finished one takes back its last point)
@@ -389,8 +390,10 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                         a = acc[r] = np.concatenate([a, np.zeros(max(j + longest + 1, 2 * len(a)) - len(a))])
                         acc_at[r] = memoryview(a)
                     for sh, cnt in shapes.items():
-                        seg = a[j:j + sh[1] + 1]
-                        seg += curve_over_life(sh) if cnt == 1 else cnt * curve_over_life(sh)
+                        cl = curve_over_life(sh)
+                        if cl is not None:
+                            seg = a[j:j + sh[1] + 1]
+                            seg += cl if cnt == 1 else cnt * cl
                     sum_join[r] += j * len(ready)
                     newest[r] = j
                     running[r] += len(ready)
@@ -541,7 +544,9 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             e = ends[r]
             while e and e[0][0] < clock[r]:
                 i = heapq.heappop(e)[1]
-                acc_at[r][joined[i] + life[i]] -= curve_over_life(shape[i])[-1]
+                cl = curve_over_life(shape[i])
+                if cl is not None:
+                    acc_at[r][joined[i] + life[i]] -= cl[-1]
                 sum_l[r] -= L[i]
                 sum_join[r] -= joined[i]
                 n_long[r] -= long_[i]

@@ -407,6 +407,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         # ---- each rank: admit waiting requests (prefill has priority) or decode
         admits, decoding = [], []
         n_tok = 0                                                  # tokens of the iteration's forward pass
+        chunks, n_new = set(), 0        # prompt ids: distinct (prompt, position, tokens) chunks admitted, their tokens
         for r in range(dp):
             w = waiting[r]
             if w:
@@ -424,6 +425,9 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                     take = min(todo[i] - prefilled[i], budget)
                     batch.append((i, take))
                     n_tok += take
+                    if shared_prompt and (pid[i], prefilled[i], take) not in chunks:
+                        chunks.add((pid[i], prefilled[i], take))
+                        n_new += take
                     budget -= -(-take // page) * page
                     if prefilled[i] + take < todo[i]:
                         break                                      # a chunked prompt fills the batch
@@ -486,11 +490,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 if n_same is None:
                     n_same = len({(p_, clock[r] - j_) for r in decoding for (p_, j_) in groups_at[r]})
                     same_cache[skey] = n_same
-            if admits:
-                ext = {(pid[i], prefilled[i], tk) for _, b_ in admits for i, tk in b_}
-                n_distinct = n_same + sum(tk for _, _, tk in ext)
-            else:
-                n_distinct = n_same
+            n_distinct = n_same + n_new                             # plus the distinct prefill chunks
         else:
             n_distinct = n_tok
         shared = shared_cache.get((n_tok, n_distinct, bool(admits)))

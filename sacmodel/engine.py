@@ -106,6 +106,10 @@ class Model:
         self._rank_cache: dict = {}
         self._shared_cache: dict = {}
         self._miss_cache: dict = {}
+        # the shared part's arguments: fixed ones filled in once, the three that vary set per call
+        names = self.shared_c.names
+        self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, mlp_eff=1.0))
+        self._shared_at = (names.index("N"), names.index("N_d"), names.index("mlp_eff"))
 
     # rank part = a + c * L + g * M  for b requests (exact: the expressions are linear in L and M)
     def rank_coeffs(self, b: int, active: int, swap: bool = True) -> tuple[float, float, float]:
@@ -118,9 +122,13 @@ class Model:
                      swap_on=1.0 if swap and self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
             f = self.rank_c.total
             L0, L1 = 4 * self.k + 1.0, 8 * self.k + 2.0           # both above k: the linear branch
-            t00 = f(*self.rank_c.args(dict(v, L=L0, M=0.0)))
-            t10 = f(*self.rank_c.args(dict(v, L=L1, M=0.0)))
-            t01 = f(*self.rank_c.args(dict(v, L=L0, M=1.0)))
+            a = self.rank_c.args(dict(v, L=L0, M=0.0))
+            i_l, i_m = self.rank_c.names.index("L"), self.rank_c.names.index("M")
+            t00 = f(*a)
+            a[i_l] = L1
+            t10 = f(*a)
+            a[i_l], a[i_m] = L0, 1.0
+            t01 = f(*a)
             slope_l = (t10 - t00) / (L1 - L0)
             c = (t00 - slope_l * L0, slope_l, t01 - t00)
             self._rank_cache[key] = c
@@ -138,9 +146,11 @@ class Model:
         key = (n_tokens, d, prefill)
         s = self._shared_cache.get(key)
         if s is None:
-            v = dict(self.v, N=float(max(n_tokens, 1)), N_d=float(max(d, 1)),
-                     mlp_eff=self.v["prefill_eff"] if prefill else self.v["compute_eff"])
-            s = self.shared_c.total(*self.shared_c.args(v))
+            a = list(self._shared_args)
+            i_n, i_d, i_eff = self._shared_at
+            a[i_n], a[i_d] = float(max(n_tokens, 1)), float(max(d, 1))
+            a[i_eff] = self.v["prefill_eff"] if prefill else self.v["compute_eff"]
+            s = self.shared_c.total(*a)
             self._shared_cache[key] = s
         return s
 

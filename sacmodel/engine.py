@@ -264,16 +264,18 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     chunk, max_total, max_run = cfg.prefill_chunk, cfg.max_total_tokens, cfg.max_running_requests
     fetching_system = cfg.system in FETCH_SYSTEMS
     max_out = max(out) if out else 1
+    # per-request constants, as arrays then lists for the loop
+    ctx, cached, outs = reqs.context, reqs.cached, reqs.output
     # uncached tokens to prefill: a prefix hit is matched page-aligned, leaving 1..page tokens
-    cached = reqs.cached.tolist()
-    todo = [int(c - (min(h, c - 1) // page) * page) if h > 0 else int(c) for c, h in zip(L, cached)]
-    hit = [h > 0 for h in cached]
+    todo_a = np.where(cached > 0, ctx - (np.minimum(cached, ctx - 1) // page) * page, ctx)
+    todo = todo_a.tolist()
+    hit = (cached > 0).tolist()
     # physical device slots a request holds from the start of its prefill to its end
-    alloc = float(cfg.buffer_alloc)
-    long_ = [hs and c > cfg.device_buffer for c in L]
-    hold = [alloc if lg else float(-(-(td + o) // page) * page) for lg, td, o in zip(long_, todo, out)]
-    reserve = [page + min(o, 4096) for o in out]
-    life = [o - 1 for o in out]                  # decode steps of each request (the prefill gives its first token)
+    long_a = (ctx > cfg.device_buffer) & bool(hs)
+    long_ = long_a.tolist()
+    hold = np.where(long_a, float(cfg.buffer_alloc), (-(-(todo_a + outs) // page) * page).astype(float)).tolist()
+    reserve = (page + np.minimum(outs, 4096)).tolist()
+    life = (outs - 1).tolist()                   # decode steps of each request (the prefill gives its first token)
     shape = list(zip(L, life))
     curves: dict[int, np.ndarray] = {}
     lives: dict[tuple[int, int], np.ndarray | None] = {}

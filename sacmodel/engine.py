@@ -106,6 +106,10 @@ class Model:
         self._rank_cache: dict = {}
         self._shared_cache: dict = {}
         self._miss_cache: dict = {}
+        # the shared part's arguments: fixed ones filled in once, the three that vary set per call
+        names = self.shared_c.names
+        self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, mlp_eff=1.0))
+        self._shared_at = (names.index("N"), names.index("N_d"), names.index("mlp_eff"))
 
     # rank part = a + c * L + g * M  for b requests (exact: the expressions are linear in L and M)
     def rank_coeffs(self, b: int, active: int, swap: bool = True) -> tuple[float, float, float]:
@@ -118,9 +122,13 @@ class Model:
                      swap_on=1.0 if swap and self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
             f = self.rank_c.total
             L0, L1 = 4 * self.k + 1.0, 8 * self.k + 2.0           # both above k: the linear branch
-            t00 = f(*self.rank_c.args(dict(v, L=L0, M=0.0)))
-            t10 = f(*self.rank_c.args(dict(v, L=L1, M=0.0)))
-            t01 = f(*self.rank_c.args(dict(v, L=L0, M=1.0)))
+            a = self.rank_c.args(dict(v, L=L0, M=0.0))
+            i_l, i_m = self.rank_c.names.index("L"), self.rank_c.names.index("M")
+            t00 = f(*a)
+            a[i_l] = L1
+            t10 = f(*a)
+            a[i_l], a[i_m] = L0, 1.0
+            t01 = f(*a)
             slope_l = (t10 - t00) / (L1 - L0)
             c = (t00 - slope_l * L0, slope_l, t01 - t00)
             self._rank_cache[key] = c
@@ -138,9 +146,11 @@ class Model:
         key = (n_tokens, d, prefill)
         s = self._shared_cache.get(key)
         if s is None:
-            v = dict(self.v, N=float(max(n_tokens, 1)), N_d=float(max(d, 1)),
-                     mlp_eff=self.v["prefill_eff"] if prefill else self.v["compute_eff"])
-            s = self.shared_c.total(*self.shared_c.args(v))
+            a = list(self._shared_args)
+            i_n, i_d, i_eff = self._shared_at
+            a[i_n], a[i_d] = float(max(n_tokens, 1)), float(max(d, 1))
+            a[i_eff] = self.v["prefill_eff"] if prefill else self.v["compute_eff"]
+            s = self.shared_c.total(*a)
             self._shared_cache[key] = s
         return s
 
@@ -254,26 +264,40 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     chunk, max_total, max_run = cfg.prefill_chunk, cfg.max_total_tokens, cfg.max_running_requests
     fetching_system = cfg.system in FETCH_SYSTEMS
     max_out = max(out) if out else 1
+    # per-request constants, as arrays then lists for the loop
+    ctx, cached, outs = reqs.context, reqs.cached, reqs.output
     # uncached tokens to prefill: a prefix hit is matched page-aligned, leaving 1..page tokens
-    cached = reqs.cached.tolist()
-    todo = [int(c - (min(h, c - 1) // page) * page) if h > 0 else int(c) for c, h in zip(L, cached)]
-    hit = [h > 0 for h in cached]
+    todo_a = np.where(cached > 0, ctx - (np.minimum(cached, ctx - 1) // page) * page, ctx)
+    todo = todo_a.tolist()
+    hit = (cached > 0).tolist()
     # physical device slots a request holds from the start of its prefill to its end
-    alloc = float(cfg.buffer_alloc)
-    long_ = [hs and c > cfg.device_buffer for c in L]
-    hold = [alloc if lg else float(-(-(td + o) // page) * page) for lg, td, o in zip(long_, todo, out)]
-    reserve = [page + min(o, 4096) for o in out]
+    long_a = (ctx > cfg.device_buffer) & bool(hs)
+    long_ = long_a.tolist()
+    hold = np.where(long_a, float(cfg.buffer_alloc), (-(-(todo_a + outs) // page) * page).astype(float)).tolist()
+    reserve = (page + np.minimum(outs, 4096)).tolist()
+    life = (outs - 1).tolist()                   # decode steps of each request (the prefill gives its first token)
+    shape = list(zip(L, life))
     curves: dict[int, np.ndarray] = {}
+    lives: dict[tuple[int, int], np.ndarray | None] = {}
 
     def curve(c: int) -> np.ndarray:
         x = curves.get(c)
         if x is None:
             x = curves[c] = mdl.misses(c, max_out)
         return x
+
+    def curve_over_life(sh: tuple[int, int]) -> np.ndarray | None:
+        """C[0..steps] of a request of shape (prompt length, decode steps); None when it loads nothing (its
+        share of the miss sums below is 0 throughout)."""
+        if sh not in lives:
+            x = curve(sh[0])[:sh[1] + 1]
+            lives[sh] = x if x.any() else None
+        return lives[sh]
     # acc[r][x]: misses-so-far of the rank's running requests at its decode clock x, so that the entries a
     # jump of j steps loads per layer is acc[x + j] - acc[x] (each request adds its cumulative curve over its
     # life; a finished one takes back its last point)
     acc = [np.zeros(max(4096, 4 * max_out)) for _ in range(dp)]
+    acc_at = [memoryview(a) for a in acc]       # the same memory: single entries as Python floats (much quicker)
     release = [math.nan] * n
     first = [math.nan] * n
     done = [math.nan] * n
@@ -294,6 +318,9 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     single = shared_prompt and len(set(pid)) == 1          # one prompt: groups keyed by join clock alone
     groups_at: list[dict] = [{} for _ in range(dp)]                   # (prompt, join clock) -> requests
     groups_ver, same_cache = 0, {}                                    # distinct (prompt, age) pairs, cached
+    # one prompt: bit a of age_bits[r] is set while rank r decodes requests a steps after they joined, so the
+    # distinct ages over the decoding ranks are the set bits of the OR of their masks (a decode step shifts them)
+    age_bits = [0] * dp
     used = [float(reqs.prefix_pages)] * dp
     logged = [0] * dp
     timeline = []
@@ -304,8 +331,9 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     crash: Crash | None = None
     t, it = 0.0, 0
     swap = {}                                    # (b, active) -> [steps, steps x L, steps x M] for the breakdown
-    stats = {"iterations": 0, "decode_steps": 0, "prefill_iterations": 0, "fetch_s": 0.0, "decode_s": 0.0,
-             "prefill_s": 0.0, "shared_s": 0.0, "peak_used": 0.0, "peak_rank_requests": 0}
+    # run statistics (the stats dict of the result, filled at the end)
+    n_iter = n_decode = n_prefill = peak_requests = 0
+    fetch_s = decode_s = prefill_s = shared_s = peak_used = 0.0
 
     def release_more(now: float):
         nonlocal next_req, in_flight, fe_free
@@ -320,6 +348,15 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
 
     pre_cache: dict = {}
     rank_cache, shared_cache = mdl._rank_cache, mdl._shared_cache
+    fetch_cache: dict = {}
+
+    def fetch_time(tokens: int, nic_bw: float) -> float:
+        key = (tokens, nic_bw)
+        x = fetch_cache.get(key)
+        if x is None:
+            x = fetch_cache[key] = mdl.fetch(tokens, nic_bw)
+        return x
+
     release_more(0.0)
     guard = 40 * n + 8 * max_out + 100000
     staged = 0
@@ -340,27 +377,35 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 st = staging[r]
                 if st and st[0][0] <= it:
                     ready = [i for j, i in st if j <= it]
-                    staging[r] = [(j, i) for j, i in st if j > it]
+                    staging[r] = st[len(ready):]                   # staged in order of the iteration
                     staged -= len(ready)
                     j = clock[r]
-                    groups: dict[tuple[int, int], int] = {}
+                    shapes: dict[tuple[int, int], int] = {}     # requests of one shape add one curve
+                    longest = 0
                     for i in ready:
                         joined[i] = j
                         if shared_prompt:
                             gk = j if single else (pid[i], j)
                             groups_at[r][gk] = groups_at[r].get(gk, 0) + 1
                             groups_ver += 1
-                        heapq.heappush(ends[r], (j + out[i] - 2, i))      # clock of its last step
+                            if single:
+                                age_bits[r] |= 1
+                        heapq.heappush(ends[r], (j + life[i] - 1, i))      # clock of its last step
                         sum_l[r] += L[i]
                         n_long[r] += long_[i]
-                        groups[(L[i], out[i] - 1)] = groups.get((L[i], out[i] - 1), 0) + 1
+                        sh = shape[i]
+                        shapes[sh] = shapes.get(sh, 0) + 1
+                        if life[i] > longest:
+                            longest = life[i]
                     a = acc[r]
-                    top = j + max(k_[1] for k_ in groups) + 1
-                    if top > len(a):
-                        a = acc[r] = np.concatenate([a, np.zeros(max(top, 2 * len(a)) - len(a))])
-                    for (c, steps_), cnt in groups.items():
-                        seg = a[j:j + steps_ + 1]
-                        seg += curve(c)[:steps_ + 1] if cnt == 1 else cnt * curve(c)[:steps_ + 1]
+                    if j + longest + 1 > len(a):
+                        a = acc[r] = np.concatenate([a, np.zeros(max(j + longest + 1, 2 * len(a)) - len(a))])
+                        acc_at[r] = memoryview(a)
+                    for sh, cnt in shapes.items():
+                        cl = curve_over_life(sh)
+                        if cl is not None:
+                            seg = a[j:j + sh[1] + 1]
+                            seg += cl if cnt == 1 else cnt * cl
                     sum_join[r] += j * len(ready)
                     newest[r] = j
                     running[r] += len(ready)
@@ -369,38 +414,46 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             if fetching:
                 bws = fetch_bandwidth(cfg, tuple(r for r, _ in fetching)) if cfg.system == "rdma" else {}
                 for r, ready in fetching:
-                    fetch_t = max(fetch_t, sum(mdl.fetch(L[i], bws.get(r, 0.0)) for i in ready))
+                    bw = bws.get(r, 0.0)
+                    fetch_t = max(fetch_t, sum(fetch_time(L[i], bw) for i in ready))
         # ---- each rank: admit waiting requests (prefill has priority) or decode
-        admits = []
+        admits, decoding = [], []
+        n_tok = 0                                                  # tokens of the iteration's forward pass
+        chunks, n_new = set(), 0        # prompt ids: distinct (prompt, position, tokens) chunks admitted, their tokens
         for r in range(dp):
             w = waiting[r]
-            if not w:
-                continue
-            batch, budget = [], chunk
-            n_active = running[r] + len(staging[r])
-            while w and budget > 0 and n_active + len(batch) < max_run:
-                i = w[0]
-                if prefilled[i] == 0:                              # its memory is taken when it starts
-                    if used[r] + hold[i] > max_total:
-                        if long_[i] and max_total - used[r] >= reserve[i]:
-                            crash = Crash(t, r, f"device-buffer allocation of {hold[i]:.0f} slots failed on rank {r} "
-                                                f"({used[r]:.0f} of {max_total} slots in use)")
-                        break
-                    used[r] += hold[i]
-                take = min(todo[i] - prefilled[i], budget)
-                batch.append((i, take))
-                budget -= -(-take // page) * page
-                if prefilled[i] + take < todo[i]:
-                    break                                          # a chunked prompt fills the batch
-                w.popleft()
-            if crash:
-                break
-            if batch:
-                admits.append((r, batch))
+            if w:
+                batch, budget = [], chunk
+                n_active = running[r] + len(staging[r])
+                while w and budget > 0 and n_active + len(batch) < max_run:
+                    i = w[0]
+                    if prefilled[i] == 0:                          # its memory is taken when it starts
+                        if used[r] + hold[i] > max_total:
+                            if long_[i] and max_total - used[r] >= reserve[i]:
+                                crash = Crash(t, r, f"device-buffer allocation of {hold[i]:.0f} slots failed on rank "
+                                                    f"{r} ({used[r]:.0f} of {max_total} slots in use)")
+                            break
+                        used[r] += hold[i]
+                    take = min(todo[i] - prefilled[i], budget)
+                    batch.append((i, take))
+                    n_tok += take
+                    if shared_prompt and (pid[i], prefilled[i], take) not in chunks:
+                        chunks.add((pid[i], prefilled[i], take))
+                        n_new += take
+                    budget -= -(-take // page) * page
+                    if prefilled[i] + take < todo[i]:
+                        break                                      # a chunked prompt fills the batch
+                    w.popleft()
+                if crash:
+                    break
+                if batch:
+                    admits.append((r, batch))
+                    continue
+            if running[r]:
+                decoding.append(r)
+                n_tok += running[r]
         if crash:
             break
-        busy = {r for r, _ in admits}
-        decoding = [r for r in range(dp) if running[r] and r not in busy]
         if not admits and not decoding:
             if fetch_t > 0 or staged:
                 t += fetch_t
@@ -435,29 +488,21 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 if hit[i] and prefilled[i] == 0:
                     p += t_admit
             pre_part = max(pre_part, p)
-        n_tok = n_dec = 0
-        for r in decoding:
-            n_dec += running[r]
-        n_tok = n_dec
-        for _, b_ in admits:
-            for _, tk in b_:
-                n_tok += tk
         if shared_prompt:      # same prompt at the same position: the same token, the same experts
-            # the count depends on the groups and on the ranks' clocks relative to each other only
-            c0 = clock[decoding[0]] if decoding else 0
-            skey = (groups_ver, tuple([clock[r] - c0 for r in decoding]), tuple(decoding))
-            n_same = same_cache.get(skey)
-            if n_same is None:
-                if single:
-                    n_same = len({clock[r] - j_ for r in decoding for j_ in groups_at[r]})
-                else:
-                    n_same = len({(p_, clock[r] - j_) for r in decoding for (p_, j_) in groups_at[r]})
-                same_cache[skey] = n_same
-            if admits:
-                ext = {(pid[i], prefilled[i], tk) for _, b_ in admits for i, tk in b_}
-                n_distinct = n_same + sum(tk for _, _, tk in ext)
+            if single:
+                u = 0
+                for r in decoding:
+                    u |= age_bits[r]
+                n_same = u.bit_count()
             else:
-                n_distinct = n_same
+                # the count depends on the groups and on the ranks' clocks relative to each other only
+                c0 = clock[decoding[0]] if decoding else 0
+                skey = (groups_ver, tuple([clock[r] - c0 for r in decoding]), tuple(decoding))
+                n_same = same_cache.get(skey)
+                if n_same is None:
+                    n_same = len({(p_, clock[r] - j_) for r in decoding for (p_, j_) in groups_at[r]})
+                    same_cache[skey] = n_same
+            n_distinct = n_same + n_new                             # plus the distinct prefill chunks
         else:
             n_distinct = n_tok
         shared = shared_cache.get((n_tok, n_distinct, bool(admits)))
@@ -472,8 +517,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 b = running[r]
                 ck = clock[r]
                 Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
-                ar = acc[r]
-                M = float(ar[ck + jump] - ar[ck]) / jump
+                ar = acc_at[r]
+                M = (ar[ck + jump] - ar[ck]) / jump
                 lg = n_long[r] > 0
                 co = rank_cache.get((b, active, lg))
                 if co is None:
@@ -489,15 +534,15 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             jump = max(1, min(jump - 1, math.ceil((horizon - t) / T)))
         t += fetch_t + jump * T
         it += jump
-        stats["iterations"] += jump
-        stats["fetch_s"] += fetch_t
+        n_iter += jump
+        fetch_s += fetch_t
         if admits:
-            stats["prefill_iterations"] += 1
-            stats["prefill_s"] += T
+            n_prefill += 1
+            prefill_s += T
         else:
-            stats["decode_steps"] += jump
-            stats["decode_s"] += jump * T
-            stats["shared_s"] += jump * shared
+            n_decode += jump
+            decode_s += jump * T
+            shared_s += jump * shared
             b, Lm, M, lg = best
             sw = swap.setdefault((b, active, lg), [0.0, 0.0, 0.0])
             sw[0] += jump
@@ -506,11 +551,14 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         # ---- advance the requests
         for r in decoding:
             clock[r] += jump
+            if single:
+                age_bits[r] <<= jump
             e = ends[r]
             while e and e[0][0] < clock[r]:
                 i = heapq.heappop(e)[1]
-                steps_ = out[i] - 1
-                acc[r][joined[i] + steps_] -= curve(L[i])[steps_]
+                cl = curve_over_life(shape[i])
+                if cl is not None:
+                    acc_at[r][joined[i] + life[i]] -= cl[-1]
                 sum_l[r] -= L[i]
                 sum_join[r] -= joined[i]
                 n_long[r] -= long_[i]
@@ -521,6 +569,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                     if not groups_at[r][gk]:
                         del groups_at[r][gk]
                         groups_ver += 1
+                        if single:
+                            age_bits[r] &= ~(1 << (clock[r] - joined[i]))
                 done[i] = t
                 in_flight -= 1
                 finished += 1
@@ -549,10 +599,13 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                     continue
                 staging[r].append((it + 1, i))                # decodes from the iteration after next
                 staged += 1
-            stats["peak_rank_requests"] = max(stats["peak_rank_requests"], running[r] + len(staging[r]))
-        stats["peak_used"] = max(stats["peak_used"], max(used))
+            peak_requests = max(peak_requests, running[r] + len(staging[r]))
+        if admits:            # only admissions take memory
+            peak_used = max(peak_used, max(used))
         release_more(t)
-    stats["swap_states"] = swap
+    stats = {"iterations": n_iter, "decode_steps": n_decode, "prefill_iterations": n_prefill, "fetch_s": fetch_s,
+             "decode_s": decode_s, "prefill_s": prefill_s, "shared_s": shared_s, "peak_used": peak_used,
+             "peak_rank_requests": peak_requests, "swap_states": swap}
     tr = v["t_request"]
     seen = np.array(_delivery(first, release, L, t_token), dtype=float) + tr
     done_a = np.array(done, dtype=float) + tr
@@ -573,11 +626,12 @@ def _delivery(first: list, release: list, L: list, t_token: float) -> np.ndarray
     order = np.argsort(np.where(ok, rel, np.inf), kind="stable")[: int(ok.sum())]
     work = t_token * np.asarray(L, dtype=float)[order]
     r = rel[order]
-    ends = np.empty(len(order))
+    ends_l = []
     free = 0.0
-    for j in range(len(order)):               # FIFO server: end_j = max(r_j, end_{j-1}) + work_j
-        free = (r[j] if r[j] > free else free) + work[j]
-        ends[j] = free
+    for rj, wj in zip(r.tolist(), work.tolist()):   # FIFO server: end_j = max(r_j, end_{j-1}) + work_j
+        free = (rj if rj > free else free) + wj
+        ends_l.append(free)
+    ends = np.array(ends_l, dtype=float)
     seen = fst.copy()
     f = np.isfinite(fst)
     j = np.searchsorted(r, fst[f], side="right") - 1          # the last request released before the token

@@ -62,23 +62,23 @@ class GridInterpolator:
 
     def __init__(self, axes, values):
         self.axes = tuple(np.asarray(a, dtype=float) for a in axes)
-        self.values = np.asarray(values, dtype=float)
+        self.values = np.ascontiguousarray(values, dtype=float)
+        self._flat = self.values.ravel()
+        self._strides = np.array(self.values.strides) // self.values.itemsize
+        self._offsets = np.array(list(itertools.product((0, 1), repeat=len(self.axes)))) @ self._strides
 
     def __call__(self, pts) -> np.ndarray:
         pts = np.asarray(pts, dtype=float)
-        lo, frac = [], []
+        n = len(pts)
+        base = np.zeros(n, dtype=np.intp)       # flat index of each point's lower corner
+        w = np.ones((n, 1))                     # weights of the corners, in itertools.product order
         for d, ax in enumerate(self.axes):
             x = pts[:, d]
             i = np.clip(np.searchsorted(ax, x, side="right") - 1, 0, len(ax) - 2)
-            lo.append(i)
-            frac.append((x - ax[i]) / (ax[i + 1] - ax[i]))
-        out = np.zeros(len(pts))
-        for corner in itertools.product((0, 1), repeat=len(self.axes)):
-            w = np.ones(len(pts))
-            for f, c in zip(frac, corner):
-                w = w * (f if c else 1.0 - f)
-            out = out + self.values[tuple(i + c for i, c in zip(lo, corner))] * w
-        return out
+            f = (x - ax[i]) / (ax[i + 1] - ax[i])
+            base += i * self._strides[d]
+            w = (w[:, :, None] * np.stack([1.0 - f, f], axis=1)[:, None, :]).reshape(n, -1)
+        return (self._flat[base[:, None] + self._offsets[None, :]] * w).sum(axis=1)
 
 
 def check_process(context, topk, buffer_slots, correlation) -> None:

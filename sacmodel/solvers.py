@@ -22,7 +22,7 @@ from scipy.optimize import brentq
 
 from .calibrate import get_param, set_param
 from .costs import SYMBOLS, sym
-from .config import PositionError, resolve, static_values, swap_route
+from .config import ConfigError, PositionError, resolve, static_values, swap_route
 from .serving import predict
 from .step import fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
 from .systems import as_topology, check_system
@@ -183,13 +183,19 @@ def mean_misses_grid(scenario, system: str, context, output, **resources) -> np.
     from .engine import cumulative_misses_at
     cfg = resolve(scenario, system, **resources)
     L, O = np.broadcast_arrays(np.asarray(context, dtype=float), np.asarray(output, dtype=float))
-    out = np.zeros(L.shape)
-    for lv in np.unique(L):
-        sel = (L == lv) & (O >= 2)
-        if sel.any():
-            o = np.round(O[sel])
-            out[sel] = cumulative_misses_at(cfg, int(round(lv)), o - 1) / (o - 1)
-    return out
+    flat_l, flat_o = L.ravel(), np.round(O.ravel())
+    out = np.zeros(flat_l.shape)
+    # one miss curve per distinct context, evaluated at that context's distinct outputs (a grid repeats both)
+    u, inv = np.unique(flat_l, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(u) + 1))
+    for j, lv in enumerate(u):
+        idx = order[bounds[j]:bounds[j + 1]]
+        idx = idx[flat_o[idx] >= 2]
+        if idx.size:
+            o, back = np.unique(flat_o[idx], return_inverse=True)
+            out[idx] = (cumulative_misses_at(cfg, int(round(lv)), o - 1) / (o - 1))[back]
+    return out.reshape(L.shape)
 
 
 def scenario_values(scenario, system: str, **resources) -> dict[str, float]:
@@ -841,8 +847,18 @@ def _lambdify(expr, names):
 
 
 def _predict_point(args):
+    """One point of a full sweep; a point the configuration cannot take (a context beyond the model's
+    positions, more CXL devices than the scenario has...) is an infeasible row with the reason, not an abort."""
     scenario, system, kw = args
-    p = predict(scenario, system, **kw)
+    try:
+        p = predict(scenario, system, **kw)
+    except ConfigError as exc:
+        from .serving import Prediction, output_spec
+        lo, hi = output_spec(kw.get("output", 1024))
+        n = kw.get("requests") or 8 * kw.get("concurrency", 1)
+        p = Prediction(system, getattr(scenario, "name", str(scenario)), kw.get("context", 0),
+                       hi if lo == hi else (lo, hi), kw.get("concurrency", 1), n, False, str(exc),
+                       success_fraction=0.0, config={k: v for k, v in kw.items() if k not in ("context", "output")})
     return p.to_dict()
 
 

@@ -146,6 +146,16 @@ def test_vectorised_sweep_equals_pointwise():
     assert wm["winner"].shape == (3, 2)
 
 
+def test_a_sweep_point_the_configuration_cannot_take_is_an_infeasible_row():
+    rows = sweep_predict("sac-testbed", "cxl", {"context": [16384, 196608], "cxl_devices": [2, 3]},
+                         fixed={"output": 64, "concurrency": 8}, workers=1, progress=False)
+    ok = [(r["context"], r["config"]["cxl_devices"]) for r in rows if r["feasible"]]
+    assert ok == [(16384, 2)]
+    bad = {(r["context"], r["config"]["cxl_devices"]): r["limit"] for r in rows if not r["feasible"]}
+    assert "maximum position" in bad[(196608, 2)] and "cxl_devices=3" in bad[(16384, 3)]
+    assert all(r["success_fraction"] == 0.0 and r["tbt_mean_ms"] is None for r in rows if not r["feasible"])
+
+
 def test_full_predict_sweeps_local_processes_and_dask():
     grid = {"context": [16384, 65536], "concurrency": [8, 16]}
     serial = sweep_predict("sac-testbed", "cxl", grid, fixed={"output": 128}, workers=1)

@@ -45,19 +45,28 @@ for system in ("dram", "cxl", "rdma"):
     dt = (time.perf_counter() - t) / k
     print(f"predict ({system}, 512 requests, concurrency 64): {dt * 1e3:.1f} ms per call ({1 / dt:.0f} calls/s)")
 
-# the issue-7 target: a 128K, 512-request prediction under 20 ms median on one core (CPU time of this process)
-for system in ("gpu", "dram", "cxl", "rdma"):
-    topo = sacmodel.load_topology("sac-testbed")
-    sacmodel.predict(topo, system, context=131072, output=1024, concurrency=64, requests=512)
-    ts = []
-    for i in range(15):
-        t = time.process_time()
-        sacmodel.predict(topo, system, context=131072 - 64 * i, output=1024, concurrency=64, requests=512)
-        ts.append(time.process_time() - t)
-    print(f"predict ({system}, 128K, 512 requests, concurrency 64): median {np.median(ts) * 1e3:.1f} ms CPU "
-          f"(min {min(ts) * 1e3:.1f}, max {max(ts) * 1e3:.1f})")
+# the issue-7 target: a 128K, 512-request prediction under 20 ms median on one core (CPU time of this process).
+# This VM's speed swings by up to 2x from minute to minute, so five rounds interleave the systems and the best
+# and worst round medians are both printed (the best is the quiet-machine figure).
+topo = sacmodel.load_topology("sac-testbed")
+SYSTEMS = ("gpu", "dram", "cxl", "rdma")
+medians = {s: [] for s in SYSTEMS}
+for s in SYSTEMS:
+    sacmodel.predict(topo, s, context=131072, output=1024, concurrency=64, requests=512)
+for _ in range(5):
+    for system in SYSTEMS:
+        ts = []
+        for i in range(15):
+            t = time.process_time()
+            sacmodel.predict(topo, system, context=131072 - 64 * i, output=1024, concurrency=64, requests=512)
+            ts.append(time.process_time() - t)
+        medians[system].append(float(np.median(ts)))
+for system in SYSTEMS:
+    m = medians[system]
+    print(f"predict ({system}, 128K, 512 requests, concurrency 64): median {min(m) * 1e3:.1f} ms CPU in the "
+          f"quietest of 5 rounds, {max(m) * 1e3:.1f} ms in the busiest")
 
-combos = {"context": [16384, 24576, 32768, 49152, 65536, 98304, 131072, 196608],
+combos = {"context": [16384, 24576, 32768, 49152, 65536, 98304, 131072, 160000],
           "concurrency": list(range(8, 264, 8))}
 t = time.perf_counter()
 rows = sweep_predict("sac-testbed", "cxl", combos, fixed={"output": 1024}, progress=False)

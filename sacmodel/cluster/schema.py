@@ -21,9 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from ..scenario_schema import Num, _pyd
 from ..topology import Topology, TopologyError, load_topology
 from ..units import UnitError, parse_quantity, parse_tokens
 from .transfer import TransferEngine
@@ -31,6 +28,9 @@ from .transfer import TransferEngine
 
 def _num(raw, dimension: str, where: str) -> tuple[float, str, str]:
     """A ``{value, source}`` entry: (SI value, provenance, value as written); finite and non-negative."""
+    from pydantic import ValidationError           # validation only: a cached cluster needs neither
+
+    from ..scenario_schema import Num, _pyd
     if not isinstance(raw, dict):
         raise TopologyError(f"{where}: expected {{value: <quantity>, source: <provenance>}}, got {raw!r}")
     try:

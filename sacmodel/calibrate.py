@@ -17,14 +17,11 @@ the scenario file with a ``fitted:`` source.
 from __future__ import annotations
 
 import copy
-import itertools
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 from scipy.optimize import least_squares
 
 from .measured import FetchPoint, Run

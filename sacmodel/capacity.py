@@ -34,7 +34,7 @@ def static_check(cfg: Config, *, context: int, output: int, concurrency: int, pr
 
     Returns ``{"feasible", "limit", "usage": {name: {"used", "capacity"}}, "requests_per_rank", ...}``.
     """
-    t, m = cfg.topo, cfg.model
+    t = cfg.topo
     gpu = t.node(t.gpus[0])
     per_rank = math.ceil(concurrency / cfg.dp)
     weights = weights_per_gpu(cfg)

@@ -13,7 +13,7 @@ import math
 import sys
 
 from . import __version__
-from .cli_types import (LIMITS, RATE_RANGE, TIME_SCALE_RANGE, arg, byte_size, count, in_file, names_list, number,
+from .cli_types import (LIMITS, RATE_RANGE, arg, byte_size, count, in_file, names_list, number,
                         out_file, path_text, plot_file, system_list, token_list, tokens)
 from .names import MAIN_SYSTEMS, SYSTEMS
 

@@ -148,7 +148,6 @@ def static_values(cfg: Config) -> dict[str, float]:
     gpu = t.node(t.gpus[0])
     eb = cfg.entry_bytes
     hs = cfg.hisparse
-    k = float(m.topk) if m.sparse else 0.0
     v = dict(
         layers=float(m.layers), w_bytes=t.param("weight_bytes_per_param"), tp=t.param("tp"),
         peak_bf16=gpu["flops_bf16"], peak_fp8=gpu["flops_fp8"], hbm_bw=gpu["hbm_bandwidth"],

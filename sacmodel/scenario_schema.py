@@ -115,7 +115,7 @@ def _pyd(exc: ValidationError, where: str, what: str = "") -> str:
     msg = e["msg"].removeprefix("Value error, ")
     if e["type"] in ("model_type", "dict_type"):
         quantity = path and isinstance(path[-1], str) and path[-1] not in ScenarioFile.model_fields
-        msg = (f"expected {{value: <quantity>, source: <provenance>}}" if quantity else "expected a mapping") + \
+        msg = ("expected {value: <quantity>, source: <provenance>}" if quantity else "expected a mapping") + \
             f", got {_short(e.get('input'))}"
     elif path and path[-1] == "value" and e["type"].endswith("_type"):
         msg = f"expected a quantity such as '26 GB/s' or a number, got {_short(e.get('input'))}"

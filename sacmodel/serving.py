@@ -15,7 +15,7 @@ import numpy as np
 
 from .capacity import static_check
 from .config import Config, ConfigError, PositionError, resolve, static_values, swap_route
-from .engine import TRACE_CONTEXT_GRID, Model, Requests, run_engine
+from .engine import TRACE_CONTEXT_GRID, Model, Requests, run_engine  # noqa: F401 (re-exported for replays)
 
 __all__ = ["ConfigError", "Prediction", "Requests", "compare", "predict", "resolve", "run_engine", "workload"]
 

@@ -11,7 +11,7 @@ from sacmodel.access import (access_counts, correlation_for_overlap, exact_stead
                              steady_state, top_k_overlap)
 from sacmodel.calibrate import with_params
 from sacmodel.costs import compile_expr, gather_time
-from sacmodel.reference import KEYS, lines_touched, simulate
+from sacmodel.reference import lines_touched, simulate
 from sacmodel.systems import fetch_latency_us
 from sacmodel.topology import load_topology, max_min_share
 

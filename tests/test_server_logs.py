@@ -1,6 +1,5 @@
 """The SGLang server-log parser: settings, per-rank batches, rounds, exceptions (synthetic logs + shared data)."""
 import gzip
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -17,7 +17,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -25,7 +24,7 @@ sys.path.insert(0, str(HERE.parent))
 from sacmodel.calibrate import (NOT_FITTED, PARAM_UNITS, PLAUSIBLE, PREFILL_PARAMS, SERVING_PARAMS,  # noqa: E402
                                 STEP_PARAMS, fit_serving, fit_steps, get_param, prior, run_kwargs,
                                 step_observations, step_residuals, with_params)
-from sacmodel.measured import (METRICS, compare_runs, latest_per_backend, load_microbench, load_runs,  # noqa: E402
+from sacmodel.measured import (compare_runs, latest_per_backend, load_microbench, load_runs,  # noqa: E402
                                load_server_log)
 from sacmodel.serving import predict  # noqa: E402
 from sacmodel.systems import as_topology, fetch_latency_us  # noqa: E402

@@ -31,7 +31,7 @@ from ..traces import Trace, load_trace, memory_concurrency
 from ..units import UnitError, parse_quantity
 from .load import InstanceLoad, estimate
 from .prefix_cache import RadixCache, check_block_tokens, page_keys
-from .routers import RouterError, least_loaded, make_router
+from .routers import RouterError, make_router
 from .schema import HOME, USABLE, ClusterSpec, InstanceSpec, TierSpec, cluster_of, kv_bytes_per_token, \
     parse_capacity
 from .transfer import Flow, FlowSet, TransferEngine, link_bytes, share_links

@@ -340,7 +340,8 @@ class Topology:
 def load_topology(spec: str | Path | dict) -> Topology:
     """Load a scenario: a built-in name (``sac-testbed``), a YAML path, or a parsed mapping.
 
-    A file validated before (same bytes, same sacmodel) comes from the cache (:mod:`sacmodel.cache`).
+    A file validated before comes from the cache (:mod:`sacmodel.cache`) when it, every file it draws on (a
+    cluster file's host scenario) and the validating code are unchanged.
     """
     if isinstance(spec, dict):
         from .scenario_schema import build
@@ -349,14 +350,32 @@ def load_topology(spec: str | Path | dict) -> Topology:
         raise TopologyError(f"a scenario is a built-in name, a YAML path or a mapping, not {type(spec).__name__}")
     path = resolve_scenario_path(spec)
     key = _cache_key(path)
-    topo = cache.load("scenario", key) if key else None
-    if topo is None:
+    entry = cache.load("scenario", key) if key else None
+    if entry is not None and all(_digest(Path(p)) == h for p, h in entry[1]):
+        topo, deps = entry[0], [Path(p) for p, _ in entry[1]]
+    else:
         from .scenario_schema import build, read_yaml
-        topo = build(read_yaml(path), str(path), path)
+        _READING.append([])                  # the files the build reads besides this one
+        try:
+            topo = build(read_yaml(path), str(path), path)
+        finally:
+            deps = _READING.pop()
         if key:
             topo.precompute_routes()
-            cache.store("scenario", key, topo)
+            cache.store("scenario", key, (topo, [(str(p), _digest(p)) for p in deps]))
+    if _READING:                             # loaded while building a cluster file: that file depends on this
+        _READING[-1].extend([path, *deps])
     return topo
+
+
+_READING: list[list[Path]] = []
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return cache.key(path.read_bytes())
+    except OSError:
+        return None
 
 
 def _cache_key(path: Path) -> str | None:

@@ -165,3 +165,21 @@ def test_percentile_equals_numpys():
         x = rng.lognormal(size=n) * 1000.0
         for q in (0, 1, 10, 50, 90, 99, 99.9, 100):
             assert percentile(x, q) == pytest.approx(float(np.percentile(x, q)), rel=1e-12)
+
+
+def test_a_cluster_file_is_validated_again_when_its_host_scenario_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("SACMODEL_CACHE_DIR", str(tmp_path / "cache"))
+    host = _scenario_copy(tmp_path)
+    cluster_text = (TOPOLOGY_DIR / "sac-cluster-4x.yaml").read_text()
+    import re
+    m = re.search(r"^(\s*host:\s*)(\S+)\s*$", cluster_text, re.M)
+    assert m, "the built-in cluster names its host scenario"
+    clus = tmp_path / "cluster.yaml"
+    clus.write_text(cluster_text[:m.start(2)] + host.name + cluster_text[m.end(2):])
+    first = load_topology(clus)
+    assert first.cluster is not None and first.gpus
+    assert load_topology(clus).param("t_layer") == first.param("t_layer")        # from the cache
+    text = host.read_text()
+    old = re.search(r"t_layer: \{value: ([0-9.]+) ms", text)
+    host.write_text(text.replace(old.group(0), "t_layer: {value: 0.5 ms", 1))
+    assert load_topology(clus).param("t_layer") == pytest.approx(0.5e-3)          # the host changed

@@ -18,6 +18,7 @@ from pathlib import Path
 from . import __version__
 
 _PKG = Path(__file__).resolve().parent
+MAX_ENTRIES = 512          # per kind; a store beyond it removes the least recently written quarter
 
 
 def folder() -> Path | None:
@@ -79,5 +80,20 @@ def store(kind: str, k: str, obj) -> None:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        _prune(f.parent)
     except Exception:       # read-only home, full disk, an object that does not pickle: run without the cache
         return
+
+
+def _prune(d: Path, keep: int | None = None) -> None:
+    """Keep the cache bounded: above ``MAX_ENTRIES`` entries, remove the oldest until 3/4 of it remain."""
+    limit = MAX_ENTRIES if keep is None else keep
+    entries = list(d.glob("*.pickle"))
+    if len(entries) <= limit:
+        return
+    entries.sort(key=lambda p: p.stat().st_mtime)
+    for p in entries[:len(entries) - limit * 3 // 4]:
+        try:
+            p.unlink()
+        except OSError:
+            pass

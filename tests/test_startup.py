@@ -183,3 +183,13 @@ def test_a_cluster_file_is_validated_again_when_its_host_scenario_changes(tmp_pa
     old = re.search(r"t_layer: \{value: ([0-9.]+) ms", text)
     host.write_text(text.replace(old.group(0), "t_layer: {value: 0.5 ms", 1))
     assert load_topology(clus).param("t_layer") == pytest.approx(0.5e-3)          # the host changed
+
+
+def test_the_cache_stays_bounded(tmp_path, monkeypatch):
+    monkeypatch.setenv("SACMODEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cache, "MAX_ENTRIES", 8)
+    for i in range(20):
+        cache.store("demo", cache.key(str(i)), i)
+        os.utime(cache._file("demo", cache.key(str(i))), (i, i))     # distinct ages, oldest first
+    left = [v for v in (cache.load("demo", cache.key(str(i))) for i in range(20)) if v is not None]
+    assert 6 <= len(left) <= 8 and left[-1] == 19 and 0 not in left

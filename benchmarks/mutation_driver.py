@@ -52,6 +52,30 @@ def run_tests(tests: str, timeout: float) -> tuple[str, str, float]:
     return "killed", why, dt
 
 
+def run_mutant(path: Path, source: str, original: str, tests: str, timeout: float) -> tuple[str, str, float]:
+    """Write ``source`` into ``path``, run the tests, put ``original`` back (whatever happens)."""
+    path.write_text(source)
+    try:
+        return run_tests(tests, timeout)
+    finally:
+        path.write_text(original)
+
+
+def baseline(tests: str, factor: float) -> tuple[float, float]:
+    """(seconds of the unmutated suite, the per-mutant timeout); exits when the suite fails unmutated."""
+    status, why, base = run_tests(tests, 3600)
+    if status != "survived":
+        sys.exit(f"baseline fails ({why}): fix the suite first")
+    return base, max(30.0, factor * base)
+
+
+def emit(out, rec: dict) -> None:
+    """Append one result record to the JSON-lines file ``out`` (if any), flushed at once."""
+    if out:
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+
+
 def mutants(path: Path, ranges=()):
     """(line_number (1-based), original line, mutated line, mutated source) of every mutmut mutant."""
     from mutmut import ALL, Context, list_mutations, mutate
@@ -92,27 +116,17 @@ def cmd_mutate(a) -> None:
     rng = random.Random(a.seed)
     if a.sample and total > a.sample:
         cands = sorted(rng.sample(cands, a.sample), key=lambda m: m[0])
-    status, why, base = run_tests(a.tests, 3600)
-    if status != "survived":
-        sys.exit(f"baseline fails ({why}): fix the suite first")
-    timeout = max(30.0, a.timeout_factor * base)
+    base, timeout = baseline(a.tests, a.timeout_factor)
     print(f"{a.module}: {total} non-string mutants in range, running {len(cands)}; baseline {base:.1f}s, "
           f"timeout {timeout:.0f}s", flush=True)
     out = open(a.out, "a") if a.out else None
     t0 = time.monotonic()
     try:
         for k, (ln, old, new, src) in enumerate(cands, 1):
-            path.write_text(src)
-            try:
-                st, w, dt = run_tests(a.tests, timeout)
-            finally:
-                path.write_text(original)
-            rec = {"module": a.module, "line": ln, "old": old.strip(), "new": new.strip(), "status": st,
-                   "by": w, "seconds": round(dt, 1)}
+            st, w, dt = run_mutant(path, src, original, a.tests, timeout)
             print(f"[{k}/{len(cands)}] {st:8s} {a.module}:{ln}  {new.strip()[:100]}  {w}", flush=True)
-            if out:
-                out.write(json.dumps(rec) + "\n")
-                out.flush()
+            emit(out, {"module": a.module, "line": ln, "old": old.strip(), "new": new.strip(), "status": st,
+                       "by": w, "seconds": round(dt, 1)})
     finally:
         path.write_text(original)
         if out:
@@ -133,16 +147,9 @@ def cmd_plant(a) -> None:
             if mutated.count(old) != 1:
                 sys.exit(f"{b['name']}: {old!r} occurs {mutated.count(old)} times in {b['module']}")
             mutated = mutated.replace(old, new)
-        path.write_text(mutated)
-        try:
-            st, w, dt = run_tests(b["tests"], b.get("timeout", 600))
-        finally:
-            path.write_text(original)
-        rec = {"name": b["name"], "module": b["module"], "status": st, "by": w, "seconds": round(dt, 1)}
+        st, w, dt = run_mutant(path, mutated, original, b["tests"], b.get("timeout", 600))
         print(f"{st:8s} {b['name']}: {w} ({dt:.0f}s)", flush=True)
-        if out:
-            out.write(json.dumps(rec) + "\n")
-            out.flush()
+        emit(out, {"name": b["name"], "module": b["module"], "status": st, "by": w, "seconds": round(dt, 1)})
     if out:
         out.close()
 
@@ -155,10 +162,7 @@ def cmd_recheck(a) -> None:
     original = path.read_text()
     by_key = {(ln, new.strip()): src for ln, _, new, src in
               mutants(path, [(r["line"], r["line"]) for r in todo])}
-    status, why, base = run_tests(a.tests, 3600)
-    if status != "survived":
-        sys.exit(f"baseline fails ({why}): fix the suite first")
-    timeout = max(30.0, a.timeout_factor * base)
+    base, timeout = baseline(a.tests, a.timeout_factor)
     print(f"{a.module}: rechecking {len(todo)} survivors; baseline {base:.1f}s", flush=True)
     out = open(a.out, "a") if a.out else None
     try:
@@ -167,16 +171,9 @@ def cmd_recheck(a) -> None:
             if src is None:
                 print(f"[{k}] not found: {r['line']} {r['new']}", flush=True)
                 continue
-            path.write_text(src)
-            try:
-                st, w, dt = run_tests(a.tests, timeout)
-            finally:
-                path.write_text(original)
-            rec = dict(r, status=st, by=w, seconds=round(dt, 1), phase=a.phase)
+            st, w, dt = run_mutant(path, src, original, a.tests, timeout)
             print(f"[{k}/{len(todo)}] {st:8s} {a.module}:{r['line']}  {r['new'][:100]}  {w}", flush=True)
-            if out:
-                out.write(json.dumps(rec) + "\n")
-                out.flush()
+            emit(out, dict(r, status=st, by=w, seconds=round(dt, 1), phase=a.phase))
     finally:
         path.write_text(original)
         if out:

@@ -122,6 +122,14 @@ def _pyd(exc: ValidationError, where: str, what: str = "") -> str:
     return f"{where}: {loc}: {msg}" if loc else f"{where}: {msg}"
 
 
+def parse(model: type[BaseModel], raw: dict, where: str, what: str = ""):
+    """``model(**raw)``, or a :class:`TopologyError` naming ``where`` and the field (see :func:`_pyd`)."""
+    try:
+        return model(**raw)
+    except ValidationError as exc:
+        raise TopologyError(_pyd(exc, where, what)) from None
+
+
 def _short(v: Any, n: int = 60) -> str:
     text = repr(v)
     return text if len(text) <= n else text[:n] + "..."
@@ -194,10 +202,9 @@ def _params(table: Any, where: str) -> dict[str, Param]:
             raise TopologyError(f"{where}.{k}: unknown parameter {k!r} (known: {', '.join(known)})")
         if not isinstance(raw, dict):
             raise TopologyError(f"{where}.{k}: expected {{value: <quantity>, source: <provenance>}}, got {_short(raw)}")
+        num = parse(Num, raw, f"{where}.{k}")
         try:
-            out[k] = _quantity(Num(**raw), rng)
-        except ValidationError as exc:
-            raise TopologyError(_pyd(exc, f"{where}.{k}")) from None
+            out[k] = _quantity(num, rng)
         except ValueError as exc:
             raise TopologyError(f"{where}.{k}: {exc}") from None
     return out
@@ -205,10 +212,7 @@ def _params(table: Any, where: str) -> dict[str, Param]:
 
 def _fields(raw: dict, model: type[BaseModel], loc: str, what: str) -> dict:
     """Validate the numeric fields of a node or link entry: SI values and their sources."""
-    try:
-        parsed = model(**raw)
-    except ValidationError as exc:
-        raise TopologyError(_pyd(exc, loc, what)) from None
+    parsed = parse(model, raw, loc, what)
     out: dict[str, Any] = {"sources": {}}
     for name, p in parsed:
         if p is not None:
@@ -222,10 +226,7 @@ def validate_scenario(data: Any, where: str) -> ScenarioFile:
     if not isinstance(data, dict):
         raise TopologyError(f"{where}: expected a mapping at the top level")
     check_tree(data, where)
-    try:
-        sf = ScenarioFile(**data)
-    except ValidationError as exc:
-        raise TopologyError(_pyd(exc, where)) from None
+    sf = parse(ScenarioFile, data, where)
     if sf.schema_version != SCHEMA_VERSION:
         raise TopologyError(f"{where}: schema_version {sf.schema_version} is not supported "
                             f"(this is {SCHEMA_VERSION}, or 2 with a 'cluster:' section)")
@@ -280,10 +281,7 @@ def build(data: Any, where: str, path: Path | None) -> Topology:
     gpus: list[str] = []
     for i, raw in enumerate(sf.nodes):
         loc = f"{where}: nodes[{i}]"
-        try:
-            ns = NodeSpec(**raw)
-        except ValidationError as exc:
-            raise TopologyError(_pyd(exc, loc)) from None
+        ns = parse(NodeSpec, raw, loc)
         loc = f"{where}: node {ns.id!r}"
         if ns.kind not in NODE_FIELDS:
             raise TopologyError(f"{loc}: unknown kind {ns.kind!r} (known: {', '.join(NODE_FIELDS)})")
@@ -316,10 +314,7 @@ def build(data: Any, where: str, path: Path | None) -> Topology:
         raw = dict(raw)
         if "from" in raw:
             raw["from_"] = raw.pop("from")
-        try:
-            ls = LinkSpec(**raw)
-        except ValidationError as exc:
-            raise TopologyError(_pyd(exc, loc)) from None
+        ls = parse(LinkSpec, raw, loc)
         loc = f"{where}: link {ls.from_} -> {ls.to}"
         if ls.protocol not in PROTOCOLS:
             raise TopologyError(f"{loc}: unknown protocol {ls.protocol!r} (known: {', '.join(PROTOCOLS)})")

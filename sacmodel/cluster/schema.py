@@ -28,15 +28,10 @@ from .transfer import TransferEngine
 
 def _num(raw, dimension: str, where: str) -> tuple[float, str, str]:
     """A ``{value, source}`` entry: (SI value, provenance, value as written); finite and non-negative."""
-    from pydantic import ValidationError           # validation only: a cached cluster needs neither
-
-    from ..scenario_schema import Num, _pyd
+    from ..scenario_schema import Num, parse       # validation only: a cached cluster needs neither
     if not isinstance(raw, dict):
         raise TopologyError(f"{where}: expected {{value: <quantity>, source: <provenance>}}, got {raw!r}")
-    try:
-        n = Num(**raw)
-    except ValidationError as exc:
-        raise TopologyError(_pyd(exc, where)) from None
+    n = parse(Num, raw, where)
     try:
         v = parse_quantity(n.value, dimension, field=where)
     except UnitError as exc:

@@ -85,14 +85,13 @@ def store(kind: str, k: str, obj) -> None:
         return
 
 
-def _prune(d: Path, keep: int | None = None) -> None:
+def _prune(d: Path) -> None:
     """Keep the cache bounded: above ``MAX_ENTRIES`` entries, remove the oldest until 3/4 of it remain."""
-    limit = MAX_ENTRIES if keep is None else keep
     entries = list(d.glob("*.pickle"))
-    if len(entries) <= limit:
+    if len(entries) <= MAX_ENTRIES:
         return
     entries.sort(key=lambda p: p.stat().st_mtime)
-    for p in entries[:len(entries) - limit * 3 // 4]:
+    for p in entries[:len(entries) - MAX_ENTRIES * 3 // 4]:
         try:
             p.unlink()
         except OSError:

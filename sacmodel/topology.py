@@ -211,9 +211,6 @@ class Topology:
             state["_plain"] = (dict(g.nodes(data=True)), {(u, v): d for u, v, d in g.edges(data=True)})
         return state
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-
     @property
     def _nodes(self):
         """Attribute dict of each node (the graph's, or the plain copy while the graph is not built)."""
@@ -263,19 +260,17 @@ class Topology:
     def precompute_routes(self) -> None:
         """Compute the routes predictions use (every pool member to every GPU, remote memory to the NICs, the
         NICs and CXL devices to host DRAM) and each GPU's DRAM, so that a cached copy answers them at once."""
-        reachable = lambda a, b: a != b and b in nx.descendants(self.graph, a)  # noqa: E731
         dram = self.pools.get("dram", [])
         pairs = [(m, g) for ms in self.pools.values() for m in ms for g in self.gpus]
         pairs += [(r, n) for r in self.nodes_of("remote_memory") for n in self.pools.get("rdma", [])]
         pairs += [(m, d) for p in ("rdma", "cxl") for m in self.pools.get(p, []) for d in dram]
         for a, b in pairs:
-            if reachable(a, b):
-                try:
-                    self.route(a, b)
-                except TopologyError:
-                    pass
-        for r in range(len(self.gpus)):
-            if dram:
+            try:
+                self.route(a, b)
+            except TopologyError:      # no route: a prediction asking for it gets the same error then
+                pass
+        if dram:
+            for r in range(len(self.gpus)):
                 self.pool_for(r, "dram")
 
     def _forwardable(self, path: list[str]) -> bool:

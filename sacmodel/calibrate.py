@@ -299,6 +299,33 @@ def fit_steps(scenario, runs: list[Run], names=STEP_PARAMS, obs=None) -> FitResu
                 f"{len(obs)} decode intervals of {len({o.run.file for o in obs})} server logs", diff_step=0.002)
 
 
+def variable_output_steps(runs: list[Run], age: float = 300.0, min_intervals: int = 8) -> list[StepObservation]:
+    """Decode intervals of the variable-output runs (HiSparse pools other than RDMA), per running count.
+
+    A check, never fitted: the requests of a rank there have mixed ages (outputs drawn per request, a new
+    request admitted whenever one ends), so each observation carries one nominal ``age`` (steps) for the
+    buffer's warm-up. RDMA is left out: its intervals hold the prefix copies of the continual admissions.
+    An interval counts when the running count did not change; the median step time of at least
+    ``min_intervals`` intervals per (run, running count) makes one observation.
+    """
+    from .measured import load_server_log
+    obs = []
+    for run in runs:
+        if (not run.server_log or run.output_min == run.output_max or run.failed or run.system == "rdma"
+                or not run.prefix_cached):
+            continue
+        log = load_server_log(run.server_log).rounds(8)[1]
+        per_b: dict[int, list[float]] = {}
+        for r in range(log.ranks):
+            d = log.rank(r).decode
+            same = (d["running"][1:] == d["running"][:-1]) & (d["gen_tps"][1:] > 0)
+            for b, tps in zip(d["running"][1:][same], d["gen_tps"][1:][same]):
+                per_b.setdefault(int(b), []).append(b / tps)
+        obs += [StepObservation(run, b, age, float(np.median(v)), len(v), float(b * log.ranks))
+                for b, v in sorted(per_b.items()) if len(v) >= min_intervals]
+    return obs
+
+
 def step_residuals(scenario, obs: list[StepObservation]) -> np.ndarray:
     """Relative errors (predicted - measured) / measured of the step time of each observation."""
     return predicted_steps(as_topology(scenario), obs) / np.array([o.step_s for o in obs]) - 1

@@ -104,3 +104,16 @@ def test_cold_rounds_prefill_error():
         # cold-round CXL TBT rises with the context faster than the model (-6% at 16K to -16% at 128K, a gap
         # stated in validation/report.md); 12% guards the rest against regressions
         assert row["tbt_mean_ms"] <= 12 and row["ttft_mean_ms"] <= 25, s
+
+
+def test_variable_output_steps_cover_the_high_concurrency_runs_only():
+    from sacmodel.calibrate import variable_output_steps
+    runs = load_runs()
+    obs = variable_output_steps(runs)
+    files = {o.run.file for o in obs}
+    expected = {r.file for r in runs if r.output_min != r.output_max and r.system in ("dram", "cxl") and not r.failed}
+    assert files == expected and files                        # rdma, fixed outputs and the failed run left out
+    assert all(o.weight >= 8 and 0.02 < o.step_s < 1.0 for o in obs)
+    for f in files:                                           # a rank decoding more requests steps slower
+        mine = sorted((o.b, o.step_s) for o in obs if o.run.file == f)
+        assert mine[-1][0] >= 14 and mine[-1][1] > 1.5 * mine[0][1]

@@ -14,6 +14,9 @@ What it simulates (each piece is a mechanism of the measured server, see ``step.
   tokens are copied to the host pool first). On the RDMA pool the scheduler then copies the request's whole
   prompt from the pool (CPU gather, RDMA READ, CPU transpose and scatter) before anything else, which stalls
   every rank for that iteration; concurrent fetches share the NICs.
+- **Overlap scheduler.** A batch's results (a prefill's first tokens) are sent once the next batch has been
+  scheduled, so the prefix copies run in that scheduling delay the first tokens of the batch before it
+  (SGLang's overlapped event loop; ``disable_overlap_schedule=False`` in the testbed's logs).
 - **Buffer warm-up and settling.** A request admitted on a cached prefix starts with an empty GPU buffer: its
   first steps load the buffer (``B`` entries over ``T_C`` steps), then the steady misses of the score process
   at its current correlation (:mod:`sacmodel.access`, :func:`sacmodel.config.score_correlation`).
@@ -325,6 +328,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     logged = [0] * dp
     timeline = []
     fe_free = 0.0
+    unsent: list[int] = []                       # first tokens computed, sent with the next batch's scheduling
     pending: list[tuple[float, int]] = []        # (dispatch time, request)
     counter = first_round % dp
     next_req, in_flight, finished = 0, 0, 0
@@ -416,6 +420,10 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 for r, ready in fetching:
                     bw = bws.get(r, 0.0)
                     fetch_t = max(fetch_t, sum(fetch_time(L[i], bw) for i in ready))
+        if unsent:      # overlap scheduler: a batch's results go out once the next batch is scheduled
+            for i in unsent:
+                first[i] = t + fetch_t
+            unsent.clear()
         # ---- each rank: admit waiting requests (prefill has priority) or decode
         admits, decoding = [], []
         n_tok = 0                                                  # tokens of the iteration's forward pass
@@ -590,7 +598,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 prefilled[i] += take
                 if prefilled[i] < todo[i]:
                     continue
-                first[i] = t
+                unsent.append(i)
                 if out[i] <= 1:
                     done[i] = t
                     in_flight -= 1
@@ -603,6 +611,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         if admits:            # only admissions take memory
             peak_used = max(peak_used, max(used))
         release_more(t)
+    for i in unsent:
+        first[i] = t
     stats = {"iterations": n_iter, "decode_steps": n_decode, "prefill_iterations": n_prefill, "fetch_s": fetch_s,
              "decode_s": decode_s, "prefill_s": prefill_s, "shared_s": shared_s, "peak_used": peak_used,
              "peak_rank_requests": peak_requests, "swap_states": swap}

@@ -332,10 +332,10 @@ def step_residuals(scenario, obs: list[StepObservation]) -> np.ndarray:
 
 
 # ---- run-level metrics ------------------------------------------------------------------------------
-# The RDMA runs' first-token latency is left out of the fit: the measured server received the requests of an
-# RDMA wave over several seconds (prefill batches of 1, 2, 4-5 requests with empty queues, 4-16 s apart),
-# a front-end slowdown during prefix copies that the logs and sources do not explain and the model does not
-# have; fitting TTFT there would distort the copy bandwidth. The report shows that error.
+# The RDMA runs' first-token latency is predicted but left out of the fit: what remains of its error comes
+# from the front end, which delivers a wave's requests more slowly while the prefix copies run (the logs'
+# admissions: about 100-240 ms per request during copies against 15-30 ms without), a mechanism the model does
+# not have; fitting TTFT there would bend the copy bandwidth instead. The report includes that error.
 NOT_FITTED = {("rdma", "ttft_mean_ms")}
 
 

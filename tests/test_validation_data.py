@@ -86,12 +86,8 @@ def test_calibration_runs_in_sample_error():
     for s, row in table.items():
         assert row["tbt_mean_ms"] <= 10 and row["output_throughput_tok_s"] <= 10, s
         assert row["feasibility_right"] == 100, s
-        # RDMA TTFT is a known gap (validation/report.md): the testbed's RDMA ranks receive new requests only
-        # between fetch stalls, in waves the modelled front end does not produce, so the model's RDMA TTFT is
-        # a lower bound; every other pool's TTFT is held to 25%.
-        assert row["ttft_mean_ms"] <= (60 if s == "rdma" else 25), s
-    rdma = [c for c in comps if c.run.system == "rdma"]
-    assert sum(c.predicted["ttft_mean_ms"] <= 1.05 * c.run.metrics["ttft_mean_ms"] for c in rdma) >= len(rdma) - 1
+        # RDMA TTFT is predicted but not fitted (its first tokens wait for the next batch's prefix copies)
+        assert row["ttft_mean_ms"] <= 25, s
 
 
 def test_cold_rounds_prefill_error():

@@ -4,7 +4,9 @@ It uses the same step model as the engine but replaces the simulation by average
 ``concurrency / dp`` requests, a decode step sees the mean context ``L + O/2`` and the request's mean misses
 over its output, and admissions and RDMA copies stall all ranks once per wave (the benchmark's requests move
 in waves: a rank admits its requests together). Use it for quick sweeps of steady load; use the engine
-(the default) for TTFT, percentiles, the first wave, capacity overflow and varied outputs.
+(the default) for TTFT, percentiles, the first wave, capacity overflow and varied outputs. In particular its
+TTFT of the pools that copy the prompt first (rdma, cxl-prefetch) leaves out that first tokens wait for the
+copies scheduled after their prefill (the engine's overlap scheduler): it is a lower bound there.
 """
 from __future__ import annotations
 

@@ -213,3 +213,14 @@ def test_first_tokens_wait_for_the_next_batchs_prefix_copies():
     assert first[0] < 0.5 and first[1:].min() > stall
     # dram runs no copy: its first tokens all go out within the prefill iterations
     assert res["dram"].first.max() < 0.5 * stall
+
+
+@pytest.mark.parametrize("system", ["gpu", "dram", "cxl", "rdma"])
+def test_no_request_ends_before_its_first_token_is_seen(system):
+    """Outputs of 1 token (drawn 0..64, 0 counting as 1) end with their first token: its copy wait (rdma) and
+    the front end's queue delay their end as much as their first token."""
+    p = predict("sac-testbed", system, context=32768, output=(0, 64), concurrency=32, requests=128)
+    pr = p.per_request
+    ok = pr["completed"]
+    assert (pr["output"][ok] == 1).any()
+    assert np.all(pr["e2e_ms"][ok] >= pr["ttft_ms"][ok])

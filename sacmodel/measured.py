@@ -99,7 +99,8 @@ class Run:
 
     ``output`` is the fixed output length, or for variable outputs (drawn uniformly in ``output_min`` ..
     ``output_max``) the mean of the drawn lengths; ``outputs`` holds every request's actual output length
-    when the file has them. ``split`` is the manifest's split (``calibration-1``, ``release-2``).
+    and ``ttfts`` its measured first-token latency (ms, in the order the client sent them) when the file
+    has them. ``split`` is the manifest's split (``calibration-1``, ``release-2``).
     """
     file: str
     system: str
@@ -116,6 +117,7 @@ class Run:
     output_min: int | None = None
     output_max: int | None = None
     outputs: np.ndarray | None = field(default=None, repr=False, compare=False)
+    ttfts: np.ndarray | None = field(default=None, repr=False, compare=False)   # per request, ms, send order
     max_total_tokens: int | None = None
     max_running_requests: int | None = None
     server_log: Path | None = None
@@ -256,6 +258,8 @@ def _testbed_run(path: Path, d: dict, sysname, devices, nics, man: ManifestRow |
     hi = cfg.round2_output_max if cfg.round2_output_max is not None else (man.output_max if man else None)
     outputs = np.array([q.output_len for q in r.round2.per_request], dtype=np.int64) \
         if r.round2.per_request else None
+    ttfts = np.array([math.nan if q.ttft_ms is None else q.ttft_ms for q in r.round2.per_request], dtype=float) \
+        if r.round2.per_request else None
     if lo is not None and hi is not None and lo != hi:     # variable outputs: the mean of the drawn lengths
         mean = man.output if man and man.output is not None else \
             (float(outputs.mean()) if outputs is not None else (lo + hi) / 2)
@@ -268,7 +272,7 @@ def _testbed_run(path: Path, d: dict, sysname, devices, nics, man: ManifestRow |
     if requests is None:
         raise DataError(f"{path}: config: missing field 'round2_num_requests'")
     return Run(path.name, sysname, cfg.target_input_tokens, out_len, cfg.max_concurrency, requests, devices,
-               nics, buf, m.num_success, _metrics(m), output_min=lo, output_max=hi, outputs=outputs)
+               nics, buf, m.num_success, _metrics(m), output_min=lo, output_max=hi, outputs=outputs, ttfts=ttfts)
 
 
 def _metrics(m) -> dict[str, float]:

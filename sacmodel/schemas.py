@@ -197,6 +197,7 @@ class RoundMetrics(BaseModel):
 class PerRequest(BaseModel):
     model_config = STRICT
     output_len: OutTokens
+    ttft_ms: Optional[Measured] = None
 
 
 class Round(BaseModel):

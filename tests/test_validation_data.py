@@ -113,3 +113,11 @@ def test_variable_output_steps_cover_the_high_concurrency_runs_only():
     for f in files:                                           # a rank decoding more requests steps slower
         mine = sorted((o.b, o.step_s) for o in obs if o.run.file == f)
         assert mine[-1][0] >= 14 and mine[-1][1] > 1.5 * mine[0][1]
+
+
+def test_per_request_ttfts_are_read_and_agree_with_the_run_mean():
+    runs = [r for r in load_runs() if r.ttfts is not None and not r.failed]
+    assert len(runs) >= 60
+    for r in runs:
+        assert len(r.ttfts) == r.requests, r.file
+        assert np.nanmean(r.ttfts) == pytest.approx(r.metrics["ttft_mean_ms"], rel=0.01), r.file

@@ -208,6 +208,22 @@ def variable_steps(topo, runs):
              "error_pct": 100 * x} for o, x in zip(obs, e)]
 
 
+def wave_ttft(topo, runs):
+    """Mean TTFT of a run's first wave (every request released into an idle server) and of its later waves
+    (released as the previous wave's requests finish), measured (per request) against the engine."""
+    out = []
+    for r in runs:
+        if r.ttfts is None or not fixed(r) or r.failed or r.requests < 4 * r.concurrency:
+            continue
+        p = predict(topo, r.system, **run_kwargs(r))
+        c = r.concurrency
+        meas, pred = r.ttfts, p.per_request["ttft_ms"]
+        out.append({"file": r.file, "system": r.system, "context": r.context, "concurrency": c,
+                    "first_measured": float(np.nanmean(meas[:c])), "first_predicted": float(np.nanmean(pred[:c])),
+                    "later_measured": float(np.nanmean(meas[c:])), "later_predicted": float(np.nanmean(pred[c:]))})
+    return out
+
+
 def device_tokens(topo, runs):
     """Device tokens held per rank (the log's #token) against the engine's, for runs of every pool."""
     out = []
@@ -386,6 +402,23 @@ def write_markdown(rep):
                        if s in d else "-" for s in SYSTEMS]] for c, d in rep["in_sample"]["by_category"].items()],
                 ["category", *SYSTEMS]),
           "![runs](plots/runs_in_sample.png)", ""]
+    waves = rep.get("waves") or []
+    if waves:
+        def err(a, b):
+            return f"{fmt(b / 1e3, 2)} / {fmt(a / 1e3, 2)} ({100 * (b / a - 1):+.0f}%)"
+        L += ["TTFT of the first wave (every request released at once into an idle server) and of the later "
+              "waves (each request released as one of the previous wave finishes), measured per request "
+              "against the engine, seconds (model / measured), runs with at least four waves:", "",
+              table([[w["file"][:44], w["system"], w["context"], w["concurrency"],
+                      err(w["first_measured"], w["first_predicted"]), err(w["later_measured"], w["later_predicted"])]
+                     for w in waves], ["run", "system", "context", "concurrency", "first wave", "later waves"]), ""]
+        summ = []
+        for part in ("first", "later"):
+            for grp, sel in (("rdma", lambda w: w["system"] == "rdma"), ("other pools", lambda w: w["system"] != "rdma")):
+                e = [100 * (w[f"{part}_predicted"] / w[f"{part}_measured"] - 1) for w in waves if sel(w)]
+                if e:
+                    summ.append(f"{part} waves, {grp}: mean error {float(np.mean(e)):+.0f}% (MAPE {float(np.mean(np.abs(e))):.0f}%)")
+        L += ["; ".join(summ) + ".", ""]
     cv = rep.get("cross_validation")
     if cv:
         pooled = {m: [] for m in KEY}
@@ -474,6 +507,7 @@ def main():
     plot_runs(comps, "all 66 testbed runs (in-sample): predicted vs measured", PLOTS / "runs_in_sample.png")
     plot_microbench(mb)
     rep = {"microbench": mb, "reference": ref, "step_model": st, "device_tokens": device_tokens(topo, runs),
+           "waves": wave_ttft(topo, runs),
            "in_sample": {"mape_pct": mape(rows), "by_category": by_cat, "runs": rows},
            "cold_rounds": mape(cold), "predict_ms_median": per_run_ms}
     old = HERE / "report.json"

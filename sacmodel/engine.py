@@ -337,7 +337,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     swap = {}                                    # (b, active) -> [steps, steps x L, steps x M] for the breakdown
     # run statistics (the stats dict of the result, filled at the end)
     n_iter = n_decode = n_prefill = peak_requests = 0
-    fetch_s = decode_s = prefill_s = shared_s = peak_used = 0.0
+    fetch_s = decode_s = prefill_s = shared_s = peak_used = copy_wait_s = 0.0
 
     def release_more(now: float):
         nonlocal next_req, in_flight, fe_free
@@ -425,6 +425,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 first[i] = t + fetch_t
                 if out[i] <= 1:
                     done[i] = first[i]            # its only token
+            copy_wait_s += fetch_t * len(unsent)
             unsent.clear()
         # ---- each rank: admit waiting requests (prefill has priority) or decode
         admits, decoding = [], []
@@ -619,7 +620,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             done[i] = t
     stats = {"iterations": n_iter, "decode_steps": n_decode, "prefill_iterations": n_prefill, "fetch_s": fetch_s,
              "decode_s": decode_s, "prefill_s": prefill_s, "shared_s": shared_s, "peak_used": peak_used,
-             "peak_rank_requests": peak_requests, "swap_states": swap}
+             "peak_rank_requests": peak_requests, "swap_states": swap, "first_token_copy_wait_s": copy_wait_s}
     tr = v["t_request"]
     seen = np.array(_delivery(first, release, L, t_token), dtype=float) + tr
     done_a = np.array(done, dtype=float) + tr

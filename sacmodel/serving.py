@@ -258,6 +258,8 @@ def breakdown(cfg: Config, res, duration: float) -> dict:
         out["share_time_prefill"] = s.get("prefill_s", 0.0) / duration
         out["share_time_prefix_fetch"] = s.get("fetch_s", 0.0) / duration
         out["share_time_decode"] = s.get("decode_s", 0.0) / duration
+    if s.get("first_token_copy_wait_s"):       # first tokens held back by the next batch's prefix copies
+        out["ttft_copy_wait_ms"] = s["first_token_copy_wait_s"] / max(len(res.first), 1) * 1e3
     out["peak_device_tokens_per_rank"] = s.get("peak_used", 0.0)
     out["peak_requests_per_rank"] = s.get("peak_rank_requests", 0)
     if cfg.system != "gpu":

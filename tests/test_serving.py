@@ -224,3 +224,10 @@ def test_no_request_ends_before_its_first_token_is_seen(system):
     ok = pr["completed"]
     assert (pr["output"][ok] == 1).any()
     assert np.all(pr["e2e_ms"][ok] >= pr["ttft_ms"][ok])
+
+
+def test_breakdown_reports_the_first_tokens_wait_for_copies():
+    rd = predict("sac-testbed", "rdma", context=32768, output=256, concurrency=16, requests=32)
+    dr = predict("sac-testbed", "dram", context=32768, output=256, concurrency=16, requests=32)
+    assert 0 < rd.breakdown["ttft_copy_wait_ms"] < rd.ttft_mean_ms
+    assert "ttft_copy_wait_ms" not in dr.breakdown

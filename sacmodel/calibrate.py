@@ -401,6 +401,8 @@ def calibrate_runs(scenario, runs: list[Run], names=None) -> FitResult:
 
 def _entry(name: str, v: float) -> str:
     unit, scale = PARAM_UNITS[name][0], PARAM_UNITS[name][1]
+    if unit == "steps":                  # a count of decode steps: a bare number in the scenario file
+        unit = ""
     return f"{v / scale:.6g} {unit}".strip()
 
 

@@ -335,9 +335,15 @@ def cmd_validate(a):
 
 def _fit(a):
     """The fit ``calibrate`` asked for: (FitResult, what it was fitted to)."""
-    from .calibrate import MICROBENCH_PARAMS, PREFILL_PARAMS, calibrate_runs, fit_microbench, fit_serving
+    from .calibrate import (MICROBENCH_PARAMS, PLAUSIBLE_RANGE, PREFILL_PARAMS, SERVING_PARAMS, STEP_PARAMS,
+                            calibrate_runs, fit_microbench, fit_serving, prior, with_params)
     from .measured import latest_per_backend, load_microbench, load_runs
     from .progress import status
+    if a.from_prior:
+        if a.microbench:
+            raise ValueError("--from-prior: the micro-benchmark constants have no a-priori values")
+        names = a.params or (PREFILL_PARAMS if a.round == 1 else (*STEP_PARAMS, *SERVING_PARAMS))
+        a.scenario = with_params(a.scenario, {k: prior(k) for k in names if k in PLAUSIBLE_RANGE})
     with status("calibrate: least-squares fit"):
         if a.microbench:
             pts = latest_per_backend(load_microbench(a.paths or None))
@@ -626,6 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write a new scenario file instead of updating the given one")
     p.add_argument("--source", default=None, help="provenance text recorded with the fitted values")
     p.add_argument("--dry-run", action="store_true", help="fit and print the values; write no file")
+    p.add_argument("--from-prior", action="store_true",
+                   help="start every constant it fits from its a-priori value (the middle of its plausible "
+                        "range), as the validation's cross-validation does, instead of the scenario's value")
     p.add_argument("--force", action="store_true",
                    help="allow overwriting a built-in scenario or an existing --out file")
     add_json(p)

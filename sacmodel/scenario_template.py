@@ -115,17 +115,17 @@ calibration:
   t_kernel: {value: 8.53 us, source: "fitted: SAC testbed micro-benchmark"}
   outstanding_lines: {value: 612, source: "fitted: SAC testbed micro-benchmark"}
   hbm_eff: {value: 0.9, source: "constants.md 1c: FlashMLA dense decode 3000 GB/s of 3350 GB/s HBM (H800) = 0.9"}
-  compute_eff: {value: 0.340548, source: "fitted: SAC testbed (server logs and runs)"}
-  t_layer: {value: 0.241226 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  t_hs: {value: 17.8867 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  t_hs_req: {value: 0.398803 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  score_correlation: {value: 0.9995, source: "fitted: SAC testbed (server logs and runs)"}
-  drift_settling: {value: 50.285, source: "fitted: SAC testbed (server logs and runs)"}
-  settling_steps: {value: 645.144, source: "fitted: SAC testbed (server logs and runs)"}
-  t_request: {value: 110.698 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  t_token: {value: 0.580918 us, source: "fitted: SAC testbed (server logs and runs)"}
-  t_admit: {value: 33.0421 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  stage_copy_bw: {value: 2.36744 GB/s, source: "fitted: SAC testbed (server logs and runs)"}
-  prefill_eff: {value: 0.5056, source: "fitted: SAC testbed (server logs and runs)"}
+  compute_eff: {value: 0.32067, source: "fitted: SAC testbed (server logs and runs)"}
+  t_layer: {value: 0.238497 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  t_hs: {value: 18.2291 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  t_hs_req: {value: 0.247396 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  score_correlation: {value: 0.999494, source: "fitted: SAC testbed (server logs and runs)"}
+  drift_settling: {value: 49.1976, source: "fitted: SAC testbed (server logs and runs)"}
+  settling_steps: {value: 659.428, source: "fitted: SAC testbed (server logs and runs)"}
+  t_request: {value: 140.624 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  t_token: {value: 0.756123 us, source: "fitted: SAC testbed (server logs and runs)"}
+  t_admit: {value: 20.0422 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  stage_copy_bw: {value: 2.33199 GB/s, source: "fitted: SAC testbed (server logs and runs)"}
+  prefill_eff: {value: 0.5061, source: "fitted: SAC testbed (server logs and runs)"}
 """
 

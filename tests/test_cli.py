@@ -101,3 +101,20 @@ def test_winner_map_command(capsys, tmp_path):
 def test_more_bad_input_exits_2(capsys, args, msg):
     rc, _, err = run(capsys, *args)
     assert rc == 2 and msg in err and "Traceback" not in err
+
+
+def test_calibrate_from_prior(capsys):
+    """--from-prior starts the fitted constants from their a-priori values (refused for the micro-benchmark
+    constants, which have none)."""
+    rc, _, err = run(capsys, "calibrate", "--microbench", "--from-prior", "--dry-run")
+    assert rc == 2 and "no a-priori values" in err
+
+
+@needs_shared
+def test_calibrate_from_prior_fits_from_the_middle_of_the_range(capsys):
+    from measured_data import SHARED
+    runs = SHARED / "sac-testbed" / "runs"
+    files = [str(runs / f) for f in ("p2_08_dram_ctx32k_conc8_r2fix1k_n64.json", "p2_10_dram_ctx32k_conc32_r2fix1k_n256.json")]
+    rc, out, _ = run(capsys, "calibrate", *files, "--params", "t_request", "--from-prior", "--dry-run", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["written_to"] is None and 0.0 <= d["params"]["t_request"] <= 0.5

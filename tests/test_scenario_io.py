@@ -249,3 +249,15 @@ def test_data_loss_read_only_scenario_in_place(capsys, scen):
     scen.chmod(0o444)
     rc, _, err = run_cli(capsys, "calibrate", "--scenario", str(scen), "--microbench", "--params", "t_kernel")
     assert rc == 2 and "read-only" in err
+
+
+def test_fitted_step_counts_are_written_as_bare_numbers(tmp_path):
+    """settling_steps is displayed in steps, which is no unit of the registry: the file gets a bare number."""
+    import shutil
+
+    from sacmodel.calibrate import FitResult, write_params
+    from sacmodel.topology import load_topology, resolve_scenario_path
+    path = tmp_path / "s.yaml"
+    shutil.copy(resolve_scenario_path("sac-testbed"), path)
+    write_params(path, FitResult({"settling_steps": 700.0}, {"settling_steps": "700 steps"}, 0.1, 10, "test"), "test")
+    assert load_topology(path).param("settling_steps") == 700.0

@@ -423,8 +423,6 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         if unsent:      # overlap scheduler: a batch's results go out once the next batch is scheduled
             for i in unsent:
                 first[i] = t + fetch_t
-                if out[i] <= 1:
-                    done[i] = first[i]            # its only token
             copy_wait_s += fetch_t * len(unsent)
             unsent.clear()
         # ---- each rank: admit waiting requests (prefill has priority) or decode
@@ -616,15 +614,14 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         release_more(t)
     for i in unsent:
         first[i] = t
-        if out[i] <= 1:
-            done[i] = t
     stats = {"iterations": n_iter, "decode_steps": n_decode, "prefill_iterations": n_prefill, "fetch_s": fetch_s,
              "decode_s": decode_s, "prefill_s": prefill_s, "shared_s": shared_s, "peak_used": peak_used,
              "peak_rank_requests": peak_requests, "swap_states": swap, "first_token_copy_wait_s": copy_wait_s}
     tr = v["t_request"]
     seen = np.array(_delivery(first, release, L, t_token), dtype=float) + tr
     done_a = np.array(done, dtype=float) + tr
-    done_a = np.where(np.isfinite(done_a), np.fmax(done_a, seen), done_a)   # a last token is not seen before the first
+    # a last token is not seen before the first (a one-token output ends with its first token)
+    done_a = np.where(np.isfinite(done_a), np.fmax(done_a, seen), done_a)
     return EngineResult(np.array(release, dtype=float), seen, done_a, np.isfinite(done_a), crash, stats, timeline)
 
 

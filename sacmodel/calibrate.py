@@ -74,6 +74,13 @@ PLAUSIBLE_RANGE: dict[str, tuple[float, float]] = {
 }
 
 
+def from_prior(scenario, names=None):
+    """``scenario`` with the constants ``names`` (default: stages 2 and 3) at their a-priori values; names
+    without a plausible range keep the scenario's value."""
+    names = (*STEP_PARAMS, *SERVING_PARAMS) if names is None else names
+    return with_params(scenario, {k: prior(k) for k in names if k in PLAUSIBLE_RANGE})
+
+
 def prior(name: str) -> float:
     """A-priori value of a fitted constant (SI units), from its plausible range alone."""
     lo, hi = PLAUSIBLE_RANGE[name]

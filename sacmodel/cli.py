@@ -335,15 +335,13 @@ def cmd_validate(a):
 
 def _fit(a):
     """The fit ``calibrate`` asked for: (FitResult, what it was fitted to)."""
-    from .calibrate import (MICROBENCH_PARAMS, PLAUSIBLE_RANGE, PREFILL_PARAMS, SERVING_PARAMS, STEP_PARAMS,
-                            calibrate_runs, fit_microbench, fit_serving, prior, with_params)
+    from .calibrate import MICROBENCH_PARAMS, PREFILL_PARAMS, calibrate_runs, fit_microbench, fit_serving, from_prior
     from .measured import latest_per_backend, load_microbench, load_runs
     from .progress import status
     if a.from_prior:
         if a.microbench:
             raise ValueError("--from-prior: the micro-benchmark constants have no a-priori values")
-        names = a.params or (PREFILL_PARAMS if a.round == 1 else (*STEP_PARAMS, *SERVING_PARAMS))
-        a.scenario = with_params(a.scenario, {k: prior(k) for k in names if k in PLAUSIBLE_RANGE})
+        a.scenario = from_prior(a.scenario, a.params or (PREFILL_PARAMS if a.round == 1 else None))
     with status("calibrate: least-squares fit"):
         if a.microbench:
             pts = latest_per_backend(load_microbench(a.paths or None))

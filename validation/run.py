@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from sacmodel.calibrate import (NOT_FITTED, PARAM_UNITS, PLAUSIBLE, PREFILL_PARAMS, SERVING_PARAMS,  # noqa: E402
-                                STEP_PARAMS, fit_serving, fit_steps, get_param, prior, run_kwargs,
+                                STEP_PARAMS, fit_serving, fit_steps, from_prior, get_param, run_kwargs,
                                 step_observations, step_residuals, variable_output_steps, with_params)
 from sacmodel.measured import (compare_runs, latest_per_backend, load_microbench, load_runs,  # noqa: E402
                                load_server_log)
@@ -157,7 +157,7 @@ def neutral_start():
     """The scenario with every fitted constant (stages 2 and 3) at its a-priori value (the middle of its
     plausible range, :func:`sacmodel.calibrate.prior`): a fold starts from no fit at all, so nothing of the
     held-out runs reaches it through the starting point."""
-    return with_params(SCENARIO, {k: prior(k) for k in (*STEP_PARAMS, *SERVING_PARAMS)})
+    return from_prior(SCENARIO)
 
 
 def _fold(args):

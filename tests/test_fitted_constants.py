@@ -4,8 +4,9 @@ import math
 
 import pytest
 
-from sacmodel.calibrate import (PARAM_UNITS, PLAUSIBLE, PLAUSIBLE_RANGE, PREFILL_PARAMS, SERVING_PARAMS,
-                                STEP_PARAMS, get_param, prior)
+from sacmodel.calibrate import (MICROBENCH_PARAMS, PARAM_UNITS, PLAUSIBLE, PLAUSIBLE_RANGE, PREFILL_PARAMS,
+                                SERVING_PARAMS, STEP_PARAMS, get_param, prior)
+from sacmodel.scenario_template import TEMPLATE
 from sacmodel.topology import load_topology
 
 FITTED = (*STEP_PARAMS, *SERVING_PARAMS, *PREFILL_PARAMS)
@@ -35,3 +36,14 @@ def test_testbed_fit_is_physically_plausible(name):
     lo, hi = PLAUSIBLE_RANGE[name]
     v = get_param(load_topology("sac-testbed"), name) / PARAM_UNITS[name][1]
     assert lo <= v <= hi, f"{name} = {v:g} outside its plausible range {lo:g}..{hi:g}"
+
+
+def test_carried_over_constants_match_the_testbed_fit(tmp_path):
+    """The H200 what-if and the scenario template copy the testbed's fitted constants (they have no runs of
+    their own): a refit of the testbed must reach every copy."""
+    path = tmp_path / "template.yaml"
+    path.write_text(TEMPLATE)
+    base = load_topology("sac-testbed")
+    for other in (load_topology("h200-cxl-large"), load_topology(path)):
+        for name in (*MICROBENCH_PARAMS, *FITTED):
+            assert get_param(other, name) == pytest.approx(get_param(base, name), rel=1e-9), (other.name, name)

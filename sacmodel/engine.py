@@ -625,13 +625,20 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     return EngineResult(np.array(release, dtype=float), seen, done_a, np.isfinite(done_a), crash, stats, timeline)
 
 
-def _delivery(first: list, release: list, L: list, t_token: float) -> np.ndarray:
+# Passes a first token makes through the front end's event loop before it is written: the loop that
+# receives the detokenised batch, then the request's own coroutine that streams it (SGLang's TokenizerManager
+# handle_loop, then generate_request). Each pass waits behind the requests queued for tokenisation then.
+FRONT_END_PASSES = 2
+
+
+def _delivery(first: list, release: list, L: list, t_token: float, passes: int = FRONT_END_PASSES) -> np.ndarray:
     """When the client sees each first token.
 
-    The front end is one event loop that tokenises requests one after another and also streams the outputs:
-    an output that arrives while earlier-released requests are still queued for tokenisation is sent after
-    them (it joins the back of the queue), so a first token is seen no earlier than the end of the front-end
-    work released before it.
+    The front end is one event loop that tokenises requests one after another (FIFO, ``t_token`` per prompt
+    token) and also streams the outputs. A first token passes through the loop ``passes`` times, and each
+    pass joins the back of the queue: it waits for the front-end work released before it. While requests
+    keep arriving, the second pass also waits for those released during the first, so a token produced
+    while the front end works through a wave is seen near the end of the wave.
     """
     rel = np.asarray(release, dtype=float)
     fst = np.asarray(first, dtype=float)
@@ -647,7 +654,9 @@ def _delivery(first: list, release: list, L: list, t_token: float) -> np.ndarray
     ends = np.array(ends_l, dtype=float)
     seen = fst.copy()
     f = np.isfinite(fst)
-    j = np.searchsorted(r, fst[f], side="right") - 1          # the last request released before the token
-    queued = np.where(j >= 0, ends[np.maximum(j, 0)], -np.inf)
-    seen[f] = np.maximum(fst[f], queued)
+    x = fst[f]
+    for _ in range(passes):
+        j = np.searchsorted(r, x, side="right") - 1          # the last request released before this pass
+        x = np.maximum(x, np.where(j >= 0, ends[np.maximum(j, 0)], -np.inf))
+    seen[f] = x
     return seen

@@ -231,3 +231,19 @@ def test_breakdown_reports_the_first_tokens_wait_for_copies():
     dr = predict("sac-testbed", "dram", context=32768, output=256, concurrency=16, requests=32)
     assert 0 < rd.breakdown["ttft_copy_wait_ms"] < rd.ttft_mean_ms
     assert "ttft_copy_wait_ms" not in dr.breakdown
+
+
+def test_first_tokens_pass_the_front_end_queue_twice():
+    """The front end tokenises FIFO and a first token passes through its event loop twice, each time behind the
+    requests queued then: a token produced while requests keep arriving waits for those of the second pass."""
+    from sacmodel.engine import FRONT_END_PASSES, _delivery
+    assert FRONT_END_PASSES == 2
+    release, L, t_token = [0.0, 1.0, 2.0, 10.0], [1.5e6] * 4, 1e-6       # 1.5 s of front-end work each
+    first = [0.5, 2.5, 10.0, 20.0]
+    one = _delivery(first, release, L, t_token, passes=1)
+    two = _delivery(first, release, L, t_token)
+    # FIFO ends 1.5, 3.0, 4.5, 11.5: one pass waits for the work released before the token, the second for
+    # what was released while it waited; a token produced after the queue drained is not held
+    assert one.tolist() == [1.5, 4.5, 11.5, 20.0]
+    assert two.tolist() == [3.0, 4.5, 11.5, 20.0]
+    assert np.all(_delivery(first, release, L, t_token, passes=5) >= two)

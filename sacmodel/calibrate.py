@@ -58,7 +58,8 @@ PLAUSIBLE: dict[str, str] = {
     "drift_settling": "0-100: how much faster the query drifts right after admission than later",
     "settling_steps": "100-3000 steps: greedy decoding settles within hundreds to thousands of tokens",
     "t_request": "20-300 ms: HTTP, JSON, detokenisation and streaming outside the engine",
-    "t_token": "0.2-2 us: a fast tokenizer's 0.5-5 M tokens/s (serial per request)",
+    "t_token": "0.2-2 us: the front end's serial work per prompt token (HTTP body, JSON, a fast tokenizer's "
+               "0.5-5 M tokens/s)",
     "t_admit": "5-100 ms: the scheduler's O(L) prefix lookup, tail restore and buffer allocation per request",
     "stage_copy_bw": "1-20 GB/s: one CPU thread copying into freshly allocated (page-faulting) buffers",
     "prefill_eff": "0.3-0.8 of peak FLOP/s in large prefill chunks",
@@ -304,6 +305,40 @@ def fit_steps(scenario, runs: list[Run], names=STEP_PARAMS, obs=None) -> FitResu
     w = np.array([1.0 / math.sqrt(per_run[o.run.file]) for o in obs])   # every run weighs alike
     return _fit(topo, list(names), lambda t: w * (np.log(predicted_steps(t, obs)) - meas),
                 f"{len(obs)} decode intervals of {len({o.run.file for o in obs})} server logs", diff_step=0.002)
+
+
+def front_end_observations(runs: list[Run]) -> list[tuple[Run, float]]:
+    """(run, seconds of front-end work per request) from the server logs' request arrivals.
+
+    Round 2 releases ``concurrency`` requests at once; the HTTP server logs each as its one event loop takes
+    it in, one after another, so the loop's rate is the number logged per whole second inside the wave
+    (median; the first and last seconds are partial). Waves that fill fewer than three seconds of the log
+    (one-second timestamps) give no rate.
+    """
+    from .measured import DataError, load_server_log
+    out = []
+    for r in runs:
+        if not r.server_log or r.failed:
+            continue
+        log = load_server_log(r.server_log)
+        try:
+            a = np.sort(log.rounds(8)[1].arrivals)
+        except DataError:           # a log without a second round
+            continue
+        wave = a[:r.concurrency] - a[0]
+        per_second = np.bincount(wave.astype(int))
+        if len(wave) < r.concurrency or len(per_second) < 3:
+            continue
+        out.append((r, 1.0 / float(np.median(per_second[1:-1]))))
+    return out
+
+
+def front_end_per_token(obs: list[tuple[Run, float]]) -> float:
+    """Seconds of front-end work per prompt token measured by :func:`front_end_observations` (the median over
+    runs; a check on the fitted ``t_token``, which the run means fit)."""
+    if not obs:
+        raise TopologyError("no request waves that span three seconds of a server log")
+    return float(np.median([s / r.context for r, s in obs]))
 
 
 def variable_output_steps(runs: list[Run], age: float = 300.0, min_intervals: int = 8) -> list[StepObservation]:

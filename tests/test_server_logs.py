@@ -81,3 +81,16 @@ def test_testbed_logs_hold_what_ran():
     d = r2.decode
     one = d[d["running"] == 25]["tokens"]
     assert np.all(np.diff(np.unique(d["tokens"])) % 64 == 0) and len(one)
+
+
+@pytest.mark.skipif(not LOGS.is_dir(), reason="needs ../shared/data/sac-testbed/server-logs")
+def test_front_end_takes_in_a_wave_at_one_rate_per_prompt_token():
+    """The HTTP server logs a released wave at a rate inversely proportional to the prompt length: the serial
+    front end the engine models, at about the same time per token in every run (32K to 128K, every pool)."""
+    from sacmodel.calibrate import front_end_observations, front_end_per_token
+    from sacmodel.measured import load_runs
+    obs = front_end_observations(load_runs())
+    assert len(obs) >= 20 and len({r.context for r, _ in obs}) >= 3
+    per_token = np.array([s / r.context for r, s in obs])
+    v = front_end_per_token(obs)
+    assert 0.2e-6 < v < 2e-6 and np.all(np.abs(per_token / v - 1) < 0.2)

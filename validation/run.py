@@ -439,8 +439,10 @@ def write_markdown(rep):
         L += [f"Front end (not fitted to this): the server logs' HTTP server takes in a released wave at "
               f"{fe['measured_us']:.2f} us per prompt token (median of {fe['runs']} runs whose first wave fills "
               f"three seconds of the log; by context {ctx} us), against the fitted t_token "
-              f"{fe['fitted_us']:.2f} us. The fit makes the front end slower than measured: it stands in for "
-              "a delay at the ranks in the first waves that the engine does not have (see README, gaps).", ""]
+              f"{fe['fitted_us']:.2f} us" + (
+                  f", {100 * (fe['fitted_us'] / fe['measured_us'] - 1):.0f}% slower: the fit lets the front end "
+                  "stand in for a delay at the ranks in the first waves that the engine does not have (see "
+                  "README, gaps)." if fe["fitted_us"] > 1.1 * fe["measured_us"] else "."), ""]
     cv = rep.get("cross_validation")
     if cv:
         pooled = {m: [] for m in KEY}

@@ -266,9 +266,9 @@ def generate(path: str | Path = GENERATED) -> Path:
     imports = f"from math import {', '.join(sorted(used))}\n" if used else ""
     text = "\n".join(lines).replace("{imports}\n", imports) + "\n" + "\n".join(defs) + "\n"
     path = Path(path)
+    compile(text, str(path), "exec")           # check it before anything is written
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
-    compile(text, str(path), "exec")           # check it before it replaces the old file
     os.replace(tmp, path)
     return path
 

@@ -6,6 +6,7 @@ relative to the repository (override with ``SACMODEL_DATA``).
 from __future__ import annotations
 
 import csv
+import heapq
 import json
 import math
 import os
@@ -100,7 +101,8 @@ class Run:
     ``output`` is the fixed output length, or for variable outputs (drawn uniformly in ``output_min`` ..
     ``output_max``) the mean of the drawn lengths; ``outputs`` holds every request's actual output length
     and ``ttfts`` its measured first-token latency (ms, in the order the client sent them) when the file
-    has them. ``split`` is the manifest's split (``calibration-1``, ``release-2``).
+    has them; ``latencies`` each request's time from send to last token (ms, send order). ``split`` is the
+    manifest's split (``calibration-1``, ``release-2``).
     """
     file: str
     system: str
@@ -118,6 +120,7 @@ class Run:
     output_max: int | None = None
     outputs: np.ndarray | None = field(default=None, repr=False, compare=False)
     ttfts: np.ndarray | None = field(default=None, repr=False, compare=False)   # per request, ms, send order
+    latencies: np.ndarray | None = field(default=None, repr=False, compare=False)   # send to last token, ms
     max_total_tokens: int | None = None
     max_running_requests: int | None = None
     server_log: Path | None = None
@@ -260,6 +263,8 @@ def _testbed_run(path: Path, d: dict, sysname, devices, nics, man: ManifestRow |
         if r.round2.per_request else None
     ttfts = np.array([math.nan if q.ttft_ms is None else q.ttft_ms for q in r.round2.per_request], dtype=float) \
         if r.round2.per_request else None
+    lats = np.array([math.nan if q.latency_ms is None else q.latency_ms for q in r.round2.per_request],
+                    dtype=float) if r.round2.per_request else None
     if lo is not None and hi is not None and lo != hi:     # variable outputs: the mean of the drawn lengths
         mean = man.output if man and man.output is not None else \
             (float(outputs.mean()) if outputs is not None else (lo + hi) / 2)
@@ -272,7 +277,8 @@ def _testbed_run(path: Path, d: dict, sysname, devices, nics, man: ManifestRow |
     if requests is None:
         raise DataError(f"{path}: config: missing field 'round2_num_requests'")
     return Run(path.name, sysname, cfg.target_input_tokens, out_len, cfg.max_concurrency, requests, devices,
-               nics, buf, m.num_success, _metrics(m), output_min=lo, output_max=hi, outputs=outputs, ttfts=ttfts)
+               nics, buf, m.num_success, _metrics(m), output_min=lo, output_max=hi, outputs=outputs, ttfts=ttfts,
+               latencies=lats)
 
 
 def _metrics(m) -> dict[str, float]:
@@ -326,6 +332,26 @@ def load_runs(paths=None, split: str | None = None, system: str | None = None, r
             raise DataError(f"unknown split {split!r} (known: {', '.join(known)})")
         runs = [r for r in runs if r.split == split]
     return runs
+
+
+def closed_loop_releases(latencies_ms, concurrency: int) -> np.ndarray:
+    """When a closed-loop client sent each request (s from the first send, send order).
+
+    The testbed's client keeps ``concurrency`` requests in flight and sends the next one as soon as one of
+    them has received its last token, so request ``i >= concurrency`` left at the ``i - concurrency + 1``-th
+    completion. ``latencies_ms``: each request's time from send to last token (``Run.latencies``).
+    """
+    lat = np.asarray(latencies_ms, dtype=float) / 1e3
+    if concurrency < 1:
+        raise DataError(f"concurrency must be at least 1, got {concurrency}")
+    if not np.all(np.isfinite(lat)) or np.any(lat < 0):
+        raise DataError("every request needs a finite, non-negative latency to reconstruct its send time")
+    rel = np.zeros(len(lat))
+    in_flight: list[float] = []                  # completion times of the requests in flight (a heap)
+    for i, x in enumerate(lat.tolist()):
+        rel[i] = 0.0 if i < concurrency else heapq.heappop(in_flight)
+        heapq.heappush(in_flight, rel[i] + x)
+    return rel
 
 
 # ---- predicted vs measured ------------------------------------------------------------------------

@@ -198,6 +198,7 @@ class PerRequest(BaseModel):
     model_config = STRICT
     output_len: OutTokens
     ttft_ms: Optional[Measured] = None
+    latency_ms: Optional[Measured] = None      # send to last token (the closed-loop client then sends the next)
 
 
 class Round(BaseModel):

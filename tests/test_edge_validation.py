@@ -391,3 +391,14 @@ def test_manifest_errors_name_the_line(tmp_path):
     (tmp_path / "manifest.csv").write_text(header + "\n" + row + "\n")
     r = load_run(tmp_path / "runs" / f)
     assert r.split == "calibration-1" and r.server_log == (tmp_path / row.split(",")[-1]).resolve()
+
+
+def test_closed_loop_send_times_by_hand_and_refused_latencies():
+    from sacmodel.measured import closed_loop_releases
+    # two in flight: requests 0 and 1 leave at once; 2 when 0 completes (1 s), 3 when 2 completes (2 s),
+    # since 1 is still running until 3 s
+    assert closed_loop_releases([1000, 3000, 1000, 500], 2).tolist() == [0.0, 0.0, 1.0, 2.0]
+    assert closed_loop_releases([1000, 3000], 4).tolist() == [0.0, 0.0]
+    for bad, c in (([1000, float("nan")], 1), ([1000, -1], 1), ([1000], 0)):
+        with pytest.raises(DataError):
+            closed_loop_releases(bad, c)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from measured_data import SHARED, needs_shared
-from sacmodel.measured import DataError, compare_runs, latest_per_backend, load_microbench, load_runs, mape_table
+from sacmodel.measured import (DataError, closed_loop_releases, compare_runs, latest_per_backend, load_microbench,
+                               load_runs, mape_table)
 from sacmodel.systems import fetch_latency_us
 
 pytestmark = needs_shared
@@ -121,3 +122,20 @@ def test_per_request_ttfts_are_read_and_agree_with_the_run_mean():
     for r in runs:
         assert len(r.ttfts) == r.requests, r.file
         assert np.nanmean(r.ttfts) == pytest.approx(r.metrics["ttft_mean_ms"], rel=0.01), r.file
+
+
+def test_closed_loop_send_times_are_reconstructed_from_the_latencies():
+    runs = [r for r in load_runs() if r.latencies is not None and not r.failed and r.requests > r.concurrency]
+    assert len(runs) >= 50
+    for r in runs:
+        c = r.concurrency
+        rel = closed_loop_releases(r.latencies, c)
+        done = rel + r.latencies / 1e3
+        assert np.all(rel[:c] == 0) and np.all(rel[c:] > 0), r.file
+        # each later request leaves exactly when an earlier one completes, and never more than c are in flight
+        assert np.all(np.isin(rel[c:], done)), r.file
+        t = np.sort(rel)
+        for x in t[c::max(1, len(t) // 16)]:
+            assert np.sum((rel <= x) & (done > x)) <= c, r.file
+        # the run's mean end-to-end latency agrees with the per-request latencies read
+        assert np.mean(r.latencies) == pytest.approx(r.metrics["e2e_mean_ms"], rel=0.01), r.file

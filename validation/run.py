@@ -25,8 +25,8 @@ from sacmodel.calibrate import (NOT_FITTED, PARAM_UNITS, PLAUSIBLE, PREFILL_PARA
                                 STEP_PARAMS, fit_serving, fit_steps, from_prior, get_param, run_kwargs,
                                 front_end_observations, front_end_per_token, step_observations, step_residuals,
                                 variable_output_steps, with_params)
-from sacmodel.measured import (compare_runs, latest_per_backend, load_microbench, load_runs,  # noqa: E402
-                               load_server_log)
+from sacmodel.measured import (closed_loop_releases, compare_runs, latest_per_backend,  # noqa: E402
+                               load_microbench, load_runs, load_server_log)
 from sacmodel.serving import predict  # noqa: E402
 from sacmodel.systems import as_topology, fetch_latency_us  # noqa: E402
 
@@ -209,9 +209,19 @@ def variable_steps(topo, runs):
              "error_pct": 100 * x} for o, x in zip(obs, e)]
 
 
+def release_spread(release_s, concurrency: int) -> float:
+    """Mean time (s) over which a later wave is released: the ``concurrency`` requests sent after each of the
+    previous wave's completions, in send order (every wave after the first)."""
+    rel = np.sort(np.asarray(release_s, dtype=float))
+    waves = [rel[w * concurrency:(w + 1) * concurrency] for w in range(1, len(rel) // concurrency)]
+    return float(np.mean([np.ptp(x) for x in waves]))
+
+
 def wave_ttft(topo, runs):
     """Mean TTFT of a run's first wave (every request released into an idle server) and of its later waves
-    (released as the previous wave's requests finish), measured (per request) against the engine."""
+    (released as the previous wave's requests finish), measured (per request) against the engine; and the
+    time over which a later wave is released (the closed-loop send times, reconstructed from the measured
+    latencies, against the engine's)."""
     out = []
     for r in runs:
         if r.ttfts is None or not fixed(r) or r.failed or r.requests < 4 * r.concurrency:
@@ -219,9 +229,13 @@ def wave_ttft(topo, runs):
         p = predict(topo, r.system, **run_kwargs(r))
         c = r.concurrency
         meas, pred = r.ttfts, p.per_request["ttft_ms"]
-        out.append({"file": r.file, "system": r.system, "context": r.context, "concurrency": c,
-                    "first_measured": float(np.nanmean(meas[:c])), "first_predicted": float(np.nanmean(pred[:c])),
-                    "later_measured": float(np.nanmean(meas[c:])), "later_predicted": float(np.nanmean(pred[c:]))})
+        row = {"file": r.file, "system": r.system, "context": r.context, "concurrency": c,
+               "first_measured": float(np.nanmean(meas[:c])), "first_predicted": float(np.nanmean(pred[:c])),
+               "later_measured": float(np.nanmean(meas[c:])), "later_predicted": float(np.nanmean(pred[c:]))}
+        if r.latencies is not None and np.all(np.isfinite(r.latencies)):
+            row["spread_measured"] = release_spread(closed_loop_releases(r.latencies, c), c)
+            row["spread_predicted"] = release_spread(p.per_request["release_s"], c)
+        out.append(row)
     return out
 
 
@@ -424,8 +438,16 @@ def write_markdown(rep):
               "waves (each request released as one of the previous wave finishes), measured per request "
               "against the engine, seconds (model / measured), runs with at least four waves:", "",
               table([[w["file"][:44], w["system"], w["context"], w["concurrency"],
-                      err(w["first_measured"], w["first_predicted"]), err(w["later_measured"], w["later_predicted"])]
-                     for w in waves], ["run", "system", "context", "concurrency", "first wave", "later waves"]), ""]
+                      err(w["first_measured"], w["first_predicted"]), err(w["later_measured"], w["later_predicted"]),
+                      f"{fmt(w['spread_predicted'], 2)} / {fmt(w['spread_measured'], 2)}" if "spread_measured" in w
+                      else "-"]
+                     for w in waves], ["run", "system", "context", "concurrency", "first wave", "later waves",
+                                       "later wave released over (s)"]), "",
+              "The last column is the time over which one later wave is sent (mean over the run's later waves; "
+              "measured: the closed-loop send times reconstructed from the per-request latencies). The "
+              "measured waves are released over about one front-end slot per request at every context; where "
+              "the model releases a wave in a much shorter time, its ranks finished the previous wave together "
+              "(see README, gaps).", ""]
         summ = []
         for part in ("first", "later"):
             for grp, sel in (("rdma", lambda w: w["system"] == "rdma"), ("other pools", lambda w: w["system"] != "rdma")):

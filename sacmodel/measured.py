@@ -261,10 +261,8 @@ def _testbed_run(path: Path, d: dict, sysname, devices, nics, man: ManifestRow |
     hi = cfg.round2_output_max if cfg.round2_output_max is not None else (man.output_max if man else None)
     outputs = np.array([q.output_len for q in r.round2.per_request], dtype=np.int64) \
         if r.round2.per_request else None
-    ttfts = np.array([math.nan if q.ttft_ms is None else q.ttft_ms for q in r.round2.per_request], dtype=float) \
-        if r.round2.per_request else None
-    lats = np.array([math.nan if q.latency_ms is None else q.latency_ms for q in r.round2.per_request],
-                    dtype=float) if r.round2.per_request else None
+    ttfts = _per_request_ms(r.round2.per_request, "ttft_ms")
+    lats = _per_request_ms(r.round2.per_request, "latency_ms")
     if lo is not None and hi is not None and lo != hi:     # variable outputs: the mean of the drawn lengths
         mean = man.output if man and man.output is not None else \
             (float(outputs.mean()) if outputs is not None else (lo + hi) / 2)
@@ -279,6 +277,13 @@ def _testbed_run(path: Path, d: dict, sysname, devices, nics, man: ManifestRow |
     return Run(path.name, sysname, cfg.target_input_tokens, out_len, cfg.max_concurrency, requests, devices,
                nics, buf, m.num_success, _metrics(m), output_min=lo, output_max=hi, outputs=outputs, ttfts=ttfts,
                latencies=lats)
+
+
+def _per_request_ms(rows, name: str) -> np.ndarray | None:
+    """One per-request latency field (ms) in send order, NaN where a request lacks it; None without rows."""
+    if not rows:
+        return None
+    return np.array([math.nan if (x := getattr(q, name)) is None else x for q in rows], dtype=float)
 
 
 def _metrics(m) -> dict[str, float]:

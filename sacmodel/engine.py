@@ -3,9 +3,11 @@
 What it simulates (each piece is a mechanism of the measured server, see ``step.py`` for the costs):
 
 - **Client and front end.** The benchmark client releases requests (all at once, at most ``concurrency``
-  in flight; or at given arrival times) and prepares each one serially (prompt text, HTTP, tokenisation:
-  ``t_token`` per prompt token); while it is busy it cannot read responses, so a first token is seen no
-  earlier than the end of the client's busy period, plus ``t_request`` of latency.
+  in flight, the next as soon as it sees a request's last token; or at given arrival times). The server's
+  front end (:mod:`sacmodel.frontend`) is one event loop: it takes requests in one after another
+  (``t_token`` per prompt token) and, while it has requests to take in, hands on one output message (one
+  rank's tokens of one iteration) per turn, so first and last tokens wait behind the rank messages queued
+  before them. A token reaches the client ``t_request`` after the front end hands it on.
 - **Dispatch.** Requests go to the data-parallel ranks round-robin in the order they arrive.
 - **Iterations.** All ranks step in lockstep. Each iteration a rank either admits waiting requests (a
   prefill batch: up to ``prefill_chunk`` new tokens, a prefix hit costing one page) or decodes its running
@@ -41,6 +43,7 @@ import numpy as np
 
 from . import step as steps
 from .access import steady_state
+from .frontend import FrontEnd
 from .config import Config, FETCH_SYSTEMS, fetch_bandwidth, score_correlation, static_values, swap_route
 
 
@@ -327,7 +330,9 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     used = [float(reqs.prefix_pages)] * dp
     logged = [0] * dp
     timeline = []
-    fe_free = 0.0
+    fe = FrontEnd()
+    seen_first = [math.nan] * n
+    seen_done = [math.nan] * n
     unsent: list[int] = []                       # first tokens computed, sent with the next batch's scheduling
     pending: list[tuple[float, int]] = []        # (dispatch time, request)
     counter = first_round % dp
@@ -340,15 +345,37 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     fetch_s = decode_s = prefill_s = shared_s = peak_used = copy_wait_s = 0.0
 
     def release_more(now: float):
-        nonlocal next_req, in_flight, fe_free
-        while next_req < n and in_flight < concurrency and arrival[next_req] <= now + 1e-12:
+        nonlocal next_req, in_flight
+        while next_req < n and in_flight < concurrency and arrival[next_req] <= now + 1e-12 and crash is None:
             i = next_req
             r = now if arrival[i] < now else arrival[i]
             release[i] = r
-            fe_free = (r if r > fe_free else fe_free) + t_token * L[i]
-            heapq.heappush(pending, (fe_free, i))
+            fe.arrive(r, i, t_token * L[i])
             next_req += 1
             in_flight += 1
+
+    def emit_first(when: float):
+        """The first tokens in ``unsent`` leave their ranks at ``when``: one message per rank."""
+        by_rank: dict[int, list] = {}
+        for i in unsent:
+            by_rank.setdefault(rank_of[i], []).append((i, False))
+            if out[i] <= 1:
+                by_rank[rank_of[i]].append((i, True))
+        for r in sorted(by_rank):
+            fe.produce(when, 1, by_rank[r])
+
+    def dispatch(i: int, when: float):
+        heapq.heappush(pending, (when, i))
+
+    def deliver(payload: list, when: float):
+        nonlocal in_flight
+        for i, last in payload:
+            if last:
+                seen_done[i] = when
+                in_flight -= 1
+            else:
+                seen_first[i] = when
+        release_more(when)
 
     pre_cache: dict = {}
     rank_cache, shared_cache = mdl._rank_cache, mdl._shared_cache
@@ -368,6 +395,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         guard -= 1
         if guard < 0:
             raise RuntimeError("serving engine did not finish (internal error)")
+        if fe.msgs or fe.intake:
+            fe.run(t, dispatch, deliver)
         while pending and pending[0][0] <= t + 1e-12:             # dispatch, round-robin in arrival order
             i = heapq.heappop(pending)[1]
             r = counter % dp
@@ -423,6 +452,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         if unsent:      # overlap scheduler: a batch's results go out once the next batch is scheduled
             for i in unsent:
                 first[i] = t + fetch_t
+            emit_first(t + fetch_t)
             copy_wait_s += fetch_t * len(unsent)
             unsent.clear()
         # ---- each rank: admit waiting requests (prefill has priority) or decode
@@ -471,6 +501,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             nxt = [pending[0][0]] if pending else []
             if next_req < n and in_flight < concurrency:
                 nxt.append(arrival[next_req])
+            if fe.busy():
+                nxt.append(fe.next_turn())
             if not nxt:
                 raise RuntimeError("serving engine stalled (internal error)")
             t = max(t, min(nxt))
@@ -518,7 +550,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         if shared is None:
             shared = mdl.shared(n_tok, bool(admits), n_distinct)
         horizon = min(pending[0][0] if pending else math.inf,
-                      arrival[next_req] if next_req < n and in_flight < concurrency else math.inf)
+                      arrival[next_req] if next_req < n and in_flight < concurrency else math.inf,
+                      fe.next_turn() if fe.busy() else math.inf)
         while True:                   # shrink the jump if it would run past the next arrival
             part, best, top = pre_part, None, -1.0
             half = (jump - 1) / 2.0
@@ -558,6 +591,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             sw[1] += jump * Lm
             sw[2] += jump * M
         # ---- advance the requests
+        ended: list[tuple[int, bool]] = []
         for r in decoding:
             clock[r] += jump
             if single:
@@ -581,7 +615,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                         if single:
                             age_bits[r] &= ~(1 << (clock[r] - joined[i]))
                 done[i] = t
-                in_flight -= 1
+                ended.append((i, True))
                 finished += 1
                 used[r] -= hold[i]
             if record:
@@ -589,6 +623,19 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 while logged[r] >= 40:
                     logged[r] -= 40
                     timeline.append((t, r, "decode", running[r], used[r]))
+        # each decoding rank streams its tokens every step, one message per rank; the last step's carry the ends
+        plain = jump * len(decoding)
+        if ended:
+            by_rank: dict[int, list] = {}
+            for e in ended:
+                by_rank.setdefault(rank_of[e[0]], []).append(e)
+            plain -= len(decoding)
+            for r in decoding:
+                plain += 1
+                if r in by_rank:
+                    fe.produce(t, plain, by_rank[r])
+                    plain = 0
+        fe.produce(t, plain)
         if record:
             for r, batch in admits:
                 timeline.append((t, r, "prefill", len(batch), running[r]))
@@ -602,7 +649,6 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 unsent.append(i)
                 if out[i] <= 1:
                     done[i] = t
-                    in_flight -= 1
                     finished += 1
                     used[r] -= hold[i]
                     continue
@@ -614,49 +660,13 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         release_more(t)
     for i in unsent:
         first[i] = t
+    if unsent:
+        emit_first(t)
+    fe.run(math.inf, dispatch, deliver)
     stats = {"iterations": n_iter, "decode_steps": n_decode, "prefill_iterations": n_prefill, "fetch_s": fetch_s,
              "decode_s": decode_s, "prefill_s": prefill_s, "shared_s": shared_s, "peak_used": peak_used,
              "peak_rank_requests": peak_requests, "swap_states": swap, "first_token_copy_wait_s": copy_wait_s}
     tr = v["t_request"]
-    seen = np.array(_delivery(first, release, L, t_token), dtype=float) + tr
-    done_a = np.array(done, dtype=float) + tr
-    # a last token is not seen before the first (a one-token output ends with its first token)
-    done_a = np.where(np.isfinite(done_a), np.fmax(done_a, seen), done_a)
+    seen = np.array(seen_first, dtype=float) + tr
+    done_a = np.where(np.isfinite(np.array(done, dtype=float)), np.array(seen_done, dtype=float) + tr, np.nan)
     return EngineResult(np.array(release, dtype=float), seen, done_a, np.isfinite(done_a), crash, stats, timeline)
-
-
-# Passes a first token makes through the front end's event loop before it is written: the loop that
-# receives the detokenised batch, then the request's own coroutine that streams it (SGLang's TokenizerManager
-# handle_loop, then generate_request). Each pass waits behind the requests queued for tokenisation then.
-FRONT_END_PASSES = 2
-
-
-def _delivery(first: list, release: list, L: list, t_token: float, passes: int = FRONT_END_PASSES) -> np.ndarray:
-    """When the client sees each first token.
-
-    The front end is one event loop that tokenises requests one after another (FIFO, ``t_token`` per prompt
-    token) and also streams the outputs. A first token passes through the loop ``passes`` times, and each
-    pass joins the back of the queue: it waits for the front-end work released before it. While requests
-    keep arriving, the second pass also waits for those released during the first, so a token produced
-    while the front end works through a wave is seen near the end of the wave.
-    """
-    rel = np.asarray(release, dtype=float)
-    fst = np.asarray(first, dtype=float)
-    ok = np.isfinite(rel)
-    order = np.argsort(np.where(ok, rel, np.inf), kind="stable")[: int(ok.sum())]
-    work = t_token * np.asarray(L, dtype=float)[order]
-    r = rel[order]
-    ends_l = []
-    free = 0.0
-    for rj, wj in zip(r.tolist(), work.tolist()):   # FIFO server: end_j = max(r_j, end_{j-1}) + work_j
-        free = (rj if rj > free else free) + wj
-        ends_l.append(free)
-    ends = np.array(ends_l, dtype=float)
-    seen = fst.copy()
-    f = np.isfinite(fst)
-    x = fst[f]
-    for _ in range(passes):
-        j = np.searchsorted(r, x, side="right") - 1          # the last request released before this pass
-        x = np.maximum(x, np.where(j >= 0, ends[np.maximum(j, 0)], -np.inf))
-    seen[f] = x
-    return seen

@@ -233,17 +233,53 @@ def test_breakdown_reports_the_first_tokens_wait_for_copies():
     assert "ttft_copy_wait_ms" not in dr.breakdown
 
 
-def test_first_tokens_pass_the_front_end_queue_twice():
-    """The front end tokenises FIFO and a first token passes through its event loop twice, each time behind the
-    requests queued then: a token produced while requests keep arriving waits for those of the second pass."""
-    from sacmodel.engine import FRONT_END_PASSES, _delivery
-    assert FRONT_END_PASSES == 2
-    release, L, t_token = [0.0, 1.0, 2.0, 10.0], [1.5e6] * 4, 1e-6       # 1.5 s of front-end work each
-    first = [0.5, 2.5, 10.0, 20.0]
-    one = _delivery(first, release, L, t_token, passes=1)
-    two = _delivery(first, release, L, t_token)
-    # FIFO ends 1.5, 3.0, 4.5, 11.5: one pass waits for the work released before the token, the second for
-    # what was released while it waited; a token produced after the queue drained is not held
-    assert one.tolist() == [1.5, 4.5, 11.5, 20.0]
-    assert two.tolist() == [3.0, 4.5, 11.5, 20.0]
-    assert np.all(_delivery(first, release, L, t_token, passes=5) >= two)
+def _front_end_log(events, until=math.inf):
+    """Run a FrontEnd over (time, 'in'|'msg', ...) events; return its dispatches and deliveries."""
+    from sacmodel.frontend import FrontEnd
+    fe, got = FrontEnd(), []
+    for ev in events:
+        if ev[1] == "in":
+            fe.arrive(ev[0], ev[2], ev[3])
+        else:
+            fe.produce(ev[0], ev[2], ev[3])
+    fe.run(until, lambda i, t: got.append(("dispatch", i, round(t, 9))),
+           lambda p, t: got.append(("deliver", tuple(p), round(t, 9))))
+    return got, fe
+
+
+def test_front_end_hands_on_one_message_per_intake_turn():
+    """Hand-worked: three requests arrive together (1 s of work each) while two single messages wait; the turn
+    takes all three in, then hands on one message; the second goes out in the next turn (nothing to take in)."""
+    got, fe = _front_end_log([(0.0, "in", 0, 1.0), (0.0, "in", 1, 1.0), (0.0, "in", 2, 1.0),
+                              (0.0, "msg", 1, [("a", False)]), (0.5, "msg", 1, [("b", False)])])
+    assert got == [("dispatch", 0, 1.0), ("dispatch", 1, 2.0), ("dispatch", 2, 3.0),
+                   ("deliver", (("a", False),), 3.0), ("deliver", (("b", False),), 3.0)]
+    assert not fe.busy()
+
+
+def test_front_end_holds_messages_behind_the_queue_while_it_takes_requests_in():
+    """A payload behind four payload-less messages waits four intake turns when requests keep arriving one per
+    turn; with nothing to take in, the whole queue goes out at once."""
+    ev = [(0.0, "msg", 4, None), (0.0, "msg", 1, [("x", True)])] + [(float(k), "in", k, 1.0) for k in range(6)]
+    got, _ = _front_end_log(ev)
+    assert ("deliver", (("x", True),), 5.0) in got                 # turns end at 1, 2, 3, 4 (4 messages), then 5
+    got, _ = _front_end_log([(0.0, "msg", 4, None), (0.0, "msg", 1, [("x", True)])])
+    assert got == [("deliver", (("x", True),), 0.0)]
+
+
+def test_front_end_runs_only_turns_that_start_by_until():
+    got, fe = _front_end_log([(0.0, "in", 0, 2.0), (1.0, "in", 1, 1.0)], until=1.5)
+    assert got == [("dispatch", 0, 2.0)]                            # the second turn starts at 2.0 > 1.5
+    assert fe.busy() and fe.next_turn() == 2.0
+
+
+def test_closed_loop_sends_follow_the_front_end_pace():
+    """At 64K tokens a prompt takes tens of ms to take in; a later wave is then sent over about one intake per
+    request (measured 2.3 s for 64 requests at 0.55 us per token), not all at once."""
+    from sacmodel.calibrate import with_params
+    from sacmodel.systems import as_topology
+    t = with_params(as_topology("sac-testbed"), {"t_token": 0.55e-6})
+    p = predict(t, "dram", context=65536, output=256, concurrency=64, requests=192, record=True)
+    rel = np.sort(p.per_request["release_s"])
+    later = rel[64:128] - rel[64]
+    assert 0.5 * 64 * 0.55e-6 * 65536 < later.max() < 2.0 * 64 * 0.55e-6 * 65536

@@ -468,6 +468,7 @@ def write_markdown(rep):
     cv = rep.get("cross_validation")
     if cv:
         pooled = {m: [] for m in KEY}
+        per_system: dict[str, dict[str, list]] = {}
         fitted_only = []
         worst = {}
         for name, d in cv.items():
@@ -475,6 +476,7 @@ def write_markdown(rep):
                 for m in KEY:
                     if r[f"{m}_error_pct"] is not None:
                         pooled[m].append(abs(r[f"{m}_error_pct"]))
+                        per_system.setdefault(r["system"], {k: [] for k in KEY})[m].append(abs(r[f"{m}_error_pct"]))
                         if m == "ttft_mean_ms" and (r["system"], m) not in NOT_FITTED:
                             fitted_only.append(abs(r[f"{m}_error_pct"]))
             worst[name] = {m: d["mape_pct"]["all"][m] for m in KEY}
@@ -489,7 +491,10 @@ def write_markdown(rep):
                   f"{LABEL[m]} {fmt(float(np.mean(v)))}%" for m, v in pooled.items() if v) +
               (f" (TTFT without RDMA {fmt(float(np.mean(fitted_only)))}%)" if fitted_only else "") +
               "; worst category: " + ", ".join(
-                  f"{LABEL[m]} {fmt(max(w[m] or 0 for w in worst.values()))}%" for m in KEY) + ".", "",
+                  f"{LABEL[m]} {fmt(max(w[m] or 0 for w in worst.values()))}%" for m in KEY) + ". Pooled per system "
+              "(TTFT / TBT / throughput): " + ", ".join(
+                  f"{sy} " + " / ".join(fmt(float(np.mean(v[m]))) if v[m] else "-" for m in KEY) + "%"
+                  for sy, v in sorted(per_system.items())) + ".", "",
               "Per category and system (TTFT / TBT / throughput, %):", "",
               table([[name, *[f"{fmt(d['mape_pct'][s]['ttft_mean_ms'])} / "
                               f"{fmt(d['mape_pct'][s]['tbt_mean_ms'])} / {fmt(d['mape_pct'][s]['output_throughput_tok_s'])}"

@@ -305,8 +305,6 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     acc = [np.zeros(max(4096, 4 * max_out)) for _ in range(dp)]
     acc_at = [memoryview(a) for a in acc]       # the same memory: single entries as Python floats (much quicker)
     release = [math.nan] * n
-    first = [math.nan] * n
-    done = [math.nan] * n
     prefilled = [0] * n
     rank_of = [0] * n
     joined = [0] * n
@@ -331,7 +329,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     logged = [0] * dp
     timeline = []
     fe = FrontEnd()
-    seen_first = [math.nan] * n
+    seen_first = [math.nan] * n                   # when the client sees a request's first and last tokens (s)
     seen_done = [math.nan] * n
     unsent: list[int] = []                       # first tokens computed, sent with the next batch's scheduling
     pending: list[tuple[float, int]] = []        # (dispatch time, request)
@@ -450,8 +448,6 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                     bw = bws.get(r, 0.0)
                     fetch_t = max(fetch_t, sum(fetch_time(L[i], bw) for i in ready))
         if unsent:      # overlap scheduler: a batch's results go out once the next batch is scheduled
-            for i in unsent:
-                first[i] = t + fetch_t
             emit_first(t + fetch_t)
             copy_wait_s += fetch_t * len(unsent)
             unsent.clear()
@@ -614,7 +610,6 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                         groups_ver += 1
                         if single:
                             age_bits[r] &= ~(1 << (clock[r] - joined[i]))
-                done[i] = t
                 ended.append((i, True))
                 finished += 1
                 used[r] -= hold[i]
@@ -647,8 +642,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 if prefilled[i] < todo[i]:
                     continue
                 unsent.append(i)
-                if out[i] <= 1:
-                    done[i] = t
+                if out[i] <= 1:                               # its first token ends it (emit_first)
                     finished += 1
                     used[r] -= hold[i]
                     continue
@@ -658,8 +652,6 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         if admits:            # only admissions take memory
             peak_used = max(peak_used, max(used))
         release_more(t)
-    for i in unsent:
-        first[i] = t
     if unsent:
         emit_first(t)
     fe.run(math.inf, dispatch, deliver)
@@ -668,5 +660,5 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
              "peak_rank_requests": peak_requests, "swap_states": swap, "first_token_copy_wait_s": copy_wait_s}
     tr = v["t_request"]
     seen = np.array(seen_first, dtype=float) + tr
-    done_a = np.where(np.isfinite(np.array(done, dtype=float)), np.array(seen_done, dtype=float) + tr, np.nan)
+    done_a = np.array(seen_done, dtype=float) + tr         # every finished request's last token is delivered
     return EngineResult(np.array(release, dtype=float), seen, done_a, np.isfinite(done_a), crash, stats, timeline)

@@ -62,11 +62,7 @@ class FrontEnd:
         add intakes or messages; they are served by later turns."""
         msgs, intake = self.msgs, self.intake
         while intake or msgs:
-            s = intake[0][0] if intake else math.inf
-            if msgs and msgs[0][0] < s:
-                s = msgs[0][0]
-            if self.free > s:
-                s = self.free
+            s = self.next_turn()
             if s > until:
                 return
             if intake and intake[0][0] <= s:

@@ -445,9 +445,9 @@ def write_markdown(rep):
                                        "later wave released over (s)"]), "",
               "The last column is the time over which one later wave is sent (mean over the run's later waves; "
               "measured: the closed-loop send times reconstructed from the per-request latencies). The "
-              "measured waves are released over about one front-end slot per request at every context; where "
-              "the model releases a wave in a much shorter time, its ranks finished the previous wave together "
-              "(see README, gaps).", ""]
+              "measured waves are released over about one front-end slot per request at every context, and so "
+              "are the model's: its front end hands on the finishing wave's last tokens at its intake pace "
+              "(the fitted t_token against the logs' rate, below, sets how much longer).", ""]
         summ = []
         for part in ("first", "later"):
             for grp, sel in (("rdma", lambda w: w["system"] == "rdma"), ("other pools", lambda w: w["system"] != "rdma")):

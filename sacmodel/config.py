@@ -234,6 +234,21 @@ def _fetch_bw_uncached(topo: Topology, nics: int, ranks: tuple[int, ...]) -> lis
     return water_fill([topo.resources(p) for p in paths], demand, topo.capacity)
 
 
+def backup_bandwidth(cfg: Config, ranks: tuple[int, ...]) -> dict[int, float]:
+    """Write bandwidth (B/s) each of the ``ranks`` gets when they copy from their GPUs into the host pool at
+    once (max-min share of the GPU-to-pool routes: PCIe to host DRAM, or the CXL adapters, switch and
+    devices)."""
+    key = ("backup", cfg.system, cfg.cxl_devices, tuple(sorted(ranks)))
+    topo = cfg.topo
+    if key not in topo._routes:
+        from .topology import max_min_share
+        pool = SWAP_POOL[cfg.system]
+        n = cfg.cxl_devices if pool == "cxl" else None
+        flows = [(topo.gpus[r], topo.pool_for(r, pool, n)) for r in key[3]]
+        topo._routes[key] = dict(zip(key[3], max_min_share(topo, flows)))
+    return {r: topo._routes[key][r] for r in ranks}
+
+
 # ---- the score process of the workload ------------------------------------------------------------
 def score_correlation(cfg: Config, age):
     """Lag-1 correlation of the indexer scores at request age ``age`` (decode steps since admission).

@@ -16,6 +16,12 @@ What it simulates (each piece is a mechanism of the measured server, see ``step.
   tokens are copied to the host pool first). On the RDMA pool the scheduler then copies the request's whole
   prompt from the pool (CPU gather, RDMA READ, CPU transpose and scatter) before anything else, which stalls
   every rank for that iteration; concurrent fetches share the NICs.
+- **Cold staging.** A request staged without a host-pool entry for its prefix backs its whole prompt up from
+  the GPU to the pool as its result is processed: a prompt prefilled from scratch, and the first prefix hit of
+  a prompt on a rank when the entry is still under another key (``cold_staging``: the benchmark's first round
+  kept the prompt under its whole-prompt key). The copy kernel holds the GPU: the iteration in which it starts
+  lasts that much longer (the ranks backing up at once share the GPU-to-pool route). Other prefix hits reuse
+  the entry and stage only their new tokens.
 - **Overlap scheduler.** A batch's results (a prefill's first tokens) are sent once the next batch has been
   scheduled, so the prefix copies run in that scheduling delay the first tokens of the batch before it
   (SGLang's overlapped event loop; ``disable_overlap_schedule=False`` in the testbed's logs).
@@ -44,7 +50,8 @@ import numpy as np
 from . import step as steps
 from .access import steady_state
 from .frontend import FrontEnd
-from .config import Config, FETCH_SYSTEMS, fetch_bandwidth, score_correlation, static_values, swap_route
+from .config import (Config, FETCH_SYSTEMS, backup_bandwidth, fetch_bandwidth, score_correlation, static_values,
+                     swap_route)
 
 
 @dataclass
@@ -52,7 +59,9 @@ class Requests:
     """A workload as per-request arrays: arrival (s), prompt tokens, output tokens, cached-prefix tokens.
 
     ``prefix_pages``: device tokens that the cached prefix holds on every rank (the benchmark's shared prompt,
-    prefilled once per rank in its first round); 0 when cached prefixes are evictable.
+    prefilled once per rank in its first round); 0 when cached prefixes are evictable. ``cold_staging``: the
+    host pool holds no entry under the prompts' page-aligned prefix keys yet (the benchmark's first round kept
+    the prompt under its whole-prompt key), so each rank's first prefix hit of each prompt is staged cold.
     """
     arrival: np.ndarray
     context: np.ndarray
@@ -60,6 +69,7 @@ class Requests:
     cached: np.ndarray
     prefix_pages: int = 0
     prompt: np.ndarray | None = None      # prompt id per request (same id = same prompt); None: all distinct
+    cold_staging: bool = False            # no host-pool entry under the prompts' prefix keys yet (see run_engine)
 
     def __post_init__(self):
         self.arrival = np.asarray(self.arrival, dtype=float)
@@ -107,6 +117,7 @@ class Model:
         self.shared_c = steps.compiled("shared")
         self.prefill_c = steps.compiled("prefill")
         self.fetch_c = steps.compiled("fetch")
+        self.staging_c = steps.compiled("staging")
         self.k = float(cfg.model.topk) if cfg.model.sparse else 0.0
         self.B = float(cfg.device_buffer)
         self._rank_cache: dict = {}
@@ -170,6 +181,11 @@ class Model:
             return tokens * self.cfg.token_bytes / self.pf_dma_bw()
         v = dict(self.v, N_f=float(tokens), nic_bw=nic_bw)
         return self.fetch_c.total(*self.fetch_c.args(v))
+
+    def backup(self, tokens: float, bw: float) -> float:
+        """Seconds a cold staging backup of a ``tokens``-token prompt takes at ``bw`` B/s."""
+        v = dict(self.v, N_b=float(tokens), bk_bw=bw)
+        return self.staging_c.total(*self.staging_c.args(v))
 
     @lru_cache(maxsize=1)
     def pf_dma_bw(self) -> float:
@@ -325,6 +341,11 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     # one prompt: bit a of age_bits[r] is set while rank r decodes requests a steps after they joined, so the
     # distinct ages over the decoding ranks are the set bits of the OR of their masks (a decode step shifts them)
     age_bits = [0] * dp
+    # cold staging: a prompt prefilled from scratch, and (with cold_staging) the first hit of a prompt on a rank
+    track_cold = bool(hs)
+    first_hits = track_cold and shared_prompt and reqs.cold_staging
+    cold_seen: list[set] = [set() for _ in range(dp)]
+    cold = [False] * n
     used = [float(reqs.prefix_pages)] * dp
     logged = [0] * dp
     timeline = []
@@ -340,7 +361,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     swap = {}                                    # (b, active) -> [steps, steps x L, steps x M] for the breakdown
     # run statistics (the stats dict of the result, filled at the end)
     n_iter = n_decode = n_prefill = peak_requests = 0
-    fetch_s = decode_s = prefill_s = shared_s = peak_used = copy_wait_s = 0.0
+    fetch_s = decode_s = prefill_s = shared_s = peak_used = copy_wait_s = backup_s = 0.0
 
     def release_more(now: float):
         nonlocal next_req, in_flight
@@ -447,6 +468,19 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 for r, ready in fetching:
                     bw = bws.get(r, 0.0)
                     fetch_t = max(fetch_t, sum(fetch_time(L[i], bw) for i in ready))
+        # cold staging backups start as the batch's results are processed and hold their GPUs this iteration
+        hold_t = 0.0
+        if track_cold and unsent:
+            backing: dict[int, int] = {}
+            for i in unsent:
+                if cold[i]:
+                    backing[rank_of[i]] = backing.get(rank_of[i], 0) + L[i]
+            if backing:
+                bws = backup_bandwidth(cfg, tuple(backing))
+                hold_t = max(mdl.backup(tok, bws[r]) for r, tok in backing.items())
+                backup_s += hold_t
+                if record:
+                    timeline.append((t, -1, "backup", hold_t, len(backing)))
         if unsent:      # overlap scheduler: a batch's results go out once the next batch is scheduled
             emit_first(t + fetch_t)
             copy_wait_s += fetch_t * len(unsent)
@@ -463,6 +497,11 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 while w and budget > 0 and n_active + len(batch) < max_run:
                     i = w[0]
                     if prefilled[i] == 0:                          # its memory is taken when it starts
+                        if track_cold and not hit[i]:
+                            cold[i] = True
+                        elif first_hits and pid[i] not in cold_seen[r]:
+                            cold_seen[r].add(pid[i])
+                            cold[i] = True
                         if used[r] + hold[i] > max_total:
                             if long_[i] and max_total - used[r] >= reserve[i]:
                                 crash = Crash(t, r, f"device-buffer allocation of {hold[i]:.0f} slots failed on rank "
@@ -490,8 +529,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         if crash:
             break
         if not admits and not decoding:
-            if fetch_t > 0 or staged:
-                t += fetch_t
+            if fetch_t > 0 or staged or hold_t:
+                t += fetch_t + hold_t
                 it += 1
                 continue
             nxt = [pending[0][0]] if pending else []
@@ -507,7 +546,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         # ---- the iteration's time
         active = len(decoding)
         jump = 1
-        if decoding and not admits and not fetch_t and not staged:
+        if decoding and not admits and not fetch_t and not staged and not hold_t:
             jump = min(ends[r][0][0] - clock[r] for r in decoding) + 1
             # while a young request's misses still change, the jump at most doubles its age (the rank parts are
             # exact averages over a jump; only which rank is slowest may change inside it)
@@ -570,7 +609,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             if jump == 1 or t + jump * T <= horizon + 1e-12:
                 break
             jump = max(1, min(jump - 1, math.ceil((horizon - t) / T)))
-        t += fetch_t + jump * T
+        t += fetch_t + jump * T + hold_t
         it += jump
         n_iter += jump
         fetch_s += fetch_t
@@ -657,7 +696,8 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     fe.run(math.inf, dispatch, deliver)
     stats = {"iterations": n_iter, "decode_steps": n_decode, "prefill_iterations": n_prefill, "fetch_s": fetch_s,
              "decode_s": decode_s, "prefill_s": prefill_s, "shared_s": shared_s, "peak_used": peak_used,
-             "peak_rank_requests": peak_requests, "swap_states": swap, "first_token_copy_wait_s": copy_wait_s}
+             "peak_rank_requests": peak_requests, "swap_states": swap, "first_token_copy_wait_s": copy_wait_s,
+             "cold_backup_s": backup_s}
     tr = v["t_request"]
     seen = np.array(seen_first, dtype=float) + tr
     done_a = np.array(seen_done, dtype=float) + tr         # every finished request's last token is delivered

@@ -96,9 +96,11 @@ def output_spec(output) -> tuple[int, int]:
 
 
 def workload(cfg: Config, *, context: int, output, requests: int, rate: float | None = None, seed: int = 0,
-             prefix_cached: bool = True, prompts: str = "shared") -> Requests:
+             prefix_cached: bool = True, prompts: str = "shared", cold_staging: bool = True) -> Requests:
     """The benchmark's requests: one cached prompt of ``context`` tokens (or distinct prompts), outputs fixed
-    or uniform in [min, max] (0 counts as 1, as the benchmark client does), arrivals at once or Poisson."""
+    or uniform in [min, max] (0 counts as 1, as the benchmark client does), arrivals at once or Poisson.
+    ``cold_staging``: the shared prompt's host-pool entry is still under the first round's whole-prompt key,
+    so each rank's first hit backs the prompt up again (what the benchmark's second round meets)."""
     lo, hi = output_spec(output)
     rng = np.random.default_rng(seed) if lo != hi or rate else None
     outs = np.full(requests, hi) if lo == hi else np.maximum(rng.integers(lo, hi + 1, size=requests), 1)
@@ -109,7 +111,8 @@ def workload(cfg: Config, *, context: int, output, requests: int, rate: float | 
         # the first round prefilled the prompt on every rank; the radix cache keeps its device pages
         prefix = context if cfg.system == "gpu" else max(0, context - cfg.prefill_chunk + cfg.page)
     return Requests(arrivals, np.full(requests, context), outs, cached, prefix_pages=prefix,
-                    prompt=np.zeros(requests, dtype=np.int64) if prompts == "shared" else None)
+                    prompt=np.zeros(requests, dtype=np.int64) if prompts == "shared" else None,
+                    cold_staging=bool(cold_staging and prefix_cached and prompts == "shared"))
 
 
 def percentile(x, q: float) -> float:
@@ -142,7 +145,7 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
             cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
             rate: float | None = None, max_total_tokens: int | None = None, max_running_requests: int | None = None,
             seed: int = 0, prefix_cached: bool = True, prompts: str = "shared", method: str = "engine",
-            outputs=None, record: bool = False) -> Prediction:
+            outputs=None, record: bool = False, cold_staging: bool = True) -> Prediction:
     """Predict TTFT, TBT, E2E latency, throughput and completion of ``system`` on ``scenario``.
 
     Closed loop (default): ``requests`` (default 8 x concurrency) released at t = 0, at most ``concurrency``
@@ -150,10 +153,14 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     pair drawn uniformly per request (``seed``), or the exact lengths in ``outputs``. ``prefix_cached=False``:
     every prompt is prefilled from scratch (the testbed's first round). ``prompts="shared"``: every request
     hits one cached prompt (the testbed benchmark; the prefix is stored once); ``"distinct"``: each request
-    has its own prompt (what capacity planning usually means). ``method="analytic"``: the steady state
-    without the event engine (no waves, no percentiles; quicker).
+    has its own prompt (what capacity planning usually means). ``cold_staging`` (shared prompt): each rank's
+    first hit finds no host-pool entry under its prefix key and backs the prompt up again, as in the testbed's
+    second round; False: the entry exists (steady state). ``method="analytic"``: the steady state without the
+    event engine (no waves, no percentiles; quicker).
     """
     _check(context, concurrency, requests, rate, prompts, method)
+    if not isinstance(cold_staging, bool):
+        raise ConfigError(f"cold_staging must be True or False, got {cold_staging!r}")
     lo, hi = output_spec(output)
     cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics,
                   max_total_tokens=max_total_tokens, max_running_requests=max_running_requests)
@@ -170,14 +177,14 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
                       config={"cxl_devices": cfg.cxl_devices, "rdma_nics": cfg.rdma_nics,
                               "device_buffer": cfg.device_buffer, "dp": cfg.dp, "rate": rate,
                               "max_total_tokens": cfg.max_total_tokens, "prompts": prompts,
-                              "prefix_cached": prefix_cached})
+                              "prefix_cached": prefix_cached, "cold_staging": cold_staging})
     cap = static_check(cfg, context=context, output=hi, concurrency=concurrency, prompts=prompts)
     pred.capacity = cap
     if not cap["feasible"]:
         pred.feasible, pred.limit, pred.success_fraction = False, cap["limit"], 0.0
         return pred
     reqs = workload(cfg, context=context, output=(lo, hi), requests=n_req, rate=rate, seed=seed,
-                    prefix_cached=prefix_cached, prompts=prompts)
+                    prefix_cached=prefix_cached, prompts=prompts, cold_staging=cold_staging)
     if outputs is not None:
         reqs.output = outputs
     if method == "analytic":
@@ -258,6 +265,8 @@ def breakdown(cfg: Config, res, duration: float) -> dict:
         out["share_time_prefill"] = s.get("prefill_s", 0.0) / duration
         out["share_time_prefix_fetch"] = s.get("fetch_s", 0.0) / duration
         out["share_time_decode"] = s.get("decode_s", 0.0) / duration
+        out["share_time_cold_backup"] = s.get("cold_backup_s", 0.0) / duration
+    out["cold_backup_s"] = s.get("cold_backup_s", 0.0)      # GPU time the ranks' cold staging backups held
     if s.get("first_token_copy_wait_s"):       # first tokens held back by the next batch's prefix copies
         out["ttft_copy_wait_ms"] = s["first_token_copy_wait_s"] / max(len(res.first), 1) * 1e3
     out["peak_device_tokens_per_rank"] = s.get("peak_used", 0.0)

@@ -2,7 +2,7 @@
 
 The *unloaded* metrics (one request alone on the system) have closed forms built from the same sympy
 expressions the serving engine evaluates (:func:`symbolic`); bound to a scenario they equal
-``predict(..., concurrency=1, requests=1)``. Loaded questions (throughput at concurrency c, percentiles)
+``predict(..., concurrency=1, requests=1, cold_staging=False)``. Loaded questions (throughput at concurrency c, percentiles)
 go through :func:`sacmodel.predict`.
 """
 from __future__ import annotations
@@ -120,7 +120,7 @@ def _workload_symbols():
 def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Expr:
     """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step).
 
-    One request alone (what ``predict(..., concurrency=1, requests=1)`` runs): ``ttft`` = the client's serial
+    One request alone (``predict(..., concurrency=1, requests=1, cold_staging=False)``): ``ttft`` = the client's serial
     work on the prompt + the request latency + one prefill iteration extending the cached prompt by its
     uncached page; ``tbt`` = one decode step at the mean context ``L + O/2`` loading ``m_mean`` entries per
     layer (the request's mean misses over its output, from the score process), plus, for the pools that copy
@@ -219,7 +219,8 @@ def symbolic(system: str, metric: str, scenario=None, *, free=(), context=None, 
 
     Without ``scenario``: over named symbols (see :func:`symbol_docs`). With it: every symbol bound except
     those named in ``free`` (and ``L``/``O`` unless ``context``/``output`` are given; ``m_mean`` is bound
-    once both are); fully bound, it is a number equal to ``predict(..., concurrency=1, requests=1)``.
+    once both are); fully bound, it is a number equal to ``predict(..., concurrency=1, requests=1,
+    cold_staging=False)`` (the steady state: the prompt's host-pool entry exists).
     """
     sparse = True
     if scenario is not None:

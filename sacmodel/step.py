@@ -21,6 +21,10 @@ A rank's own part is one of (and every term is named in :func:`rank_terms`):
   restore: CPU work of the scheduler);
 - a chunk of ``P`` tokens of a cold prompt after ``H`` already prefilled (causal indexer, sparse attention).
 
+Cold staging (HiSparse pools): the first prefix hit of a prompt on a rank finds no host-pool entry for its
+page-aligned prefix and backs its whole prompt up to the pool; the copy kernel holds the rank's GPU, so the
+iteration in which it is launched lasts that much longer (the ranks' backups share the GPU-to-pool route).
+
 Prefix fetch of the RDMA pool (per request of ``N`` prompt tokens, on the rank's scheduler thread): a CPU
 gather, the RDMA READs into the staging buffer over the rank's NIC, a CPU transpose and a CPU scatter into
 the host pool (``stage_passes`` single-threaded copies at ``stage_copy_bw``) plus the bytes over the NIC share.
@@ -171,6 +175,17 @@ def fetch_terms() -> dict[str, sp.Expr]:
 
 
 @lru_cache(maxsize=1)
+def staging_terms() -> dict[str, sp.Expr]:
+    """Seconds of a cold staging backup: a prefix hit that finds no host-pool entry for its prefix backs its
+    whole prompt (``N_b`` tokens) up from the GPU to the pool with a GPU copy kernel, at the rank's share of
+    the GPU-to-pool route."""
+    c = _common()
+    N = sym("N_b", "dimensionless", "prompt tokens of the cold-staged request")
+    return {"cold_backup": N * c["layers"] * c["eb"]
+            / sym("bk_bw", "byte/second", "GPU-to-pool write bandwidth share of the rank")}
+
+
+@lru_cache(maxsize=1)
 def front_end_terms() -> dict[str, sp.Expr]:
     """Seconds a request spends outside the engine: serialised tokenisation and the rest of the path."""
     L = sym("L", "dimensionless")
@@ -180,7 +195,7 @@ def front_end_terms() -> dict[str, sp.Expr]:
 
 # ---- compiled forms -------------------------------------------------------------------------------
 BUILDERS = {"rank": rank_terms, "shared": shared_terms, "extend": extend_terms, "prefill": prefill_terms,
-            "fetch": fetch_terms, "front": front_end_terms}
+            "fetch": fetch_terms, "staging": staging_terms, "front": front_end_terms}
 GENERATED = Path(__file__).with_name("step_generated.py")
 _SOURCES = ("costs.py", "step.py")            # the modules whose code builds the expressions
 

@@ -258,10 +258,12 @@ class Topology:
         return self._routes[key]
 
     def precompute_routes(self) -> None:
-        """Compute the routes predictions use (every pool member to every GPU, remote memory to the NICs, the
-        NICs and CXL devices to host DRAM) and each GPU's DRAM, so that a cached copy answers them at once."""
+        """Compute the routes predictions use (every pool member to every GPU and back, remote memory to the
+        NICs, the NICs and CXL devices to host DRAM) and each GPU's DRAM, so that a cached copy answers them at
+        once."""
         dram = self.pools.get("dram", [])
         pairs = [(m, g) for ms in self.pools.values() for m in ms for g in self.gpus]
+        pairs += [(g, m) for p in ("dram", "cxl") for m in self.pools.get(p, []) for g in self.gpus]   # backups
         pairs += [(r, n) for r in self.nodes_of("remote_memory") for n in self.pools.get("rdma", [])]
         pairs += [(m, d) for p in ("rdma", "cxl") for m in self.pools.get(p, []) for d in dram]
         for a, b in pairs:

@@ -26,11 +26,52 @@ def test_prediction_fields_and_breakdown():
 @pytest.mark.parametrize("system", ["gpu", "dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk"])
 @pytest.mark.parametrize("L,O", [(65536, 200), (20000, 40)])
 def test_single_request_equals_closed_form(system, L, O):
-    """One request alone: the engine reduces to the unloaded closed forms built from the same expressions."""
-    p = predict("sac-testbed", system, context=L, output=O, concurrency=1, requests=1)
+    """One request alone (its prompt's host-pool entry present): the engine reduces to the unloaded closed
+    forms built from the same expressions."""
+    p = predict("sac-testbed", system, context=L, output=O, concurrency=1, requests=1, cold_staging=False)
     for metric, field in (("ttft", "ttft_mean_ms"), ("tbt", "tbt_mean_ms"), ("e2e", "e2e_mean_ms")):
         assert getattr(p, field) == pytest.approx(1e3 * float(symbolic(system, metric, "sac-testbed", context=L,
                                                                           output=O)), rel=1e-9)
+
+
+@pytest.mark.parametrize("system,pool", [("dram", "dram"), ("cxl", "cxl"), ("rdma", "dram"), ("gpu", None)])
+def test_cold_staging_of_one_request_by_hand(system, pool):
+    """A rank's first hit backs its whole prompt up to the host pool before the request decodes: one request
+    alone finishes later by exactly prompt bytes / the GPU-to-pool bandwidth, its first token unchanged; GPU-only
+    has no host pool and nothing to back up."""
+    from sacmodel.config import backup_bandwidth
+    L = 32768
+    warm = predict("sac-testbed", system, context=L, output=40, concurrency=1, requests=1, cold_staging=False)
+    cold = predict("sac-testbed", system, context=L, output=40, concurrency=1, requests=1)
+    assert cold.ttft_mean_ms == pytest.approx(warm.ttft_mean_ms, rel=1e-12)
+    cfg = resolve("sac-testbed", system)
+    if pool is None:
+        assert cold.e2e_mean_ms == pytest.approx(warm.e2e_mean_ms, rel=1e-12)
+        return
+    bw = backup_bandwidth(cfg, (1,))[1]           # round 2 starts on rank 1 (the first round went round-robin)
+    assert bw == pytest.approx(55e9 if pool == "dram" else 22.5e9)        # the scenario's PCIe / CXL device
+    assert cold.e2e_mean_ms - warm.e2e_mean_ms == pytest.approx(1e3 * L * cfg.token_bytes / bw, rel=1e-9)
+
+
+def test_cold_staging_backups_share_the_pool_route():
+    """Eight ranks backing up at once share the CXL devices: one device takes twice as long as two, and the
+    first wave's later first tokens wait for it (DRAM, over each GPU's own PCIe link, barely)."""
+    from sacmodel.config import backup_bandwidth
+    two, one = resolve("sac-testbed", "cxl", cxl_devices=2), resolve("sac-testbed", "cxl", cxl_devices=1)
+    ranks = tuple(range(8))
+    assert list(backup_bandwidth(two, ranks).values()) == pytest.approx([2 * 22.5e9 / 8] * 8)
+    assert list(backup_bandwidth(one, ranks).values()) == pytest.approx([22.5e9 / 8] * 8)
+    kw = dict(context=32768, output=64, concurrency=64, requests=64, record=True)
+    first = {}
+    for name, extra in (("dram", {}), ("cxl2", {"cxl_devices": 2}), ("cxl1", {"cxl_devices": 1})):
+        p = predict("sac-testbed", "dram" if name == "dram" else "cxl", **kw, **extra)
+        events = [e for e in p.breakdown["timeline"] if e[2] == "backup"]
+        assert sum(e[4] for e in events) == 8               # one cold backup per rank, none after
+        assert p.breakdown["cold_backup_s"] == pytest.approx(sum(e[3] for e in events))
+        first[name] = p.ttft_mean_ms
+    assert first["dram"] < first["cxl2"] < first["cxl1"]
+    steady = predict("sac-testbed", "cxl", **kw, cxl_devices=1, cold_staging=False)
+    assert steady.ttft_mean_ms < first["cxl1"] and steady.breakdown["cold_backup_s"] == 0.0
 
 
 def test_one_request_by_hand_on_the_gpu():

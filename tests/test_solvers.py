@@ -18,7 +18,7 @@ SYSTEMS = ["gpu", "dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk"]
 @pytest.mark.parametrize("system", SYSTEMS)
 @pytest.mark.parametrize("context", [3000, 98304])
 def test_symbolic_equals_predict_at_concurrency_one(system, context):
-    p = predict("sac-testbed", system, context=context, output=300, concurrency=1, requests=1)
+    p = predict("sac-testbed", system, context=context, output=300, concurrency=1, requests=1, cold_staging=False)
     for metric, field in (("ttft", "ttft_mean_ms"), ("tbt", "tbt_mean_ms"), ("e2e", "e2e_mean_ms")):
         e = symbolic(system, metric, "sac-testbed", context=context, output=300)
         assert e.is_Number

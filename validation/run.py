@@ -463,8 +463,8 @@ def write_markdown(rep):
               f"three seconds of the log; by context {ctx} us), against the fitted t_token "
               f"{fe['fitted_us']:.2f} us" + (
                   f", {100 * (fe['fitted_us'] / fe['measured_us'] - 1):.0f}% slower: the fit lets the front end "
-                  "stand in for a delay at the ranks in the first waves that the engine does not have (see "
-                  "README, gaps)." if fe["fitted_us"] > 1.1 * fe["measured_us"] else "."), ""]
+                  "stand in for what holds the first tokens of the 64K and 128K later waves, which the engine "
+                  "does not have (see README, gaps)." if fe["fitted_us"] > 1.1 * fe["measured_us"] else "."), ""]
     cv = rep.get("cross_validation")
     if cv:
         pooled = {m: [] for m in KEY}

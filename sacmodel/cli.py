@@ -112,6 +112,8 @@ def _workload(a):
     kw = dict(context=getattr(a, "context", None), output=a.output, concurrency=a.concurrency,
               requests=a.requests, cxl_devices=a.cxl_devices, device_buffer=a.device_buffer, rdma_nics=a.rdma_nics,
               rate=a.rate, prefix_cached=not a.cold, method=a.method)
+    if not getattr(a, "cold_staging", True):
+        kw["cold_staging"] = False
     if getattr(a, "prompts", None):
         kw["prompts"] = a.prompts
     return kw
@@ -537,6 +539,10 @@ def add_workload(p, context=True, concurrency_help=None):
     add_resources(p)
     p.add_argument("--cold", action="store_true",
                    help="uncached prompts: every request is prefilled (default: the prompt's KV is cached in the pool)")
+    p.add_argument("--no-cold-staging", dest="cold_staging", action="store_false",
+                   help="the shared prompt's host-pool entry exists already (steady state): no rank backs the "
+                        "prompt up again on its first hit (default: as in the testbed's second round, where "
+                        "each rank's first hit does)")
     p.add_argument("--method", choices=("engine", "analytic"), default="engine",
                    help="engine (default): event-driven run of the benchmark, with waves and percentiles; "
                         "analytic: steady-state fixed point, faster, no percentiles, assumes requests out of "

@@ -28,6 +28,19 @@ def test_predict_and_compare(capsys, tmp_path):
     assert rc == 0 and "cxl/rdma" in out and "64K" in out and plot.stat().st_size > 1000
 
 
+def test_no_cold_staging_is_the_steady_state(capsys):
+    """The first wave of a cxl run waits for the ranks' cold backups unless the prompt's entry exists."""
+    args = ("predict", "--system", "cxl", "--context", "32K", "--concurrency", "64", "--requests", "64",
+            "--output", "64", "--json")
+    rc, out, _ = run(capsys, *args)
+    cold = json.loads(out)
+    rc2, out, _ = run(capsys, *args, "--no-cold-staging")
+    warm = json.loads(out)
+    assert rc == rc2 == 0 and cold["config"]["cold_staging"] and not warm["config"]["cold_staging"]
+    assert cold["breakdown"]["cold_backup_s"] > 0 == warm["breakdown"]["cold_backup_s"]
+    assert cold["ttft_mean_ms"] > warm["ttft_mean_ms"]
+
+
 def test_infeasible_prediction_names_limit(capsys):
     rc, out, _ = run(capsys, "predict", "--system", "gpu", "--context", "128K", "--concurrency", "192",
                      "--output", "8K")

@@ -19,9 +19,10 @@ What it simulates (each piece is a mechanism of the measured server, see ``step.
 - **Cold staging.** A request staged without a host-pool entry for its prefix backs its whole prompt up from
   the GPU to the pool as its result is processed: a prompt prefilled from scratch, and the first prefix hit of
   a prompt on a rank when the entry is still under another key (``cold_staging``: the benchmark's first round
-  kept the prompt under its whole-prompt key). The copy kernel holds the GPU: the iteration in which it starts
-  lasts that much longer (the ranks backing up at once share the GPU-to-pool route). Other prefix hits reuse
-  the entry and stage only their new tokens.
+  kept the prompt under its whole-prompt key). The copy starts when the forward launched before it ends and
+  holds the GPU: the next iteration lasts that much longer (the ranks backing up at once share the
+  GPU-to-pool route), and the request, with the rank's requests staged after it, is acknowledged one
+  iteration later than a warm one. Other prefix hits reuse the entry and stage only their new tokens.
 - **Overlap scheduler.** A batch's results (a prefill's first tokens) are sent once the next batch has been
   scheduled, so the prefix copies run in that scheduling delay the first tokens of the batch before it
   (SGLang's overlapped event loop; ``disable_overlap_schedule=False`` in the testbed's logs).
@@ -362,6 +363,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     # run statistics (the stats dict of the result, filled at the end)
     n_iter = n_decode = n_prefill = peak_requests = 0
     fetch_s = decode_s = prefill_s = shared_s = peak_used = copy_wait_s = backup_s = 0.0
+    hold_next = 0.0
 
     def release_more(now: float):
         nonlocal next_req, in_flight
@@ -428,7 +430,11 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
             for r in range(dp):
                 st = staging[r]
                 if st and st[0][0] <= it:
-                    ready = [i for j, i in st if j <= it]
+                    ready = []
+                    for j_, i_ in st:              # acknowledged in order: a later one waits for an earlier one
+                        if j_ > it:
+                            break
+                        ready.append(i_)
                     staging[r] = st[len(ready):]                   # staged in order of the iteration
                     staged -= len(ready)
                     j = clock[r]
@@ -468,8 +474,9 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 for r, ready in fetching:
                     bw = bws.get(r, 0.0)
                     fetch_t = max(fetch_t, sum(fetch_time(L[i], bw) for i in ready))
-        # cold staging backups start as the batch's results are processed and hold their GPUs this iteration
-        hold_t = 0.0
+        # cold staging: the backups launched as the last batch's results were processed (hold_next) start once
+        # the forward launched before them ends, so they hold the GPU during this iteration's forward
+        hold_t, hold_next = hold_next, 0.0
         if track_cold and unsent:
             backing: dict[int, int] = {}
             for i in unsent:
@@ -477,10 +484,10 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                     backing[rank_of[i]] = backing.get(rank_of[i], 0) + L[i]
             if backing:
                 bws = backup_bandwidth(cfg, tuple(backing))
-                hold_t = max(mdl.backup(tok, bws[r]) for r, tok in backing.items())
-                backup_s += hold_t
+                hold_next = max(mdl.backup(tok, bws[r]) for r, tok in backing.items())
+                backup_s += hold_next
                 if record:
-                    timeline.append((t, -1, "backup", hold_t, len(backing)))
+                    timeline.append((t, -1, "backup", hold_next, len(backing)))
         if unsent:      # overlap scheduler: a batch's results go out once the next batch is scheduled
             emit_first(t + fetch_t)
             copy_wait_s += fetch_t * len(unsent)
@@ -685,7 +692,9 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                     finished += 1
                     used[r] -= hold[i]
                     continue
-                staging[r].append((it + 1, i))                # decodes from the iteration after next
+                # decodes from the iteration after next; a cold one a step later (its backup is still running
+                # when that iteration acknowledges staged requests, and the rank's later ones wait behind it)
+                staging[r].append((it + 2 if cold[i] else it + 1, i))
                 staged += 1
             peak_requests = max(peak_requests, running[r] + len(staging[r]))
         if admits:            # only admissions take memory

@@ -23,7 +23,7 @@ A rank's own part is one of (and every term is named in :func:`rank_terms`):
 
 Cold staging (HiSparse pools): the first prefix hit of a prompt on a rank finds no host-pool entry for its
 page-aligned prefix and backs its whole prompt up to the pool; the copy kernel holds the rank's GPU, so the
-iteration in which it is launched lasts that much longer (the ranks' backups share the GPU-to-pool route).
+iteration that runs while it copies lasts that much longer (the ranks' backups share the GPU-to-pool route).
 
 Prefix fetch of the RDMA pool (per request of ``N`` prompt tokens, on the rank's scheduler thread): a CPU
 gather, the RDMA READs into the staging buffer over the rank's NIC, a CPU transpose and a CPU scatter into

@@ -122,10 +122,10 @@ calibration:
   score_correlation: {value: 0.999494, source: "fitted: SAC testbed (server logs and runs)"}
   drift_settling: {value: 49.1976, source: "fitted: SAC testbed (server logs and runs)"}
   settling_steps: {value: 659.428, source: "fitted: SAC testbed (server logs and runs)"}
-  t_request: {value: 147.46 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  t_token: {value: 0.664461 us, source: "fitted: SAC testbed (server logs and runs)"}
-  t_admit: {value: 56.4933 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  stage_copy_bw: {value: 2.28017 GB/s, source: "fitted: SAC testbed (server logs and runs)"}
-  prefill_eff: {value: 0.50671, source: "fitted: SAC testbed (server logs and runs)"}
+  t_request: {value: 155.899 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  t_token: {value: 0.636918 us, source: "fitted: SAC testbed (server logs and runs)"}
+  t_admit: {value: 56.2821 ms, source: "fitted: SAC testbed (server logs and runs)"}
+  stage_copy_bw: {value: 2.3092 GB/s, source: "fitted: SAC testbed (server logs and runs)"}
+  prefill_eff: {value: 0.506162, source: "fitted: SAC testbed (server logs and runs)"}
 """
 

@@ -18,8 +18,8 @@ What it simulates (each piece is a mechanism of the measured server, see ``step.
   every rank for that iteration; concurrent fetches share the NICs.
 - **Cold staging.** A request staged without a host-pool entry for its prefix backs its whole prompt up from
   the GPU to the pool as its result is processed: a prompt prefilled from scratch, and the first prefix hit of
-  a prompt on a rank when the entry is still under another key (``cold_staging``: the benchmark's first round
-  kept the prompt under its whole-prompt key). The copy starts when the forward launched before it ends and
+  a prompt on a rank when no entry is found for it (``cold_staging``: in the benchmark's second round the
+  first round's entry is not reused; the logs show each rank's first hit staged cold). The copy starts when the forward launched before it ends and
   holds the GPU: the next iteration lasts that much longer (the ranks backing up at once share the
   GPU-to-pool route), and the request, with the rank's requests staged after it, is acknowledged one
   iteration later than a warm one. Other prefix hits reuse the entry and stage only their new tokens.
@@ -60,9 +60,9 @@ class Requests:
     """A workload as per-request arrays: arrival (s), prompt tokens, output tokens, cached-prefix tokens.
 
     ``prefix_pages``: device tokens that the cached prefix holds on every rank (the benchmark's shared prompt,
-    prefilled once per rank in its first round); 0 when cached prefixes are evictable. ``cold_staging``: the
-    host pool holds no entry under the prompts' page-aligned prefix keys yet (the benchmark's first round kept
-    the prompt under its whole-prompt key), so each rank's first prefix hit of each prompt is staged cold.
+    prefilled once per rank in its first round); 0 when cached prefixes are evictable. ``cold_staging``: no
+    host-pool entry is found yet for the prompts' page-aligned prefixes (as in the benchmark's second round),
+    so each rank's first prefix hit of each prompt is staged cold.
     """
     arrival: np.ndarray
     context: np.ndarray

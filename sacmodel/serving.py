@@ -99,8 +99,8 @@ def workload(cfg: Config, *, context: int, output, requests: int, rate: float | 
              prefix_cached: bool = True, prompts: str = "shared", cold_staging: bool = True) -> Requests:
     """The benchmark's requests: one cached prompt of ``context`` tokens (or distinct prompts), outputs fixed
     or uniform in [min, max] (0 counts as 1, as the benchmark client does), arrivals at once or Poisson.
-    ``cold_staging``: the shared prompt's host-pool entry is still under the first round's whole-prompt key,
-    so each rank's first hit backs the prompt up again (what the benchmark's second round meets)."""
+    ``cold_staging``: no host-pool entry is found yet for the shared prompt's prefix, so each rank's first hit
+    backs the prompt up again (what the benchmark's second round meets: its logs show it on every rank)."""
     lo, hi = output_spec(output)
     rng = np.random.default_rng(seed) if lo != hi or rate else None
     outs = np.full(requests, hi) if lo == hi else np.maximum(rng.integers(lo, hi + 1, size=requests), 1)

@@ -19,10 +19,11 @@ What it simulates (each piece is a mechanism of the measured server, see ``step.
 - **Cold staging.** A request staged without a host-pool entry for its prefix backs its whole prompt up from
   the GPU to the pool as its result is processed: a prompt prefilled from scratch, and the first prefix hit of
   a prompt on a rank when no entry is found for it (``cold_staging``: in the benchmark's second round the
-  first round's entry is not reused; the logs show each rank's first hit staged cold). The copy starts when the forward launched before it ends and
-  holds the GPU: the next iteration lasts that much longer (the ranks backing up at once share the
-  GPU-to-pool route), and the request, with the rank's requests staged after it, is acknowledged one
-  iteration later than a warm one. Other prefix hits reuse the entry and stage only their new tokens.
+  first round's entry is not reused; the logs show each rank's first hit staged cold). The copy starts when
+  the forward launched before it ends and holds the GPU: the next iteration lasts that much longer (the ranks
+  backing up at once share the GPU-to-pool route), and the request, with the rank's requests staged after it,
+  is acknowledged one iteration later than a warm one. Other prefix hits reuse the entry and stage only
+  their new tokens.
 - **Overlap scheduler.** A batch's results (a prefill's first tokens) are sent once the next batch has been
   scheduled, so the prefix copies run in that scheduling delay the first tokens of the batch before it
   (SGLang's overlapped event loop; ``disable_overlap_schedule=False`` in the testbed's logs).
@@ -343,8 +344,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     # distinct ages over the decoding ranks are the set bits of the OR of their masks (a decode step shifts them)
     age_bits = [0] * dp
     # cold staging: a prompt prefilled from scratch, and (with cold_staging) the first hit of a prompt on a rank
-    track_cold = bool(hs)
-    first_hits = track_cold and shared_prompt and reqs.cold_staging
+    first_hits = bool(hs) and shared_prompt and reqs.cold_staging
     cold_seen: list[set] = [set() for _ in range(dp)]
     cold = [False] * n
     used = [float(reqs.prefix_pages)] * dp
@@ -435,7 +435,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                         if j_ > it:
                             break
                         ready.append(i_)
-                    staging[r] = st[len(ready):]                   # staged in order of the iteration
+                    staging[r] = st[len(ready):]
                     staged -= len(ready)
                     j = clock[r]
                     shapes: dict[tuple[int, int], int] = {}     # requests of one shape add one curve
@@ -477,7 +477,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
         # cold staging: the backups launched as the last batch's results were processed (hold_next) start once
         # the forward launched before them ends, so they hold the GPU during this iteration's forward
         hold_t, hold_next = hold_next, 0.0
-        if track_cold and unsent:
+        if hs and unsent:
             backing: dict[int, int] = {}
             for i in unsent:
                 if cold[i]:
@@ -504,7 +504,7 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
                 while w and budget > 0 and n_active + len(batch) < max_run:
                     i = w[0]
                     if prefilled[i] == 0:                          # its memory is taken when it starts
-                        if track_cold and not hit[i]:
+                        if hs and not hit[i]:
                             cold[i] = True
                         elif first_hits and pid[i] not in cold_seen[r]:
                             cold_seen[r].add(pid[i])

@@ -2,8 +2,8 @@
 
 The *unloaded* metrics (one request alone on the system) have closed forms built from the same sympy
 expressions the serving engine evaluates (:func:`symbolic`); bound to a scenario they equal
-``predict(..., concurrency=1, requests=1, cold_staging=False)``. Loaded questions (throughput at concurrency c, percentiles)
-go through :func:`sacmodel.predict`.
+``predict(..., concurrency=1, requests=1, cold_staging=False)``. Loaded questions (throughput at concurrency
+c, percentiles) go through :func:`sacmodel.predict`.
 """
 from __future__ import annotations
 
@@ -120,9 +120,9 @@ def _workload_symbols():
 def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Expr:
     """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step).
 
-    One request alone (``predict(..., concurrency=1, requests=1, cold_staging=False)``): ``ttft`` = the client's serial
-    work on the prompt + the request latency + one prefill iteration extending the cached prompt by its
-    uncached page; ``tbt`` = one decode step at the mean context ``L + O/2`` loading ``m_mean`` entries per
+    One request alone (``predict(..., concurrency=1, requests=1, cold_staging=False)``): ``ttft`` = the
+    client's serial work on the prompt + the request latency + one prefill iteration extending the cached
+    prompt by its uncached page; ``tbt`` = one decode step at the mean context ``L + O/2`` loading ``m_mean`` entries per
     layer (the request's mean misses over its output, from the score process), plus, for the pools that copy
     the prompt first (rdma, cxl-prefetch), that copy spread over the ``O - 1`` gaps; ``e2e`` = ttft +
     (O - 1) tbt; ``bytes_per_step`` = the entries a decode step loads; ``ttft_cold`` = an uncached prompt

@@ -21,9 +21,10 @@ A rank's own part is one of (and every term is named in :func:`rank_terms`):
   restore: CPU work of the scheduler);
 - a chunk of ``P`` tokens of a cold prompt after ``H`` already prefilled (causal indexer, sparse attention).
 
-Cold staging (HiSparse pools): the first prefix hit of a prompt on a rank finds no host-pool entry for its
-page-aligned prefix and backs its whole prompt up to the pool; the copy kernel holds the rank's GPU, so the
-iteration that runs while it copies lasts that much longer (the ranks' backups share the GPU-to-pool route).
+Cold staging (HiSparse pools): a request staged without a host-pool entry for its prefix (a prompt prefilled
+from scratch, or a prefix hit whose entry is not found) backs its whole prompt up to the pool; the copy kernel
+holds the rank's GPU, so the iteration that runs while it copies lasts that much longer (the ranks' backups
+share the GPU-to-pool route).
 
 Prefix fetch of the RDMA pool (per request of ``N`` prompt tokens, on the rank's scheduler thread): a CPU
 gather, the RDMA READs into the staging buffer over the rank's NIC, a CPU transpose and a CPU scatter into
@@ -176,7 +177,7 @@ def fetch_terms() -> dict[str, sp.Expr]:
 
 @lru_cache(maxsize=1)
 def staging_terms() -> dict[str, sp.Expr]:
-    """Seconds of a cold staging backup: a prefix hit that finds no host-pool entry for its prefix backs its
+    """Seconds of a cold staging backup: a request staged without a host-pool entry for its prefix backs its
     whole prompt (``N_b`` tokens) up from the GPU to the pool with a GPU copy kernel, at the rank's share of
     the GPU-to-pool route."""
     c = _common()

@@ -9,8 +9,8 @@ import time
 import numpy as np
 
 import sacmodel
-from sacmodel.costs import compile_expr, gather_time
-from sacmodel.solvers import sweep, sweep_predict
+from sacmodel.planning.solvers import sweep, sweep_predict
+from sacmodel.serving.costs import compile_expr, gather_time
 
 
 def rate(fn, n, repeat=3):

@@ -30,7 +30,7 @@ job = json.loads(sys.argv[2])
 out = {}
 if job["kind"] == "hitrate":
     from sacmodel.cluster.hitrate import hit_rates
-    from sacmodel.traces import load_trace
+    from sacmodel.data.traces import load_trace
     t0 = time.process_time(); tr = load_trace(job["trace"]); out["load_s"] = time.process_time() - t0
     t0, w0 = time.process_time(), time.perf_counter(); r = hit_rates(tr, job["caps"])
     out["per_point_s"] = (time.process_time() - t0) / len(job["caps"])
@@ -47,11 +47,11 @@ else:
         t = time.process_time(); r = run_engine(*a, **k); spent[0] += time.process_time() - t; return r
     if job.get("stub_engine"):
         import numpy as np
-        from sacmodel.engine import EngineResult
+        from sacmodel.serving.engine.loop import EngineResult
         def timed(cfg, reqs, conc, **k):   # the cluster layer alone: every request served at once
             a = np.asarray(reqs.arrival, float)
             return EngineResult(a, a, a + 1e-3, np.ones(len(a), bool), None, {"decode_steps": 0})
-    import sacmodel.serving as S            # instances run through serving.simulate -> run_engine
+    import sacmodel.serving.predict as S            # instances run through serving.simulate -> run_engine
     S.run_engine = timed
     t0, w0 = time.process_time(), time.perf_counter()
     p = R.replay(job["scenario"], job["system"], job["trace"], router=job["router"], time_scale=job["time_scale"],
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     lines += ["", "Target: under 10 s. The single-instance engine runs (issue 7's engine, used through "
               "`run_engine`) take most of it; the cluster layer (routing, caches, transfers) is the rest.", ""]
     if not a.skip_million:
-        from sacmodel.cluster.synth import write_conversations   # noqa: E402  (after REPO on sys.path)
+        from sacmodel.cluster.synth import write_conversations  # noqa: E402  (after REPO on sys.path)
         big = Path("/tmp/sacmodel_1M.jsonl")
         if not big.exists():
             write_conversations(big, 1_000_000, seed=1)

@@ -9,8 +9,8 @@
 """
 from pathlib import Path
 
-from sacmodel.plots import plot_breakeven
-from sacmodel.solvers import breakeven
+from sacmodel.planning.solvers import breakeven
+from sacmodel.plots.serving import plot_breakeven
 
 S = "sac-testbed"
 OUT = Path("out")          # figures go here, never into the current folder itself

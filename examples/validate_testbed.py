@@ -6,7 +6,8 @@ bench_serving results) by passing their paths.
 """
 import sys
 
-from sacmodel import compare_runs, load_runs, mape_table
+from sacmodel.data.runs import load_runs
+from sacmodel.fit.compare import compare_runs, mape_table
 
 runs = load_runs(sys.argv[1:] or None)
 comps = compare_runs("sac-testbed", runs)

@@ -2,7 +2,7 @@
 
 Public API (see README): scenarios and topology (:func:`load_topology`, :func:`route`...), the model catalog
 (:func:`get_model`), cost primitives, the fetch micro-benchmark model (:func:`fetch_latency_us`), the numpy
-reference (:mod:`sacmodel.reference`) and its analytic counterpart (:func:`access_counts`), the serving
+reference (:mod:`sacmodel.serving.reference`) and its analytic counterpart (:func:`access_counts`), the serving
 model (:func:`predict`, :func:`compare`), the solvers (:func:`symbolic`, :func:`breakeven`, :func:`plan`,
 :func:`sensitivity`, :func:`sweep`), trace replay through one instance or a cluster (:func:`load_trace`,
 :func:`replay`, :func:`load_cluster`) and the prefix hit-rate fast path (:func:`prefix_hit_rate`).
@@ -18,23 +18,26 @@ __version__ = "0.1.0"
 
 # public name -> submodule that defines it
 _EXPORTS = {
-    "access": ("access_counts", "steady_state", "miss_series", "top_k_overlap"),
-    "costs": ("check_dimensions", "compile_expr", "dma_time", "gather_time", "lines_per_entry", "rdma_time",
-              "roofline_time", "symbol_table"),
-    "measured": ("compare_runs", "load_microbench", "load_run", "load_runs", "load_server_log", "mape_table"),
-    "models": ("ModelSpec", "catalog", "from_hf_config", "get_model"),
-    "serving": ("ConfigError", "Prediction", "compare", "predict", "Requests"),
-    "systems": ("BACKENDS", "SYSTEMS", "as_topology", "fetch_latency_us"),
-    "solvers": ("breakeven", "max_load", "plan", "sensitivity", "sweep", "symbolic"),
-    "topology": ("Topology", "TopologyError", "builtin_scenarios", "load_topology", "max_min_share"),
-    "traces": ("load_trace",),
+    "hardware.models": ("ModelSpec", "catalog", "from_hf_config", "get_model"),
+    "hardware.scenarios": ("as_topology", "builtin_scenarios", "load_cluster", "load_topology"),
+    "hardware.topology": ("Topology", "TopologyError", "max_min_share"),
+    "hardware.units": ("UnitError", "parse_quantity", "ureg"),
+    "data.microbench": ("load_microbench",),
+    "data.runs": ("load_run", "load_runs"),
+    "data.server_logs": ("load_server_log",),
+    "data.traces": ("load_trace",),
+    "serving.access": ("access_counts", "steady_state", "miss_series", "top_k_overlap"),
+    "serving.costs": ("check_dimensions", "compile_expr", "dma_time", "gather_time", "lines_per_entry", "rdma_time",
+                      "roofline_time", "symbol_table"),
+    "serving.systems": ("BACKENDS", "SYSTEMS", "fetch_latency_us"),
+    "serving.predict": ("ConfigError", "Prediction", "compare", "predict", "Requests"),
+    "fit.compare": ("compare_runs", "mape_table"),
+    "planning.solvers": ("breakeven", "max_load", "plan", "sensitivity", "sweep", "symbolic"),
     "cluster.hitrate": ("prefix_hit_rate",),
     "cluster.replay": ("ClusterPrediction", "replay"),
-    "cluster.schema": ("load_cluster",),
-    "units": ("UnitError", "parse_quantity", "ureg"),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
-_SUBMODULES = ("reference",)
+_SUBMODULES = {"reference": "serving.reference"}      # public name -> module
 
 __all__ = ["__version__", *_SUBMODULES, *_WHERE]
 
@@ -43,7 +46,7 @@ def __getattr__(name: str):
     if name in _WHERE:
         value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
     elif name in _SUBMODULES:
-        value = importlib.import_module(f".{name}", __name__)
+        value = importlib.import_module(f".{_SUBMODULES[name]}", __name__)
     else:
         raise AttributeError(f"module 'sacmodel' has no attribute {name!r}")
     globals()[name] = value          # later look-ups skip this function

@@ -4,7 +4,7 @@ A module of its own, not conftest.py: tests/fuzz has a conftest too, and ``from 
 whichever was imported first."""
 import pytest
 
-from sacmodel.measured import shared_data_dir
+from sacmodel.data.runs import shared_data_dir
 
 SHARED = shared_data_dir()
 needs_shared = pytest.mark.skipif(not (SHARED / "sac-testbed").is_dir(),

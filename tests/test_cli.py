@@ -3,8 +3,8 @@ import subprocess
 import sys
 
 import pytest
-
 from measured_data import needs_shared
+
 from sacmodel.cli import main
 
 

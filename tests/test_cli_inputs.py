@@ -7,9 +7,9 @@ import pytest
 
 import sacmodel
 from sacmodel.cli import main
-from sacmodel.cli_types import Bad, count, grid_axis, tokens, value_of
-from sacmodel.names import LIMITS
-from sacmodel.solvers import SolverError, winner_map
+from sacmodel.cli.types import Bad, count, grid_axis, tokens, value_of
+from sacmodel.planning.solvers import SolverError, winner_map
+from sacmodel.util.names import LIMITS
 
 
 def refused(capsys, *args, msg):

@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
-from sacmodel import cli, plots, progress
+from sacmodel.cli import app as cli
 from sacmodel.cli import main
+from sacmodel.plots import serving as plots
+from sacmodel.util import progress
 
 
 def run(capsys, *args):
@@ -26,7 +28,7 @@ def _eighty_columns(monkeypatch):
 
 # ---- start-up -----------------------------------------------------------------------------------------
 def test_help_and_predict_parsing_import_no_heavy_library():
-    code = ("import sys; from sacmodel.cli import build_parser; "
+    code = ("import sys; from sacmodel.cli.app import build_parser; "
             "build_parser().parse_args(['predict', '--system', 'cxl', '--context', '32K']); "
             "print(sorted(m for m in ('sympy', 'pint', 'scipy', 'numpy', 'matplotlib', 'networkx', 'pydantic') "
             "if m in sys.modules))")
@@ -191,9 +193,9 @@ def test_json_and_csv_on_table_commands(capsys, tmp_path):
 def test_model_option_takes_a_catalog_name_or_a_config(capsys, tmp_path):
     from dataclasses import replace
 
-    from sacmodel.models import CATALOG_CONFIGS
-    from sacmodel.serving import predict
-    from sacmodel.systems import as_topology
+    from sacmodel.hardware.models import CATALOG_CONFIGS
+    from sacmodel.hardware.scenarios import as_topology
+    from sacmodel.serving.predict import predict
     args = ["predict", "--system", "gpu", "--context", "16K", "--concurrency", "4", "--json"]
     base = json.loads(run(capsys, *args)[1])
     rc, out, _ = run(capsys, *args, "--model", "deepseek-v3")
@@ -209,7 +211,7 @@ def test_model_option_takes_a_catalog_name_or_a_config(capsys, tmp_path):
 
 
 def test_prompts_flag_reaches_predict_only_when_given(capsys, monkeypatch):
-    import sacmodel.serving as serving
+    import sacmodel.serving.predict as serving
     seen, real = [], serving.predict
 
     def spy(*a, **kw):
@@ -226,8 +228,8 @@ def test_scenario_template_is_documented_and_loads(capsys, tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text(out)
     assert rc == 0 and out.count("#") > 20 and "source:" in out
-    from sacmodel.serving import predict
-    from sacmodel.topology import load_topology
+    from sacmodel.hardware.scenarios import load_topology
+    from sacmodel.serving.predict import predict
     t = load_topology(path)
     assert t.name == "my-cluster" and len(t.gpus) == 8
     for s in ("gpu", "dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk"):
@@ -275,7 +277,8 @@ def test_sensitivity_plot_honours_top(figures, capsys):
 
 
 def test_validation_scatter_shows_every_system(figures):
-    from sacmodel.measured import Comparison, Run
+    from sacmodel.data.runs import Run
+    from sacmodel.fit.compare import Comparison
     comps = []
     for i, s in enumerate(("gpu", "dram", "cxl", "rdma")):
         r = Run(f"{s}.json", s, 32768, 1024, 64, 512, metrics={"ttft_mean_ms": 100.0 * (i + 1), "tbt_mean_ms": 50.0,
@@ -301,7 +304,7 @@ def test_progress_passes_every_item_and_nests(monkeypatch):
 
 
 def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
-    from sacmodel.files import atomic_path, write_text
+    from sacmodel.util.files import atomic_path, write_text
     f = tmp_path / "keep.csv"
     f.write_text("old")
     with pytest.raises(RuntimeError):
@@ -314,7 +317,9 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
 
 
 def test_shared_names_match_the_library():
-    from sacmodel import names, solvers, systems
+    from sacmodel.planning import solvers
+    from sacmodel.serving import systems
+    from sacmodel.util import names
     assert names.SYSTEMS == systems.SYSTEMS and names.MAIN_SYSTEMS == systems.MAIN_SYSTEMS
     assert names.BACKENDS == systems.BACKENDS and solvers.LOADED == names.LOADED
     assert names.fmt_value(3.456e9, "bandwidth") == "3.456 GB/s" and names.fmt_value(1.858e-6, "time") == "1.858 us"

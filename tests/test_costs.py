@@ -3,10 +3,18 @@ import pint
 import pytest
 import sympy as sp
 
-from sacmodel.costs import (check_dimensions, compile_expr, dma_time, gather_time, lines_per_entry, rdma_time,
-                            roofline_time, sym)
-from sacmodel.costs import swap_in_time
-from sacmodel.step import extend_terms, fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
+from sacmodel.serving.costs import (
+    check_dimensions,
+    compile_expr,
+    dma_time,
+    gather_time,
+    lines_per_entry,
+    rdma_time,
+    roofline_time,
+    swap_in_time,
+    sym,
+)
+from sacmodel.serving.step import extend_terms, fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
 
 
 def all_expressions():

@@ -9,14 +9,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from measured_data import SHARED, needs_shared
-from sacmodel import schemas
+
 from sacmodel.cli import main
-from sacmodel.measured import DataError, load_microbench, load_run
-from sacmodel.topology import LIMITS, TOPOLOGY_DIR, TopologyError, load_topology
-from sacmodel.traces import load_trace
-from sacmodel.units import UnitError, parse_quantity, parse_tokens
+from sacmodel.data import records as schemas
+from sacmodel.data.microbench import load_microbench
+from sacmodel.data.records import DataError
+from sacmodel.data.runs import load_run
+from sacmodel.data.traces import load_trace
+from sacmodel.hardware.scenarios import TOPOLOGY_DIR, load_topology
+from sacmodel.hardware.topology import LIMITS, TopologyError
+from sacmodel.hardware.units import UnitError, parse_quantity, parse_tokens
 
 REPO = Path(__file__).resolve().parent.parent
 BASE = yaml.safe_load((TOPOLOGY_DIR / "sac-testbed.yaml").read_text())
@@ -394,7 +397,7 @@ def test_manifest_errors_name_the_line(tmp_path):
 
 
 def test_closed_loop_send_times_by_hand_and_refused_latencies():
-    from sacmodel.measured import closed_loop_releases
+    from sacmodel.data.runs import closed_loop_releases
     # two in flight: requests 0 and 1 leave at once; 2 when 0 completes (1 s), 3 when 2 completes (2 s),
     # since 1 is still running until 3 s
     assert closed_loop_releases([1000, 3000, 1000, 500], 2).tolist() == [0.0, 0.0, 1.0, 2.0]

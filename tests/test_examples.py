@@ -4,7 +4,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from measured_data import SHARED
 
 EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.py"))

@@ -4,10 +4,19 @@ import math
 
 import pytest
 
-from sacmodel.calibrate import (MICROBENCH_PARAMS, PARAM_UNITS, PLAUSIBLE, PLAUSIBLE_RANGE, PREFILL_PARAMS,
-                                SERVING_PARAMS, STEP_PARAMS, get_param, prior)
-from sacmodel.scenario_template import TEMPLATE
-from sacmodel.topology import load_topology
+from sacmodel.fit.calibrate import (
+    MICROBENCH_PARAMS,
+    PARAM_UNITS,
+    PLAUSIBLE,
+    PLAUSIBLE_RANGE,
+    PREFILL_PARAMS,
+    SERVING_PARAMS,
+    STEP_PARAMS,
+    prior,
+)
+from sacmodel.hardware.params import get_param
+from sacmodel.hardware.scenarios import load_topology
+from sacmodel.hardware.template import TEMPLATE
 
 FITTED = (*STEP_PARAMS, *SERVING_PARAMS, *PREFILL_PARAMS)
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sacmodel import compare, fetch_latency_us
+from sacmodel.serving.predict import compare
+from sacmodel.serving.systems import fetch_latency_us
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "default_compare.json"
 FIELDS = ("ttft_mean_ms", "ttft_p99_ms", "tbt_mean_ms", "e2e_mean_ms", "output_throughput_tok_s")

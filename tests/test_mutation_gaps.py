@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from sacmodel.capacity import static_check
-from sacmodel.config import fetch_bandwidth, resolve, swap_route
-from sacmodel.engine import Requests, run_engine
+from sacmodel.serving.capacity import static_check
+from sacmodel.serving.config import fetch_bandwidth, resolve, swap_route
+from sacmodel.serving.engine.loop import Requests, run_engine
 
 GB = 1e9
 
@@ -83,7 +83,7 @@ def test_static_check_pool_bytes_by_hand():
 def test_weights_and_slot_bytes_add_up():
     """Conservation: over the tp GPUs the weights are every parameter once plus tp - 1 extra copies of the
     replicated attention; a device-pool slot is one main entry plus one indexer key in every layer."""
-    from sacmodel.capacity import device_token_bytes, weights_per_gpu
+    from sacmodel.serving.capacity import device_token_bytes, weights_per_gpu
     cfg = resolve("sac-testbed", "dram")
     m, t = cfg.model, cfg.topo
     tp, wb = t.param("tp"), t.param("weight_bytes_per_param")
@@ -149,7 +149,7 @@ def test_water_fill_hand_computed_on_unit_capacities():
     """Max-min rates on capacities of a few B/s, where an error of 1 B/s shows (at GB/s it hides under the
     relative tolerance): two flows on a 4 B/s resource get 2 each; with a third flow also crossing a 1 B/s
     resource, that one gets 1 and the other two share the remaining 3; a demand of 0.5 is met exactly."""
-    from sacmodel.topology import water_fill
+    from sacmodel.hardware.topology import water_fill
     cap = {"r": 4.0, "s": 1.0}.__getitem__
     assert water_fill([["r"], ["r"]], [math.inf] * 2, cap) == pytest.approx([2.0, 2.0], abs=1e-12)
     assert water_fill([["r"], ["r"], ["r", "s"]], [math.inf] * 3, cap) == pytest.approx([1.5, 1.5, 1.0], abs=1e-12)
@@ -174,7 +174,7 @@ def test_cxl_partition_caps_the_device_pool_by_hand():
 def test_roofline_time_hand_computed():
     """max(FLOPs / (peak x efficiency), bytes / (bandwidth x efficiency)): 1e12 FLOP at 1e15 x 0.5 is 2 ms;
     1e9 B at 4e12 x 0.8 is 0.3125 ms; the compute side wins, and with 1e10 B (3.125 ms) the memory side."""
-    from sacmodel.costs import compile_expr, roofline_time
+    from sacmodel.serving.costs import compile_expr, roofline_time
     f = compile_expr(roofline_time("mt_"))
     kw = dict(peak_bf16=1e15, compute_eff=0.5, hbm_bw=4e12, hbm_eff=0.8, mt_flops=1e12)
     assert f(mt_hbm_bytes=1e9, **kw) == pytest.approx(2e-3, rel=1e-12)
@@ -185,7 +185,7 @@ def test_lines_per_entry_is_the_known_mean():
     """Entries of s bytes packed back to back over lines of l bytes touch on average (s - g) / l + 1 lines,
     g = gcd(s, l) (a known result, here checked by hand): 656 B -> 11, 100 B -> 2.5, 65 B -> 2, 64 B -> 1;
     a 64 B entry starting mid-line touches 2."""
-    from sacmodel.costs import lines_per_entry
+    from sacmodel.serving.costs import lines_per_entry
     assert lines_per_entry(656) == 11.0 and lines_per_entry(100) == 2.5
     assert lines_per_entry(65) == 2.0 and lines_per_entry(64) == 1.0
     assert lines_per_entry(64, first_offset=32) == 2.0
@@ -195,8 +195,8 @@ def test_lines_per_entry_is_the_known_mean():
 
 
 def test_a_symbol_first_registered_without_a_description_gets_the_later_one(monkeypatch):
-    import sacmodel.costs as costs
-    from sacmodel.costs import sym, symbol_table
+    import sacmodel.serving.costs as costs
+    from sacmodel.serving.costs import sym, symbol_table
     monkeypatch.setattr(costs, "SYMBOLS", dict(costs.SYMBOLS))      # the probe symbol leaves no trace
     s = sym("zz_mutation_probe", "second")
     assert sym("zz_mutation_probe", "second", "a probe symbol") is s
@@ -209,7 +209,7 @@ def test_a_symbol_first_registered_without_a_description_gets_the_later_one(monk
 def test_lru_buffer_that_holds_the_whole_context_loads_it_once():
     """A buffer at least as large as the context loads the whole context at the first step and then never
     misses, whatever is selected."""
-    from sacmodel.reference import LRUBuffer
+    from sacmodel.serving.reference import LRUBuffer
     b = LRUBuffer(100, 128)
     hits, missed = b.access(np.arange(10))
     assert hits == 0 and missed.tolist() == list(range(100)) and b.resident.all()
@@ -221,21 +221,21 @@ def test_lru_buffer_that_holds_the_whole_context_loads_it_once():
 def test_lines_touched_by_unaligned_entries_by_hand():
     """Entry 1 of 656 B spans bytes 656..1311: lines 10..20, 11 lines; entries 1 and 2 of 100 B span bytes
     100..199 (lines 1..3) and 200..299 (lines 3..4): 3 + 2 = 5."""
-    from sacmodel.reference import lines_touched
+    from sacmodel.serving.reference import lines_touched
     assert lines_touched(np.array([1]), 656) == 11
     assert lines_touched(np.array([1, 2]), 100) == 5
 
 
 @pytest.mark.parametrize("kw", [dict(context=1, topk=1, buffer_slots=1), dict(topk=1), dict(steps=1)])
 def test_simulate_accepts_the_smallest_valid_arguments(kw):
-    from sacmodel.reference import simulate
+    from sacmodel.serving.reference import simulate
     args = {**dict(context=100, topk=20, steps=3, buffer_slots=50, correlation=0.5), **kw}
     r = simulate(**args)
     assert r["misses"] + r["hits"] == args["steps"] * min(args["topk"], args["context"])
 
 
 def test_simulate_rejects_zero_steps():
-    from sacmodel.reference import simulate
+    from sacmodel.serving.reference import simulate
     with pytest.raises(ValueError, match="positive"):
         simulate(context=100, topk=20, steps=0, buffer_slots=50, correlation=0.5)
 
@@ -243,9 +243,9 @@ def test_simulate_rejects_zero_steps():
 def test_simulated_overlap_matches_the_bivariate_normal_closed_form():
     """With a buffer of exactly the top-k, a step misses what the previous step did not select: the mean
     misses per step after the first are k x (1 - overlap), with the overlap P(s' > theta | s > theta) of
-    scores of correlation phi (sacmodel.access, an independent closed form). Monte Carlo, 3 sigma wide."""
-    from sacmodel.access import top_k_overlap
-    from sacmodel.reference import simulate
+    scores of correlation phi (sacmodel.serving.access, an independent closed form). Monte Carlo, 3 sigma wide."""
+    from sacmodel.serving.access import top_k_overlap
+    from sacmodel.serving.reference import simulate
     L, k, phi, steps = 4096, 256, 0.95, 120
     r = simulate(context=L, topk=k, steps=steps, buffer_slots=k, correlation=phi, dims=512, seed=5,
                  per_step=True)
@@ -256,7 +256,7 @@ def test_simulated_overlap_matches_the_bivariate_normal_closed_form():
 
 def test_decode_step_counts_buffer_hits():
     """The same query twice: the second step finds its whole top-k in the buffer."""
-    from sacmodel.reference import KVPool, LRUBuffer, decode_step
+    from sacmodel.serving.reference import KVPool, LRUBuffer, decode_step
     rng = np.random.default_rng(0)
     L, k, d = 64, 8, 16
     pool = KVPool(layers=1, context=L, entry_bytes=4 * d)
@@ -273,7 +273,7 @@ def test_decode_step_counts_buffer_hits():
 def test_rdma_static_values_spread_over_the_nics_by_hand():
     """The RDMA prefetch of a prompt runs over all NICs: 2 x 100 Gbit/s = 25 GB/s, and the per-operation
     cost (0.446 us per READ on one NIC) halves with two NICs posting in parallel."""
-    from sacmodel.config import static_values
+    from sacmodel.serving.config import static_values
     v = static_values(resolve("sac-testbed", "rdma"))
     assert v["pf_rate"] == pytest.approx(25 * GB, rel=1e-12)
     assert v["rdma_op_cost"] == pytest.approx(0.446e-6 / 2, rel=1e-12)
@@ -286,7 +286,7 @@ def test_breakeven_winner_of_a_throughput_metric(monkeypatch):
     """Throughput is better when higher. Stub loaded metric: a(n) = n tok/s, b = 10.5 tok/s: a first beats
     b at n = 11, so b wins below and a above; against b = 100 (never reached on [1, 40]) b wins throughout,
     and against 0.105 x b = 10.5 tok/s a crosses at 11 again."""
-    import sacmodel.solvers as solvers
+    import sacmodel.planning.solvers as solvers
     level = {"dram": 10.5}
 
     def fake_evaluate(topo, system, metric, vary, value, **fixed):
@@ -309,7 +309,7 @@ def test_breakeven_winner_of_a_throughput_metric(monkeypatch):
 def test_quantities_in_small_units_are_exact_decimals():
     """'3 ns' is the float nearest 3e-9 (3 / 1e9, correctly rounded), not 3 x 1e-9, which is one ulp off;
     likewise '5 us' and '750 ns'. A unit written '/s' means 1/s."""
-    from sacmodel.units import parse_quantity
+    from sacmodel.hardware.units import parse_quantity
     assert 3 * 1e-9 != 3e-9                                   # the trap the parser avoids
     assert parse_quantity("3 ns", "time") == 3e-9
     assert parse_quantity("5 us", "time") == 5e-6 and parse_quantity("750 ns", "time") == 7.5e-7
@@ -319,7 +319,7 @@ def test_quantities_in_small_units_are_exact_decimals():
 def test_quantity_length_limit_is_inclusive_and_long_input_is_shortened():
     """The limit is 64 characters: a 64-character quantity (padded with spaces) parses, 65 do not; the
     message of a very long input quotes only its first 64 characters and '...'."""
-    from sacmodel.units import MAX_QUANTITY_CHARS, UnitError, parse_quantity, parse_tokens
+    from sacmodel.hardware.units import MAX_QUANTITY_CHARS, UnitError, parse_quantity, parse_tokens
     assert MAX_QUANTITY_CHARS == 64
     assert parse_quantity("26 GB/s".ljust(64), "bandwidth") == 26e9
     assert parse_tokens("32K".ljust(64)) == 32768
@@ -336,7 +336,7 @@ def test_quantity_length_limit_is_inclusive_and_long_input_is_shortened():
 
 
 def test_token_counts_by_hand():
-    from sacmodel.units import UnitError, parse_tokens
+    from sacmodel.hardware.units import UnitError, parse_tokens
     assert parse_tokens("32K") == 32768 and parse_tokens("1M") == 1048576 and parse_tokens(" 7 ") == 7
     assert parse_tokens("0.5K") == 512 and parse_tokens(1) == 1
     for bad in ("0", "1.5", "0.0001K", True):
@@ -345,7 +345,7 @@ def test_token_counts_by_hand():
 
 
 def test_fmt_time_picks_the_unit_at_each_boundary():
-    from sacmodel.units import fmt_bandwidth, fmt_time
+    from sacmodel.hardware.units import fmt_bandwidth, fmt_time
     assert [fmt_time(x) for x in (5e-7, 1e-6, 2.5e-3, 0.5, 1.0, 12.0)] == \
         ["500 ns", "1 us", "2.5 ms", "500 ms", "1 s", "12 s"]
     assert fmt_time(9.99e-7) == "999 ns" and fmt_time(1e-3) == "1 ms"
@@ -356,7 +356,7 @@ def test_breakeven_finds_a_crossing_in_the_last_grid_interval(monkeypatch):
     """f_a - f_b = x - 9.95 on [1, 10] with 40 points: the only root lies in the last interval of the grid."""
     import sympy as sp
 
-    import sacmodel.solvers as solvers
+    import sacmodel.planning.solvers as solvers
     x = sp.Symbol("t_layer", positive=True)
     monkeypatch.setattr(solvers, "_free_form",
                         lambda system, metric, topo, name, fx, res: {"cxl": x, "dram": sp.Float(9.95)}[system])
@@ -369,8 +369,8 @@ def test_breakeven_finds_a_crossing_in_the_last_grid_interval(monkeypatch):
 def test_loaded_sensitivity_is_sorted_by_the_size_of_the_elasticity(monkeypatch):
     """TBT = t_layer^0.2 x t_kernel^-1.5 x t_admit^0 (a power law): elasticities 0.2, -1.5 and 0, listed by
     magnitude: t_kernel, t_layer, t_admit, whatever the parameters' own values."""
-    import sacmodel.solvers as solvers
-    from sacmodel.topology import load_topology
+    import sacmodel.planning.solvers as solvers
+    from sacmodel.hardware.scenarios import load_topology
 
     class P:
         feasible = True
@@ -391,7 +391,7 @@ def test_loaded_sensitivity_is_sorted_by_the_size_of_the_elasticity(monkeypatch)
 def test_winner_map_never_picks_an_infeasible_system_for_throughput(monkeypatch):
     """A system with nan (infeasible) at a point must lose there, for a throughput as for a latency; a point
     where every system is infeasible gets -1."""
-    import sacmodel.solvers as solvers
+    import sacmodel.planning.solvers as solvers
     nan = float("nan")
     table = {"cxl": np.array([[nan, 5.0], [nan, 2.0]]), "dram": np.array([[2.0, 4.0], [nan, 6.0]])}
     monkeypatch.setattr(solvers, "sweep", lambda scenario, system, grid, metric, **fixed:

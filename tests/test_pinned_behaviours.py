@@ -11,10 +11,11 @@ import pytest
 import sympy as sp
 import yaml
 
-import sacmodel.solvers as solvers
-from sacmodel.reference import attention, indexer_scores, select_topk
-from sacmodel.solvers import breakeven, configuration_cost, max_load, sensitivity_loaded, winner_map
-from sacmodel.topology import load_topology, max_min_share
+import sacmodel.planning.solvers as solvers
+from sacmodel.hardware.scenarios import load_topology
+from sacmodel.hardware.topology import max_min_share
+from sacmodel.planning.solvers import breakeven, configuration_cost, max_load, sensitivity_loaded, winner_map
+from sacmodel.serving.reference import attention, indexer_scores, select_topk
 
 GB = 1e9
 
@@ -137,7 +138,7 @@ def test_max_load_agrees_with_a_brute_force_scan():
     """On the real model: the largest concurrency within a TBT SLO, found by bisection, equals a scan."""
     workload = dict(context=32768, output=64, requests=None)
     slo = {"tbt_mean_ms": 45.0}
-    from sacmodel.serving import predict
+    from sacmodel.serving.predict import predict
     passing = [c for c in range(1, 25) if (p := predict("sac-testbed", "cxl", context=32768, output=64,
                                                           concurrency=c)).feasible and p.tbt_mean_ms <= 45.0]
     r = max_load("sac-testbed", "cxl", workload=workload, slo=slo, max_value=24)
@@ -163,9 +164,9 @@ def test_loaded_elasticity_of_a_power_law(monkeypatch):
 
 def test_loaded_elasticity_hand_computed_on_the_real_model():
     """The elasticity of throughput in t_layer by hand: ln ratio of two predictions / ln ratio of t_layer."""
-    from sacmodel.calibrate import with_params
-    from sacmodel.serving import predict
-    from sacmodel.topology import load_topology as load
+    from sacmodel.hardware.params import with_params
+    from sacmodel.hardware.scenarios import load_topology as load
+    from sacmodel.serving.predict import predict
     wl = dict(context=16384, output=32, concurrency=8, requests=8)
     t0 = load("sac-testbed").param("t_layer")
     up = predict(with_params("sac-testbed", {"t_layer": t0 * 1.05}), "dram", **wl).output_throughput_tok_s

@@ -2,18 +2,24 @@
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import pytest
-
-from sacmodel.access import (access_counts, correlation_for_overlap, exact_steady_state, miss_series,
-                             steady_state, top_k_overlap)
-from sacmodel.calibrate import with_params
-from sacmodel.costs import compile_expr, gather_time
-from sacmodel.reference import lines_touched, simulate
-from sacmodel.systems import fetch_latency_us
-from sacmodel.topology import load_topology, max_min_share
+from sacmodel.hardware.params import with_params
+from sacmodel.hardware.scenarios import load_topology
+from sacmodel.hardware.topology import max_min_share
+from sacmodel.serving.access import (
+    access_counts,
+    correlation_for_overlap,
+    exact_steady_state,
+    miss_series,
+    steady_state,
+    top_k_overlap,
+)
+from sacmodel.serving.costs import compile_expr, gather_time
+from sacmodel.serving.reference import lines_touched, simulate
+from sacmodel.serving.systems import fetch_latency_us
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -174,5 +180,5 @@ def test_serving_never_slower_with_faster_cxl_devices(factor, context):
 
 
 def predict_point(scenario, context):
-    from sacmodel import predict
+    from sacmodel.serving.predict import predict
     return predict(scenario, "cxl", context=context, output=256, concurrency=64)

@@ -1,8 +1,16 @@
 import numpy as np
 import pytest
 
-from sacmodel.reference import (KVPool, LRUBuffer, attention, decode_step, indexer_scores, lines_touched,
-                                select_topk, simulate)
+from sacmodel.serving.reference import (
+    KVPool,
+    LRUBuffer,
+    attention,
+    decode_step,
+    indexer_scores,
+    lines_touched,
+    select_topk,
+    simulate,
+)
 
 
 def make(L=300, layers=2, d=24, v=16, seed=0):

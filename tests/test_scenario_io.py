@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-import sacmodel.scenario_io as sio
 from measured_data import needs_shared
-from sacmodel.calibrate import FitResult, write_params
+
+import sacmodel.hardware.scenario_io as sio
 from sacmodel.cli import main
-from sacmodel.scenario_io import ScenarioWriteError, calibration_target, update_scenario
-from sacmodel.topology import TOPOLOGY_DIR, load_topology
+from sacmodel.fit.calibrate import FitResult, write_params
+from sacmodel.hardware.scenario_io import ScenarioWriteError, calibration_target, update_scenario
+from sacmodel.hardware.scenarios import TOPOLOGY_DIR, load_topology
 
 REPO = Path(__file__).resolve().parent.parent
 TESTBED = TOPOLOGY_DIR / "sac-testbed.yaml"
@@ -52,8 +52,8 @@ def test_data_loss_writer_killed_mid_write_leaves_original(scen):
     before = scen.read_bytes()
     script = textwrap.dedent(f"""
         import os, signal
-        import sacmodel.scenario_io as sio
-        from sacmodel.calibrate import FitResult, write_params
+        import sacmodel.hardware.scenario_io as sio
+        from sacmodel.fit.calibrate import FitResult, write_params
         def half_then_die(fh, data):
             fh.write(data[: len(data) // 2]); fh.flush(); os.fsync(fh.fileno())
             os.kill(os.getpid(), signal.SIGKILL)
@@ -71,7 +71,7 @@ def test_data_loss_killed_at_any_moment_file_is_old_or_new(scen):
     of the versions written, never a mix or a truncation."""
     script = textwrap.dedent(f"""
         import sys
-        from sacmodel.scenario_io import update_scenario
+        from sacmodel.hardware.scenario_io import update_scenario
         i = 0
         while True:
             update_scenario({str(scen)!r}, {str(scen)!r}, {{"t_kernel": ("8 us" if i % 2 else "9 us", "loop")}})
@@ -255,8 +255,8 @@ def test_fitted_step_counts_are_written_as_bare_numbers(tmp_path):
     """settling_steps is displayed in steps, which is no unit of the registry: the file gets a bare number."""
     import shutil
 
-    from sacmodel.calibrate import FitResult, write_params
-    from sacmodel.topology import load_topology, resolve_scenario_path
+    from sacmodel.fit.calibrate import FitResult, write_params
+    from sacmodel.hardware.scenarios import load_topology, resolve_scenario_path
     path = tmp_path / "s.yaml"
     shutil.copy(resolve_scenario_path("sac-testbed"), path)
     write_params(path, FitResult({"settling_steps": 700.0}, {"settling_steps": "700 steps"}, 0.1, 10, "test"), "test")

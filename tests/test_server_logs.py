@@ -4,7 +4,9 @@ import gzip
 import numpy as np
 import pytest
 
-from sacmodel.measured import DataError, load_server_log, parse_server_args, shared_data_dir
+from sacmodel.data.records import DataError
+from sacmodel.data.runs import shared_data_dir
+from sacmodel.data.server_logs import load_server_log, parse_server_args
 
 LOG = """\
 [2026-04-21 19:46:40] server_args=ServerArgs(model_path='/m', kv_cache_dtype='bfloat16', chunked_prefill_size=1024, page_size=64, max_total_tokens=200000, hisparse_config='{"top_k":2048,"device_buffer_size":4096}', dp_size=2, load_balance_method='round_robin', api_key=None, skip=False, ratio=0.85, lst=[1, 2], dct={'a': (1, 2)})
@@ -87,8 +89,8 @@ def test_testbed_logs_hold_what_ran():
 def test_front_end_takes_in_a_wave_at_one_rate_per_prompt_token():
     """The HTTP server logs a released wave at a rate inversely proportional to the prompt length: the serial
     front end the engine models, at about the same time per token in every run (32K to 128K, every pool)."""
-    from sacmodel.calibrate import front_end_observations, front_end_per_token
-    from sacmodel.measured import load_runs
+    from sacmodel.data.runs import load_runs
+    from sacmodel.fit.calibrate import front_end_observations, front_end_per_token
     obs = front_end_observations(load_runs())
     assert len(obs) >= 20 and len({r.context for r, _ in obs}) >= 3
     per_token = np.array([s / r.context for r, s in obs])

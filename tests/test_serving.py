@@ -4,12 +4,11 @@ import math
 import numpy as np
 import pytest
 
-from sacmodel import compare, predict
-from sacmodel.calibrate import with_params
-from sacmodel.config import resolve, static_values
-from sacmodel.engine import Model, Requests, cumulative_misses, run_engine
-from sacmodel.serving import ConfigError, workload
-from sacmodel.solvers import symbolic
+from sacmodel.hardware.params import with_params
+from sacmodel.planning.solvers import symbolic
+from sacmodel.serving.config import resolve, static_values
+from sacmodel.serving.engine.loop import Model, Requests, cumulative_misses, run_engine
+from sacmodel.serving.predict import ConfigError, compare, predict, workload
 
 
 def test_prediction_fields_and_breakdown():
@@ -39,7 +38,7 @@ def test_cold_staging_of_one_request_by_hand(system, pool):
     """A rank's first hit backs its whole prompt up to the host pool before the request decodes: one request
     alone finishes later by exactly prompt bytes / the GPU-to-pool bandwidth, its first token unchanged; GPU-only
     has no host pool and nothing to back up."""
-    from sacmodel.config import backup_bandwidth
+    from sacmodel.serving.config import backup_bandwidth
     L = 32768
     warm = predict("sac-testbed", system, context=L, output=40, concurrency=1, requests=1, cold_staging=False)
     cold = predict("sac-testbed", system, context=L, output=40, concurrency=1, requests=1)
@@ -56,7 +55,7 @@ def test_cold_staging_of_one_request_by_hand(system, pool):
 def test_cold_staging_backups_share_the_pool_route():
     """Eight ranks backing up at once share the CXL devices: one device takes twice as long as two, and the
     first wave's later first tokens wait for it (DRAM, over each GPU's own PCIe link, barely)."""
-    from sacmodel.config import backup_bandwidth
+    from sacmodel.serving.config import backup_bandwidth
     two, one = resolve("sac-testbed", "cxl", cxl_devices=2), resolve("sac-testbed", "cxl", cxl_devices=1)
     ranks = tuple(range(8))
     assert list(backup_bandwidth(two, ranks).values()) == pytest.approx([2 * 22.5e9 / 8] * 8)
@@ -276,7 +275,7 @@ def test_breakdown_reports_the_first_tokens_wait_for_copies():
 
 def _front_end_log(events, until=math.inf):
     """Run a FrontEnd over (time, 'in'|'msg', ...) events; return its dispatches and deliveries."""
-    from sacmodel.frontend import FrontEnd
+    from sacmodel.serving.engine.frontend import FrontEnd
     fe, got = FrontEnd(), []
     for ev in events:
         if ev[1] == "in":
@@ -317,8 +316,8 @@ def test_front_end_runs_only_turns_that_start_by_until():
 def test_closed_loop_sends_follow_the_front_end_pace():
     """At 64K tokens a prompt takes tens of ms to take in; a later wave is then sent over about one intake per
     request (measured 2.3 s for 64 requests at 0.55 us per token), not all at once."""
-    from sacmodel.calibrate import with_params
-    from sacmodel.systems import as_topology
+    from sacmodel.hardware.params import with_params
+    from sacmodel.hardware.scenarios import as_topology
     t = with_params(as_topology("sac-testbed"), {"t_token": 0.55e-6})
     p = predict(t, "dram", context=65536, output=256, concurrency=64, requests=192, record=True)
     rel = np.sort(p.per_request["release_s"])

@@ -6,11 +6,23 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from sacmodel import predict
 from sacmodel.cli import main
-from sacmodel.costs import SYMBOLS, check_dimensions
-from sacmodel.solvers import (SolverError, breakeven, configuration_cost, evaluate, max_load, plan, sensitivity,
-                              sweep, sweep_predict, symbolic, unloaded_expression, winner_map)
+from sacmodel.planning.solvers import (
+    SolverError,
+    breakeven,
+    configuration_cost,
+    evaluate,
+    max_load,
+    plan,
+    sensitivity,
+    sweep,
+    sweep_predict,
+    symbolic,
+    unloaded_expression,
+    winner_map,
+)
+from sacmodel.serving.costs import SYMBOLS, check_dimensions
+from sacmodel.serving.predict import predict
 
 SYSTEMS = ["gpu", "dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk"]
 
@@ -126,7 +138,7 @@ def test_sensitivity_matches_finite_differences():
 
 
 def test_loaded_sensitivity_ranks_the_cxl_device_for_sac():
-    from sacmodel.solvers import sensitivity_loaded
+    from sacmodel.planning.solvers import sensitivity_loaded
     rows = sensitivity_loaded("sac-testbed", "cxl", "tbt_mean_ms", context=131072, output=256, concurrency=64,
                               params=["node:cxl_device.bandwidth", "node:rdma_nic.rate", "link:gpu.latency"])
     el = {n: e for n, e, _, _ in rows}
@@ -202,8 +214,9 @@ def test_breakeven_over_topk_and_page_granular_rdma_topk():
 
 def test_rdma_topk_page_granularity_moves_whole_pages():
     import copy
-    from sacmodel.systems import as_topology
-    from sacmodel.topology import Param
+
+    from sacmodel.hardware.scenarios import as_topology
+    from sacmodel.hardware.topology import Param
     t = copy.deepcopy(as_topology("sac-testbed"))
     entry = predict(t, "rdma-topk", context=131072, output=64, concurrency=8)
     t.serving["rdma_topk_granularity"] = Param(float("nan"), "test", "page")

@@ -10,21 +10,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sacmodel import access, cache, step
-from sacmodel.topology import TOPOLOGY_DIR, load_topology
+from sacmodel.hardware.scenarios import TOPOLOGY_DIR, load_topology
+from sacmodel.serving import access, step
+from sacmodel.util import cache
 
 HEAVY = ("sympy", "pint", "scipy", "networkx", "pydantic", "yaml")
 
 
 def test_generated_step_code_is_current():
     assert step._generated() is not None, (
-        "sacmodel/step_generated.py was made from other expressions than sacmodel/step.py and costs.py now "
-        "build: run `python -m sacmodel.step`")
+        "sacmodel/serving/step_generated.py was made from other expressions than sacmodel/serving/step.py and costs.py now "
+        "build: run `python -m sacmodel.serving.step`")
 
 
 @pytest.mark.parametrize("group", list(step.BUILDERS))
 def test_generated_step_code_equals_the_lambdified_expressions(group):
-    from sacmodel.config import resolve, static_values
+    from sacmodel.serving.config import resolve, static_values
     gen, ref = step.compiled(group), step.Compiled.lambdified(group)
     assert gen.names == ref.names and set(gen.funcs) == set(ref.funcs)
     rng = np.random.default_rng(7)
@@ -159,7 +160,7 @@ def test_a_warm_prediction_imports_none_of_the_heavy_libraries(tmp_path):
 
 
 def test_percentile_equals_numpys():
-    from sacmodel.serving import percentile
+    from sacmodel.serving.predict import percentile
     rng = np.random.default_rng(1)
     for n in (1, 2, 3, 7, 64, 511, 512):
         x = rng.lognormal(size=n) * 1000.0

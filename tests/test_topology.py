@@ -3,7 +3,8 @@ import math
 import pytest
 import yaml
 
-from sacmodel.topology import TOPOLOGY_DIR, TopologyError, load_topology, max_min_share
+from sacmodel.hardware.scenarios import TOPOLOGY_DIR, load_topology
+from sacmodel.hardware.topology import TopologyError, max_min_share
 
 BASE = yaml.safe_load((TOPOLOGY_DIR / "sac-testbed.yaml").read_text())
 

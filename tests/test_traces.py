@@ -2,11 +2,12 @@ import json
 
 import numpy as np
 import pytest
-
 from measured_data import SHARED
+
 from sacmodel.cli import main
-from sacmodel.measured import DataError
-from sacmodel.traces import load_trace, replay, summarize
+from sacmodel.data.records import DataError
+from sacmodel.data.traces import load_trace, summarize
+from sacmodel.serving.replay import replay
 
 
 def write_mooncake(tmp_path, rows):

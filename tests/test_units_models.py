@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from sacmodel.models import ModelError, from_hf_config, get_model
-from sacmodel.units import UnitError, parse_quantity
+from sacmodel.hardware.models import ModelError, from_hf_config, get_model
+from sacmodel.hardware.units import UnitError, parse_quantity
 
 
 @pytest.mark.parametrize("text,dim,value", [

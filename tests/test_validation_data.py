@@ -7,11 +7,13 @@ import csv
 
 import numpy as np
 import pytest
-
 from measured_data import SHARED, needs_shared
-from sacmodel.measured import (DataError, closed_loop_releases, compare_runs, latest_per_backend, load_microbench,
-                               load_runs, mape_table)
-from sacmodel.systems import fetch_latency_us
+
+from sacmodel.data.microbench import latest_per_backend, load_microbench
+from sacmodel.data.records import DataError
+from sacmodel.data.runs import closed_loop_releases, load_runs
+from sacmodel.fit.compare import compare_runs, mape_table
+from sacmodel.serving.systems import fetch_latency_us
 
 pytestmark = needs_shared
 MANIFEST = SHARED / "sac-testbed" / "manifest.csv"
@@ -104,7 +106,7 @@ def test_cold_rounds_prefill_error():
 
 
 def test_variable_output_steps_cover_the_high_concurrency_runs_only():
-    from sacmodel.calibrate import variable_output_steps
+    from sacmodel.fit.calibrate import variable_output_steps
     runs = load_runs()
     obs = variable_output_steps(runs)
     files = {o.run.file for o in obs}

@@ -21,12 +21,12 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from sacmodel.cluster.hitrate import hit_rates  # noqa: E402
-from sacmodel.cluster.plots import plot_hit_rate, plot_ttft_cdf, save_atomic  # noqa: E402
 from sacmodel.cluster.replay import replay  # noqa: E402
 from sacmodel.cluster.transfer import TABLES, fit_table, table_error  # noqa: E402
-from sacmodel.measured import shared_data_dir  # noqa: E402
-from sacmodel.plots import plt  # noqa: E402
-from sacmodel.traces import load_trace  # noqa: E402
+from sacmodel.data.runs import shared_data_dir  # noqa: E402
+from sacmodel.data.traces import load_trace  # noqa: E402
+from sacmodel.plots.cluster import plot_hit_rate, plot_ttft_cdf, save_atomic  # noqa: E402
+from sacmodel.plots.serving import plt  # noqa: E402
 
 CAPACITIES = ["256K", "1M", "3M", "10M", "30M", "100M", "inf"]
 DOCUMENTED = {"mooncake_conversation_trace": 0.374, "mooncake_synthetic_trace": 0.651}   # constants.md §6

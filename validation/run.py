@@ -21,14 +21,30 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from sacmodel.calibrate import (NOT_FITTED, PARAM_UNITS, PLAUSIBLE, PREFILL_PARAMS, SERVING_PARAMS,  # noqa: E402
-                                STEP_PARAMS, fit_serving, fit_steps, from_prior, get_param, run_kwargs,
-                                front_end_observations, front_end_per_token, step_observations, step_residuals,
-                                variable_output_steps, with_params)
-from sacmodel.measured import (closed_loop_releases, compare_runs, latest_per_backend,  # noqa: E402
-                               load_microbench, load_runs, load_server_log)
-from sacmodel.serving import predict  # noqa: E402
-from sacmodel.systems import as_topology, fetch_latency_us  # noqa: E402
+from sacmodel.data.microbench import latest_per_backend, load_microbench
+from sacmodel.data.runs import closed_loop_releases, load_runs
+from sacmodel.data.server_logs import load_server_log
+from sacmodel.fit.calibrate import (
+    NOT_FITTED,
+    PARAM_UNITS,
+    PLAUSIBLE,
+    PREFILL_PARAMS,
+    SERVING_PARAMS,
+    STEP_PARAMS,
+    fit_serving,
+    fit_steps,
+    from_prior,
+    front_end_observations,
+    front_end_per_token,
+    step_observations,
+    step_residuals,
+    variable_output_steps,
+)
+from sacmodel.fit.compare import compare_runs, run_kwargs
+from sacmodel.hardware.params import get_param, with_params
+from sacmodel.hardware.scenarios import as_topology
+from sacmodel.serving.predict import predict  # noqa: E402
+from sacmodel.serving.systems import fetch_latency_us  # noqa: E402
 
 SCENARIO = "sac-testbed"
 PLOTS = HERE / "plots"
@@ -72,14 +88,14 @@ def microbench_case():
 
 
 def _reference_case(args):
-    from sacmodel.reference import simulate
+    from sacmodel.serving.reference import simulate
     c, steps, seed = args
     return simulate(**c, steps=steps, seed=seed, dims=256, per_step=True)["misses_per_step"]
 
 
 def reference_vs_closed_form(seeds: int = 6, workers: int = 1):
     """Mean misses per step of the numpy reference (drifting query, real top-k, LRU) vs the closed forms."""
-    from sacmodel.access import exact_steady_state, miss_series
+    from sacmodel.serving.access import exact_steady_state, miss_series
     cases = [dict(context=16384, topk=1024, buffer_slots=2048, correlation=0.99),
              dict(context=16384, topk=1024, buffer_slots=3072, correlation=0.995),
              dict(context=32768, topk=2048, buffer_slots=4096, correlation=0.98),
@@ -156,7 +172,7 @@ def fit_all(runs, obs, start=SCENARIO):
 
 def neutral_start():
     """The scenario with every fitted constant (stages 2 and 3) at its a-priori value (the middle of its
-    plausible range, :func:`sacmodel.calibrate.prior`): a fold starts from no fit at all, so nothing of the
+    plausible range, :func:`sacmodel.fit.calibrate.prior`): a fold starts from no fit at all, so nothing of the
     held-out runs reaches it through the starting point."""
     return from_prior(SCENARIO)
 
@@ -295,8 +311,8 @@ def elasticities(topo, rel=0.05):
 
 # ---- plots --------------------------------------------------------------------------------------------
 def plot_steps(topo, obs):
-    from sacmodel.calibrate import predicted_steps
-    from sacmodel.plots import plt
+    from sacmodel.fit.calibrate import predicted_steps
+    from sacmodel.plots.serving import plt
     pick = [o for o in obs if o.run.context == 32768 and o.b == 8 and o.run.output == 8192]
     pick += [o for o in obs if o.run.context == 131072 and o.b == 8 and o.run.output == 1024 and o.run.device_buffer == 4096]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
@@ -322,12 +338,12 @@ def plot_steps(topo, obs):
 
 
 def plot_runs(comps, title, path):
-    from sacmodel.plots import plot_validation
+    from sacmodel.plots.serving import plot_validation
     plot_validation(comps, path, title=title)
 
 
 def plot_microbench(mb):
-    from sacmodel.plots import plt
+    from sacmodel.plots.serving import plt
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for b, col in (("dram", "#1f77b4"), ("cxl", "#d62728"), ("rdma", "#2ca02c")):
         rows = sorted([r for r in mb["rows"] if r["backend"] == b and r["context"] == 32768], key=lambda r: r["topk"])
@@ -386,9 +402,9 @@ def write_markdown(rep):
           table([[b, fmt(v)] for b, v in mb["mape_pct"].items()], ["backend", "MAPE %"]),
           "![microbench](plots/microbench.png)", ""]
     L += ["## 2. Access process: numpy reference vs closed forms", "",
-          "The reference (`sacmodel.reference.simulate`) draws random keys, lets the query drift (AR(1) with the "
+          "The reference (`sacmodel.serving.reference.simulate`) draws random keys, lets the query drift (AR(1) with the "
           "given correlation), selects the real top-k every step and runs the LRU buffer from empty, as the server "
-          "admits a request on a cached prefix; mean of 6 seeds. The closed forms (`sacmodel.access`) give the "
+          "admits a request on a cached prefix; mean of 6 seeds. The closed forms (`sacmodel.serving.access`) give the "
           "buffer fill (first steps) and the steady state from the AR(1) exceedance spectrum (difference in %):", "",
           table([[f"L={r['case']['context']} k={r['case']['topk']} B={r['case']['buffer_slots']} "
                   f"phi={r['case']['correlation']}", fmt(r["fill_steps"]), f"{r['first_steps_pct']:+.1f}",

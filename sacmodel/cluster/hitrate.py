@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ..measured import DataError
-from ..traces import Trace, load_trace
+from ..data.records import DataError
+from ..data.traces import Trace, load_trace
+from ..hardware.cluster import parse_capacity
 from .load import InstanceLoad
 from .prefix_cache import RadixCache, check_block_tokens, page_keys
 from .routers import make_router
-from .schema import parse_capacity
 
 POLICIES = ("lru",)
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..serving import Requests, simulate
+from ..serving.engine.loop import Requests
+from ..serving.predict import simulate
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Every point is a full cluster replay (:func:`~sacmodel.cluster.replay.replay`); points run on the local
 cores, or on a Dask cluster when a scheduler address is given. Pool sizes are first screened with the hit-rate
 fast path (:func:`~sacmodel.cluster.hitrate.hit_rates`, one pass per size) so that a plan reports the hit rate
-every size buys before it pays for replays. Cost: the price table of :func:`sacmodel.solvers.prices` (GPUs of
+every size buys before it pays for replays. Cost: the price table of :func:`sacmodel.planning.solvers.prices` (GPUs of
 every instance, the CXL pool's devices, adapters and switch, or the RDMA NICs of hosts and store).
 """
 from __future__ import annotations
@@ -13,10 +13,11 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from ..serving import ConfigError
-from ..solvers import prices
+from ..hardware.cluster import HOME, kv_bytes_per_token, parse_capacity
+from ..hardware.scenarios import cluster_of
+from ..planning.solvers import prices
+from ..serving.predict import ConfigError
 from .replay import parse_pd, replay
-from .schema import HOME, cluster_of, kv_bytes_per_token, parse_capacity
 
 AXES = ("instances", "pool", "router", "pd")
 # summary metrics where larger is better (every other one: smaller is better)
@@ -123,6 +124,7 @@ def cluster_sweep(scenario, system: str, trace, grid: dict, *, fixed: dict | Non
     if workers <= 1 or len(jobs) < 2:
         return [_point(j) for j in jobs]
     from concurrent.futures import ProcessPoolExecutor
+
     from rich.progress import Progress
     out = [None] * len(jobs)
     with ProcessPoolExecutor(workers) as ex, Progress(disable=not progress, transient=True) as bar:

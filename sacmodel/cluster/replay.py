@@ -25,16 +25,28 @@ from pathlib import Path
 
 import numpy as np
 
-from ..measured import DataError
-from ..serving import TRACE_CONTEXT_GRID, ConfigError, Model, Prediction, Requests, resolve, simulate
-from ..traces import Trace, load_trace, memory_concurrency
-from ..units import UnitError, parse_quantity
+from ..data.records import DataError
+from ..data.traces import Trace, load_trace
+from ..hardware.cluster import (
+    HOME,
+    USABLE,
+    ClusterSpec,
+    InstanceSpec,
+    TierSpec,
+    TransferEngine,
+    kv_bytes_per_token,
+    parse_capacity,
+)
+from ..hardware.scenarios import cluster_of
+from ..hardware.units import UnitError, parse_quantity
+from ..serving.config import resolve
+from ..serving.engine.loop import TRACE_CONTEXT_GRID, Model, Requests
+from ..serving.predict import ConfigError, Prediction, simulate
+from ..serving.replay import memory_concurrency
 from .load import InstanceLoad, estimate
 from .prefix_cache import RadixCache, check_block_tokens, page_keys
 from .routers import RouterError, make_router
-from .schema import HOME, USABLE, ClusterSpec, InstanceSpec, TierSpec, cluster_of, kv_bytes_per_token, \
-    parse_capacity
-from .transfer import Flow, FlowSet, TransferEngine, link_bytes, share_links
+from .transfer import Flow, FlowSet, link_bytes, share_links
 
 KIND_ORDER = {"hbm": 0, "host": 1, "cxl": 2, "rdma": 3}
 DEFAULT_SLO = {"ttft": 2.0, "tbt": 0.1}    # s: the issue's example (SGLang PD deployments quote TTFT < 2 s)
@@ -45,7 +57,7 @@ DEFAULT_TE = TransferEngine(nics=2, nic_rate=12.5e9, op_cost=0.239e-6, setup=1.7
 
 @dataclass
 class ClusterPrediction(Prediction):
-    """A :class:`~sacmodel.serving.Prediction` of a cluster replay, plus per-request arrays and a summary."""
+    """A :class:`~sacmodel.serving.predict.Prediction` of a cluster replay, plus per-request arrays and a summary."""
     per_request: dict = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
 
@@ -572,7 +584,7 @@ def _in_chunks(order: np.ndarray, *cols, size: int = 1 << 16):
 
 def _largest_alone(cfg, tr) -> str | None:
     """The binding memory limit if the trace's largest request does not fit an instance alone, else None."""
-    from ..capacity import static_check
+    from ..serving.capacity import static_check
     c = static_check(cfg, context=int(tr.input_len.max()), output=int(tr.output_len.max()), concurrency=1,
                      prompts="distinct")
     return None if c["feasible"] else c["limit"]

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..names import ROUTERS  # noqa: F401  (the names, shared with the command line)
+from ..util.names import ROUTERS
 
 
 class RouterError(ValueError):

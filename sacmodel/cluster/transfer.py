@@ -18,9 +18,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..topology import water_fill
-
-KiB = 1024.0
+from ..hardware.cluster import KiB, TransferEngine
+from ..hardware.topology import water_fill
 
 # Measured transfer times vs size (constants.md §3): (bytes, seconds); line rates as the sources state them.
 TABLES = {
@@ -44,26 +43,6 @@ BLOCK_TABLE = {
     "source": "constants.md §3: Mooncake TE over EFA, p5en.48xlarge, 16 x 200 Gbps (400 GB/s line), write",
 }
 
-
-@dataclass(frozen=True)
-class TransferEngine:
-    """Mooncake Transfer Engine cost model for one host's NICs (SI units: bytes, seconds, bytes/s)."""
-    nics: int
-    nic_rate: float
-    op_cost: float
-    setup: float = 0.0
-    slice_bytes: float = 64 * KiB
-    efficiency: float = 1.0
-
-    @property
-    def rate(self) -> float:
-        """Bandwidth of one transfer alone on the NICs (B/s)."""
-        return self.nics * self.slice_bytes / (self.op_cost + self.slice_bytes / (self.efficiency * self.nic_rate))
-
-    def time(self, nbytes, slice_bytes: float | None = None):
-        """Seconds to move ``nbytes`` alone (numpy arrays welcome); ``slice_bytes`` overrides the slice size."""
-        te = self if slice_bytes is None else replace(self, slice_bytes=slice_bytes)
-        return te.setup + np.asarray(nbytes, float) / te.rate
 
 
 def fit_table(name: str, free=("setup", "op_cost"), base: TransferEngine | None = None) -> tuple[TransferEngine, dict]:

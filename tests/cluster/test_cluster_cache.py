@@ -1,6 +1,7 @@
 import math
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sacmodel.cluster.prefix_cache import RadixCache
 

@@ -1,13 +1,13 @@
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from measured_data import SHARED
-from sacmodel import prefix_hit_rate
-from sacmodel.cluster.hitrate import hit_rates
-from sacmodel.measured import DataError
-from sacmodel.traces import load_trace
+
+from sacmodel.cluster.hitrate import hit_rates, prefix_hit_rate
+from sacmodel.data.records import DataError
+from sacmodel.data.traces import load_trace
 
 TRACES = SHARED / "traces"
 

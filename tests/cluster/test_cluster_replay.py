@@ -4,15 +4,15 @@ import math
 import numpy as np
 import pytest
 import yaml
-
 from measured_data import SHARED, needs_shared
+
 from sacmodel import replay
 from sacmodel.cli import main
-from sacmodel.cluster.schema import kv_bytes_per_token
-from sacmodel.measured import DataError
-from sacmodel.serving import ConfigError
-from sacmodel.topology import TOPOLOGY_DIR, load_topology
-from sacmodel.traces import load_trace, replay as replay_one
+from sacmodel.data.records import DataError
+from sacmodel.data.traces import load_trace
+from sacmodel.hardware.scenarios import TOPOLOGY_DIR, load_topology
+from sacmodel.serving.predict import ConfigError
+from sacmodel.serving.replay import replay as replay_one
 
 # KV bytes per token of DeepSeek-V3.2 as the testbed runs it: 61 layers x (BF16 latent + rope 1152 B + indexer
 # key 132 B); checked against the model catalog in test_cluster_schema

@@ -4,9 +4,10 @@ import pytest
 import yaml
 
 import sacmodel
-from sacmodel.cluster.schema import kv_bytes_per_token, parse_capacity
-from sacmodel.topology import TOPOLOGY_DIR, TopologyError, load_topology
-from sacmodel.units import UnitError
+from sacmodel.hardware.cluster import kv_bytes_per_token, parse_capacity
+from sacmodel.hardware.scenarios import TOPOLOGY_DIR, load_topology
+from sacmodel.hardware.topology import TopologyError
+from sacmodel.hardware.units import UnitError
 
 
 def test_builtin_cluster_and_version_1_files_load():

@@ -3,7 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from sacmodel.cluster.transfer import TABLES, Flow, TransferEngine, fit_table, link_bytes, share_links, table_error
+from sacmodel.cluster.transfer import TABLES, Flow, fit_table, link_bytes, share_links, table_error
+from sacmodel.hardware.cluster import TransferEngine
 
 
 def test_transfer_engine_time_is_setup_plus_size_over_sliced_rate():

@@ -156,14 +156,14 @@ def _run_case(req: dict) -> dict:
 
 def _warm() -> None:
     """Import and compile what the cases use, once, so that every forked child starts warm."""
-    from sacmodel.serving import predict
-    from sacmodel.systems import SYSTEMS, fetch_latency_us
+    from sacmodel.serving.predict import predict
+    from sacmodel.serving.systems import SYSTEMS, fetch_latency_us
     for s in SYSTEMS:
         predict("sac-testbed", s, context=8192, output=16, concurrency=2, requests=2)
     for b in ("dram", "cxl", "rdma"):
         fetch_latency_us("sac-testbed", b, topk=64)
-    import sacmodel.measured  # noqa: F401
-    import sacmodel.traces  # noqa: F401
+    import sacmodel.data.runs  # noqa: F401
+    import sacmodel.data.traces  # noqa: F401
 
 
 def serve() -> None:

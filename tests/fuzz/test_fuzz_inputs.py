@@ -10,8 +10,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sacmodel.systems import SYSTEMS
-from sacmodel.topology import TOPOLOGY_DIR
+from sacmodel.hardware.scenarios import TOPOLOGY_DIR
+from sacmodel.serving.systems import SYSTEMS
 
 from .contract import check
 from .strategies import corrupted_text, mutated, nasty

@@ -1,0 +1,349 @@
+"""CLI of the cluster model: ``replay`` (cluster replay), ``hitrate`` (fast path), and the cluster options of
+``plan`` and ``sweep`` (``--trace``); registered by :mod:`sacmodel.cli`."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from ..util.names import ROUTERS, SYSTEMS
+from .common import print_json
+
+
+class ConfigError(ValueError):
+    """A bad cluster option (exit 2 from the CLI, like every ValueError of the library)."""
+
+
+def _list(s: str) -> list[str]:
+    return [x.strip() for x in str(s).split(",") if x.strip()]
+
+
+def _capacity_arg(s):
+    """'3M' (the home tier) or 'hbm=200K,cxl=10M' (per tier)."""
+    if s is None or "=" not in s:
+        return s
+    out = {}
+    for kv in _list(s):
+        k, eq, v = kv.partition("=")
+        if not eq or not k.strip() or not v.strip():
+            raise ConfigError(f"--cache-capacity: write TIER=TOKENS pairs, not {kv!r}")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _router_params(a) -> dict:
+    kw = {}
+    if a.router_weight is not None:
+        kw["weight"] = a.router_weight
+    if a.router_temperature is not None:
+        kw["temperature"] = a.router_temperature
+    if a.router_seed is not None:
+        kw["seed"] = a.router_seed
+    if a.affinity_blocks is not None:
+        kw["affinity_blocks"] = a.affinity_blocks
+    return kw
+
+
+def _check_names(systems, routers):
+    for s in systems:
+        if s not in SYSTEMS:
+            raise ConfigError(f"--systems: unknown system {s!r}; known: {', '.join(SYSTEMS)}")
+    for r in routers:
+        if r not in ROUTERS:
+            raise ConfigError(f"--router: unknown router {r!r}; known: {', '.join(ROUTERS)}")
+
+
+def write_atomic(path, text: str) -> None:
+    """Write beside ``path`` and rename into place (a failure leaves the old file untouched)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def cmd_replay(a):
+    from ..cluster.replay import load_workload, parse_pd, parse_slo, replay
+    systems = _list(a.systems) if a.systems else ([a.system] if a.system else ["dram", "cxl", "rdma"])
+    routers = _list(a.router)
+    _check_names(systems, routers)
+    slo = parse_slo(a.slo)
+    pd = a.pd
+    if pd is not None:
+        parse_pd(pd, None)
+    cap = _capacity_arg(a.cache_capacity)
+    tr, meta = load_workload(a.trace, a.limit)
+    cache = a.cache or ("trace" if tr.has_prefix_info else "none")
+    res = {"cxl_devices": a.cxl_devices, "rdma_nics": a.rdma_nics, "device_buffer": a.device_buffer}
+    runs = {}
+    for s in systems:
+        for r in routers:
+            label = s if len(routers) == 1 else f"{s} / {r}"
+            runs[label] = replay(a.scenario, s, tr, router=r, instances=a.instances, cache_capacity=cap, pd=pd,
+                                 time_scale=a.time_scale, concurrency=a.concurrency, cache=cache, slo=slo,
+                                 router_params=_router_params(a), block_tokens=a.block_tokens,
+                                 tiers=_list(a.tiers) if a.tiers else None,
+                                 progress=not a.quiet and sys.stderr.isatty(),
+                                 **{k: v for k, v in res.items() if v is not None})
+    if a.csv:
+        buf = io.StringIO()
+        w = None
+        for label, p in runs.items():
+            for row in p.per_request_rows():
+                row = {"configuration": label, **row}
+                if w is None:
+                    w = csv.DictWriter(buf, fieldnames=list(row), extrasaction="ignore")
+                    w.writeheader()
+                w.writerow(row)
+        write_atomic(a.csv, buf.getvalue())
+    if a.plot:
+        from ..plots.cluster import plot_ttft_cdf
+        plot_ttft_cdf(runs, a.plot, title=f"{tr.name} on {a.scenario}, arrivals x {a.time_scale:g}")
+    if a.json:
+        print_json({k: p.to_dict() for k, p in runs.items()}, inf_as_text=True)
+        return
+    con = Console(width=max(Console().width, 110))
+    p0 = next(iter(runs.values()))
+    t = Table(title=f"replay of {tr.name} ({len(tr)} requests, arrivals x {a.time_scale:g}) on {p0.scenario}: "
+                    f"{p0.summary['instances']} instances" + (f", P:D {p0.summary['pd']}" if p0.summary["pd"] else "")
+                    + f"; SLO {', '.join(f'{k} {v * 1e3:g} ms' for k, v in slo.items())}")
+    for c in ("configuration", "hit %", "TTFT p50/p90/p99 s", "TBT p50/p99 ms", "queue p50 s", "SLO met",
+              "goodput req/s"):
+        t.add_column(c, justify="left" if c == "configuration" else "right")
+    for label, p in runs.items():
+        s = p.summary
+        t.add_row(label, f"{100 * s['hit_rate_total']:.1f}",
+                  "/".join(f"{s[f'ttft_{q}_ms'] / 1e3:,.1f}" for q in ("p50", "p90", "p99")),
+                  f"{s['tbt_p50_ms']:,.0f}/{s['tbt_p99_ms']:,.0f}", f"{s['queue_p50_s']:,.1f}",
+                  f"{100 * s['slo_attainment']:.1f}%", f"{s['goodput_req_s']:.3f}")
+    con.print(t)
+    for label, p in runs.items():
+        if not p.feasible:
+            con.print(f"[bold red]{label}: incomplete[/] ({p.limit})")
+    for label, p in runs.items():
+        s = p.summary
+        tiers = ", ".join(f"{k} {100 * v:.1f}%" for k, v in s["hit_rate"].items())
+        links = ", ".join(f"{k} {v / 1e9:,.1f} GB" for k, v in s["bytes_by_link"].items()) or "none"
+        con.print(f"[bold]{label}[/]: hits by tier: {tiers}; bytes moved: {links}")
+    if a.csv:
+        con.print(f"per-request results written to {a.csv}")
+    if a.plot:
+        con.print(f"TTFT CDF written to {a.plot}")
+
+
+def cmd_hitrate(a):
+    import time
+
+    from ..cluster.hitrate import hit_rates
+    from ..cluster.replay import load_workload
+    routers = _list(a.router)
+    _check_names([], routers)
+    tr, _ = load_workload(a.trace, a.limit)
+    caps = _list(a.capacity)
+    rows = {}
+    for r in routers:
+        t0 = time.perf_counter()
+        rows[r] = hit_rates(tr, caps, block_tokens=a.block_tokens, instances=a.instances, router=r,
+                            **_router_params(a))
+        for row in rows[r]:
+            row["seconds"] = (time.perf_counter() - t0) / len(caps)
+    if a.plot:
+        from ..plots.cluster import plot_hit_rate
+        plot_hit_rate({f"{r} ({a.instances} instance{'s' if a.instances > 1 else ''})": [
+            (x["capacity_tokens"], x["hit_rate"]) for x in rs] for r, rs in rows.items()}, a.plot,
+            title=f"{tr.name}: LRU prefix cache of {a.block_tokens}-token blocks per instance")
+    if a.json:
+        print_json(rows, inf_as_text=True)
+        return
+    t = Table(title=f"{tr.name}: prefix hit rate, {a.instances} instance(s), {a.block_tokens}-token blocks")
+    for c in ("router", "capacity (tokens)", "hit rate", "evicted blocks", "seconds"):
+        t.add_column(c, justify="right" if c != "router" else "left")
+    for r, rs in rows.items():
+        for x in rs:
+            cap = "inf" if not math.isfinite(x["capacity_tokens"]) else f"{x['capacity_tokens']:,.0f}"
+            t.add_row(r, cap, f"{100 * x['hit_rate']:.1f}%", f"{x['evicted_blocks']:,}", f"{x['seconds']:.2f}")
+    Console().print(t)
+    if a.plot:
+        print(f"plot written to {a.plot}")
+
+
+def _cluster_workload(a) -> dict:
+    fixed = {"time_scale": a.time_scale, "limit": a.limit}
+    if a.slo_window:
+        fixed["slo"] = a.slo_window
+    for k in ("cxl_devices", "rdma_nics", "device_buffer"):
+        if getattr(a, k, None) is not None:
+            fixed[k] = getattr(a, k)
+    return fixed
+
+
+def cmd_cluster_plan(a, fallback):
+    if not a.trace:
+        return fallback(a)
+    from ..cluster.plan import cluster_plan
+    slo = dict(a.slo)                     # (metric, target) pairs, parsed by the plan command's --slo
+    vary = a.vary if a.vary in ("instances", "pool", "router", "pd") else "instances"
+    values = a.values or (f"{a.min or 1}:{a.max or 8}" if vary == "instances" else None)
+    if values is None:
+        raise ConfigError(f"--values: list the {vary} values to try")
+    r = cluster_plan(a.scenario, a.system, a.trace, slo, vary=vary, values=values, fixed=_cluster_workload(a),
+                     scheduler=getattr(a, "scheduler", None), progress=sys.stderr.isatty())
+    if a.json:
+        print_json(r.to_dict(), inf_as_text=True)
+        return
+    con = Console()
+    con.print(r.message)
+    t = Table(title="tried (one cluster replay each)")
+    cols = [vary, "feasible", *slo, "goodput_req_s", "hit_rate_total", "cost_usd_per_hour"]
+    for c in dict.fromkeys(cols):
+        t.add_column(c, justify="right")
+    for row in r.tried:
+        t.add_row(*[f"{row.get(c):.4g}" if isinstance(row.get(c), float) else str(row.get(c))
+                    for c in dict.fromkeys(cols)])
+    con.print(t)
+    for h in r.hit_rates:
+        con.print(f"pool {h['pool']}: fast-path hit rate {100 * h['hit_rate_fast_path']:.1f}%")
+
+
+def cmd_cluster_sweep(a, fallback):
+    if not a.trace:
+        return fallback(a)
+    from ..cluster.plan import cluster_sweep
+    grid = {}
+    for g in a.grid:
+        name, eq, vals = g.partition("=")
+        if not eq:
+            raise ConfigError(f"--grid {g!r}: write AXIS=V1,V2 (axes: instances, pool, router, pd)")
+        grid[name.strip()] = vals
+    rows = cluster_sweep(a.scenario, a.system, a.trace, grid, fixed=_cluster_workload(a), scheduler=a.scheduler,
+                         workers=a.workers, progress=sys.stderr.isatty())
+    keys = list(dict.fromkeys(k for r in rows for k in r if k != "hit_rate"))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    if a.csv:
+        write_atomic(a.csv, buf.getvalue())
+        print(f"wrote {a.csv}")
+    else:
+        sys.stdout.write(buf.getvalue())
+
+
+def _router_options(p) -> None:
+    """The router choice and its parameters (read back by :func:`_router_params`), for replay and hitrate."""
+    from .types import arg, count, number
+    p.add_argument("--router", default="round_robin", metavar="LIST",
+                   help=f"one or more of {', '.join(ROUTERS)} (comma-separated)")
+    p.add_argument("--router-weight", type=arg(number, lo=0, lo_open=False), default=None, metavar="W",
+                   help="kv router: weight of the prefill blocks")
+    p.add_argument("--router-temperature", type=arg(number, lo=0, lo_open=False), default=None, metavar="T",
+                   help="kv router: softmax temperature (0 = argmin)")
+    p.add_argument("--router-seed", type=arg(count, lo=0), default=None, metavar="N",
+                   help="kv router: seed of its softmax draws (deterministic)")
+    p.add_argument("--affinity-blocks", type=arg(count), default=None, metavar="N",
+                   help="prefix_affinity: leading blocks hashed")
+
+
+def register(sub, add_scenario):
+    """Add ``replay`` and ``hitrate`` and the cluster options of ``plan``/``sweep`` (call after the solvers)."""
+    from .common import _parser, add_resources
+    from .types import LIMITS, TIME_SCALE_RANGE, arg, count, in_file, number, out_file, plot_file, tokens
+    trace_help = "Mooncake JSONL, Azure CSV or a testbed run JSON"
+    p = _parser(sub, "replay", "replay a request trace through an instance or a cluster (routers, prefix "
+                               "caches, P/D disaggregation)",
+                ["sacmodel replay trace.jsonl --limit 2000",
+                 "sacmodel replay trace.jsonl --scenario sac-cluster-4x --router kv,round_robin --csv out.csv",
+                 "sacmodel replay trace.csv --cache none --time-scale 0.5 --systems cxl,rdma"])
+    add_scenario(p)
+    p.add_argument("trace", type=arg(in_file), help=trace_help)
+    p.add_argument("--systems", default=None, metavar="LIST", help="comma-separated systems (default dram,cxl,rdma)")
+    p.add_argument("--system", default=None, help="one system (same as --systems with one name)")
+    _router_options(p)
+    p.add_argument("--instances", type=arg(count, hi=4096), default=None, metavar="N",
+                   help="instances (default: the cluster's, or 1)")
+    p.add_argument("--pd", default=None, metavar="P:D", help="prefill:decode instance split, e.g. 2:6 (disaggregation)")
+    p.add_argument("--cache-capacity", default=None, metavar="TOKENS",
+                   help="prefix-cache tokens of the system's home tier ('3M', 'inf') or per tier ('hbm=200K,cxl=10M')")
+    p.add_argument("--tiers", default=None, metavar="LIST", help="only these KV tiers (names or kinds), e.g. host "
+                                                                 "for private host-DRAM caches")
+    p.add_argument("--block-tokens", type=arg(tokens), default=None, metavar="TOKENS",
+                   help="cache granularity (default: the trace's blocks)")
+    p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
+                   help="first N requests")
+    p.add_argument("--time-scale", type=arg(number, lo=TIME_SCALE_RANGE[0], hi=TIME_SCALE_RANGE[1]), default=1.0,
+                   metavar="X", help="arrival times are divided by X: 2 = requests arrive twice as fast, 0.5 = at "
+                                     "half the trace's rate (default 1)")
+    p.add_argument("--cache", choices=("trace", "none", "all"), default=None,
+                   help="cached prefixes: the prefix caches (Mooncake hash_ids; default when present), none, or "
+                        "every prompt")
+    p.add_argument("--concurrency", type=arg(count, hi=LIMITS["concurrency"]), default=None, metavar="N",
+                   help="in flight per instance (default: what its memory holds)")
+    p.add_argument("--slo", default=None, metavar="SPEC", help="e.g. ttft=2s,tbt=100ms (default) for attainment "
+                                                               "and goodput")
+    add_resources(p)
+    p.add_argument("--csv", type=arg(out_file), default=None, metavar="FILE", help="write the per-request results here")
+    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE",
+                   help="TTFT CDF per configuration (PNG/SVG/PDF)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar on the terminal")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=cmd_replay)
+
+    p = _parser(sub, "hitrate", "prefix-cache hit rate of a trace vs capacity (fast path, no timing)",
+                ["sacmodel hitrate trace.jsonl --capacity 1M,3M,10M,inf",
+                 "sacmodel hitrate trace.jsonl --instances 4 --router prefix_affinity,round_robin --plot hit.png"])
+    p.add_argument("trace", type=arg(in_file), help=trace_help)
+    p.add_argument("--capacity", default="1M,3M,10M,inf", metavar="LIST", help="tokens per instance, comma-separated")
+    p.add_argument("--block-tokens", type=arg(tokens), default=512, metavar="TOKENS",
+                   help="cache block/page size in tokens (default 512, the trace's; 64: SGLang pages)")
+    p.add_argument("--instances", type=arg(count, hi=4096), default=1, metavar="N",
+                   help="instances, each with its own cache of --capacity tokens (default 1)")
+    _router_options(p)
+    p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
+                   help="read the first N requests only")
+    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE", help="plot of hit rate vs capacity into FILE (.png, .pdf, .svg)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=cmd_hitrate)
+
+    for name, cmd in (("plan", cmd_cluster_plan), ("sweep", cmd_cluster_sweep)):
+        p = sub.choices.get(name)
+        if p is None:
+            continue
+        g = p.add_argument_group("cluster (with --trace: replays of the trace through the cluster)")
+        g.add_argument("--trace", type=arg(in_file), default=None, metavar="TRACE",
+                       help="plan/sweep a cluster on this trace (Mooncake JSONL, Azure CSV, testbed run JSON)")
+        g.add_argument("--time-scale", type=arg(number, lo=TIME_SCALE_RANGE[0], hi=TIME_SCALE_RANGE[1]), default=1.0,
+                       metavar="X", help="trace arrival times are divided by X: 2 = requests arrive twice as fast")
+        g.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
+                       help="first N requests of the trace")
+        g.add_argument("--slo-window", default=None, metavar="SPEC",
+                       help="per-request SLO for attainment/goodput (ttft=2s,tbt=100ms)")
+        if name == "plan":
+            g.add_argument("--values", default=None, metavar="LIST",
+                           help="values of --vary (instances, pool, router, pd) to try")
+            if not any(a_.dest == "scheduler" for a_ in p._actions):
+                g.add_argument("--scheduler", default=None, metavar="URL",
+                               help="run the replays on Dask (tcp://HOST:PORT)")
+        fallback = p.get_default("func")
+        for act in p._actions:            # --context is needed by single-instance plans only
+            if act.dest == "context" and act.required:
+                act.required = False
+                fallback = _needs_context(fallback)
+        p.set_defaults(func=lambda a, cmd=cmd, fb=fallback: cmd(a, fb))
+
+
+def _needs_context(fallback):
+    def run(a):
+        if a.context is None:
+            raise ConfigError("--context is required (or --trace TRACE for a cluster plan)")
+        return fallback(a)
+    return run

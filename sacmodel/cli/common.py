@@ -1,0 +1,214 @@
+"""What every command shares: output (JSON, CSV, tables), the argument parser with one-line errors, and the
+option groups (scenario, workload, resources, systems, JSON/CSV, plots).
+
+Imports only the standard library and the light :mod:`sacmodel.util.names` and :mod:`sacmodel.cli.types`, so
+``sacmodel --help`` starts fast; the commands import what they need when they run.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import sys
+
+from ..util.names import SYSTEMS
+from .types import LIMITS, RATE_RANGE, arg, count, number, out_file, path_text, plot_file, system_list, tokens
+
+DEFAULT_CONTEXTS = "16K,32K,64K,128K"
+
+
+DEFAULT_CONCURRENCY = 64
+
+
+def _fmt(v, nd=1):
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return f"{v:,.{nd}f}"
+
+
+def jsonable(obj, inf_as_text: bool = False):
+    """``obj`` with numpy values as Python ones and non-finite floats as None (valid JSON); with
+    ``inf_as_text`` an unbounded quantity stays visible as "inf" / "-inf"."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v, inf_as_text) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v, inf_as_text) for v in obj]
+    if hasattr(obj, "tolist"):                       # numpy arrays and scalars
+        return jsonable(obj.tolist(), inf_as_text)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return ("inf" if obj > 0 else "-inf") if inf_as_text and not math.isnan(obj) else None
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
+
+
+def print_json(obj, inf_as_text: bool = False):
+    print(json.dumps(jsonable(obj, inf_as_text), indent=2, allow_nan=False))
+
+
+def write_csv(path: str, header: list[str], rows) -> None:
+    """Rows as CSV to ``path`` (``-``: standard output), written atomically."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for r in rows:
+        w.writerow(["" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in r])
+    if path == "-":
+        sys.stdout.write(buf.getvalue())
+    else:
+        from ..util.files import write_text
+        write_text(path, buf.getvalue())
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def table(title: str | None, columns, right=()):
+    """A compact rich table (one space between columns, a rule under the header) that fits 80 columns."""
+    from rich import box
+    from rich.table import Table
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if c in right else "left", no_wrap=i == 0, overflow="fold")
+    return t
+
+
+def console():
+    from rich.console import Console
+    return Console()
+
+
+def _scenario(a):
+    """The scenario the command runs on: the --scenario, with the --model in place of its own when given."""
+    if not getattr(a, "model", None):
+        return a.scenario
+    from dataclasses import replace
+
+    from ..hardware.models import get_model
+    from ..hardware.scenarios import as_topology
+    get_model(a.model)                      # a clear error now for an unknown name or a broken config.json
+    t = as_topology(a.scenario)
+    return replace(t, model_name=a.model, model_overrides={}, _routes={})
+
+
+def _model_name(a) -> str:
+    from ..hardware.scenarios import as_topology
+    return getattr(a, "model", None) or as_topology(a.scenario).model_name
+
+
+def _workload(a):
+    """predict() keyword arguments from the workload options (``prompts`` only when given)."""
+    kw = dict(context=getattr(a, "context", None), output=a.output, concurrency=a.concurrency,
+              requests=a.requests, cxl_devices=a.cxl_devices, device_buffer=a.device_buffer, rdma_nics=a.rdma_nics,
+              rate=a.rate, prefix_cached=not a.cold, method=a.method)
+    if not getattr(a, "cold_staging", True):
+        kw["cold_staging"] = False
+    if getattr(a, "prompts", None):
+        kw["prompts"] = a.prompts
+    return kw
+
+
+SCENARIO_HELP = ("built-in scenario name (sac-testbed, h200-cxl-large; see `sacmodel scenarios`) or a path to a "
+                 "scenario YAML (start one with `sacmodel scenarios --template`); default: sac-testbed")
+
+
+LIMITS_TEXT = (f"limits: contexts and outputs up to 16M tokens, concurrency up to {LIMITS['concurrency']:,}, "
+               f"{LIMITS['requests']:,} requests per prediction, --rate {RATE_RANGE[0]:g} to {RATE_RANGE[1]:g} "
+               "requests/s")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: 'sacmodel predict: error: ... (see sacmodel predict --help)', status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _Formatter(argparse.HelpFormatter):
+    """Wraps descriptions; keeps indented lines (the examples of an epilog) as written."""
+
+    def _fill_text(self, text, width, indent):
+        import textwrap
+        return "\n".join(line if line.startswith("  ") or not line else
+                         textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent)
+                         for line in text.splitlines())
+
+
+def _formatter(prog):
+    return _Formatter(prog, max_help_position=32)
+
+
+def _parser(sub, name, help_, examples, description=None):
+    """A sub-command with a help line, a description and an epilog of examples."""
+    epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples)
+    return sub.add_parser(name, help=help_, description=description or help_, epilog=epilog,
+                          formatter_class=_formatter)
+
+
+def add_scenario(p):
+    p.add_argument("--scenario", default="sac-testbed", type=arg(path_text), metavar="NAME|YAML", help=SCENARIO_HELP)
+
+
+def add_json(p, csv_=True):
+    p.add_argument("--json", action="store_true", help="print the results as JSON (machine-readable, no table)")
+    if csv_:
+        p.add_argument("--csv", type=arg(out_file), default=None, metavar="FILE",
+                       help="write one row per item as CSV to FILE ('-' = standard output instead of the table)")
+
+
+def add_plot(p, what: str):
+    p.add_argument("--plot", type=plot_file, default=None, metavar="FILE",
+                   help=f"{what} into FILE (.png, .pdf, .svg); without it no file is written")
+
+
+def add_systems(p, default: str):
+    p.add_argument("--systems", type=arg(system_list), default=default, metavar="LIST",
+                   help=f"comma-separated systems from {', '.join(SYSTEMS)} (default {default})")
+
+
+def add_resources(p):
+    """CXL devices, RDMA NICs and GPU buffer slots, defaulting to the scenario's values."""
+    p.add_argument("--cxl-devices", type=arg(count, hi=1024), default=None, metavar="N",
+                   help="CXL memory devices in the pool (cxl, cxl-prefetch; default: the scenario's cxl_devices)")
+    p.add_argument("--rdma-nics", type=arg(count, hi=1024), default=None, metavar="N",
+                   help="RDMA NICs used (rdma, rdma-topk; default: the scenario's rdma_nics)")
+    p.add_argument("--device-buffer", type=arg(tokens), default=None, metavar="SLOTS",
+                   help="GPU buffer slots per request and layer for pool systems, e.g. 4096 or 6K "
+                        "(default: the scenario's device_buffer)")
+
+
+def add_workload(p, context=True, concurrency_help=None):
+    if context:
+        p.add_argument("--context", type=arg(tokens), required=True, metavar="TOKENS",
+                       help="prompt tokens per request, e.g. 32768 or 32K (K = 1024)")
+    p.add_argument("--output", type=arg(tokens), default=1024, metavar="TOKENS",
+                   help="output tokens per request (default 1024)")
+    p.add_argument("--concurrency", type=arg(count, hi=LIMITS["concurrency"]), default=DEFAULT_CONCURRENCY,
+                   metavar="N", help=concurrency_help or f"requests in flight at most (default {DEFAULT_CONCURRENCY})")
+    p.add_argument("--requests", type=arg(count, hi=LIMITS["requests"]), default=None, metavar="N",
+                   help=f"requests in total (default 8 x concurrency, as the testbed benchmark; at most "
+                        f"{LIMITS['requests']:,})")
+    p.add_argument("--rate", type=arg(number, lo=RATE_RANGE[0], hi=RATE_RANGE[1], lo_open=False), default=None,
+                   metavar="REQ/S", help="open loop: Poisson arrivals at this many requests/s (default: all "
+                                         "requests released at once, closed loop); overload is reported")
+    add_resources(p)
+    p.add_argument("--cold", action="store_true",
+                   help="uncached prompts: every request is prefilled (default: the prompt's KV is cached in the pool)")
+    p.add_argument("--no-cold-staging", dest="cold_staging", action="store_false",
+                   help="the shared prompt's host-pool entry exists already (steady state): no rank backs the "
+                        "prompt up again on its first hit (default: as in the testbed's second round, where "
+                        "each rank's first hit does)")
+    p.add_argument("--method", choices=("engine", "analytic"), default="engine",
+                   help="engine (default): event-driven run of the benchmark, with waves and percentiles; "
+                        "analytic: steady-state fixed point, faster, no percentiles, assumes requests out of "
+                        "phase (differs most in TTFT at long contexts)")
+
+
+def add_model_options(p):
+    p.add_argument("--model", type=arg(path_text), default=None, metavar="NAME|CONFIG",
+                   help="catalog model (see `sacmodel models`) or a Hugging Face config.json path, in place of "
+                        "the scenario's model (default: the scenario's)")
+    p.add_argument("--prompts", choices=("shared", "distinct"), default=None,
+                   help="shared: every request reuses one cached prompt (capacity counts its KV once); distinct: "
+                        "each request has its own prompt (capacity counts every prefix). Default: the serving "
+                        "model's (see README)")

@@ -1,0 +1,256 @@
+"""Reader of SGLang server logs: the ``server_args`` line, start-up notes, per-rank prefill and decode batch
+lines, request arrivals and scheduler exceptions (gzip or plain text)."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .records import DataError
+
+_TS = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: DP(\d+) TP\d+)?\] "
+_BATCH_RE = re.compile(_TS + r"(Prefill|Decode) batch, (.*)$")
+_POST_RE = re.compile(_TS + r"INFO:\s+\S+ - \"POST /v1/(?:chat/)?completions")
+_EXC_RE = re.compile(_TS + r"Scheduler hit an exception")
+_NOTE_RE = re.compile(_TS + r"WARNING server_args\.py:\d+: (.*)$")
+_ERROR_RE = re.compile(r"^(\w*Error|\w*Exception): (.*)$")
+PREFILL_FIELDS = ("new_seq", "new_tokens", "cached_tokens", "usage", "running", "queued")
+DECODE_FIELDS = ("running", "tokens", "usage", "gen_tps", "queued")
+_KEYS = {"#new-seq": "new_seq", "#new-token": "new_tokens", "#cached-token": "cached_tokens",
+         "token usage": "usage", "#running-req": "running", "#queue-req": "queued", "#token": "tokens",
+         "gen throughput (token/s)": "gen_tps"}
+
+_LOG_CACHE: dict = {}
+
+
+@dataclass
+class ServerLog:
+    """An SGLang server log, time-resolved per data-parallel rank.
+
+    Times are seconds since the log's first timestamp (the log has one-second resolution). ``prefill`` and
+    ``decode`` are arrays of records with a ``t`` and ``rank`` column plus the fields the server prints for
+    each prefill batch (``new_seq, new_tokens, cached_tokens, usage, running, queued``) and for every
+    ``decode_log_interval``-th decode step (``running``, ``tokens`` held on the GPU, ``usage``, ``gen_tps``
+    = tokens generated per second since the rank's previous log line, ``queued``). ``arrivals`` are the
+    times the HTTP server logged a generation request. ``settings`` is the ``server_args`` line parsed into
+    values; ``notes`` the settings the server changed at start-up, with the reason it printed.
+    """
+    path: str
+    settings: dict
+    notes: list[str]
+    prefill: np.ndarray
+    decode: np.ndarray
+    arrivals: np.ndarray
+    exceptions: list[tuple[float, int, str]]
+    t0: float = 0.0
+
+    @property
+    def ranks(self) -> int:
+        dp = self.settings.get("dp_size")
+        return int(dp) if isinstance(dp, int) and dp > 0 else int(max(self.decode["rank"].max(initial=0),
+                                                                          self.prefill["rank"].max(initial=0)) + 1)
+
+    def window(self, start: float, end: float = math.inf) -> "ServerLog":
+        """The events with ``start <= t < end``."""
+        sel = lambda a: a[(a["t"] >= start) & (a["t"] < end)]  # noqa: E731
+        return ServerLog(self.path, self.settings, self.notes, sel(self.prefill), sel(self.decode),
+                         self.arrivals[(self.arrivals >= start) & (self.arrivals < end)],
+                         [e for e in self.exceptions if start <= e[0] < end], self.t0)
+
+    def round_start(self, first_round_requests: int) -> float:
+        """Time of the first request after the first ``first_round_requests`` (the benchmark's round 2)."""
+        if len(self.arrivals) <= first_round_requests:
+            raise DataError(f"{self.path}: {len(self.arrivals)} requests logged, no second round after "
+                            f"{first_round_requests}")
+        return float(np.sort(self.arrivals)[first_round_requests])
+
+    def rounds(self, first_round_requests: int = 8) -> tuple["ServerLog", "ServerLog"]:
+        """(round 1, round 2) of the testbed benchmark: the cache-filling round, then the measured one."""
+        t2 = self.round_start(first_round_requests)
+        t1 = float(np.sort(self.arrivals)[0]) if len(self.arrivals) else 0.0
+        return self.window(t1, t2), self.window(t2)
+
+    def rank(self, r: int) -> "ServerLog":
+        return ServerLog(self.path, self.settings, self.notes, self.prefill[self.prefill["rank"] == r],
+                         self.decode[self.decode["rank"] == r], self.arrivals,
+                         [e for e in self.exceptions if e[1] == r], self.t0)
+
+    def step_times(self) -> np.ndarray:
+        """Decode step time (s) per rank between consecutive decode log lines with no prefill between them.
+
+        Records: ``t`` (end of the interval), ``rank``, ``running`` (requests decoding), ``tokens``,
+        ``step_s`` = running / gen_tps (the rank generated one token per running request per step).
+        Intervals where the running count changed or the rank ran a prefill batch are left out.
+        """
+        rows = []
+        for r in np.unique(self.decode["rank"]):
+            d = self.decode[self.decode["rank"] == r]
+            p = np.sort(self.prefill["t"][self.prefill["rank"] == r])
+            for a, b in zip(d[:-1], d[1:]):
+                if a["running"] != b["running"] or b["gen_tps"] <= 0:
+                    continue
+                if np.any((p >= a["t"]) & (p <= b["t"])):
+                    continue
+                rows.append((b["t"], r, b["running"], b["tokens"], b["running"] / b["gen_tps"]))
+        return np.array(rows, dtype=[("t", float), ("rank", int), ("running", int), ("tokens", int),
+                                     ("step_s", float)])
+
+
+def _parse_value(text: str):
+    """A literal of the ``server_args`` line: quoted string, number, True/False/None, else the raw text."""
+    t = text.strip()
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
+        s = t[1:-1]
+        if s[:1] in "{[":
+            try:
+                return json.loads(s)
+            except json.JSONDecodeError:
+                return s
+        return s
+    if t in ("True", "False"):
+        return t == "True"
+    if t == "None":
+        return None
+    for conv in (int, float):
+        try:
+            return conv(t)
+        except ValueError:
+            pass
+    return t
+
+
+def parse_server_args(line: str) -> dict:
+    """``key=value`` pairs of a ``server_args=ServerArgs(...)`` line (top-level commas only; nothing evaluated)."""
+    start = line.find("ServerArgs(")
+    if start < 0:
+        return {}
+    body = line[start + len("ServerArgs("):].rstrip().rstrip(")")
+    out, depth, quote, key, buf = {}, 0, "", None, []
+    for ch in body + ",":
+        if quote:
+            buf.append(ch)
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "=" and depth == 0 and key is None:
+            key, buf = "".join(buf).strip(), []
+            continue
+        elif ch == "," and depth == 0:
+            if key:
+                out[key] = _parse_value("".join(buf))
+            key, buf = None, []
+            continue
+        buf.append(ch)
+    return out
+
+
+def load_server_log(path: str | Path) -> ServerLog:
+    """Parse an SGLang server log (plain or ``.gz``) into a :class:`ServerLog` (kept per file and version:
+    a log read again, unchanged, is not parsed again)."""
+    path = Path(path)
+    try:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key in _LOG_CACHE:
+        return _LOG_CACHE[key]
+    log = _parse_server_log(path)
+    for a in (log.prefill, log.decode, log.arrivals):     # shared between callers: read-only
+        a.flags.writeable = False
+    if key is not None:
+        if len(_LOG_CACHE) >= 256:
+            _LOG_CACHE.clear()
+        _LOG_CACHE[key] = log
+    return log
+
+
+def _parse_server_log(path: Path) -> ServerLog:
+    import datetime as _dt
+    import gzip
+    opener = gzip.open if path.suffix == ".gz" else open
+    settings: dict = {}
+    notes: list[str] = []
+    pre, dec, arr, exc = [], [], [], []
+    t0 = None
+    pending_exc = None
+
+    seen: dict[str, float] = {}          # log stamps have one-second resolution: parse each once
+
+    def stamp(s: str) -> float:
+        nonlocal t0
+        t = seen.get(s)
+        if t is None:
+            t = seen[s] = _dt.datetime.strptime(s, "%Y-%m-%d %H:%M:%S").replace(tzinfo=_dt.timezone.utc).timestamp()
+        if t0 is None:
+            t0 = t
+        return t - t0
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if "server_args=ServerArgs(" in line and not settings:
+                    settings = parse_server_args(line)
+                    continue
+                m = _BATCH_RE.match(line)
+                if m:
+                    t, rank = stamp(m.group(1)), int(m.group(2) or 0)
+                    kv = {}
+                    for part in m.group(4).split(", "):
+                        k, _, v = part.partition(":")
+                        if k.strip() in _KEYS:
+                            try:
+                                kv[_KEYS[k.strip()]] = float(v)
+                            except ValueError:
+                                raise DataError(f"{path}: line {lineno}: bad value for {k.strip()!r}: "
+                                                f"{v.strip()!r}") from None
+                    fields = PREFILL_FIELDS if m.group(3) == "Prefill" else DECODE_FIELDS
+                    missing = [f for f in fields if f not in kv]
+                    if missing:
+                        raise DataError(f"{path}: line {lineno}: {m.group(3).lower()} batch line without "
+                                        f"{', '.join(missing)}")
+                    (pre if m.group(3) == "Prefill" else dec).append((t, rank, *(kv[f] for f in fields)))
+                    continue
+                m = _POST_RE.match(line)
+                if m:
+                    arr.append(stamp(m.group(1)))
+                    continue
+                m = _EXC_RE.match(line)
+                if m:
+                    pending_exc = (stamp(m.group(1)), int(m.group(2) or 0))
+                    continue
+                if pending_exc:
+                    e = _ERROR_RE.match(line.strip())
+                    if e:
+                        exc.append((*pending_exc, line.strip()))
+                        pending_exc = None
+                    continue
+                m = _NOTE_RE.match(line)
+                if m:
+                    stamp(m.group(1))
+                    notes.append(m.group(3).strip())
+    except OSError as exc_:
+        raise DataError(f"{path}: cannot read ({exc_.strerror or exc_})") from None
+    except EOFError:
+        raise DataError(f"{path}: truncated gzip file") from None
+    if pending_exc:
+        exc.append((*pending_exc, "scheduler exception (message not found)"))
+    ptype = [("t", float), ("rank", int)] + [(f, float) for f in PREFILL_FIELDS]
+    dtype = [("t", float), ("rank", int)] + [(f, float) for f in DECODE_FIELDS]
+    prefill = np.array(pre, dtype=ptype)
+    decode = np.array(dec, dtype=dtype)
+    for a, fields in ((prefill, ("new_seq", "new_tokens", "cached_tokens", "running", "queued")),
+                      (decode, ("running", "tokens", "queued"))):
+        for f in fields:
+            if a.size and np.any(a[f] < 0):
+                raise DataError(f"{path}: negative {f} in a batch line")
+    return ServerLog(str(path), settings, notes, prefill, decode, np.array(arr, dtype=float), exc, 0.0)

@@ -1,0 +1,350 @@
+"""Cluster description: the ``cluster:`` section of a schema-version-2 scenario file.
+
+A cluster is a set of hosts, each with the hardware and serving parameters of one scenario (``host:`` names a
+version-1 scenario, or the file carries the host's ``nodes``/``links`` inline), serving instances placed on
+them (``both``: prefill and decode; ``prefill``/``decode``: disaggregated), the KV tiers the instances cache
+prefixes in, and the network between hosts:
+
+- ``hbm`` / ``host`` tiers belong to one instance (its GPUs' HBM, its host DRAM);
+- a ``cxl`` tier is one pool behind the CXL switch, shared by the hosts in ``attached``: a prefix written once
+  is read in place by every attached host;
+- an ``rdma`` tier is a store reached over RDMA (Mooncake Store): ``replicas`` copies of every object, batch
+  eviction above ``watermark`` (``evict_ratio`` of the objects at a time), its own NICs.
+
+Every number is ``{value: <quantity with unit>, source: <provenance>}``; capacities take bytes ("2 TB") or
+tokens ("200000 token"). Inside, SI floats; capacities are kept in tokens (bytes / KV bytes per token).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .models import entry_bytes, model_of
+from .topology import Topology, TopologyError
+from .units import UnitError, parse_quantity, parse_tokens
+
+
+def _num(raw, dimension: str, where: str) -> tuple[float, str, str]:
+    """A ``{value, source}`` entry: (SI value, provenance, value as written); finite and non-negative."""
+    from .schema import Num, parse  # validation only: a cached cluster needs neither
+    if not isinstance(raw, dict):
+        raise TopologyError(f"{where}: expected {{value: <quantity>, source: <provenance>}}, got {raw!r}")
+    n = parse(Num, raw, where)
+    try:
+        v = parse_quantity(n.value, dimension, field=where)
+    except UnitError as exc:
+        raise TopologyError(str(exc)) from None
+    if not math.isfinite(v) or v < 0:
+        raise TopologyError(f"{where}: must be a finite non-negative number, got {n.value!r}")
+    return v, n.source, str(n.value)
+
+TIER_KINDS = ("hbm", "host", "cxl", "rdma")
+ROLES = ("both", "prefill", "decode")
+# the tier a system reads a cached prefix from in place (the engine models that read); hits in a farther
+# tier are first moved there by the cluster layer
+HOME = {"gpu": "hbm", "dram": "host", "cxl": "cxl", "cxl-prefetch": "cxl", "rdma": "rdma", "rdma-topk": "rdma"}
+# tiers each system can take a cached prefix from (nearest first)
+USABLE = {"gpu": ("hbm", "host", "cxl", "rdma"), "dram": ("host", "cxl", "rdma"), "cxl": ("cxl",),
+          "cxl-prefetch": ("cxl",), "rdma": ("rdma",), "rdma-topk": ("rdma",)}
+
+
+@dataclass
+class TierSpec:
+    """One KV tier: its kind, scope and capacity (tokens; ``math.inf`` = unbounded)."""
+    name: str
+    kind: str
+    capacity_tokens: float
+    attached: tuple | None = None        # hosts that reach a shared tier (None: all)
+    replicas: int = 1
+    watermark: float | None = None
+    evict_ratio: float | None = None
+    params: dict = field(default_factory=dict)    # bandwidths etc. (SI)
+    sources: dict = field(default_factory=dict)
+    shared: bool = False                 # one cache for every attached instance (else one per instance)
+
+
+@dataclass
+class InstanceSpec:
+    id: str
+    host: str
+    role: str
+    tiers: tuple
+
+
+@dataclass
+class ClusterSpec:
+    """A cluster: host scenario, hosts, instances, tiers, network. ``host`` is the loaded host scenario."""
+    name: str
+    host: Topology
+    hosts: list[str]
+    instances: list[InstanceSpec]
+    tiers: dict[str, TierSpec]
+    rdma: TransferEngine | None = None
+    store_rdma: TransferEngine | None = None
+    max_context: float | None = None
+    description: str = ""
+    sources: dict = field(default_factory=dict)
+    path: Path | None = None
+    implicit: bool = False               # made from a version-1 scenario: each instance caches in its home tier
+
+    @property
+    def roles(self) -> list[str]:
+        return [i.role for i in self.instances]
+
+
+def kv_bytes_per_token(topo: Topology) -> float:
+    """Bytes of one token's KV over all layers: main entry plus indexer key (48,068 B for DeepSeek-V3.2 FP8)."""
+    m = model_of(topo)
+    return m.layers * (entry_bytes(topo, m) + m.index_key_bytes)
+
+
+def parse_capacity(value, field_: str, bytes_per_token: float) -> float:
+    """Tokens from '3M', 3000000, 'inf', '200000 token' or a size such as '1 TB'; a wrong unit raises."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 1:
+            raise UnitError(f"{field_}: capacity must be at least one token, got {value!r}")
+        return float(value)
+    s = str(value).strip()
+    if s.lower() in ("inf", "infinite", "unbounded"):
+        return math.inf
+    try:
+        return float(parse_tokens(s))
+    except UnitError:
+        pass
+    for dim, scale in (("tokens", 1.0), ("bytes", 1.0 / bytes_per_token)):
+        try:
+            v = parse_quantity(s, dim, field=field_) * scale
+        except UnitError:
+            continue
+        if not v >= 1:
+            raise UnitError(f"{field_}: capacity {s!r} holds less than one token")
+        return v
+    raise UnitError(f"{field_}: {s!r} is not a capacity; give tokens ('3M', '200000 token') or bytes ('1 TB')")
+
+
+def _count(raw, where: str) -> int:
+    v, _, _ = _num(raw, "dimensionless", where)
+    if v != int(v) or v < 1:
+        raise TopologyError(f"{where}: must be a positive whole number, got {v:g}")
+    return int(v)
+
+
+def _plain_count(v, where: str) -> int:
+    """A structural count (how many hosts or instances of a group), a plain integer like a node's ``count``."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise TopologyError(f"{where}: must be a positive integer, got {v!r}")
+    return v
+
+
+def _expect(d, keys: set, where: str, required=()):
+    if not isinstance(d, dict):
+        raise TopologyError(f"{where}: expected a mapping, got {type(d).__name__}")
+    unknown = set(d) - keys
+    if unknown:
+        raise TopologyError(f"{where}: unknown field(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(keys))})")
+    for k in required:
+        if k not in d:
+            raise TopologyError(f"{where}: missing field {k!r}")
+
+
+def _engine(raw, where) -> TransferEngine:
+    _expect(raw, {"nics", "nic_rate", "op_cost", "setup", "slice"}, where, ("nics", "nic_rate", "op_cost"))
+    kw = {"nics": _count(raw["nics"], f"{where}.nics"),
+          "nic_rate": _num(raw["nic_rate"], "bandwidth", f"{where}.nic_rate")[0],
+          "op_cost": _num(raw["op_cost"], "time", f"{where}.op_cost")[0]}
+    if "setup" in raw:
+        kw["setup"] = _num(raw["setup"], "time", f"{where}.setup")[0]
+    if "slice" in raw:
+        kw["slice_bytes"] = _num(raw["slice"], "bytes", f"{where}.slice")[0]
+    if kw["nic_rate"] <= 0 or kw.get("slice_bytes", 1) <= 0:
+        raise TopologyError(f"{where}: rates and slice size must be positive")
+    return TransferEngine(**kw)
+
+
+TIER_FIELDS = {"kind", "capacity", "attached", "replicas", "watermark", "evict_ratio", "devices",
+               "device_bandwidth", "host_write_bandwidth", "host_read_bandwidth", "rdma", "description"}
+BANDWIDTHS = ("device_bandwidth", "host_write_bandwidth", "host_read_bandwidth")
+
+
+def parse_cluster(raw: dict, host: Topology, where: str, name: str, description: str = "",
+                  path: Path | None = None) -> ClusterSpec:
+    """Validate a ``cluster:`` section (``where`` names the file in messages)."""
+    w = f"{where}: cluster"
+    _expect(raw, {"host", "hosts", "instances", "tiers", "network", "max_context"}, w, ("instances", "tiers"))
+    bpt = kv_bytes_per_token(host)
+    hosts: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for i, h in enumerate(raw.get("hosts") or [{"id": "host"}]):
+        hw = f"{w}.hosts[{i}]"
+        _expect(h, {"id", "count", "description"}, hw, ("id",))
+        n = _plain_count(h["count"], f"{hw}.count") if "count" in h else 1
+        ids = [str(h["id"])] if n == 1 else [f"{h['id']}{j}" for j in range(n)]
+        if set(ids) & set(hosts) or str(h["id"]) in groups:
+            raise TopologyError(f"{hw}: duplicate host id {h['id']!r}")
+        hosts += ids
+        groups[str(h["id"])] = ids
+
+    tiers: dict[str, TierSpec] = {}
+    if not isinstance(raw["tiers"], dict) or not raw["tiers"]:
+        raise TopologyError(f"{w}.tiers: expected a mapping of tier name -> tier")
+    for tname, t in raw["tiers"].items():
+        tw = f"{w}.tiers.{tname}"
+        _expect(t, TIER_FIELDS, tw, ("kind", "capacity"))
+        if t["kind"] not in TIER_KINDS:
+            raise TopologyError(f"{tw}.kind: unknown tier kind {t['kind']!r} (known: {', '.join(TIER_KINDS)})")
+        cap = t["capacity"]
+        if not isinstance(cap, dict) or "source" not in cap:
+            raise TopologyError(f"{tw}.capacity: expected {{value: <bytes or tokens>, source: <provenance>}}")
+        try:
+            tokens = parse_capacity(cap.get("value"), f"{tw}.capacity", bpt)
+        except UnitError as exc:
+            raise TopologyError(str(exc)) from None
+        spec = TierSpec(str(tname), t["kind"], tokens, sources={"capacity": cap["source"]},
+                        shared=t["kind"] in ("cxl", "rdma"))
+        if "attached" in t:
+            if t["kind"] not in ("cxl", "rdma"):
+                raise TopologyError(f"{tw}.attached: only shared tiers (cxl, rdma) are attached to hosts")
+            att = []
+            for ref in t["attached"]:
+                if str(ref) not in groups and str(ref) not in hosts:
+                    raise TopologyError(f"{tw}.attached: unknown host {ref!r}")
+                att += groups.get(str(ref), [str(ref)])
+            spec.attached = tuple(att)
+        if "replicas" in t:
+            spec.replicas = _count(t["replicas"], f"{tw}.replicas")
+        for k in ("watermark", "evict_ratio"):
+            if k in t:
+                v, src, _ = _num(t[k], "dimensionless", f"{tw}.{k}")
+                if not 0 < v <= 1:
+                    raise TopologyError(f"{tw}.{k}: must be in (0, 1], got {v:g}")
+                setattr(spec, k, v)
+                spec.sources[k] = src
+        if (spec.watermark is None) != (spec.evict_ratio is None):
+            raise TopologyError(f"{tw}: give both watermark and evict_ratio (batch eviction) or neither")
+        for k in BANDWIDTHS:
+            if k in t:
+                v, src, _ = _num(t[k], "bandwidth", f"{tw}.{k}")
+                if v <= 0:
+                    raise TopologyError(f"{tw}.{k}: must be positive")
+                spec.params[k], spec.sources[k] = v, src
+        if "devices" in t:
+            spec.params["devices"] = _count(t["devices"], f"{tw}.devices")
+        if "rdma" in t:
+            if t["kind"] != "rdma":
+                raise TopologyError(f"{tw}.rdma: only an rdma tier has its own NICs")
+            spec.params["rdma"] = _engine(t["rdma"], f"{tw}.rdma")
+        tiers[spec.name] = spec
+
+    instances: list[InstanceSpec] = []
+    for i, inst in enumerate(raw["instances"] or []):
+        iw = f"{w}.instances[{i}]"
+        _expect(inst, {"id", "count", "host", "role", "tiers", "description"}, iw, ("id", "tiers"))
+        role = inst.get("role", "both")
+        if role not in ROLES:
+            raise TopologyError(f"{iw}.role: unknown role {role!r} (known: {', '.join(ROLES)})")
+        n = _plain_count(inst["count"], f"{iw}.count") if "count" in inst else 1
+        href = str(inst.get("host", hosts[0] if len(hosts) == 1 else ""))
+        if href not in groups and href not in hosts:
+            raise TopologyError(f"{iw}.host: unknown host {inst.get('host')!r} (hosts: {', '.join(hosts)})")
+        hlist = groups.get(href, [href])
+        if len(hlist) not in (1, n):
+            raise TopologyError(f"{iw}: {n} instances over host group {href!r} of {len(hlist)} hosts")
+        tl = inst["tiers"]
+        if not isinstance(tl, list):
+            raise TopologyError(f"{iw}.tiers: expected a list of tier names")
+        for tn in tl:
+            if tn not in tiers:
+                raise TopologyError(f"{iw}.tiers: unknown tier {tn!r} (tiers: {', '.join(tiers)})")
+        for j in range(n):
+            iid = str(inst["id"]) if n == 1 else f"{inst['id']}{j}"
+            h = hlist[j % len(hlist)]
+            reach = tuple(tn for tn in tl if tiers[tn].attached is None or h in tiers[tn].attached)
+            if not reach:
+                raise TopologyError(f"{iw}: instance {iid!r} on host {h!r} reaches no KV tier "
+                                    f"(listed: {', '.join(tl) or 'none'})")
+            instances.append(InstanceSpec(iid, h, role, reach))
+    if not instances:
+        raise TopologyError(f"{w}.instances: no instances")
+    if len({i.id for i in instances}) != len(instances):
+        raise TopologyError(f"{w}.instances: duplicate instance ids")
+
+    net = raw.get("network") or {}
+    _expect(net, {"rdma"}, f"{w}.network")
+    rdma = _engine(net["rdma"], f"{w}.network.rdma") if "rdma" in net else None
+    max_ctx = None
+    if "max_context" in raw:
+        max_ctx = _num(raw["max_context"], "tokens", f"{w}.max_context")[0]
+    for t in tiers.values():
+        if t.kind == "rdma" and rdma is None:
+            raise TopologyError(f"{w}.network.rdma: tier {t.name!r} is an RDMA store; describe the hosts' NICs")
+    return ClusterSpec(name, host, hosts, instances, tiers, rdma=rdma, max_context=max_ctx,
+                       description=description, path=path)
+
+
+V2_FIELDS = {"schema_version", "name", "description", "model", "cluster", "nodes", "links", "pools", "serving",
+             "calibration"}
+
+
+def load_v2(data: dict, where: str, path: Path | None, load_host: Callable[[Any], Topology]) -> Topology:
+    """A schema-version-2 file: the host scenario (loaded with ``load_host``, a name, path or mapping) with its
+    ``cluster`` attached."""
+    unknown = set(data) - V2_FIELDS
+    if unknown:
+        raise TopologyError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    for k in ("name", "cluster"):
+        if k not in data:
+            raise TopologyError(f"{where}: missing field {k!r}")
+    raw = data["cluster"]
+    if not isinstance(raw, dict):
+        raise TopologyError(f"{where}: cluster: expected a mapping")
+    if "nodes" in data:
+        v1 = {k: v for k, v in data.items() if k not in ("cluster",)}
+        v1["schema_version"] = 1
+        host = load_host(v1)
+        host.path = path
+    elif "host" in raw:
+        ref = raw["host"]
+        if isinstance(ref, str) and path is not None and not Path(ref).is_absolute() and \
+                (path.parent / ref).suffix in (".yaml", ".yml") and (path.parent / ref).exists():
+            ref = path.parent / ref
+        host = load_host(ref)
+        if host.cluster is not None:
+            raise TopologyError(f"{where}: cluster.host {raw['host']!r} is itself a cluster")
+    else:
+        raise TopologyError(f"{where}: cluster: give the host hardware inline (nodes, links) or name it (host:)")
+    if "model" in data and data["model"] != host.model_name:
+        raise TopologyError(f"{where}: model {data['model']!r} differs from the host scenario's "
+                            f"{host.model_name!r}")
+    topo = replace(host, name=str(data["name"]), description=str(data.get("description", host.description)),
+                   path=path, _routes={})
+    topo.cluster = parse_cluster(raw, topo, where, topo.name, topo.description, path)
+    return topo
+
+
+
+KiB = 1024.0
+
+
+@dataclass(frozen=True)
+class TransferEngine:
+    """Mooncake Transfer Engine cost model for one host's NICs (SI units: bytes, seconds, bytes/s)."""
+    nics: int
+    nic_rate: float
+    op_cost: float
+    setup: float = 0.0
+    slice_bytes: float = 64 * KiB
+    efficiency: float = 1.0
+
+    @property
+    def rate(self) -> float:
+        """Bandwidth of one transfer alone on the NICs (B/s)."""
+        return self.nics * self.slice_bytes / (self.op_cost + self.slice_bytes / (self.efficiency * self.nic_rate))
+
+    def time(self, nbytes, slice_bytes: float | None = None):
+        """Seconds to move ``nbytes`` alone (numpy arrays welcome); ``slice_bytes`` overrides the slice size."""
+        te = self if slice_bytes is None else replace(self, slice_bytes=slice_bytes)
+        return te.setup + np.asarray(nbytes, float) / te.rate

@@ -1,0 +1,264 @@
+"""Model catalog: the architecture numbers a cost model needs.
+
+A :class:`ModelSpec` is built from a Hugging Face style ``config.json`` mapping; the catalog ships
+DeepSeek-V3.2 (MLA + DeepSeek Sparse Attention), DeepSeek-V3 (same MLA, dense attention) and
+Llama-3.1-70B (GQA). Sizes are in bytes, FLOPs are floating-point operations (multiply-add = 2).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .topology import Topology, TopologyError
+
+QUANT_BLOCK = 128  # values per fp32 scale in the FP8 KV / indexer formats (constants.md 1b)
+
+
+class ModelError(ValueError):
+    """A model config that is missing a field or has an impossible value."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture of one LLM. Attention ``kind`` is 'mla', 'gqa' or 'mha'."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kind: str
+    vocab: int
+    intermediate: int                 # dense MLP width
+    dense_layers: int                 # layers with a dense MLP (the rest are MoE)
+    kv_heads: int = 0                 # GQA/MHA
+    head_dim: int = 0                 # GQA/MHA
+    q_lora_rank: int = 0              # MLA
+    kv_lora_rank: int = 0             # MLA
+    qk_rope_dim: int = 0              # MLA
+    qk_nope_dim: int = 0              # MLA
+    v_head_dim: int = 0               # MLA
+    moe_intermediate: int = 0
+    routed_experts: int = 0
+    shared_experts: int = 0
+    experts_per_token: int = 0
+    index_heads: int = 0              # DSA lightning indexer (0 = dense attention)
+    index_head_dim: int = 0
+    topk: int = 0                     # tokens selected per query (0 = dense attention)
+    max_position: int = 0             # longest context the model takes (0 = not stated)
+    source: str = ""
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    # ---- structure -------------------------------------------------------------------------------
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.routed_experts else 0
+
+    @property
+    def sparse(self) -> bool:
+        return self.topk > 0 and self.index_heads > 0
+
+    # ---- KV-cache bytes --------------------------------------------------------------------------
+    def kv_bytes(self, dtype: str = "fp8") -> float:
+        """Main KV-cache bytes per token per layer for ``dtype`` ('fp8' or 'bf16').
+
+        MLA FP8 follows the FlashMLA/SGLang layout: fp8 latent + one fp32 scale per 128 values + bf16 RoPE
+        part (656 B for DeepSeek-V3.2); BF16 stores latent and RoPE in bf16 (1152 B).
+        """
+        if dtype not in ("fp8", "bf16", "fp16"):
+            raise ModelError(f"{self.name}: unknown KV dtype {dtype!r} (use 'fp8' or 'bf16')")
+        if self.kind == "mla":
+            if dtype == "fp8":
+                return self.kv_lora_rank + 4 * math.ceil(self.kv_lora_rank / QUANT_BLOCK) + 2 * self.qk_rope_dim
+            return 2.0 * (self.kv_lora_rank + self.qk_rope_dim)
+        per_value = 1.0 if dtype == "fp8" else 2.0
+        return 2 * self.kv_heads * self.head_dim * per_value
+
+    @property
+    def index_key_bytes(self) -> float:
+        """Indexer key bytes per token per layer: fp8 key + fp32 scale per 128 values (132 B for V3.2)."""
+        if not self.sparse:
+            return 0.0
+        return self.index_head_dim + 4 * math.ceil(self.index_head_dim / QUANT_BLOCK)
+
+    # ---- parameters ------------------------------------------------------------------------------
+    def attn_params(self) -> float:
+        """Attention weights of one layer (projections; indexer included)."""
+        h, n = self.hidden, self.heads
+        if self.kind == "mla":
+            q = (h * self.q_lora_rank + self.q_lora_rank * n * (self.qk_nope_dim + self.qk_rope_dim)
+                 if self.q_lora_rank else h * n * (self.qk_nope_dim + self.qk_rope_dim))
+            kv = h * (self.kv_lora_rank + self.qk_rope_dim) + self.kv_lora_rank * n * (self.qk_nope_dim + self.v_head_dim)
+            o = n * self.v_head_dim * h
+            p = q + kv + o
+        else:
+            p = h * n * self.head_dim + 2 * h * self.kv_heads * self.head_dim + n * self.head_dim * h
+        if self.sparse:
+            q_in = self.q_lora_rank or h
+            p += q_in * self.index_heads * self.index_head_dim + h * self.index_head_dim + h * self.index_heads
+        return float(p)
+
+    def expert_params(self) -> float:
+        """Weights of one routed expert (gate, up, down)."""
+        return 3.0 * self.hidden * self.moe_intermediate
+
+    def dense_mlp_params(self) -> float:
+        return 3.0 * self.hidden * self.intermediate
+
+    def params_total(self) -> float:
+        """All weights of the main model (embeddings and head included, MTP excluded)."""
+        moe = self.moe_layers * ((self.routed_experts + self.shared_experts) * self.expert_params()
+                                 + self.hidden * self.routed_experts)
+        dense = (self.layers - self.moe_layers) * self.dense_mlp_params()
+        return float(self.layers * self.attn_params() + moe + dense + 2 * self.vocab * self.hidden)
+
+    def params_active(self) -> float:
+        """Weights one token touches."""
+        moe = self.moe_layers * ((self.experts_per_token + self.shared_experts) * self.expert_params()
+                                 + self.hidden * self.routed_experts)
+        dense = (self.layers - self.moe_layers) * self.dense_mlp_params()
+        return float(self.layers * self.attn_params() + moe + dense + 2 * self.vocab * self.hidden)
+
+    # ---- FLOPs per token per layer ---------------------------------------------------------------
+    def flops_attn_proj(self) -> float:
+        """Attention projections (and indexer projections) per token per layer."""
+        return 2.0 * self.attn_params()
+
+    def flops_mlp(self, moe: bool) -> float:
+        """MLP per token per layer: active experts + shared + router for MoE, dense MLP otherwise."""
+        if moe and self.routed_experts:
+            return 2.0 * ((self.experts_per_token + self.shared_experts) * self.expert_params()
+                          + self.hidden * self.routed_experts)
+        return 2.0 * self.dense_mlp_params()
+
+    def flops_indexer(self, context: float) -> float:
+        """Lightning-indexer scores of one query over ``context`` keys, per layer."""
+        return 2.0 * self.index_heads * self.index_head_dim * context if self.sparse else 0.0
+
+    def _attn_flops_per_entry(self) -> float:
+        if self.kind == "mla":  # MQA (absorbed) mode: K dim = latent + rope, V dim = latent
+            return 2.0 * self.heads * (2 * self.kv_lora_rank + self.qk_rope_dim)
+        return 2.0 * self.heads * 2 * self.head_dim
+
+    def flops_sparse_attn(self, k: float) -> float:
+        """Attention of one query over ``k`` selected entries, per layer."""
+        return self._attn_flops_per_entry() * k
+
+    def flops_dense_attn(self, context: float) -> float:
+        """Attention of one query over all ``context`` entries, per layer."""
+        return self._attn_flops_per_entry() * context
+
+    def attention_entries(self, context: float) -> float:
+        """Entries the main attention reads per query per layer: min(k, L) for DSA, L otherwise."""
+        return min(self.topk, context) if self.sparse else context
+
+
+# ---- construction from a Hugging Face config ------------------------------------------------------
+def _req(cfg: dict, key: str, where: str):
+    if key not in cfg:
+        raise ModelError(f"{where}: missing field {key!r}")
+    v = cfg[key]
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+        raise ModelError(f"{where}: field {key!r} must be a non-negative number, got {v!r}")
+    return int(v)
+
+
+def from_hf_config(cfg: dict | str | Path, name: str | None = None) -> ModelSpec:
+    """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (path or parsed mapping)."""
+    where = "config"
+    if not isinstance(cfg, dict):
+        where = str(cfg)
+        try:
+            cfg = json.loads(Path(cfg).read_text())
+        except OSError as exc:
+            raise ModelError(f"{where}: cannot read ({exc.strerror})") from None
+        except json.JSONDecodeError as exc:
+            raise ModelError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        if not isinstance(cfg, dict):
+            raise ModelError(f"{where}: expected a JSON object")
+    g = lambda k, d=0: int(cfg.get(k, d) or 0)  # noqa: E731
+    layers = _req(cfg, "num_hidden_layers", where)
+    hidden = _req(cfg, "hidden_size", where)
+    heads = _req(cfg, "num_attention_heads", where)
+    vocab = _req(cfg, "vocab_size", where)
+    if layers == 0 or hidden == 0 or heads == 0:
+        raise ModelError(f"{where}: layers, hidden size and heads must be positive")
+    mla = "kv_lora_rank" in cfg and cfg.get("kv_lora_rank")
+    routed = g("n_routed_experts") or g("num_local_experts") or g("num_experts")
+    kv_heads = g("num_key_value_heads", heads)
+    kind = "mla" if mla else ("gqa" if kv_heads < heads else "mha")
+    spec = ModelSpec(
+        name=name or cfg.get("_name_or_path") or cfg.get("model_type", "custom"),
+        layers=layers, hidden=hidden, heads=heads, kind=kind, vocab=vocab,
+        intermediate=g("intermediate_size"),
+        dense_layers=g("first_k_dense_replace") if routed else layers,
+        kv_heads=kv_heads, head_dim=g("head_dim") or hidden // heads,
+        q_lora_rank=g("q_lora_rank"), kv_lora_rank=g("kv_lora_rank"), qk_rope_dim=g("qk_rope_head_dim"),
+        qk_nope_dim=g("qk_nope_head_dim"), v_head_dim=g("v_head_dim"),
+        moe_intermediate=g("moe_intermediate_size") or (g("intermediate_size") if routed else 0),
+        routed_experts=routed, shared_experts=g("n_shared_experts"),
+        experts_per_token=g("num_experts_per_tok"),
+        index_heads=g("index_n_heads"), index_head_dim=g("index_head_dim"), topk=g("index_topk"),
+        max_position=g("max_position_embeddings"), source=str(cfg.get("_source", where)),
+    )
+    if routed and not spec.experts_per_token:
+        raise ModelError(f"{where}: MoE config needs 'num_experts_per_tok'")
+    if spec.topk and not spec.index_heads:
+        raise ModelError(f"{where}: 'index_topk' given without 'index_n_heads'")
+    return spec
+
+
+_DSV3 = {
+    "num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
+    "vocab_size": 129280, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+    "first_k_dense_replace": 3, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+    "v_head_dim": 128, "max_position_embeddings": 163840,
+}
+CATALOG_CONFIGS: dict[str, dict] = {
+    "deepseek-v3.2": {**_DSV3, "index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048,
+                      "_source": "constants.md 1a (DeepSeek-V3.2-Exp config_671B_v3.2.json)"},
+    "deepseek-v3": {**_DSV3, "_source": "constants.md 1a (V3.2 = V3 architecture + DSA)"},
+    "llama-3.1-70b": {"num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+                      "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
+                      "intermediate_size": 28672, "max_position_embeddings": 131072,
+                      "_source": "meta-llama/Llama-3.1-70B config.json (Hugging Face model card)"},
+}
+ALIASES = {"dsv32": "deepseek-v3.2", "deepseek-v3.2-exp": "deepseek-v3.2", "dsv3": "deepseek-v3",
+           "llama-70b": "llama-3.1-70b"}
+
+
+def get_model(name: str | Path) -> ModelSpec:
+    """A catalog model by name (case-insensitive), or a model from a ``config.json`` path."""
+    key = str(name).lower()
+    key = ALIASES.get(key, key)
+    if key in CATALOG_CONFIGS:
+        return from_hf_config(CATALOG_CONFIGS[key], name=key)
+    if Path(str(name)).suffix == ".json" or Path(str(name)).exists():
+        return from_hf_config(Path(name))
+    raise ModelError(f"unknown model {name!r}; known: {', '.join(sorted(CATALOG_CONFIGS))} "
+                     "(or give a path to a config.json)")
+
+
+def catalog() -> list[str]:
+    return sorted(CATALOG_CONFIGS)
+
+
+def model_of(topo: Topology) -> ModelSpec:
+    """The scenario's model, with any ``model_overrides`` (config.json fields) applied."""
+    m = get_model(topo.model_name)
+    if not topo.model_overrides:
+        return m
+    fields = {"index_topk": "topk", "index_n_heads": "index_heads", "index_head_dim": "index_head_dim"}
+    unknown = set(topo.model_overrides) - set(fields)
+    if unknown:
+        raise TopologyError(f"{topo.name}: cannot override model field(s) {', '.join(sorted(unknown))}")
+    return replace(m, **{fields[k]: v for k, v in topo.model_overrides.items()})
+
+
+def entry_bytes(topo: Topology, model: ModelSpec | None = None) -> float:
+    """Main KV entry bytes per token per layer for the scenario's KV dtype."""
+    m = model or model_of(topo)
+    dtype = topo.serving["kv_dtype"].raw if "kv_dtype" in topo.serving else "fp8"
+    return m.kv_bytes(dtype)

@@ -1,0 +1,51 @@
+"""Named parameters of a loaded scenario: read, set and copy with new values.
+
+A name is a calibration or serving parameter (``t_layer``), a field of every node of a kind
+(``node:rdma_nic.op_cost``) or of every link touching a node kind (``link:gpu.latency``). Values are SI.
+"""
+from __future__ import annotations
+
+import copy
+
+from .scenarios import as_topology
+from .topology import Topology, TopologyError
+
+
+def get_param(topo: Topology, name: str) -> float:
+    if name.startswith("node:"):
+        kind, fld = name[5:].split(".")
+        return topo.node(topo.nodes_of(kind)[0])[fld]
+    if name.startswith("link:"):
+        kind, fld = name[5:].split(".")
+        u = topo.nodes_of(kind)[0]
+        v = next(iter(topo.graph.successors(u)))
+        return topo.graph.edges[u, v][fld]
+    return topo.param(name)
+
+
+def set_param(topo: Topology, name: str, value: float) -> None:
+    """Set parameter ``name`` (SI) on an in-memory scenario (copy it first if it is shared)."""
+    if name.startswith("node:"):
+        kind, fld = name[5:].split(".")
+        for n in topo.nodes_of(kind):
+            topo.graph.nodes[n][fld] = value
+    elif name.startswith("link:"):
+        kind, fld = name[5:].split(".")
+        for n in topo.nodes_of(kind):
+            for u, v in list(topo.graph.out_edges(n)) + list(topo.graph.in_edges(n)):
+                topo.graph.edges[u, v][fld] = value
+    elif name in topo.calibration:
+        topo.calibration[name].value = value
+    elif name in topo.serving:
+        topo.serving[name].value = value
+    else:
+        raise TopologyError(f"{topo.name}: no parameter {name!r} to set")
+    topo._routes.clear()
+
+
+def with_params(scenario, values: dict[str, float]) -> Topology:
+    """A private copy of ``scenario`` with parameters replaced (SI values)."""
+    t = copy.deepcopy(as_topology(scenario))
+    for k, v in values.items():
+        set_param(t, k, v)
+    return t

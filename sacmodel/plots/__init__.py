@@ -1,0 +1,1 @@
+"""Plots (matplotlib, Agg backend) of serving predictions, solver answers, validation and cluster replays."""

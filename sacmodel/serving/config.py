@@ -1,0 +1,268 @@
+"""A resolved configuration: scenario, model, KV-cache system, the server's settings and the numbers of the
+step model (:mod:`sacmodel.serving.step`) that do not change during a run.
+
+Settings follow what the measured server ran (its ``server_args`` line): ``kv_dtype`` (SGLang sets BF16 for
+DeepSeek DSA on Hopper, 1152 B entries), ``page_tokens`` 64, ``prefill_chunk`` per rank (SGLang divides the
+chunked-prefill size by the DP size under DP attention), ``max_total_tokens`` (the physical device KV pool
+per rank, which HiSparse device buffers draw from), ``max_running_requests``, ``device_buffer`` slots
+(+ ``buffer_extra_slots`` for the newest tokens), ``host_to_device_ratio`` (host pool = ratio x device pool).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..hardware.models import ModelSpec, entry_bytes, model_of
+from ..hardware.scenarios import as_topology
+from ..hardware.topology import Topology, TopologyError
+from .systems import check_system, swap_paths
+
+POOL_SYSTEMS = ("dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk")
+# the GPU buffer + LRU machinery (rdma-topk: the what-if that RDMA-reads its misses instead of swapping them in)
+HISPARSE_SYSTEMS = ("dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk")
+FETCH_SYSTEMS = ("rdma", "cxl-prefetch")                         # copy the whole prompt before decoding
+SWAP_POOL = {"dram": "dram", "cxl": "cxl", "rdma": "dram", "cxl-prefetch": "dram", "rdma-topk": "dram"}
+
+
+class ConfigError(ValueError):
+    """A workload or configuration the model cannot take (bad argument values)."""
+
+
+class PositionError(ConfigError):
+    """A request longer than the model's maximum position: no configuration of the hardware can serve it."""
+
+
+def system_uses(system: str, pool: str) -> bool:
+    return pool in {"cxl": {"cxl"}, "cxl-prefetch": {"cxl", "dram"}, "rdma": {"rdma", "dram"},
+                    "rdma-topk": {"rdma"}, "dram": {"dram"}, "gpu": set()}[system]
+
+
+def _setting(topo: Topology, name: str, default: float) -> float:
+    return topo.param(name) if topo.has_param(name) else default
+
+
+@dataclass
+class Config:
+    """Scenario + system + resources, with the server settings that bound the run (all per rank)."""
+    topo: Topology
+    model: ModelSpec
+    system: str
+    cxl_devices: int
+    rdma_nics: int
+    device_buffer: int
+    dp: int
+    max_total_tokens: int
+    max_running_requests: int
+    prefill_chunk: int
+    page: int
+    limits: dict = field(default_factory=dict)       # why max_total_tokens is what it is
+
+    @property
+    def hisparse(self) -> bool:
+        return self.system in HISPARSE_SYSTEMS
+
+    @property
+    def pool(self) -> bool:
+        return self.system in POOL_SYSTEMS
+
+    @property
+    def buffer_alloc(self) -> int:
+        """Physical device slots a long request holds: its buffer plus the newest-token slots."""
+        return self.device_buffer + int(_setting(self.topo, "buffer_extra_slots", self.page))
+
+    @property
+    def entry_bytes(self) -> float:
+        return entry_bytes(self.topo, self.model)
+
+    @property
+    def token_bytes(self) -> float:
+        """Main KV bytes of one token over all layers (what a pool stores and an RDMA fetch moves)."""
+        return self.entry_bytes * self.model.layers
+
+
+def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma_nics=None,
+            max_total_tokens=None, max_running_requests=None) -> Config:
+    """Bind a scenario and system; resource counts and server settings default to the scenario's."""
+    topo = as_topology(scenario)
+    check_system(system)
+    model = model_of(topo)
+    dp = int(topo.param("dp"))
+    if dp < 1 or dp > len(topo.gpus):
+        raise TopologyError(f"{topo.name}: dp={dp} but the scenario has {len(topo.gpus)} GPUs")
+    if system in POOL_SYSTEMS and not model.sparse:
+        raise ConfigError(f"system {system!r} keeps the KV in a pool and loads each step's top-k entries: it "
+                          f"needs a sparse-attention model; {model.name} has dense attention (use 'gpu')")
+
+    def positive(v, name, default):
+        n = default if v is None else v
+        if isinstance(n, bool) or not isinstance(n, (int, float)) or n != int(n) or n < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        return int(n)
+
+    def count(v, name, pool):
+        n = positive(v, name, int(topo.param(name)) if topo.has_param(name) else 1)
+        have = len(topo.pools.get(pool, []))
+        if system_uses(system, pool) and n > have:
+            raise ConfigError(f"{name}={n} but the scenario has {have} {pool} pool member(s)")
+        return n
+    buf = positive(device_buffer, "device_buffer", int(topo.param("device_buffer")))
+    if system in POOL_SYSTEMS and buf < model.topk:
+        raise ConfigError(f"device_buffer={buf} is smaller than the top-k ({model.topk}): one step's selection "
+                          "must fit the GPU buffer")
+    page = int(_setting(topo, "page_tokens", 64))
+    cfg = Config(topo, model, system, count(cxl_devices, "cxl_devices", "cxl"), count(rdma_nics, "rdma_nics", "rdma"),
+                 buf, dp, positive(max_total_tokens, "max_total_tokens", int(topo.param("max_total_tokens"))),
+                 positive(max_running_requests, "max_running_requests",
+                          int(_setting(topo, "max_running_requests", 2048))),
+                 int(_setting(topo, "prefill_chunk", 8192 // dp)), page)
+    cfg.max_total_tokens, cfg.limits = _effective_pool(cfg)
+    return cfg
+
+
+def _effective_pool(cfg: Config) -> tuple[int, dict]:
+    """The device pool the server actually allocates per rank: the setting, capped by the host pool.
+
+    HiSparse sizes its host pool at ``host_to_device_ratio`` x the device pool; on a CXL pool each rank gets an
+    equal partition of its device's mapped bytes, and the server lowers ``max_total_tokens`` to fit it.
+    """
+    t = cfg.topo
+    limits = {"setting": cfg.max_total_tokens}
+    n = cfg.max_total_tokens
+    if cfg.system in ("cxl",):
+        ratio = _setting(t, "host_to_device_ratio", 2.0)
+        devs = t.pools["cxl"][:cfg.cxl_devices]
+        ranks_per_dev = math.ceil(cfg.dp / len(devs))
+        mapped = min(t.node(d)["capacity"] for d in devs)
+        if t.has_param("cxl_map_bytes"):
+            mapped = min(mapped, t.param("cxl_map_bytes"))
+        cap = int(mapped / ranks_per_dev / (ratio * cfg.token_bytes))
+        limits["cxl_partition"] = cap
+        if cap < n:
+            n = cap // cfg.page * cfg.page
+    return n, limits
+
+
+# ---- numbers of the step model ----------------------------------------------------------------------
+def static_values(cfg: Config) -> dict[str, float]:
+    """Values of every symbol of :mod:`sacmodel.serving.step` that is fixed for the configuration."""
+    t, m = cfg.topo, cfg.model
+    gpu = t.node(t.gpus[0])
+    eb = cfg.entry_bytes
+    hs = cfg.hisparse
+    v = dict(
+        layers=float(m.layers), w_bytes=t.param("weight_bytes_per_param"), tp=t.param("tp"),
+        peak_bf16=gpu["flops_bf16"], peak_fp8=gpu["flops_fp8"], hbm_bw=gpu["hbm_bandwidth"],
+        compute_eff=t.param("compute_eff"), hbm_eff=t.param("hbm_eff"), t_layer=t.param("t_layer"),
+        prefill_eff=t.param("prefill_eff"), flop_unit=1.0,
+        n_experts=float(max(m.routed_experts, 1)), e_active=float(m.experts_per_token if m.routed_experts else 0),
+        n_shared=float(m.shared_experts), p_attn=m.attn_params(), p_expert=m.expert_params(),
+        p_dense_mlp=m.dense_mlp_params(), moe_layers=float(m.moe_layers), dense_layers=float(m.layers - m.moe_layers),
+        f_index=m.flops_indexer(1.0), f_attn=m.flops_sparse_attn(1.0), index_key_bytes=m.index_key_bytes,
+        entry_bytes=eb, hs_on=1.0 if hs else 0.0,
+        t_hs=t.param("t_hs") if hs else 0.0, t_hs_req=t.param("t_hs_req") if hs else 0.0,
+        t_kernel=t.param("t_kernel"),
+        swap_inflight=_setting(t, "swap_block_threads", 1024) * _setting(t, "swap_load_bytes", 8.0),
+        t_admit=t.param("t_admit"), t_request=t.param("t_request"), t_token=t.param("t_token"),
+        E=float(cfg.page),
+        rdma_topk_on=1.0 if cfg.system == "rdma-topk" else 0.0, rdma_share=1.0 / cfg.dp,
+        stage_passes=_setting(t, "stage_passes", 4.0),
+        stage_copy_bw=t.param("stage_copy_bw") if cfg.system == "rdma" else 1.0,
+    )
+    nics = t.pools.get("rdma", [])
+    if nics:
+        nic = t.node(nics[0])
+        v.update(pf_rate=nic["rate"] * cfg.rdma_nics, rdma_op_cost=nic["op_cost"] / cfg.rdma_nics)
+    else:
+        v.update(pf_rate=1.0, rdma_op_cost=0.0)
+    # rdma-topk reads each missed entry (one READ of one entry), or its whole KV page: the steady misses are a
+    # small share of a long context's pages, so two misses rarely share a page and each costs a page read
+    page_reads = t.serving["rdma_topk_granularity"].raw == "page" if "rdma_topk_granularity" in t.serving else False
+    v["rdma_ops_per_miss"], v["rdma_bytes_per_miss"] = 1.0, eb * (cfg.page if page_reads else 1)
+    return v
+
+
+def swap_route(cfg: Config, active_ranks: int) -> tuple[float, float]:
+    """(bandwidth share B/s, load latency s) of the busiest rank's swap-in route with ``active_ranks`` gathering."""
+    return _swap_route(cfg.topo, cfg.system, cfg.cxl_devices, max(1, min(active_ranks, cfg.dp)))
+
+
+def _swap_route(topo: Topology, system: str, devices: int, active: int) -> tuple[float, float]:
+    key = ("swap", system, devices, active)         # cached with the scenario's routes
+    if key not in topo._routes:
+        topo._routes[key] = _swap_route_uncached(topo, system, devices, active)
+    return topo._routes[key]
+
+
+def _swap_route_uncached(topo: Topology, system: str, devices: int, active: int) -> tuple[float, float]:
+    pool = SWAP_POOL.get(system)
+    if pool is None:
+        return 1.0, 1e-6
+    paths = swap_paths(topo, pool, active_ranks=active, n_devices=devices if pool == "cxl" else None)
+    worst = min(paths, key=lambda p: p.bandwidth)
+    return worst.bandwidth, worst.latency
+
+
+def fetch_bandwidth(cfg: Config, ranks: tuple[int, ...]) -> dict[int, float]:
+    """NIC bandwidth (B/s) each of the ``ranks`` fetching at once gets: max-min over NIC, root complex, DRAM.
+
+    Rank r reads through NIC ``r mod rdma_nics`` (SGLang's rank interleaving) into its socket's host DRAM.
+    """
+    return dict(zip(ranks, _fetch_bw(cfg.topo, cfg.rdma_nics, tuple(sorted(ranks)))))
+
+
+def _fetch_bw(topo: Topology, nics: int, ranks: tuple[int, ...]) -> list[float]:
+    key = ("fetch", nics, ranks)
+    if key not in topo._routes:
+        topo._routes[key] = _fetch_bw_uncached(topo, nics, ranks)
+    return topo._routes[key]
+
+
+def _fetch_bw_uncached(topo: Topology, nics: int, ranks: tuple[int, ...]) -> list[float]:
+    remote = topo.nodes_of("remote_memory")
+    if not remote or not topo.pools.get("rdma"):
+        raise TopologyError(f"{topo.name}: the rdma system needs an rdma pool and a remote_memory node")
+    flows = []
+    for r in ranks:
+        nic = topo.pool_for(r, "rdma", nics)
+        dram = topo.pool_for(r, "dram")
+        flows.append((remote[0], dram, nic))
+    paths = []
+    for src, dst, nic in flows:
+        a, b = topo.route(src, nic), topo.route(nic, dst)
+        paths.append(a + b[1:])
+    from ..hardware.topology import water_fill
+    demand = [topo.flow_cap(p) for p in paths]
+    return water_fill([topo.resources(p) for p in paths], demand, topo.capacity)
+
+
+def backup_bandwidth(cfg: Config, ranks: tuple[int, ...]) -> dict[int, float]:
+    """Write bandwidth (B/s) each of the ``ranks`` gets when they copy from their GPUs into the host pool at
+    once (max-min share of the GPU-to-pool routes: PCIe to host DRAM, or the CXL adapters, switch and
+    devices)."""
+    key = ("backup", cfg.system, cfg.cxl_devices, tuple(sorted(ranks)))
+    topo = cfg.topo
+    if key not in topo._routes:
+        from ..hardware.topology import max_min_share
+        pool = SWAP_POOL[cfg.system]
+        n = cfg.cxl_devices if pool == "cxl" else None
+        flows = [(topo.gpus[r], topo.pool_for(r, pool, n)) for r in key[3]]
+        topo._routes[key] = dict(zip(key[3], max_min_share(topo, flows)))
+    return {r: topo._routes[key][r] for r in ranks}
+
+
+# ---- the score process of the workload ------------------------------------------------------------
+def score_correlation(cfg: Config, age):
+    """Lag-1 correlation of the indexer scores at request age ``age`` (decode steps since admission).
+
+    The query drifts fastest right after admission and settles: 1 - phi(a) = (1 - phi_inf)(1 + A e^(-a/tau)),
+    at most 1, with phi_inf = ``score_correlation``, A = ``drift_settling`` and tau = ``settling_steps``.
+    """
+    import numpy as np
+    t = cfg.topo
+    phi = t.param("score_correlation")
+    a_ = _setting(t, "drift_settling", 0.0)
+    tau = _setting(t, "settling_steps", 1.0)
+    # at most fully decorrelated (phi >= 0): a fresh query every step is as far as the drift can go
+    return np.maximum(1.0 - (1.0 - phi) * (1.0 + a_ * np.exp(-np.asarray(age, dtype=float) / tau)), 0.0)
+
+

@@ -1,0 +1,287 @@
+"""Serving model: TTFT, TBT, throughput, completion and memory of each KV-cache architecture.
+
+:func:`predict` builds the workload (the SAC testbed's benchmark by default: ``requests`` released at once,
+at most ``concurrency`` in flight, all hitting one cached prompt), checks capacity (:mod:`sacmodel.serving.capacity`)
+and runs the event engine (:mod:`sacmodel.serving.engine.loop`) over the step model (:mod:`sacmodel.serving.step`). A run whose
+device pool overflows stops where the server did; ``success_fraction`` says which share of the requests
+completed and ``limit`` names the resource.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .capacity import static_check
+from .config import Config, ConfigError, PositionError, resolve, static_values, swap_route
+from .engine.loop import Model, Requests, run_engine
+
+__all__ = ["ConfigError", "Prediction", "Requests", "compare", "predict", "resolve", "run_engine", "workload"]
+
+MAX_REQUESTS = 1_000_000
+
+
+@dataclass
+class Prediction:
+    """Predicted serving metrics of one system on one workload. Times in ms, throughput in tokens/s.
+
+    ``tbt_mean_ms`` pools every inter-token gap (as the benchmark does); ``success_fraction`` is the share of
+    requests that complete (below 1 the run overflowed ``limit`` and ``feasible`` is False).
+    """
+    system: str
+    scenario: str
+    context: int
+    output: int | tuple
+    concurrency: int
+    requests: int
+    feasible: bool
+    limit: str | None
+    success_fraction: float = 1.0
+    ttft_mean_ms: float = math.nan
+    ttft_p50_ms: float = math.nan
+    ttft_p99_ms: float = math.nan
+    tbt_mean_ms: float = math.nan
+    tbt_p99_ms: float = math.nan
+    e2e_mean_ms: float = math.nan
+    output_throughput_tok_s: float = math.nan
+    request_throughput_req_s: float = math.nan
+    duration_s: float = math.nan
+    breakdown: dict = field(default_factory=dict)
+    capacity: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)
+    per_request: dict = field(default_factory=dict, repr=False)
+
+    def to_dict(self, per_request: bool = False) -> dict:
+        d = asdict(self)
+        if not per_request:
+            d.pop("per_request")
+        else:
+            d["per_request"] = {k: np.asarray(v).tolist() for k, v in self.per_request.items()}
+        return _clean(d)
+
+
+def _clean(x):
+    if isinstance(x, float):
+        return None if not math.isfinite(x) else x
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.generic):
+        return _clean(x.item())
+    return x
+
+
+def _positive_int(name, v, allow_none=False):
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def output_spec(output) -> tuple[int, int]:
+    """(min, max) of the output lengths: an int (fixed) or a (min, max) pair drawn uniformly."""
+    if isinstance(output, (tuple, list)) and len(output) == 2:
+        lo, hi = output
+        for v in (lo, hi):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ConfigError(f"output range must be two whole numbers >= 0, got {output!r}")
+        if hi < lo or hi < 1:
+            raise ConfigError(f"output range must have min <= max and max >= 1, got {output!r}")
+        return int(lo), int(hi)
+    n = _positive_int("output", output)
+    return n, n
+
+
+def workload(cfg: Config, *, context: int, output, requests: int, rate: float | None = None, seed: int = 0,
+             prefix_cached: bool = True, prompts: str = "shared", cold_staging: bool = True) -> Requests:
+    """The benchmark's requests: one cached prompt of ``context`` tokens (or distinct prompts), outputs fixed
+    or uniform in [min, max] (0 counts as 1, as the benchmark client does), arrivals at once or Poisson.
+    ``cold_staging``: no host-pool entry is found yet for the shared prompt's prefix, so each rank's first hit
+    backs the prompt up again (what the benchmark's second round meets: its logs show it on every rank)."""
+    lo, hi = output_spec(output)
+    rng = np.random.default_rng(seed) if lo != hi or rate else None
+    outs = np.full(requests, hi) if lo == hi else np.maximum(rng.integers(lo, hi + 1, size=requests), 1)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, size=requests)) if rate else np.zeros(requests)
+    cached = np.full(requests, context if prefix_cached else 0)
+    prefix = 0
+    if prefix_cached and prompts == "shared":
+        # the first round prefilled the prompt on every rank; the radix cache keeps its device pages
+        prefix = context if cfg.system == "gpu" else max(0, context - cfg.prefill_chunk + cfg.page)
+    return Requests(arrivals, np.full(requests, context), outs, cached, prefix_pages=prefix,
+                    prompt=np.zeros(requests, dtype=np.int64) if prompts == "shared" else None,
+                    cold_staging=bool(cold_staging and prefix_cached and prompts == "shared"))
+
+
+def percentile(x, q: float) -> float:
+    """``np.percentile(x, q)`` (linear interpolation, the same arithmetic) without importing ``numpy.ma``,
+    which numpy 2.4's percentile does (40 ms of a 0.5 s command)."""
+    s = np.sort(np.asarray(x, dtype=float))
+    pos = (len(s) - 1) * q / 100.0
+    i = min(int(pos), len(s) - 1)
+    a, b, g = s[i], s[min(i + 1, len(s) - 1)], pos - i
+    return float(b - (b - a) * (1.0 - g) if g >= 0.5 else a + (b - a) * g)
+
+
+def _check(context, concurrency, requests, rate, prompts, method):
+    _positive_int("context", context)
+    _positive_int("concurrency", concurrency)
+    if requests is not None:
+        _positive_int("requests", requests)
+        if requests > MAX_REQUESTS:
+            raise ConfigError(f"requests={requests} is above the limit of {MAX_REQUESTS:,} per prediction")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate)
+                             or rate <= 0):
+        raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
+    if prompts not in ("shared", "distinct"):
+        raise ConfigError(f"prompts must be 'shared' or 'distinct', not {prompts!r}")
+    if method not in ("engine", "analytic"):
+        raise ConfigError(f"method must be 'engine' or 'analytic', not {method!r}")
+
+
+def predict(scenario, system: str, *, context: int, output, concurrency: int, requests: int | None = None,
+            cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
+            rate: float | None = None, max_total_tokens: int | None = None, max_running_requests: int | None = None,
+            seed: int = 0, prefix_cached: bool = True, prompts: str = "shared", method: str = "engine",
+            outputs=None, record: bool = False, cold_staging: bool = True) -> Prediction:
+    """Predict TTFT, TBT, E2E latency, throughput and completion of ``system`` on ``scenario``.
+
+    Closed loop (default): ``requests`` (default 8 x concurrency) released at t = 0, at most ``concurrency``
+    in flight; open loop: Poisson arrivals at ``rate`` requests/s. ``output``: an int, or a ``(min, max)``
+    pair drawn uniformly per request (``seed``), or the exact lengths in ``outputs``. ``prefix_cached=False``:
+    every prompt is prefilled from scratch (the testbed's first round). ``prompts="shared"``: every request
+    hits one cached prompt (the testbed benchmark; the prefix is stored once); ``"distinct"``: each request
+    has its own prompt (what capacity planning usually means). ``cold_staging`` (shared prompt): each rank's
+    first hit finds no host-pool entry under its prefix key and backs the prompt up again, as in the testbed's
+    second round; False: the entry exists (steady state). ``method="analytic"``: the steady state without the
+    event engine (no waves, no percentiles; quicker).
+    """
+    _check(context, concurrency, requests, rate, prompts, method)
+    if not isinstance(cold_staging, bool):
+        raise ConfigError(f"cold_staging must be True or False, got {cold_staging!r}")
+    lo, hi = output_spec(output)
+    cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics,
+                  max_total_tokens=max_total_tokens, max_running_requests=max_running_requests)
+    if cfg.model.max_position and context + hi > cfg.model.max_position:
+        raise PositionError(f"context {context} + output {hi} exceeds {cfg.model.name}'s maximum position "
+                          f"{cfg.model.max_position}")
+    n_req = requests if requests is not None else 8 * concurrency
+    if outputs is not None:
+        outputs = np.asarray(outputs, dtype=np.int64)
+        if outputs.ndim != 1 or len(outputs) != n_req or (outputs < 1).any():
+            raise ConfigError(f"outputs must be {n_req} positive lengths")
+    out_field = hi if lo == hi else (lo, hi)
+    pred = Prediction(system, cfg.topo.name, context, out_field, concurrency, n_req, True, None,
+                      config={"cxl_devices": cfg.cxl_devices, "rdma_nics": cfg.rdma_nics,
+                              "device_buffer": cfg.device_buffer, "dp": cfg.dp, "rate": rate,
+                              "max_total_tokens": cfg.max_total_tokens, "prompts": prompts,
+                              "prefix_cached": prefix_cached, "cold_staging": cold_staging})
+    cap = static_check(cfg, context=context, output=hi, concurrency=concurrency, prompts=prompts)
+    pred.capacity = cap
+    if not cap["feasible"]:
+        pred.feasible, pred.limit, pred.success_fraction = False, cap["limit"], 0.0
+        return pred
+    reqs = workload(cfg, context=context, output=(lo, hi), requests=n_req, rate=rate, seed=seed,
+                    prefix_cached=prefix_cached, prompts=prompts, cold_staging=cold_staging)
+    if outputs is not None:
+        reqs.output = outputs
+    if method == "analytic":
+        from .analytic import steady_state
+        res = steady_state(cfg, reqs, concurrency)
+        for k, v in res.items():
+            setattr(pred, k, v)
+        return pred
+    # the server's warm-up request and the first round went round-robin before: round 2 starts one rank on
+    res = run_engine(cfg, reqs, concurrency, record=record, first_round=cfg.dp + 1 if prefix_cached else 1)
+    fill(pred, cfg, reqs, res)
+    return pred
+
+
+def simulate(cfg: Config, reqs: Requests, concurrency: int, **engine_kw) -> Prediction:
+    """Run the engine on a resolved configuration and explicit requests; metrics plus ``per_request`` arrays
+    (the interface the multi-instance package builds on)."""
+    pred = Prediction(cfg.system, cfg.topo.name, int(np.mean(reqs.context)) if len(reqs) else 0,
+                      int(np.mean(reqs.output)) if len(reqs) else 0, concurrency, len(reqs), True, None)
+    return fill(pred, cfg, reqs, run_engine(cfg, reqs, concurrency, **engine_kw))
+
+
+def fill(pred: Prediction, cfg: Config, reqs: Requests, res) -> Prediction:
+    """Metrics of an engine run, over the requests that completed."""
+    ok = res.completed
+    out = reqs.output.astype(float)
+    pred.success_fraction = float(ok.mean()) if len(ok) else 1.0
+    if res.crash is not None:
+        pred.feasible = False
+        pred.limit = "max_total_tokens: " + res.crash.reason
+    ttft = (res.first - res.release) * 1e3
+    e2e = (res.done - res.release) * 1e3
+    multi = ok & (out > 1)
+    gaps = (res.done - res.first)[multi]
+    if ok.any():
+        pred.ttft_mean_ms = float(ttft[ok].mean())
+        pred.ttft_p50_ms = percentile(ttft[ok], 50)
+        pred.ttft_p99_ms = percentile(ttft[ok], 99)
+        pred.e2e_mean_ms = float(e2e[ok].mean())
+    if multi.any():
+        pred.tbt_mean_ms = float(gaps.sum() / (out[multi] - 1).sum() * 1e3)
+        pred.tbt_p99_ms = percentile(gaps / (out[multi] - 1) * 1e3, 99)
+    end = float(np.nanmax(res.done)) if ok.any() else math.nan
+    if res.crash is not None:
+        end = res.crash.time
+    duration = end - float(np.nanmin(res.release)) if ok.any() else math.nan
+    pred.duration_s = duration
+    if duration and duration > 0:
+        pred.output_throughput_tok_s = float(out[ok].sum() / duration)
+        pred.request_throughput_req_s = float(ok.sum() / duration)
+    pred.breakdown = breakdown(cfg, res, duration)
+    pred.per_request = {"release_s": res.release, "first_s": res.first, "done_s": res.done, "ttft_ms": ttft,
+                        "tbt_ms": np.where(out > 1, (res.done - res.first) / np.maximum(out - 1, 1) * 1e3, np.nan),
+                        "e2e_ms": e2e, "output": reqs.output, "completed": ok}
+    if res.timeline:
+        pred.breakdown["timeline"] = res.timeline
+    return pred
+
+
+def breakdown(cfg: Config, res, duration: float) -> dict:
+    """Where a decode step's time goes (ms, time-weighted over the run) and how the run spent its time."""
+    s = res.stats
+    mdl = Model(cfg)
+    comp: dict[str, float] = {}
+    total = 0.0
+    for (b, active, lg), (w, wl, wm) in s.get("swap_states", {}).items():
+        terms = mdl.rank_terms(b, active, wl / w, wm / w, lg)
+        for k, x in terms.items():
+            comp[k] = comp.get(k, 0.0) + w * x
+        total += w
+    out = {f"step_{k}_ms": v / total * 1e3 for k, v in comp.items()} if total else {}
+    steps_ = max(s.get("decode_steps", 0), 1)
+    out["step_shared_ms"] = s.get("shared_s", 0.0) / steps_ * 1e3
+    out["mean_step_ms"] = s.get("decode_s", 0.0) / steps_ * 1e3
+    if total:
+        out["misses_per_layer_per_request"] = sum(wm / b for (b, _, _), (w, wl, wm) in s["swap_states"].items()) / total
+    if duration and duration > 0:
+        out["share_time_prefill"] = s.get("prefill_s", 0.0) / duration
+        out["share_time_prefix_fetch"] = s.get("fetch_s", 0.0) / duration
+        out["share_time_decode"] = s.get("decode_s", 0.0) / duration
+        out["share_time_cold_backup"] = s.get("cold_backup_s", 0.0) / duration
+    out["cold_backup_s"] = s.get("cold_backup_s", 0.0)      # GPU time the ranks' cold staging backups held
+    if s.get("first_token_copy_wait_s"):       # first tokens held back by the next batch's prefix copies
+        out["ttft_copy_wait_ms"] = s["first_token_copy_wait_s"] / max(len(res.first), 1) * 1e3
+    out["peak_device_tokens_per_rank"] = s.get("peak_used", 0.0)
+    out["peak_requests_per_rank"] = s.get("peak_rank_requests", 0)
+    if cfg.system != "gpu":
+        bw, _ = swap_route(cfg, cfg.dp)
+        out["swap_bandwidth_share_GBps"] = bw / 1e9
+    return out
+
+
+def compare(scenario, systems=("gpu", "dram", "cxl", "rdma"), **kw) -> dict[str, Prediction]:
+    """``predict`` for several systems on the same workload."""
+    return {s: predict(scenario, s, **kw) for s in systems}
+
+
+def values(cfg: Config) -> dict:
+    """The static numbers of the step model for a configuration (for display and the solvers)."""
+    return static_values(cfg)

@@ -1,0 +1,303 @@
+"""Step model: how long one scheduler iteration of the data-parallel ranks takes, as sympy expressions.
+
+SGLang with DP attention runs the ranks in lockstep: every iteration each rank prepares its batch on the CPU,
+then all ranks run one forward together (their attention apart, the tensor-parallel MLP over all their
+tokens at once). An iteration therefore lasts
+
+    T = layers x t_layer + MLP(all tokens of the iteration)           what every system pays, shared
+      + max over ranks of the rank's own part                         attention, HiSparse, admissions
+      + max over ranks of the rank's RDMA prefix fetches              rdma only (blocks the rank's scheduler)
+
+A rank's own part is one of (and every term is named in :func:`rank_terms`):
+
+- decode of ``b`` requests: projections, the lightning indexer over their ``L`` keys (in HBM), sparse
+  attention over ``k`` entries, and for HiSparse pools (dram, cxl, rdma after its copy) the machinery it
+  adds: the CPU preparation of the step, which HiSparse serialises with the GPU (``t_hs`` per step),
+  per-request work (``t_hs_req``: per-request bookkeeping, the unfused top-k, its own attention kernel), and
+  per layer one swap-in kernel copying the step's misses from the pool
+  (:func:`sacmodel.serving.costs.swap_in_time`, over the topology route shared by the ranks);
+- extend of ``n`` requests whose prefix is cached (``E`` new tokens each): projections, indexer and
+  attention of the new tokens, and ``t_admit`` per request (prefix lookup, device-buffer allocation, tail
+  restore: CPU work of the scheduler);
+- a chunk of ``P`` tokens of a cold prompt after ``H`` already prefilled (causal indexer, sparse attention).
+
+Cold staging (HiSparse pools): a request staged without a host-pool entry for its prefix (a prompt prefilled
+from scratch, or a prefix hit whose entry is not found) backs its whole prompt up to the pool; the copy kernel
+holds the rank's GPU, so the iteration that runs while it copies lasts that much longer (the ranks' backups
+share the GPU-to-pool route).
+
+Prefix fetch of the RDMA pool (per request of ``N`` prompt tokens, on the rank's scheduler thread): a CPU
+gather, the RDMA READs into the staging buffer over the rank's NIC, a CPU transpose and a CPU scatter into
+the host pool (``stage_passes`` single-threaded copies at ``stage_copy_bw``) plus the bytes over the NIC share.
+"""
+from __future__ import annotations
+
+import builtins
+import hashlib
+import inspect
+import math
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from ..util.lazy import lazy_module
+from .costs import swap_in_time, sym
+
+sp = lazy_module("sympy")     # only to build the expressions: predictions run the generated code
+
+RANK_TERMS = ("attn_proj", "indexer", "attention", "hisparse", "swap", "rdma_topk")
+SHARED_TERMS = ("fixed", "mlp")
+EXTEND_TERMS = ("extend_proj", "extend_indexer", "extend_attention", "admit")
+PREFILL_TERMS = ("prefill_proj", "prefill_indexer", "prefill_attention")
+FETCH_TERMS = ("stage_copy", "nic")
+
+
+def _roof(flops, hbm_bytes, peak, eff):
+    heff = sym("hbm_eff", "dimensionless", "achieved fraction of HBM bandwidth")
+    return sp.Max(flops / (peak * eff), hbm_bytes / (sym("hbm_bw", "byte/second", "GPU HBM bandwidth") * heff))
+
+
+def _common():
+    return dict(
+        layers=sym("layers", "dimensionless", "transformer layers"),
+        wb=sym("w_bytes", "byte", "bytes per weight parameter"),
+        tp=sym("tp", "dimensionless", "tensor-parallel GPUs sharing the MLP"),
+        p16=sym("peak_bf16", "FLOP/second", "GPU peak BF16 FLOP/s"),
+        p8=sym("peak_fp8", "FLOP/second", "GPU peak FP8 FLOP/s"),
+        eff=sym("compute_eff", "dimensionless", "achieved fraction of peak FLOP/s in decode"),
+        peff=sym("prefill_eff", "dimensionless", "achieved fraction of peak FLOP/s in prefill and extend"),
+        fu=sym("flop_unit", "FLOP", "one FLOP"),
+        P_att=sym("p_attn", "dimensionless", "attention params per layer"),
+        f_ix=sym("f_index", "FLOP", "indexer FLOPs per key per layer"),
+        f_at=sym("f_attn", "FLOP", "attention FLOPs per entry per layer"),
+        ikb=sym("index_key_bytes", "byte", "indexer key bytes per token per layer"),
+        eb=sym("entry_bytes", "byte", "main KV entry bytes per token per layer"),
+        k=sym("k_attn", "dimensionless", "entries the attention reads per layer: min(topk, L) or L"),
+    )
+
+
+@lru_cache(maxsize=1)
+def rank_terms() -> dict[str, sp.Expr]:
+    """Seconds of a rank's decode part with ``b`` requests of mean context ``L`` and ``M`` misses per layer."""
+    c = _common()
+    b = sym("b", "dimensionless", "decoding requests on the rank")
+    L = sym("L", "dimensionless", "mean context of the rank's requests (tokens)")
+    M = sym("M", "dimensionless", "entries the rank's requests miss per layer (sum over requests)")
+    hs = sym("hs_on", "dimensionless", "1 for HiSparse pools (dram, cxl, rdma), else 0")
+    swap_on = sym("swap_on", "dimensionless", "1 if the context does not fit the device buffer, else 0")
+    sw = swap_in_time("sw_").subs({sym("sw_ctas", "dimensionless"): b, sym("sw_bytes", "byte"): M * c["eb"]})
+    on = sym("rdma_topk_on", "dimensionless", "1 for rdma-topk, else 0")
+    ops = sym("rdma_ops_per_miss", "dimensionless", "RDMA READs per missed entry (rdma-topk)")
+    nbytes = sym("rdma_bytes_per_miss", "byte", "bytes RDMA-read per missed entry (rdma-topk)")
+    share = sym("rdma_share", "dimensionless", "share of the NICs one rank gets")
+    rdma = on * M * (ops * sym("rdma_op_cost", "second", "NIC per-operation cost")
+                     + nbytes / sym("pf_rate", "byte/second", "NIC rate of the rank's NICs")) / share
+    return {
+        "attn_proj": _roof(c["fu"] * 2 * b * c["layers"] * c["P_att"], c["wb"] * c["layers"] * c["P_att"], c["p16"],
+                           c["eff"]),
+        "indexer": b * c["layers"] * sp.Max(c["f_ix"] * L / (c["p8"] * c["eff"]),
+                                             c["ikb"] * L / (sym("hbm_bw", "byte/second") * sym("hbm_eff"))),
+        "attention": b * c["layers"] * _roof(c["f_at"] * c["k"], c["eb"] * c["k"], c["p16"], c["eff"]),
+        "hisparse": hs * (sym("t_hs", "second", "HiSparse CPU preparation per step, serialised with the GPU")
+                          + b * sym("t_hs_req", "second", "HiSparse work per request per step")),
+        "swap": swap_on * c["layers"] * sw,
+        "rdma_topk": c["layers"] * rdma,
+    }
+
+
+@lru_cache(maxsize=1)
+def shared_terms() -> dict[str, sp.Expr]:
+    """Seconds of the parts all ranks share in an iteration over ``N`` tokens (decode + extend + prefill).
+
+    The tensor-parallel MLP computes every token's experts but reads the weights of the distinct experts the
+    ``N_d`` distinct tokens route to (requests that share a prompt and position generate the same token).
+    """
+    c = _common()
+    N = sym("N", "dimensionless", "tokens of the iteration over all ranks")
+    Nd = sym("N_d", "dimensionless", "distinct tokens among them (requests of one prompt at one position "
+                                      "produce the same token and route to the same experts)")
+    R, e = sym("n_experts", "dimensionless", "routed experts"), sym("e_active", "dimensionless", "experts per token")
+    n_sh = sym("n_shared", "dimensionless", "shared experts")
+    P_exp = sym("p_expert", "dimensionless", "params per expert")
+    P_mlp = sym("p_dense_mlp", "dimensionless", "dense MLP params per layer")
+    l_moe, l_dense = sym("moe_layers", "dimensionless", "MoE layers"), sym("dense_layers", "dimensionless", "dense-MLP layers")
+    distinct = R * (1 - (1 - e / R) ** Nd)
+    w = c["wb"] * (l_dense * P_mlp + l_moe * (n_sh + distinct) * P_exp) / c["tp"]
+    f = c["fu"] * 2 * N * (l_dense * P_mlp + l_moe * (n_sh + e) * P_exp) / c["tp"]
+    return {"fixed": c["layers"] * sym("t_layer", "second", "fixed GPU overhead per layer per iteration"),
+            "mlp": _roof(f, w, c["p16"], sym("mlp_eff", "dimensionless", "compute efficiency of this iteration"))}
+
+
+@lru_cache(maxsize=1)
+def extend_terms() -> dict[str, sp.Expr]:
+    """Seconds of a rank extending ``n`` prefix-hit requests by ``E`` tokens each on a prefix of ``L`` tokens."""
+    c = _common()
+    n = sym("n_ext", "dimensionless", "requests the rank admits in this prefill batch")
+    E = sym("E", "dimensionless", "new tokens per admitted request (the uncached tail)")
+    L = sym("L", "dimensionless")
+    return {
+        "extend_proj": _roof(c["fu"] * 2 * n * E * c["layers"] * c["P_att"], c["wb"] * c["layers"] * c["P_att"],
+                             c["p16"], c["peff"]),
+        "extend_indexer": n * E * c["layers"] * c["f_ix"] * L / (c["p8"] * c["peff"]),
+        "extend_attention": n * E * c["layers"] * c["f_at"] * c["k"] / (c["p16"] * c["peff"]),
+        "admit": n * sym("t_admit", "second", "scheduler work to admit one prefix-hit request"),
+    }
+
+
+@lru_cache(maxsize=1)
+def prefill_terms() -> dict[str, sp.Expr]:
+    """Seconds of a rank prefilling ``P`` prompt tokens after ``H`` already in its KV (one chunk)."""
+    c = _common()
+    P = sym("P", "dimensionless", "prompt tokens prefilled in this chunk")
+    H = sym("H", "dimensionless", "prompt tokens already in the KV before the chunk")
+    k = c["k"]
+
+    def entries_upto(x):   # sum over positions i = 1..x of min(k, i)
+        return sp.Piecewise((x * (x + 1) / 2, x <= k), (k * (k + 1) / 2 + (x - k) * k, True))
+    return {
+        "prefill_proj": _roof(c["fu"] * 2 * P * c["layers"] * c["P_att"], c["wb"] * c["layers"] * c["P_att"],
+                              c["p16"], c["peff"]),
+        "prefill_indexer": c["layers"] * c["f_ix"] * (P * H + P * (P + 1) / 2) / (c["p8"] * c["peff"]),
+        "prefill_attention": c["layers"] * c["f_at"] * (entries_upto(H + P) - entries_upto(H)) / (c["p16"] * c["peff"]),
+    }
+
+
+@lru_cache(maxsize=1)
+def fetch_terms() -> dict[str, sp.Expr]:
+    """Seconds to bring a request's prompt of ``N_f`` tokens from the RDMA pool into the host pool."""
+    c = _common()
+    N = sym("N_f", "dimensionless", "prompt tokens of the fetched request")
+    nbytes = N * c["layers"] * c["eb"]
+    return {
+        "stage_copy": nbytes * sym("stage_passes", "dimensionless", "single-threaded CPU copies of the fetched KV")
+        / sym("stage_copy_bw", "byte/second", "single-thread CPU copy bandwidth of the scheduler"),
+        "nic": nbytes / sym("nic_bw", "byte/second", "NIC bandwidth share of the fetching rank"),
+    }
+
+
+@lru_cache(maxsize=1)
+def staging_terms() -> dict[str, sp.Expr]:
+    """Seconds of a cold staging backup: a request staged without a host-pool entry for its prefix backs its
+    whole prompt (``N_b`` tokens) up from the GPU to the pool with a GPU copy kernel, at the rank's share of
+    the GPU-to-pool route."""
+    c = _common()
+    N = sym("N_b", "dimensionless", "prompt tokens of the cold-staged request")
+    return {"cold_backup": N * c["layers"] * c["eb"]
+            / sym("bk_bw", "byte/second", "GPU-to-pool write bandwidth share of the rank")}
+
+
+@lru_cache(maxsize=1)
+def front_end_terms() -> dict[str, sp.Expr]:
+    """Seconds a request spends outside the engine: serialised tokenisation and the rest of the path."""
+    L = sym("L", "dimensionless")
+    return {"tokenize": L * sym("t_token", "second", "front-end time per prompt token (tokeniser, serialised)"),
+            "request": sym("t_request", "second", "request latency outside the engine, not serialised")}
+
+
+# ---- compiled forms -------------------------------------------------------------------------------
+BUILDERS = {"rank": rank_terms, "shared": shared_terms, "extend": extend_terms, "prefill": prefill_terms,
+            "fetch": fetch_terms, "staging": staging_terms, "front": front_end_terms}
+GENERATED = Path(__file__).with_name("step_generated.py")
+_SOURCES = ("costs.py", "step.py")            # the modules whose code builds the expressions
+
+
+class Compiled:
+    """A group of expressions as numeric functions (scalar calls) with their argument order ``names``.
+
+    ``funcs[term](*args)`` and ``total(*args)`` take the values of ``names`` in order (:meth:`args`).
+    """
+
+    def __init__(self, group: str, names: tuple[str, ...], funcs: dict, total):
+        self.group, self.names, self.funcs, self.total = group, names, funcs, total
+
+    @classmethod
+    def lambdified(cls, group: str) -> "Compiled":
+        exprs = BUILDERS[group]()
+        names = _arg_names(exprs)
+        syms = [sp.Symbol(n, positive=True) for n in names]
+        return cls(group, names, {k: sp.lambdify(syms, e, modules="math") for k, e in exprs.items()},
+                   sp.lambdify(syms, sum(exprs.values()), modules="math"))
+
+    @property
+    def exprs(self) -> dict:
+        """The sympy expressions (built on demand)."""
+        return BUILDERS[self.group]()
+
+    def args(self, values: dict) -> list:
+        return [values[n] for n in self.names]
+
+
+def _arg_names(exprs: dict) -> tuple[str, ...]:
+    return tuple(s.name for s in sorted(sum(exprs.values()).free_symbols, key=lambda s: s.name))
+
+
+def source_hash() -> str:
+    """SHA-256 of the modules that build the expressions: the generated code is current iff it matches."""
+    h = hashlib.sha256()
+    for name in _SOURCES:
+        h.update(Path(__file__).with_name(name).read_bytes())
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def _generated():
+    """The generated module if it was made from the present expressions, else None (then sympy builds them)."""
+    try:
+        from . import step_generated as g
+    except ImportError:
+        return None
+    return g if getattr(g, "SOURCE_HASH", None) == source_hash() else None
+
+
+@lru_cache(maxsize=None)
+def compiled(group: str) -> Compiled:
+    g = _generated()
+    if g is None:
+        return Compiled.lambdified(group)
+    names, terms = g.GROUPS[group]
+    return Compiled(group, names, {k: getattr(g, f"{group}__{k}") for k in terms}, getattr(g, f"{group}__total"))
+
+
+def generate(path: str | Path = GENERATED) -> Path:
+    """Write the lambdified step expressions as a Python module (``python -m sacmodel.serving.step``).
+
+    Predictions import that module instead of building and lambdifying the expressions with sympy (about 1.5 s
+    of start-up). It records :func:`source_hash`; when costs.py or step.py change it is ignored until
+    regenerated (a test fails meanwhile).
+    """
+    lines = ['"""Generated by ``python -m sacmodel.serving.step`` from the expressions of sacmodel/serving/step.py. Do not edit."""',
+             "# flake8: noqa", "", "{imports}", f"SOURCE_HASH = {source_hash()!r}", "", "GROUPS = {"]
+    defs, used = [], set()
+    for group in BUILDERS:
+        c = Compiled.lambdified(group)
+        lines.append(f"    {group!r}: ({c.names!r}, {tuple(c.funcs)!r}),")
+        for term, f in [*c.funcs.items(), ("total", c.total)]:
+            unknown = {n for n in f.__code__.co_names if not hasattr(builtins, n) and not hasattr(math, n)}
+            if unknown:
+                raise RuntimeError(f"generated code of {group}.{term} needs names outside math: {unknown}")
+            used |= {n for n in f.__code__.co_names if hasattr(math, n) and not hasattr(builtins, n)}
+            src = inspect.getsource(f).replace("def _lambdifygenerated(", f"def {group}__{term}(", 1)
+            defs += ["", "", src.rstrip()]
+    lines.append("}")
+    imports = f"from math import {', '.join(sorted(used))}\n" if used else ""
+    text = "\n".join(lines).replace("{imports}\n", imports) + "\n" + "\n".join(defs) + "\n"
+    path = Path(path)
+    compile(text, str(path), "exec")           # check it before anything is written
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def evaluate(group: str, values: dict) -> dict[str, float]:
+    """Seconds of each term of ``group`` for the given symbol values (missing symbols raise KeyError)."""
+    c = compiled(group)
+    missing = [n for n in c.names if n not in values]
+    if missing:
+        raise KeyError(f"missing value(s) for symbol(s): {', '.join(missing)}")
+    a = c.args(values)
+    return {k: float(fn(*a)) for k, fn in c.funcs.items()}
+
+
+if __name__ == "__main__":
+    print(f"wrote {generate()}")

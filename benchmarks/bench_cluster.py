@@ -47,7 +47,7 @@ else:
         t = time.process_time(); r = run_engine(*a, **k); spent[0] += time.process_time() - t; return r
     if job.get("stub_engine"):
         import numpy as np
-        from sacmodel.serving.engine.loop import EngineResult
+        from sacmodel.serving.engine import EngineResult
         def timed(cfg, reqs, conc, **k):   # the cluster layer alone: every request served at once
             a = np.asarray(reqs.arrival, float)
             return EngineResult(a, a, a + 1e-3, np.ones(len(a), bool), None, {"decode_steps": 0})

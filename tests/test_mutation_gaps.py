@@ -10,7 +10,7 @@ import pytest
 
 from sacmodel.serving.capacity import static_check
 from sacmodel.serving.config import fetch_bandwidth, resolve, swap_route
-from sacmodel.serving.engine.loop import Requests, run_engine
+from sacmodel.serving.engine import Requests, run_engine
 
 GB = 1e9
 

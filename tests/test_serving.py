@@ -7,7 +7,7 @@ import pytest
 from sacmodel.hardware.params import with_params
 from sacmodel.planning.solvers import symbolic
 from sacmodel.serving.config import resolve, static_values
-from sacmodel.serving.engine.loop import Model, Requests, cumulative_misses, run_engine
+from sacmodel.serving.engine import Model, Requests, cumulative_misses, run_engine
 from sacmodel.serving.predict import ConfigError, compare, predict, workload
 
 

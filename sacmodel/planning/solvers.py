@@ -182,7 +182,7 @@ def mean_misses(scenario, system: str, *, context: int, output: int, **resources
 
 def mean_misses_grid(scenario, system: str, context, output, **resources) -> np.ndarray:
     """``m_mean`` at every (context, output) pair of two broadcastable arrays (same rule as the engine)."""
-    from ..serving.engine.loop import cumulative_misses_at
+    from ..serving.engine import cumulative_misses_at
     cfg = resolve(scenario, system, **resources)
     L, O = np.broadcast_arrays(np.asarray(context, dtype=float), np.asarray(output, dtype=float))
     flat_l, flat_o = L.ravel(), np.round(O.ravel())
@@ -211,7 +211,7 @@ def scenario_values(scenario, system: str, **resources) -> dict[str, float]:
         from ..serving.config import fetch_bandwidth
         v["nic_bw"] = fetch_bandwidth(cfg, (0,))[0]
     if cfg.system == "cxl-prefetch":
-        from ..serving.engine.loop import Model
+        from ..serving.engine import Model
         v["pf_dma_bw"] = Model(cfg).pf_dma_bw()
     return v
 

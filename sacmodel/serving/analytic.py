@@ -16,7 +16,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from .config import Config, fetch_bandwidth
-from .engine.loop import Model, Requests
+from .engine import Model, Requests
 
 
 def steady_state(cfg: Config, reqs: Requests, concurrency: int) -> dict:

@@ -15,7 +15,7 @@ import numpy as np
 
 from .capacity import static_check
 from .config import Config, ConfigError, PositionError, resolve, static_values, swap_route
-from .engine.loop import Model, Requests, run_engine
+from .engine import Model, Requests, run_engine
 
 __all__ = ["ConfigError", "Prediction", "Requests", "compare", "predict", "resolve", "run_engine", "workload"]
 

@@ -7,7 +7,7 @@ from ..data.records import DataError
 from ..data.traces import Trace
 from .capacity import static_check
 from .config import resolve
-from .engine.loop import TRACE_CONTEXT_GRID, Model, Requests, run_engine
+from .engine import TRACE_CONTEXT_GRID, Model, Requests, run_engine
 from .predict import Prediction, fill
 
 

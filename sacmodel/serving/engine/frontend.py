@@ -55,14 +55,20 @@ class FrontEnd:
         nxt = min(self.intake[0][0] if self.intake else math.inf, self.msgs[0][0] if self.msgs else math.inf)
         return max(self.free, nxt)
 
+    def next_busy_turn(self) -> float:
+        """:meth:`next_turn` while the loop can still dispatch or deliver a request (:meth:`busy`), else inf."""
+        if self.intake or self.payloads > 0:
+            return self.next_turn()
+        return math.inf
+
     def run(self, until: float, dispatch: Callable[[int, float], None],
             deliver: Callable[[list, float], None]) -> None:
         """Run every turn that starts by ``until``: ``dispatch(i, t)`` when request ``i`` is tokenised and sent
         to the scheduler, ``deliver(payload, t)`` when a message's payload reaches the client. A callback may
         add intakes or messages; they are served by later turns."""
-        msgs, intake = self.msgs, self.intake
+        msgs, intake, inf = self.msgs, self.intake, math.inf
         while intake or msgs:
-            s = self.next_turn()
+            s = max(self.free, min(intake[0][0] if intake else inf, msgs[0][0] if msgs else inf))   # next_turn()
             if s > until:
                 return
             if intake and intake[0][0] <= s:

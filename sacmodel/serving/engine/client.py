@@ -1,0 +1,54 @@
+"""The benchmark client: when it sends each request and when it sees the request's first and last token."""
+from __future__ import annotations
+
+import math
+
+from .frontend import FrontEnd
+from .workload import RequestTable
+
+
+class Client:
+    """Sends requests to the front end and records what it sees (times in s).
+
+    Closed loop: all requests are ready at once and at most ``concurrency`` are in flight; the next one goes
+    out as soon as the client sees a request's last token. Open loop: each goes out at its arrival time (the
+    same rule, with a concurrency above the load). Sending costs the front end ``t_token`` per prompt token.
+    """
+
+    def __init__(self, table: RequestTable, concurrency: int, frontend: FrontEnd, t_token: float):
+        self.arrival, self.L, self.n = table.arrival, table.L, table.n
+        self.concurrency, self.frontend, self.t_token = concurrency, frontend, t_token
+        self.sent = [math.nan] * table.n        # when each request was sent
+        self.first = [math.nan] * table.n       # when its first token was seen
+        self.done = [math.nan] * table.n        # when its last token was seen
+        self.next_req = 0
+        self.in_flight = 0
+        self.stopped = False                    # the server failed: nothing more is sent
+
+    def send(self, now: float) -> None:
+        """Send every request whose time has come and that the concurrency cap lets through."""
+        n, arrival, cap = self.n, self.arrival, self.concurrency
+        while self.next_req < n and self.in_flight < cap and arrival[self.next_req] <= now + 1e-12 and \
+                not self.stopped:
+            i = self.next_req
+            r = now if arrival[i] < now else arrival[i]
+            self.sent[i] = r
+            self.frontend.arrive(r, i, self.t_token * self.L[i])
+            self.next_req += 1
+            self.in_flight += 1
+
+    def deliver(self, payload: list, when: float) -> None:
+        """Tokens reach the client at ``when``: ``payload`` holds (request, is its last token) pairs."""
+        for i, last in payload:
+            if last:
+                self.done[i] = when
+                self.in_flight -= 1
+            else:
+                self.first[i] = when
+        self.send(when)
+
+    def next_send(self) -> float:
+        """When the next request will be sent if nothing else happens (inf: none can go before a delivery)."""
+        if self.next_req < self.n and self.in_flight < self.concurrency:
+            return self.arrival[self.next_req]
+        return math.inf

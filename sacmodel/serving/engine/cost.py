@@ -1,0 +1,82 @@
+"""How long an iteration takes: all ranks step in lockstep, so it lasts as long as the slowest rank.
+
+An iteration's time is the shared part (the MoE and dense layers over the iteration's tokens, counted once
+per distinct token: :mod:`sacmodel.serving.engine.distinct`) plus the slowest rank's own part: its prefill
+batch (each request's uncached tokens, plus ``t_admit`` for a prefix hit), or its decode batch (a + c L + g M
+with L the mean context and M the entries loaded per layer, from the rank's miss accumulator). Runs of
+identical decode iterations are priced in one jump of several steps.
+"""
+from __future__ import annotations
+
+import math
+
+from .scheduler import Ranks
+from .stepmodel import Model
+from .workload import RequestTable
+
+
+class IterationCost:
+    """Prices iterations for one run; caches the prefill and shared parts by their arguments."""
+
+    def __init__(self, model: Model, table: RequestTable):
+        self.model, self.table = model, table
+        self.t_admit = model.v["t_admit"]
+        self._prefill: dict = {}
+        self._rank = model._rank_cache
+        self._shared = model._shared_cache
+
+    def prefill_part(self, admits: list, prefilled: list[int]) -> float:
+        """Seconds of the slowest rank's prefill batch (``admits``: [(rank, [(request, tokens)])])."""
+        L, todo, hit, cache = self.table.L, self.table.todo, self.table.hit, self._prefill
+        part = 0.0
+        for _, batch in admits:
+            p = 0.0
+            for i, take in batch:
+                key = (take, L[i] - todo[i] + prefilled[i])
+                x = cache.get(key)
+                if x is None:
+                    x = cache[key] = self.model.prefill(*key)
+                p += x
+                if hit[i] and prefilled[i] == 0:
+                    p += self.t_admit
+            part = max(part, p)
+        return part
+
+    def shared_part(self, n_tok: int, n_distinct: int, prefill: bool) -> float:
+        """Seconds of the layers all ranks run together over ``n_tok`` tokens (``n_distinct`` distinct)."""
+        s = self._shared.get((n_tok, n_distinct, prefill))
+        if s is None:
+            s = self.model.shared(n_tok, prefill, n_distinct)
+        return s
+
+    def iteration_time(self, ranks: Ranks, decoding: list[int], jump: int, floor: float, shared: float,
+                    now: float, horizon: float) -> tuple[float, int, tuple | None]:
+        """Seconds per iteration over ``jump`` identical iterations: the shared part plus the slowest rank (at
+        least ``floor``, the prefill part; the decoding ranks at their mean over the jump), shrinking the jump
+        so that it ends by ``horizon`` (the next arrival or front-end turn). Returns (step time, jump, the
+        slowest rank's state (batch, mean context, misses, has long requests))."""
+        running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
+        acc_at, n_long, cache, model = ranks.acc_at, ranks.n_long, self._rank, self.model
+        active = len(decoding)
+        while True:
+            part, best, top = floor, None, -1.0
+            half = (jump - 1) / 2.0
+            for r in decoding:
+                b = running[r]
+                ck = clock[r]
+                Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
+                ar = acc_at[r]
+                M = (ar[ck + jump] - ar[ck]) / jump
+                lg = n_long[r] > 0
+                co = cache.get((b, active, lg))
+                if co is None:
+                    co = model.rank_coeffs(b, active, lg)
+                p = co[0] + co[1] * Lm + co[2] * M
+                if p > top:
+                    top, best = p, (b, Lm, M, lg)
+            if top > part:
+                part = top
+            T = shared + part
+            if jump == 1 or now + jump * T <= horizon + 1e-12:
+                return T, jump, best
+            jump = max(1, min(jump - 1, math.ceil((horizon - now) / T)))

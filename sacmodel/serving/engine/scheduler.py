@@ -1,0 +1,225 @@
+"""The data-parallel ranks' schedulers: dispatch, waiting queues, prefill batches and decode batches.
+
+- **Dispatch.** SGLang's data-parallel controller sends requests to the ranks round-robin in the order the
+  front end hands them on (:class:`Dispatch`).
+- **Prefill batches.** Each iteration a rank with waiting requests admits them into a prefill batch (prefill
+  has priority over decode): up to ``prefill_chunk`` new tokens, a prefix hit costing one page, at most
+  ``max_running_requests`` requests on the rank, each only if its device memory fits
+  (:class:`~sacmodel.serving.engine.memory.DeviceMemory`); a prompt longer than the budget is chunked over
+  iterations and fills the batch.
+- **Decode batches.** A staged request joins its rank's decode batch; each rank keeps the sums the step model
+  needs in O(1) per step: the requests' prompt lengths and join clocks (mean context), and their miss curves
+  added into one accumulator per rank so that the entries a jump of j steps loads is acc[x + j] - acc[x].
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+import numpy as np
+
+from .distinct import DistinctTokens
+from .memory import DeviceMemory
+from .misses import MissCurves
+from .staging import Staging
+from .workload import RequestTable
+
+
+class Dispatch:
+    """Requests the front end has handed on, waiting for the controller to send them to a rank."""
+
+    def __init__(self, dp: int, first_round: int):
+        self.dp = dp
+        self.pending: list[tuple[float, int]] = []          # heap of (time handed on, request)
+        self.counter = first_round % dp                     # the round-robin continues from earlier rounds
+
+    def push(self, i: int, when: float) -> None:
+        heapq.heappush(self.pending, (when, i))
+
+    def assign(self, now: float, ranks: "Ranks") -> None:
+        """Send every request handed on by ``now`` to the next rank's waiting queue, in turn."""
+        pending, waiting, rank_of = self.pending, ranks.waiting, ranks.rank_of
+        while pending and pending[0][0] <= now + 1e-12:
+            i = heapq.heappop(pending)[1]
+            r = self.counter % self.dp
+            rank_of[i] = r
+            waiting[r].append(i)
+            self.counter += 1
+
+    def next_time(self) -> float:
+        return self.pending[0][0] if self.pending else math.inf
+
+
+class Ranks:
+    """Per-rank scheduler state (lists indexed by rank) and per-request progress (lists indexed by request)."""
+
+    def __init__(self, dp: int, cfg, table: RequestTable, memory: DeviceMemory, staging: Staging,
+                 distinct: DistinctTokens, curves: MissCurves):
+        self.dp, self.table, self.memory, self.staging = dp, table, memory, staging
+        self.distinct, self.curves = distinct, curves
+        self.page, self.chunk, self.max_run = cfg.page, cfg.prefill_chunk, cfg.max_running_requests
+        self.todo, self.pid, self.staged = table.todo, table.pid, staging.staged
+        n = table.n
+        self.rank_of = [0] * n
+        self.prefilled = [0] * n              # prompt tokens prefilled so far
+        self.joined = [0] * n                 # decode clock of its rank when it joined
+        self.waiting = [deque() for _ in range(dp)]
+        self.ends: list[list[tuple[int, int]]] = [[] for _ in range(dp)]   # heap of (clock at its last step, i)
+        self.running = [0] * dp
+        self.n_long = [0] * dp                # running requests longer than the device buffer
+        self.clock = [0] * dp                 # decode steps each rank has run
+        self.sum_l = [0.0] * dp               # sum of the running requests' prompt lengths
+        self.sum_join = [0] * dp              # sum of their join clocks
+        self.newest = [0] * dp                # clock of the latest join
+        self.acc = [np.zeros(max(4096, 4 * table.max_out)) for _ in range(dp)]
+        self.acc_at = [memoryview(a) for a in self.acc]    # the same memory, read as Python floats (quicker)
+
+    # ---- admission -----------------------------------------------------------------------------------
+    def schedule(self, now: float) -> tuple[list, list[int], int, int]:
+        """Each rank admits a prefill batch (prefill has priority) or decodes: (admits [(rank, batch)], decoding
+        ranks, tokens of the forward pass, tokens of distinct new prefill chunks). Stops at a crash."""
+        waiting, running, memory = self.waiting, self.running, self.memory
+        admits, decoding, n_tok, n_new, chunks = [], [], 0, 0, set()
+        for r in range(self.dp):
+            if waiting[r]:
+                batch, k, new = self.prefill_batch(r, now, chunks)
+                n_tok, n_new = n_tok + k, n_new + new
+                if memory.crash is not None:
+                    break
+                if batch:
+                    admits.append((r, batch))
+                    continue
+            if running[r]:
+                decoding.append(r)
+                n_tok += running[r]
+        return admits, decoding, n_tok, n_new
+
+    def prefill_batch(self, r: int, now: float, chunks: set) -> tuple[list, int, int]:
+        """Rank ``r``'s prefill batch: [(request, tokens)], its tokens, and the tokens of chunks not seen in
+        ``chunks`` (distinct (prompt, position, length) chunks of the iteration, added to it)."""
+        w, prefilled, todo, pid, page = self.waiting[r], self.prefilled, self.todo, self.pid, self.page
+        batch, budget, n_tok, n_new = [], self.chunk, 0, 0
+        room = self.max_run - self.running[r] - len(self.staged[r])
+        while w and budget > 0 and len(batch) < room:
+            i = w[0]
+            if prefilled[i] == 0:                          # its memory is taken when it starts
+                self.staging.on_admit(r, i)
+                if not self.memory.take(r, i, now):
+                    break
+            take = min(todo[i] - prefilled[i], budget)
+            batch.append((i, take))
+            n_tok += take
+            if pid is not None and (pid[i], prefilled[i], take) not in chunks:
+                chunks.add((pid[i], prefilled[i], take))
+                n_new += take
+            budget -= -(-take // page) * page
+            if prefilled[i] + take < todo[i]:
+                break                                      # a chunked prompt fills the batch
+            w.popleft()
+        return batch, n_tok, n_new
+
+    def finish_prefill(self, r: int, batch: list, it: int, done: list[int]) -> int:
+        """The batch's prefill ran: requests whose prompt is done (appended to ``done``, their first tokens to
+        send) are staged to decode from iteration ``it`` on, or end (one output token). Returns how many
+        ended."""
+        prefilled, todo, out = self.prefilled, self.table.todo, self.table.out
+        ended = 0
+        for i, take in batch:
+            prefilled[i] += take
+            if prefilled[i] < todo[i]:
+                continue
+            done.append(i)
+            if out[i] <= 1:                               # its first token ends it
+                self.memory.free(r, i)
+                ended += 1
+            else:
+                self.staging.stage(r, i, it)
+        return ended
+
+    # ---- decode --------------------------------------------------------------------------------------
+    def join(self, joined: list[tuple[int, list[int]]]) -> None:
+        """Staged requests join their rank's decode batch at its current clock (``joined``: (rank, requests))."""
+        tb, distinct, over_life = self.table, self.distinct, self.curves.over_life
+        life, L, long_, shape = tb.life, tb.L, tb.long, tb.shape
+        joined_at, ends, clock, acc = self.joined, self.ends, self.clock, self.acc
+        for r, ready in joined:
+            j = clock[r]
+            shapes: dict[tuple[int, int], int] = {}     # requests of one shape add one curve
+            longest, sum_l, n_long = 0, 0, 0
+            e = ends[r]
+            for i in ready:
+                joined_at[i] = j
+                heapq.heappush(e, (j + life[i] - 1, i))      # clock of its last step
+                sum_l += L[i]
+                n_long += long_[i]
+                sh = shape[i]
+                shapes[sh] = shapes.get(sh, 0) + 1
+                if life[i] > longest:
+                    longest = life[i]
+            if distinct.on:
+                distinct.join(r, ready, j)
+            a = acc[r] if j + longest + 1 <= len(acc[r]) else self._grow(r, j + longest + 1)
+            for sh, cnt in shapes.items():
+                cl = over_life(sh)
+                if cl is not None:
+                    seg = a[j:j + sh[1] + 1]
+                    seg += cl if cnt == 1 else cnt * cl
+            self.sum_l[r] += sum_l
+            self.n_long[r] += n_long
+            self.sum_join[r] += j * len(ready)
+            self.newest[r] = j
+            self.running[r] += len(ready)
+
+    def _grow(self, r: int, size: int) -> np.ndarray:
+        """Rank ``r``'s miss accumulator, grown to hold ``size`` clocks."""
+        old = self.acc[r]
+        a = self.acc[r] = np.zeros(max(size, 2 * len(old)))
+        a[:len(old)] = old
+        self.acc_at[r] = memoryview(a)
+        return a
+
+    def max_jump(self, decoding: list[int]) -> int:
+        """Decode steps the ranks can advance in one go: to the next finish, and while a young request's
+        misses still change at most doubling its age (a jump's rank parts are exact averages over it; only
+        which rank is slowest may change inside it)."""
+        clock, ends, newest = self.clock, self.ends, self.newest
+        jump = min(ends[r][0][0] - clock[r] for r in decoding) + 1
+        youngest = min(clock[r] - newest[r] for r in decoding)
+        return max(1, min(jump, 256 if youngest >= 512 else 2 * youngest + 1))
+
+    def advance(self, decoding: list[int], jump: int, ended: list) -> int:
+        """The ``decoding`` ranks decode ``jump`` steps; requests past their last step end (appended to
+        ``ended`` as (request, True)). Returns how many ended."""
+        clock, ends = self.clock, self.ends
+        if self.distinct.single:
+            self.distinct.advance(decoding, jump)
+        k = 0
+        for r in decoding:
+            clock[r] += jump
+            ck = clock[r]
+            e = ends[r]
+            if e[0][0] < ck:
+                k += self._end(r, ck, ended)
+        return k
+
+    def _end(self, r: int, ck: int, ended: list) -> int:
+        """Requests of rank ``r`` whose last step came before clock ``ck`` end; returns how many."""
+        tb, distinct, curves, memory, joined = self.table, self.distinct, self.curves, self.memory, self.joined
+        e, acc_at = self.ends[r], self.acc_at[r]
+        k = 0
+        while e and e[0][0] < ck:
+            i = heapq.heappop(e)[1]
+            cl = curves.over_life(tb.shape[i])
+            if cl is not None:
+                acc_at[joined[i] + tb.life[i]] -= cl[-1]
+            self.sum_l[r] -= tb.L[i]
+            self.sum_join[r] -= joined[i]
+            self.n_long[r] -= tb.long[i]
+            self.running[r] -= 1
+            if distinct.on:
+                distinct.leave(r, i, joined[i], ck)
+            ended.append((i, True))
+            memory.free(r, i)
+            k += 1
+        return k

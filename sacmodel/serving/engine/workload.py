@@ -1,0 +1,67 @@
+"""The engine's input: the requests of a workload, and the per-request numbers the scheduler reads."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import Config
+
+
+@dataclass
+class Requests:
+    """A workload as per-request arrays: arrival (s), prompt tokens, output tokens, cached-prefix tokens.
+
+    ``prefix_pages``: device tokens that the cached prefix holds on every rank (the benchmark's shared prompt,
+    prefilled once per rank in its first round); 0 when cached prefixes are evictable. ``cold_staging``: no
+    host-pool entry is found yet for the prompts' page-aligned prefixes (as in the benchmark's second round),
+    so each rank's first prefix hit of each prompt is staged cold.
+    """
+    arrival: np.ndarray
+    context: np.ndarray
+    output: np.ndarray
+    cached: np.ndarray
+    prefix_pages: int = 0
+    prompt: np.ndarray | None = None      # prompt id per request (same id = same prompt); None: all distinct
+    cold_staging: bool = False            # no host-pool entry under the prompts' prefix keys yet
+
+    def __post_init__(self):
+        self.arrival = np.asarray(self.arrival, dtype=float)
+        self.context = np.asarray(self.context, dtype=np.int64)
+        self.output = np.asarray(self.output, dtype=np.int64)
+        self.cached = np.asarray(self.cached, dtype=np.int64)
+        if self.prompt is not None:
+            self.prompt = np.asarray(self.prompt, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.arrival)
+
+
+class RequestTable:
+    """What the scheduler knows of each request, as Python lists (quicker than numpy items in the loop).
+
+    ``todo``: tokens to prefill (a prefix hit is matched page-aligned, leaving 1..page tokens); ``hold``:
+    device slots the request takes from the start of its prefill to its end (a HiSparse request longer than
+    the device buffer holds the buffer allocation, others their pages); ``reserve``: what the testbed's
+    admission check reserves (a page plus the output, at most 4096 tokens); ``life``: decode steps (the
+    prefill gives the first token); ``shape``: (prompt tokens, decode steps), the key of a miss curve.
+    """
+
+    def __init__(self, cfg: Config, reqs: Requests):
+        page = cfg.page
+        ctx, cached, outs = reqs.context, reqs.cached, reqs.output
+        self.n = len(reqs)
+        self.L = ctx.tolist()
+        self.out = outs.tolist()
+        self.arrival = reqs.arrival.tolist()
+        self.max_out = max(self.out) if self.out else 1
+        todo = np.where(cached > 0, ctx - (np.minimum(cached, ctx - 1) // page) * page, ctx)
+        self.todo = todo.tolist()
+        self.hit = (cached > 0).tolist()
+        long_ = (ctx > cfg.device_buffer) & bool(cfg.hisparse)
+        self.long = long_.tolist()
+        self.hold = np.where(long_, float(cfg.buffer_alloc), (-(-(todo + outs) // page) * page).astype(float)).tolist()
+        self.reserve = (page + np.minimum(outs, 4096)).tolist()
+        self.life = (outs - 1).tolist()
+        self.shape = list(zip(self.L, self.life))
+        self.pid = reqs.prompt.tolist() if reqs.prompt is not None else None

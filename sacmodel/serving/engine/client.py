@@ -27,11 +27,10 @@ class Client:
 
     def send(self, now: float) -> None:
         """Send every request whose time has come and that the concurrency cap lets through."""
-        n, arrival, cap = self.n, self.arrival, self.concurrency
-        while self.next_req < n and self.in_flight < cap and arrival[self.next_req] <= now + 1e-12 and \
-                not self.stopped:
+        while self.next_req < self.n and self.in_flight < self.concurrency and \
+                self.arrival[self.next_req] <= now + 1e-12 and not self.stopped:
             i = self.next_req
-            r = now if arrival[i] < now else arrival[i]
+            r = now if self.arrival[i] < now else self.arrival[i]
             self.sent[i] = r
             self.frontend.arrive(r, i, self.t_token * self.L[i])
             self.next_req += 1

@@ -42,19 +42,17 @@ class IterationCost:
             part = max(part, p)
         return part
 
-    def shared_part(self, n_tok: int, n_distinct: int, prefill: bool) -> float:
-        """Seconds of the layers all ranks run together over ``n_tok`` tokens (``n_distinct`` distinct)."""
-        s = self._shared.get((n_tok, n_distinct, prefill))
-        if s is None:
-            s = self.model.shared(n_tok, prefill, n_distinct)
-        return s
-
-    def iteration_time(self, ranks: Ranks, decoding: list[int], jump: int, floor: float, shared: float,
-                    now: float, horizon: float) -> tuple[float, int, tuple | None]:
-        """Seconds per iteration over ``jump`` identical iterations: the shared part plus the slowest rank (at
-        least ``floor``, the prefill part; the decoding ranks at their mean over the jump), shrinking the jump
-        so that it ends by ``horizon`` (the next arrival or front-end turn). Returns (step time, jump, the
-        slowest rank's state (batch, mean context, misses, has long requests))."""
+    def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,
+                       n_distinct: int, now: float, horizon: float) -> tuple[float, int, float, tuple | None]:
+        """Seconds per iteration over ``jump`` identical iterations: the shared part over the iteration's
+        ``n_tok`` tokens (``n_distinct`` distinct) plus the slowest rank (its prefill batch in ``admits``, or
+        its decode batch at its mean over the jump), shrinking the jump so that it ends by ``horizon`` (the next
+        arrival or front-end turn). Returns (step time, jump, shared part, the slowest decoding rank's state
+        (batch, mean context, misses, has long requests))."""
+        floor = self.prefill_part(admits, ranks.prefilled) if admits else 0.0
+        shared = self._shared.get((n_tok, n_distinct, bool(admits)))
+        if shared is None:
+            shared = self.model.shared(n_tok, bool(admits), n_distinct)
         running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
         acc_at, n_long, cache, model = ranks.acc_at, ranks.n_long, self._rank, self.model
         active = len(decoding)
@@ -78,5 +76,5 @@ class IterationCost:
                 part = top
             T = shared + part
             if jump == 1 or now + jump * T <= horizon + 1e-12:
-                return T, jump, best
+                return T, jump, shared, best
             jump = max(1, min(jump - 1, math.ceil((horizon - now) / T)))

@@ -39,16 +39,18 @@ class DistinctTokens:
             for r in ranks:
                 bits[r] <<= jump
 
-    def leave(self, r: int, i: int, joined: int, clock: int) -> None:
-        """Request ``i`` (joined at ``joined``) leaves rank ``r`` whose clock is now ``clock``."""
-        key = joined if self.single else (self.pid[i], joined)
-        g = self.groups[r]
-        g[key] -= 1
-        if not g[key]:
-            del g[key]
-            self.version += 1
-            if self.single:
-                self.age_bits[r] &= ~(1 << (clock - joined))
+    def leave(self, r: int, requests: list[int], joined: list[int], clock: int) -> None:
+        """The ``requests`` (joined at ``joined[i]``) leave rank ``r``, whose clock is now ``clock``."""
+        g, single, pid = self.groups[r], self.single, self.pid
+        for i in requests:
+            j = joined[i]
+            key = j if single else (pid[i], j)
+            g[key] -= 1
+            if not g[key]:
+                del g[key]
+                self.version += 1
+                if single:
+                    self.age_bits[r] &= ~(1 << (clock - j))
 
     def count(self, decoding: list[int], clock: list[int]) -> int:
         """Distinct decode tokens of the ranks in ``decoding`` at their clocks."""

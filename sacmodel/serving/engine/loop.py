@@ -97,7 +97,13 @@ class Engine:
                 fe.run(self.t, dispatch.push, self.client.deliver)
             if dispatch.pending:
                 dispatch.assign(self.t, self.ranks)
-            copy_t, copying = self._join_decode() if staging.count else (0.0, 0)
+            copy_t, copying = 0.0, 0
+            if staging.count:              # staged requests acknowledged now join decode (after their copies)
+                joined = staging.ready(self.it)
+                self.ranks.join(joined)
+                if staging.copies_prefix:
+                    copy_t = staging.copy_time(joined)
+                    copying = len(joined) if copy_t else 0
             hold_t = self._send_first_tokens(copy_t) if self.emit.unsent or self.hold_next else 0.0
             admits, decoding, n_tok, n_new = self.ranks.schedule(self.t)
             if memory.crash is not None:
@@ -109,21 +115,13 @@ class Engine:
                 self._wait(copy_t, hold_t)
         return self._result()
 
-    def _join_decode(self) -> tuple[float, int]:
-        """Staged requests acknowledged now join decode; returns the prefix copies' stall (s) and how many
-        ranks copy."""
-        joined = self.staging.ready(self.it)
-        self.ranks.join(joined)
-        copy_t = self.staging.copy_time(joined)
-        return copy_t, len(joined) if copy_t else 0
-
     def _send_first_tokens(self, copy_t: float) -> float:
         """The last batch's first tokens leave once this iteration is scheduled (after its copies); their cold
         backups start now and hold the GPU in the next iteration. Returns the hold of this iteration (s)."""
         hold_t, self.hold_next = self.hold_next, 0.0
         unsent = self.emit.unsent
         if unsent:
-            hold, k = self.staging.backups(unsent, self.ranks.rank_of)
+            hold, k = self.staging.backups(unsent, self.ranks.rank_of) if self.staging.hisparse else (0.0, 0)
             if k:
                 self.hold_next = hold
                 self.stats.cold_backup_s += hold
@@ -157,13 +155,12 @@ class Engine:
         jump = 1
         if decoding and not admits and not copy_t and not self.staging.count and not hold_t:
             jump = ranks.max_jump(decoding)
-        floor = cost.prefill_part(admits, ranks.prefilled) if admits else 0.0
         n_distinct = self.distinct.count(decoding, ranks.clock) + n_new if self.distinct.on else n_tok
-        shared = cost.shared_part(n_tok, n_distinct, bool(admits))
         dispatch = self.dispatch
         horizon = min(dispatch.pending[0][0] if dispatch.pending else math.inf, self.client.next_send(),
                       self.frontend.next_busy_turn())          # the next dispatch, send or front-end turn
-        T, jump, slowest = cost.iteration_time(ranks, decoding, jump, floor, shared, self.t, horizon)
+        T, jump, shared, slowest = cost.iteration_time(ranks, admits, decoding, jump, n_tok, n_distinct, self.t,
+                                                       horizon)
         self.t += copy_t + jump * T + hold_t
         self.it += jump
         self.stats.add_iteration(jump, T, shared, copy_t, bool(admits), len(decoding), slowest)

@@ -44,9 +44,12 @@ class DeviceMemory:
         self.used[r] += need
         return True
 
-    def free(self, r: int, i: int) -> None:
-        """Request ``i`` ended on rank ``r``."""
-        self.used[r] -= self.hold[i]
+    def free(self, r: int, requests) -> None:
+        """The ``requests`` ended on rank ``r``."""
+        hold, used = self.hold, self.used[r]
+        for i in requests:
+            used -= hold[i]
+        self.used[r] = used
 
     def note_peak(self) -> None:
         self.peak = max(self.peak, max(self.used))

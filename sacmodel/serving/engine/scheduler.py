@@ -57,7 +57,8 @@ class Ranks:
     def __init__(self, dp: int, cfg, table: RequestTable, memory: DeviceMemory, staging: Staging,
                  distinct: DistinctTokens, curves: MissCurves):
         self.dp, self.table, self.memory, self.staging = dp, table, memory, staging
-        self.distinct, self.curves = distinct, curves
+        self.distinct = distinct
+        self.curve = curves.per_request(table.shape)     # each request's miss curve over its life (None: none)
         self.page, self.chunk, self.max_run = cfg.page, cfg.prefill_chunk, cfg.max_running_requests
         self.todo, self.pid, self.staged = table.todo, table.pid, staging.staged
         n = table.n
@@ -131,7 +132,7 @@ class Ranks:
                 continue
             done.append(i)
             if out[i] <= 1:                               # its first token ends it
-                self.memory.free(r, i)
+                self.memory.free(r, (i,))
                 ended += 1
             else:
                 self.staging.stage(r, i, it)
@@ -140,12 +141,12 @@ class Ranks:
     # ---- decode --------------------------------------------------------------------------------------
     def join(self, joined: list[tuple[int, list[int]]]) -> None:
         """Staged requests join their rank's decode batch at its current clock (``joined``: (rank, requests))."""
-        tb, distinct, over_life = self.table, self.distinct, self.curves.over_life
+        tb, distinct, curve = self.table, self.distinct, self.curve
         life, L, long_, shape = tb.life, tb.L, tb.long, tb.shape
         joined_at, ends, clock, acc = self.joined, self.ends, self.clock, self.acc
         for r, ready in joined:
             j = clock[r]
-            shapes: dict[tuple[int, int], int] = {}     # requests of one shape add one curve
+            shapes: dict[tuple[int, int], list] = {}     # requests of one shape add one curve: [count, one]
             longest, sum_l, n_long = 0, 0, 0
             e = ends[r]
             for i in ready:
@@ -154,14 +155,17 @@ class Ranks:
                 sum_l += L[i]
                 n_long += long_[i]
                 sh = shape[i]
-                shapes[sh] = shapes.get(sh, 0) + 1
+                if sh in shapes:
+                    shapes[sh][0] += 1
+                else:
+                    shapes[sh] = [1, i]
                 if life[i] > longest:
                     longest = life[i]
             if distinct.on:
                 distinct.join(r, ready, j)
             a = acc[r] if j + longest + 1 <= len(acc[r]) else self._grow(r, j + longest + 1)
-            for sh, cnt in shapes.items():
-                cl = over_life(sh)
+            for sh, (cnt, one) in shapes.items():
+                cl = curve[one]
                 if cl is not None:
                     seg = a[j:j + sh[1] + 1]
                     seg += cl if cnt == 1 else cnt * cl
@@ -173,9 +177,8 @@ class Ranks:
 
     def _grow(self, r: int, size: int) -> np.ndarray:
         """Rank ``r``'s miss accumulator, grown to hold ``size`` clocks."""
-        old = self.acc[r]
-        a = self.acc[r] = np.zeros(max(size, 2 * len(old)))
-        a[:len(old)] = old
+        a = self.acc[r]
+        a = self.acc[r] = np.concatenate([a, np.zeros(max(size, 2 * len(a)) - len(a))])
         self.acc_at[r] = memoryview(a)
         return a
 
@@ -205,21 +208,21 @@ class Ranks:
 
     def _end(self, r: int, ck: int, ended: list) -> int:
         """Requests of rank ``r`` whose last step came before clock ``ck`` end; returns how many."""
-        tb, distinct, curves, memory, joined = self.table, self.distinct, self.curves, self.memory, self.joined
+        tb, curve, joined = self.table, self.curve, self.joined
         e, acc_at = self.ends[r], self.acc_at[r]
-        k = 0
+        gone = []
         while e and e[0][0] < ck:
             i = heapq.heappop(e)[1]
-            cl = curves.over_life(tb.shape[i])
+            cl = curve[i]
             if cl is not None:
                 acc_at[joined[i] + tb.life[i]] -= cl[-1]
             self.sum_l[r] -= tb.L[i]
             self.sum_join[r] -= joined[i]
             self.n_long[r] -= tb.long[i]
-            self.running[r] -= 1
-            if distinct.on:
-                distinct.leave(r, i, joined[i], ck)
             ended.append((i, True))
-            memory.free(r, i)
-            k += 1
-        return k
+            gone.append(i)
+        self.running[r] -= len(gone)
+        if self.distinct.on:
+            self.distinct.leave(r, gone, joined, ck)
+        self.memory.free(r, gone)
+        return len(gone)

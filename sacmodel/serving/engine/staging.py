@@ -67,9 +67,10 @@ class Staging:
         return out
 
     def copy_time(self, joined: list[tuple[int, list[int]]]) -> float:
-        """Seconds the prefix copies of the requests joining decode stall the iteration (0 unless the system
-        copies whole prefixes): the slowest rank's copies, back to back, at its share of the NICs."""
-        if not self.copies_prefix or not joined:
+        """Seconds the prefix copies of the requests joining decode stall the iteration (for a system that
+        copies whole prefixes, ``copies_prefix``): the slowest rank's copies, back to back, at its share of the
+        NICs."""
+        if not joined:
             return 0.0
         bws = fetch_bandwidth(self.cfg, tuple(r for r, _ in joined)) if self.cfg.system == "rdma" else {}
         L, t = self.table.L, 0.0
@@ -87,9 +88,7 @@ class Staging:
 
     def backups(self, first: list[int], rank_of: list[int]) -> tuple[float, int]:
         """Seconds the cold backups of the requests in ``first`` (their first tokens just computed) hold the
-        GPU in the next iteration, and how many ranks back up."""
-        if not self.hisparse:
-            return 0.0, 0
+        GPU in the next iteration, and how many ranks back up (HiSparse only)."""
         backing: dict[int, int] = {}
         L = self.table.L
         for i in first:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)        # slots: its counters are updated every iteration
 class Stats:
     """Counters of one run (times in s; device tokens per rank)."""
     iterations: int = 0

@@ -17,23 +17,19 @@ Times: TTFT = first token - arrival (queueing, transfers and the engine's reques
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from array import array
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 
 import numpy as np
 
 from ..data.records import DataError
-from ..data.traces import Trace, load_trace
 from ..hardware.cluster import (
     HOME,
     USABLE,
     ClusterSpec,
     InstanceSpec,
     TierSpec,
-    TransferEngine,
     kv_bytes_per_token,
     parse_capacity,
 )
@@ -46,13 +42,12 @@ from ..serving.replay import memory_concurrency
 from .load import InstanceLoad, estimate
 from .prefix_cache import RadixCache, check_block_tokens, page_keys
 from .routers import RouterError, make_router
-from .transfer import Flow, FlowSet, link_bytes, share_links
+from .network import Network
+from .transfer import FlowSet, link_bytes, share_links
+from .workload import load_workload
 
 KIND_ORDER = {"hbm": 0, "host": 1, "cxl": 2, "rdma": 3}
 DEFAULT_SLO = {"ttft": 2.0, "tbt": 0.1}    # s: the issue's example (SGLang PD deployments quote TTFT < 2 s)
-# RDMA handoff for clusters without a network section (version-1 scenarios): the testbed's two 100 Gb/s NICs
-# with the per-op cost and setup fitted to constants.md §3 (SGLang PD table, H20)
-DEFAULT_TE = TransferEngine(nics=2, nic_rate=12.5e9, op_cost=0.239e-6, setup=1.79e-3)
 
 
 @dataclass
@@ -116,44 +111,6 @@ def parse_slo(slo) -> dict:
             raise UnitError(f"slo {k}: must be positive")
     return out
 
-
-@dataclass
-class RunTrace(Trace):
-    """The measured round of a testbed run: released at once, at most ``concurrency`` in flight, its prompt
-    cached by the run's first round."""
-    concurrency: int = 1
-
-
-def load_workload(trace, limit: int | None = None) -> tuple[Trace, dict]:
-    """A trace from a Trace, a Mooncake JSONL / Azure CSV path, or a testbed run (.json: its measured round,
-    all requests released at once, the prompt cached by the run's first round)."""
-    if isinstance(trace, RunTrace):
-        return trace, {"warm": True, "concurrency": trace.concurrency}
-    if isinstance(trace, Trace):
-        return (trace if limit is None else trace.head(limit)), {}
-    p = Path(trace)
-    if p.suffix != ".json":
-        return load_trace(p, limit=limit), {}
-    if not p.exists():
-        raise DataError(f"{p}: no such trace file")
-    try:
-        d = json.loads(p.read_text())
-        cfg, reqs = d["config"], d["round2"]["per_request"]
-        rows = [(int(r["prompt_len"]), int(r["output_len"])) for r in reqs if r.get("success", True)]
-        conc = int(cfg["max_concurrency"])
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise DataError(f"{p}: not a testbed run file ({exc.__class__.__name__}: {exc})") from None
-    if limit is not None:
-        rows = rows[:limit]
-    if not rows:
-        raise DataError(f"{p}: no successful requests")
-    inp = np.array([r[0] for r in rows])
-    out = np.maximum(np.array([r[1] for r in rows]), 1)
-    nb = -(-inp // 512)
-    offsets = np.concatenate([[0], np.cumsum(nb)])
-    blocks = np.concatenate([np.arange(k) for k in nb])     # one shared prompt: the same blocks for all
-    tr = RunTrace(p.stem, np.zeros(len(rows)), inp, out, inp - 1.0, True, blocks, offsets, concurrency=conc)
-    return tr, {"warm": True, "concurrency": conc}
 
 
 # ---- the cluster as configured for one replay -----------------------------------------------------
@@ -261,106 +218,150 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
                                     or concurrency < 1):
         raise ConfigError(f"concurrency must be a positive integer, got {concurrency!r}")
-    slo_s = parse_slo(slo)
-    cl = cluster_of(scenario, instances)
-    insts = _instances(cl, instances)
-    n_inst = len(insts)
-    split = parse_pd(pd, n_inst)
-    if split is None and any(i.role != "both" for i in insts):
-        roles = [i.role for i in insts]
-        if "both" in roles:
-            raise ConfigError(f"{cl.name}: mixes co-located and disaggregated instances; give pd")
-        split = (roles.count("prefill"), roles.count("decode"))
-        insts = [i for i in insts if i.role == "prefill"] + [i for i in insts if i.role == "decode"]
-    router_obj_params = dict(router_params or {})
-    tr, meta = load_workload(trace, limit)
-    if cache == "trace" and not tr.has_prefix_info:
-        raise DataError(f"{tr.name}: the trace has no prefix information; choose cache='none' or 'all'")
-    host = cl.host
-    cfg = resolve(host, system, **resources)
-    dec_system = "dram" if (split and system in ("rdma", "rdma-topk")) else system
-    cfg_dec = resolve(host, dec_system, **resources) if split else cfg
-    bpt = kv_bytes_per_token(host)
-    max_ctx = cl.max_context or cfg.model.extra.get("max_context")
-    if max_ctx:
-        over = np.flatnonzero(tr.input_len > max_ctx)
-        if len(over):
-            i = int(over[0])
-            line = int(tr.lines[i]) if tr.lines is not None else i + 1
-            raise DataError(f"{tr.name}: line {line}: input_length {int(tr.input_len[i])} exceeds the model's "
-                            f"maximum context {int(max_ctx)}")
-    bt = check_block_tokens(block_tokens or tr.block_tokens, tr.block_tokens)
-    too_big = _largest_alone(cfg, tr) or (_largest_alone(cfg_dec, tr) if split else None)
-    if too_big:                      # as the single-instance replay: say so instead of running
-        return ClusterPrediction(system, cl.name, int(tr.input_len.mean()), int(tr.output_len.mean()), 0, len(tr),
-                                 False, f"{too_big} (largest request alone)", config={"trace": tr.name})
+    r = _Replay(scenario, system, trace, router=router, instances=instances, pd=pd, time_scale=time_scale,
+                concurrency=concurrency, cache=cache, slo=slo, router_params=router_params, limit=limit,
+                resources=resources)
+    if r.too_big:                    # as the single-instance replay: say so instead of running
+        tr = r.tr
+        return ClusterPrediction(system, r.cl.name, int(tr.input_len.mean()), int(tr.output_len.mean()), 0, len(tr),
+                                 False, f"{r.too_big} (largest request alone)", config={"trace": tr.name})
+    r.build_caches(cache_capacity, block_tokens, tiers)
+    r.prog = _progress(progress, len(r.tr), r.n_inst)
+    r.route()
+    r.load_transfers()
+    r.run_prefill()
+    r.handoffs()
+    r.run_decode()
+    if r.prog:
+        r.prog.stop()
+    return r.prediction()
 
-    # caches
-    pre = list(range(split[0])) if split else list(range(n_inst))
-    dec = list(range(split[0], n_inst)) if split else []
-    if tiers is not None:
-        tiers = [tiers] if isinstance(tiers, str) else list(tiers)
-        unknown = [t for t in tiers if t not in cl.tiers and t not in KIND_ORDER]
-        if unknown:
-            raise ConfigError(f"tiers: unknown tier {unknown[0]!r} (tiers: {', '.join(cl.tiers)}; kinds: "
-                              f"{', '.join(KIND_ORDER)})")
-    chains = {k: _chain(cl, insts[k], system, tiers) for k in range(n_inst)}
-    used = {t for k in pre for t in chains[k]}
-    caps = _capacities(cl, used, system, cache_capacity, bpt)
-    tier_names = sorted(used, key=lambda t: (KIND_ORDER[cl.tiers[t].kind], t))
-    tidx = {t: j for j, t in enumerate(tier_names)}
-    shared: dict[str, RadixCache] = {}
-    private: dict[int, tuple[RadixCache, list[str]]] = {}
-    for k in pre:
-        priv = [t for t in chains[k] if not cl.tiers[t].shared]
-        if priv:
-            private[k] = (RadixCache([_blocks(caps[t], bt) for t in priv], priv), priv)
-        for t in chains[k]:
-            ts: TierSpec = cl.tiers[t]
-            if ts.shared and t not in shared:
-                shared[t] = RadixCache([_blocks(caps[t] / ts.replicas, bt)], [t], watermark=ts.watermark,
-                                       evict_ratio=ts.evict_ratio)
-    home_rank = KIND_ORDER[HOME[system]]
 
-    # load estimates and routers
-    est = estimate(cfg, max_context=max_ctx or 131072)
-    est_dec = estimate(cfg_dec, max_context=max_ctx or 131072) if split else est
-    loads = [InstanceLoad(est_dec if k in dec else est, bt) for k in range(n_inst)]
-    try:
-        r_pre = make_router(router, block_tokens=bt, **router_obj_params)
-        r_dec = make_router("kv" if router == "kv" else "least_load", block_tokens=bt,
-                            **(router_obj_params if router == "kv" else {}))
-    except RouterError as exc:
-        raise ConfigError(str(exc)) from None
+class _Replay:
+    """One cluster replay, phase by phase: the cluster as configured (:meth:`__init__`, :meth:`build_caches`),
+    routing and cache lookups in arrival order (:meth:`route`), the loads of far cache hits before the engines
+    (:meth:`load_transfers`), the prefill (or co-located) instances' engine runs (:meth:`run_prefill`), the
+    write-through and prefill-to-decode handoff transfers (:meth:`handoffs`), the decode instances' runs
+    (:meth:`run_decode`) and the metrics (:meth:`prediction`)."""
 
-    n = len(tr)
-    order = np.argsort(tr.arrival, kind="stable")
-    arrival = tr.arrival / time_scale
-    inst_of = np.zeros(n, int)
-    dec_of = np.full(n, -1)
-    by_tier = np.zeros((len(tier_names), n))
-    new_tok = np.zeros(n)             # prompt tokens not found in any shared tier (written through)
-    load_bytes: list[tuple[int, str, float]] = []     # (request, tier, bytes) moved to the home tier first
-    releases: list = []               # heap of (est. end, seq, cache, path)
-    seq = 0
-    if meta.get("warm"):              # a testbed run: its first round cached the prompt everywhere
-        k0 = page_keys(tr.blocks[tr.offsets[0]:tr.offsets[1]], tr.input_len[0], tr.block_tokens, bt)
-        for c in [*shared.values(), *(c for c, _ in private.values())]:
-            c.touch(k0)
-    prog = _progress(progress, n, n_inst)
-    far = [KIND_ORDER[cl.tiers[t].kind] > home_rank for t in tier_names]
-    shared_of = {k: [(tidx[t], shared[t]) for t in chains[k] if t in shared] for k in pre}
-    ntier = len(tier_names)
-    offsets = tr.offsets if tr.offsets is not None else np.zeros(n + 1, np.int64)
-    for step_i, (i, now, n_in, n_out, o0, o1) in enumerate(_in_chunks(
-            order, arrival, tr.input_len, tr.output_len, offsets[:-1], offsets[1:])):
+    def __init__(self, scenario, system, trace, *, router, instances, pd, time_scale, concurrency, cache, slo,
+                 router_params, limit, resources):
+        self.system, self.router, self.time_scale, self.concurrency, self.cache = (system, router, time_scale,
+                                                                                  concurrency, cache)
+        self.slo_s = parse_slo(slo)
+        self.cl = cl = cluster_of(scenario, instances)
+        insts = _instances(cl, instances)
+        self.n_inst = len(insts)
+        split = parse_pd(pd, self.n_inst)
+        if split is None and any(i.role != "both" for i in insts):
+            roles = [i.role for i in insts]
+            if "both" in roles:
+                raise ConfigError(f"{cl.name}: mixes co-located and disaggregated instances; give pd")
+            split = (roles.count("prefill"), roles.count("decode"))
+            insts = [i for i in insts if i.role == "prefill"] + [i for i in insts if i.role == "decode"]
+        self.insts, self.split = insts, split
+        self.router_params = dict(router_params or {})
+        tr, self.meta = load_workload(trace, limit)
+        self.tr = tr
+        if cache == "trace" and not tr.has_prefix_info:
+            raise DataError(f"{tr.name}: the trace has no prefix information; choose cache='none' or 'all'")
+        self.cfg = resolve(cl.host, system, **resources)
+        dec_system = "dram" if (split and system in ("rdma", "rdma-topk")) else system
+        self.cfg_dec = resolve(cl.host, dec_system, **resources) if split else self.cfg
+        self.bpt = kv_bytes_per_token(cl.host)
+        self.max_ctx = cl.max_context or self.cfg.model.extra.get("max_context")
+        if self.max_ctx:
+            over = np.flatnonzero(tr.input_len > self.max_ctx)
+            if len(over):
+                i = int(over[0])
+                line = int(tr.lines[i]) if tr.lines is not None else i + 1
+                raise DataError(f"{tr.name}: line {line}: input_length {int(tr.input_len[i])} exceeds the model's "
+                                f"maximum context {int(self.max_ctx)}")
+        self.too_big = _largest_alone(self.cfg, tr) or (_largest_alone(self.cfg_dec, tr) if split else None)
+        self.pre = list(range(split[0])) if split else list(range(self.n_inst))
+        self.dec = list(range(split[0], self.n_inst)) if split else []
+        self.prog = None
+
+    def build_caches(self, cache_capacity, block_tokens, tiers) -> None:
+        """The prefix caches the prefill instances reach (private tiers per instance, shared tiers once), the
+        routers and the routers' load estimates."""
+        cl, system, tr = self.cl, self.system, self.tr
+        self.bt = bt = check_block_tokens(block_tokens or tr.block_tokens, tr.block_tokens)
+        if tiers is not None:
+            tiers = [tiers] if isinstance(tiers, str) else list(tiers)
+            unknown = [t for t in tiers if t not in cl.tiers and t not in KIND_ORDER]
+            if unknown:
+                raise ConfigError(f"tiers: unknown tier {unknown[0]!r} (tiers: {', '.join(cl.tiers)}; kinds: "
+                                  f"{', '.join(KIND_ORDER)})")
+        self.chains = {k: _chain(cl, self.insts[k], system, tiers) for k in range(self.n_inst)}
+        used = {t for k in self.pre for t in self.chains[k]}
+        self.caps = caps = _capacities(cl, used, system, cache_capacity, self.bpt)
+        self.tier_names = sorted(used, key=lambda t: (KIND_ORDER[cl.tiers[t].kind], t))
+        self.tidx = {t: j for j, t in enumerate(self.tier_names)}
+        self.shared: dict[str, RadixCache] = {}
+        self.private: dict[int, tuple[RadixCache, list[str]]] = {}
+        for k in self.pre:
+            priv = [t for t in self.chains[k] if not cl.tiers[t].shared]
+            if priv:
+                self.private[k] = (RadixCache([_blocks(caps[t], bt) for t in priv], priv), priv)
+            for t in self.chains[k]:
+                ts: TierSpec = cl.tiers[t]
+                if ts.shared and t not in self.shared:
+                    self.shared[t] = RadixCache([_blocks(caps[t] / ts.replicas, bt)], [t], watermark=ts.watermark,
+                                                evict_ratio=ts.evict_ratio)
+        est = estimate(self.cfg, max_context=self.max_ctx or 131072)
+        est_dec = estimate(self.cfg_dec, max_context=self.max_ctx or 131072) if self.split else est
+        self.loads = [InstanceLoad(est_dec if k in self.dec else est, bt) for k in range(self.n_inst)]
+        try:
+            self.r_pre = make_router(self.router, block_tokens=bt, **self.router_params)
+            self.r_dec = make_router("kv" if self.router == "kv" else "least_load", block_tokens=bt,
+                                     **(self.router_params if self.router == "kv" else {}))
+        except RouterError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def route(self) -> None:
+        """One pass in arrival order: route each request, look its prefix up in the caches its instance
+        reaches, pin the blocks it uses until its estimated end, insert its blocks; note the far hits to load
+        and the prompt tokens to write through to the shared tiers."""
+        tr, n, ntier = self.tr, len(self.tr), len(self.tier_names)
+        self.order = order = np.argsort(tr.arrival, kind="stable")
+        self.arrival = arrival = tr.arrival / self.time_scale
+        self.inst_of = np.zeros(n, int)
+        self.dec_of = np.full(n, -1)
+        self.by_tier = np.zeros((ntier, n))
+        self.new_tok = np.zeros(n)             # prompt tokens not found in any shared tier (written through)
+        self.load_bytes: list[tuple[int, str, float]] = []     # (request, tier, bytes) moved to the home tier first
+        self.releases: list = []               # heap of (est. end, seq, cache, path)
+        self.seq = 0
+        if self.meta.get("warm"):              # a testbed run: its first round cached the prompt everywhere
+            k0 = page_keys(tr.blocks[tr.offsets[0]:tr.offsets[1]], tr.input_len[0], tr.block_tokens, self.bt)
+            for c in [*self.shared.values(), *(c for c, _ in self.private.values())]:
+                c.touch(k0)
+        home_rank = KIND_ORDER[HOME[self.system]]
+        self.far = [KIND_ORDER[self.cl.tiers[t].kind] > home_rank for t in self.tier_names]
+        self.shared_of = {k: [(self.tidx[t], self.shared[t]) for t in self.chains[k] if t in self.shared]
+                          for k in self.pre}
+        offsets = tr.offsets if tr.offsets is not None else np.zeros(n + 1, np.int64)
+        prog = self.prog
+        for step_i, row in enumerate(_in_chunks(order, arrival, tr.input_len, tr.output_len, offsets[:-1],
+                                                offsets[1:])):
+            self._route_one(*row)
+            if prog and step_i % 256 == 0:
+                prog.update(prog.task_ids[0], completed=step_i)
+        if prog:
+            prog.update(prog.task_ids[0], completed=n)
+
+    def _route_one(self, i: int, now: float, n_in: int, n_out: int, o0: int, o1: int) -> None:
+        """Route request ``i`` (arriving at ``now``), find its cached prefix, pin and insert its blocks."""
+        releases, loads, tr, bt = self.releases, self.loads, self.tr, self.bt
         while releases and releases[0][0] <= now:
             _, _, c, path = heapq.heappop(releases)
             c.release(path)
         for ld in loads:
             ld.advance(now)
-        keys = (page_keys(tr.blocks[o0:o1], n_in, tr.block_tokens, bt) if cache == "trace" else [])
+        keys = (page_keys(tr.blocks[o0:o1], n_in, tr.block_tokens, bt) if self.cache == "trace" else [])
         sh_match: dict = {}               # shared-tier matches, the same for every instance: once per request
+        private, shared_of = self.private, self.shared_of
 
         def overlap(k, keys=keys, sh_match=sh_match):
             m = private[k][0].match_len(keys) if k in private else 0
@@ -369,204 +370,215 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
                     sh_match[j] = c.match_len(keys)
                 m = max(m, sh_match[j])
             return m
-        k = r_pre.choose(pre, loads, overlap, n_in, keys) if len(pre) > 1 else pre[0]
-        inst_of[i] = k
+        pre, split, ntier, tidx = self.pre, self.split, len(self.tier_names), self.tidx
+        k = self.r_pre.choose(pre, loads, overlap, n_in, keys) if len(pre) > 1 else pre[0]
+        self.inst_of[i] = k
         cached = [0.0] * ntier
-        if cache == "all":
-            cached[tidx[next(t for t in chains[k] if cl.tiers[t].kind == HOME[system])]] = n_in - 1.0
-        elif cache == "trace":
+        pinned = []
+        if self.cache == "all":
+            cached[tidx[next(t for t in self.chains[k] if self.cl.tiers[t].kind == HOME[self.system])]] = n_in - 1.0
+        elif self.cache == "trace":
             pc, priv = private.get(k, (None, []))
             ppath = pc.match(keys) if pc is not None else []
             ptiers = [tidx[priv[pc.tier[x]]] for x in ppath]
             sh = [(j, sh_match[j] if j in sh_match else c.match_len(keys)) for j, c in shared_of[k]]
             cached = _split(ptiers, sh, n_in, bt, ntier)
-            pinned = []
             if pc is not None:
                 pinned.append((pc, pc.admit(keys, ppath)))
             for (j, m), (_, c) in zip(sh, shared_of[k]):
-                new_tok[i] = max(new_tok[i], n_in - m * bt)
+                self.new_tok[i] = max(self.new_tok[i], n_in - m * bt)
                 pinned.append((c, c.admit(keys)))
-        by_tier[:, i] = cached
+        self.by_tier[:, i] = cached
         hit = float(sum(cached))
         for j in range(ntier):
-            if cached[j] > 0 and far[j]:
-                load_bytes.append((i, tier_names[j], cached[j] * bpt))
+            if cached[j] > 0 and self.far[j]:
+                self.load_bytes.append((i, self.tier_names[j], cached[j] * self.bpt))
         first, end = loads[k].add(now, n_in - hit, hit, n_out, i, prefill_only=bool(split))
         if split and n_out > 1:
-            d = r_dec.choose(dec, loads, lambda _: 0, n_in, keys) if len(dec) > 1 else dec[0]
-            dec_of[i] = d
+            d = self.r_dec.choose(self.dec, loads, lambda _: 0, n_in, keys) if len(self.dec) > 1 else self.dec[0]
+            self.dec_of[i] = d
             _, end = loads[d].add(first, 0.0, n_in, n_out - 1, i, decode_only=True)
-        if cache == "trace":
-            for c, path in pinned:
-                seq += 1
-                heapq.heappush(releases, (end, seq, c, path))
-        if prog and step_i % 256 == 0:
-            prog.update(prog.task_ids[0], completed=step_i)
-    if prog:
-        prog.update(prog.task_ids[0], completed=n)
+        for c, path in pinned:
+            self.seq += 1
+            heapq.heappush(releases, (end, self.seq, c, path))
 
-    # transfers before the engines (hits to move to the home tier)
-    net = _Network(cl, insts, system, host)
-    early = FlowSet(net.load_flow(float(arrival[i]), insts[inst_of[i]].host, cl.tiers[t].kind, b)
-                    for i, t, b in load_bytes)
-    load_s = np.zeros(n)
-    if len(early):
-        fin = share_links(early, net.capacity)
-        for j, (i, _, _) in enumerate(load_bytes):
-            load_s[i] = max(load_s[i], fin[j] - early.start[j])
-    cached_total = by_tier.sum(axis=0)
+    def load_transfers(self) -> None:
+        """Hits in a tier farther than where the system reads in place move to the home tier before the
+        request is served; the moves share NICs and links max-min fairly over time."""
+        n = len(self.tr)
+        self.net = net = Network(self.cl, self.insts, self.system, self.cl.host)
+        self.early = early = FlowSet(net.load_flow(float(self.arrival[i]), self.insts[self.inst_of[i]].host,
+                                                   self.cl.tiers[t].kind, b) for i, t, b in self.load_bytes)
+        self.load_s = load_s = np.zeros(n)
+        if len(early):
+            fin = share_links(early, net.capacity)
+            for j, (i, _, _) in enumerate(self.load_bytes):
+                load_s[i] = max(load_s[i], fin[j] - early.start[j])
+        self.cached_total = self.by_tier.sum(axis=0)
 
-    # engines
-    kw: dict = {}
-    first_s, done_s = np.full(n, math.nan), np.full(n, math.nan)
-    release_s = np.full(n, math.nan)
-    conc_used: dict = {}
-    failed: list[str] = []
-    mean_in, mean_out = int(tr.input_len.mean()), int(tr.output_len.mean())
-
-    models: dict = {}
-
-    def run(k, idx, arr, ctx, out, hit, c):
-        if not len(idx):
+    def _run(self, k, arr, ctx, out, hit, c):
+        """The single-instance engine of instance ``k`` on its requests; their per-request times."""
+        if not len(arr):
             return None
-        if concurrency:
-            conc = concurrency
-        elif meta.get("concurrency"):        # a testbed run's closed-loop cap, split over the instances
-            conc = -(-meta["concurrency"] // len(pre))
-        else:                                # what the instance's memory holds at the trace's mean lengths
-            conc = memory_concurrency(c, mean_in, mean_out)
-        conc_used[insts[k].id] = conc
+        if self.concurrency:
+            conc = self.concurrency
+        elif self.meta.get("concurrency"):        # a testbed run's closed-loop cap, split over the instances
+            conc = -(-self.meta["concurrency"] // len(self.pre))
+        else:                                     # what the instance's memory holds at the trace's mean lengths
+            conc = memory_concurrency(c, int(self.tr.input_len.mean()), int(self.tr.output_len.mean()))
+        self.conc_used[self.insts[k].id] = conc
         # one model per configuration, shared by its instances; miss curves on the 64-token page grid
-        if id(c) not in models:
-            models[id(c)] = (c, Model(c, context_grid=TRACE_CONTEXT_GRID))
-        p = simulate(c, Requests(arr, ctx, out, hit), conc, model=models[id(c)][1], **kw)
+        if id(c) not in self.models:
+            self.models[id(c)] = (c, Model(c, context_grid=TRACE_CONTEXT_GRID))
+        p = simulate(c, Requests(arr, ctx, out, hit), conc, model=self.models[id(c)][1])
         if not p.feasible:                  # the instance overflowed: say so, keep what completed
-            failed.append(f"{insts[k].id}: {p.limit} ({100 * p.success_fraction:.0f}% of its requests completed)")
-        if prog:
-            prog.advance(prog.task_ids[1])
+            self.failed.append(f"{self.insts[k].id}: {p.limit} ({100 * p.success_fraction:.0f}% of its requests "
+                               "completed)")
+        if self.prog:
+            self.prog.advance(self.prog.task_ids[1])
         return p.per_request
 
-    for k in pre:
-        idx = np.flatnonzero(inst_of == k)
-        idx = idx[np.argsort(arrival[idx] + load_s[idx], kind="stable")]
-        out_k = np.ones(len(idx), int) if split else tr.output_len[idx]    # prefill instances: first token only
-        pr = run(k, idx, arrival[idx] + load_s[idx], tr.input_len[idx], out_k,
-                 np.minimum(cached_total[idx], tr.input_len[idx] - 1.0), cfg)
-        if pr is None:
-            continue
-        first_s[idx] = pr["first_s"]
-        release_s[idx] = pr["release_s"]
-        done_s[idx] = pr["done_s"]
+    def run_prefill(self) -> None:
+        """Each prefill (or co-located) instance runs its requests, in the order they reach it."""
+        n, tr, arrival, load_s, split = len(self.tr), self.tr, self.arrival, self.load_s, self.split
+        self.first_s, self.done_s = np.full(n, math.nan), np.full(n, math.nan)
+        self.release_s = np.full(n, math.nan)
+        self.conc_used: dict = {}
+        self.failed: list[str] = []
+        self.models: dict = {}
+        for k in self.pre:
+            idx = np.flatnonzero(self.inst_of == k)
+            idx = idx[np.argsort(arrival[idx] + load_s[idx], kind="stable")]
+            out_k = np.ones(len(idx), int) if split else tr.output_len[idx]    # prefill instances: first token
+            pr = self._run(k, arrival[idx] + load_s[idx], tr.input_len[idx], out_k,
+                           np.minimum(self.cached_total[idx], tr.input_len[idx] - 1.0), self.cfg)
+            if pr is None:
+                continue
+            self.first_s[idx] = pr["first_s"]
+            self.release_s[idx] = pr["release_s"]
+            self.done_s[idx] = pr["done_s"]
 
-    # write-through of new blocks to the shared tiers, and the prefill -> decode handoff; the transfers
-    # before the engines run again beside them (they share the same NICs and links)
-    flows = FlowSet()
-    handoff_of = array("q")           # flow -> request whose handoff it is (-1: none)
-    via_cxl = split and HOME[system] == "cxl"
-    for i in np.flatnonzero((new_tok > 0) & np.isfinite(first_s)).tolist():
-        h = insts[inst_of[i]].host
-        for t in chains[inst_of[i]]:
-            if t in shared:
-                f = net.write_flow(first_s[i], h, cl.tiers[t], new_tok[i] * bpt)
+    def handoffs(self) -> None:
+        """Write-through of new blocks to the shared tiers, and the prefill-to-decode handoff; the loads before
+        the engines run again beside them (they share the same NICs and links)."""
+        cl, insts, net, first_s, dec_of = self.cl, self.insts, self.net, self.first_s, self.dec_of
+        self.flows = flows = FlowSet()
+        handoff_of = array("q")           # flow -> request whose handoff it is (-1: none)
+        self.via_cxl = via_cxl = self.split and HOME[self.system] == "cxl"
+        for i in np.flatnonzero((self.new_tok > 0) & np.isfinite(first_s)).tolist():
+            h = insts[self.inst_of[i]].host
+            for t in self.chains[self.inst_of[i]]:
+                if t in self.shared:
+                    f = net.write_flow(first_s[i], h, cl.tiers[t], self.new_tok[i] * self.bpt)
+                    flows.add(f.start, f.nbytes, f.latency, f.resources)
+                    # with a CXL handoff, the write of the prompt's KV to the pool is the handoff
+                    handoff_of.append(i if via_cxl and cl.tiers[t].kind == "cxl" and dec_of[i] >= 0 else -1)
+        early = self.early
+        for j in range(len(early)):
+            flows.add(early.start[j], early.nbytes[j], early.latency[j], early.sets[early.res[j]])
+            handoff_of.append(-1)
+        self.handoff_s = handoff_s = np.zeros(len(self.tr))
+        if self.split and not via_cxl:
+            for i in np.flatnonzero((dec_of >= 0) & np.isfinite(first_s)).tolist():
+                f = net.handoff_flow(first_s[i], insts[self.inst_of[i]].host, insts[dec_of[i]].host,
+                                     self.tr.input_len[i] * self.bpt)
                 flows.add(f.start, f.nbytes, f.latency, f.resources)
-                # with a CXL handoff, the write of the prompt's KV to the pool is the handoff
-                handoff_of.append(i if via_cxl and cl.tiers[t].kind == "cxl" and dec_of[i] >= 0 else -1)
-    for j in range(len(early)):
-        flows.add(early.start[j], early.nbytes[j], early.latency[j], early.sets[early.res[j]])
-        handoff_of.append(-1)
-    handoff_s = np.zeros(n)
-    if split and not via_cxl:
-        for i in np.flatnonzero((dec_of >= 0) & np.isfinite(first_s)).tolist():
-            f = net.handoff_flow(first_s[i], insts[inst_of[i]].host, insts[dec_of[i]].host, tr.input_len[i] * bpt)
-            flows.add(f.start, f.nbytes, f.latency, f.resources)
-            handoff_of.append(i)
-    if len(flows):
-        fin = share_links(flows, net.capacity)
-        hand = np.frombuffer(handoff_of, np.int64)
-        sel = np.flatnonzero(hand >= 0)
-        np.maximum.at(handoff_s, hand[sel], fin[sel] - np.frombuffer(flows.start, float)[sel])
+                handoff_of.append(i)
+        if len(flows):
+            fin = share_links(flows, net.capacity)
+            hand = np.frombuffer(handoff_of, np.int64)
+            sel = np.flatnonzero(hand >= 0)
+            np.maximum.at(handoff_s, hand[sel], fin[sel] - np.frombuffer(flows.start, float)[sel])
 
-    dec_first = np.full(n, math.nan)
-    if split:
-        for k in dec:
-            idx = np.flatnonzero((dec_of == k) & np.isfinite(first_s))
+    def run_decode(self) -> None:
+        """Each decode instance runs the rest of its requests, whole prompt cached, from their handoff."""
+        tr, first_s, handoff_s = self.tr, self.first_s, self.handoff_s
+        self.dec_first = np.full(len(tr), math.nan)
+        for k in self.dec:
+            idx = np.flatnonzero((self.dec_of == k) & np.isfinite(first_s))
             arr = first_s[idx] + handoff_s[idx]
             idx = idx[np.argsort(arr, kind="stable")]
             arr = first_s[idx] + handoff_s[idx]
-            pr = run(k, idx, arr, tr.input_len[idx], tr.output_len[idx] - 1, tr.input_len[idx].astype(float),
-                     cfg_dec)
+            pr = self._run(k, arr, tr.input_len[idx], tr.output_len[idx] - 1, tr.input_len[idx].astype(float),
+                           self.cfg_dec)
             if pr is None:
                 continue
-            done_s[idx] = pr["done_s"]
-            dec_first[idx] = pr["first_s"]
-    if prog:
-        prog.stop()
+            self.done_s[idx] = pr["done_s"]
+            self.dec_first[idx] = pr["first_s"]
 
-    # results
-    # a testbed run is closed loop: its client sends a request when a slot frees, and times it from there
-    start = np.where(np.isfinite(release_s), release_s, arrival) if meta.get("concurrency") else arrival
-    ttft = (first_s - start) * 1e3
-    e2e = (done_s - start) * 1e3
-    out = tr.output_len
-    tbt = np.where(out > 1, (done_s - first_s) / np.maximum(out - 1, 1) * 1e3, math.nan)
-    queue = release_s - arrival - load_s
-    completed = np.isfinite(done_s)
-    ok = completed.copy()
-    if "ttft" in slo_s:
-        ok &= ttft <= slo_s["ttft"] * 1e3
-    if "tbt" in slo_s:
-        ok &= ~(tbt > slo_s["tbt"] * 1e3)
-    if "e2e" in slo_s:
-        ok &= e2e <= slo_s["e2e"] * 1e3
-    per = {"arrival": arrival, "instance": inst_of, "decode_instance": dec_of,
-           "input_tokens": tr.input_len, "output_tokens": out, "cached_tokens": cached_total,
-           **{f"cached_{t}": by_tier[j] for j, t in enumerate(tier_names)},
-           "load_s": load_s, "handoff_s": handoff_s, "queue_s": queue,
-           "ttft_ms": ttft, "tbt_ms": tbt, "e2e_ms": e2e, "completed": completed, "slo_met": ok}
-    t0 = float(arrival.min())
-    duration = float(np.nanmax(done_s) - t0) if completed.any() else math.nan
-    prompt = float(tr.input_len.sum())
-    bytes_links = link_bytes(flows)
-    summary = {
-        "requests": n, "instances": n_inst, "system": system, "router": router,
-        "pd": f"{split[0]}:{split[1]}" if split else None, "handoff": ("cxl" if via_cxl else "rdma") if split else None,
-        "time_scale": time_scale, "duration_s": duration,
-        **{f"ttft_{k}_ms": v for k, v in _percentiles(ttft).items()},
-        **{f"tbt_{k}_ms": v for k, v in _percentiles(tbt).items()},
-        # the mean pools every inter-token gap, as the single-instance prediction and the benchmark do
-        "tbt_mean_ms": _pooled_tbt(first_s, done_s, out, completed),
-        **{f"e2e_{k}_ms": v for k, v in _percentiles(e2e).items()},
-        **{f"queue_{k}_s": v for k, v in _percentiles(queue).items()},
-        "slo": {k: v for k, v in slo_s.items()}, "slo_attainment": float(ok.mean()),
-        "goodput_req_s": float(ok.sum() / duration) if duration else math.nan,
-        "throughput_req_s": float(completed.sum() / duration) if duration else math.nan,
-        "output_throughput_tok_s": float(out[completed].sum() / duration) if duration else math.nan,
-        "hit_rate": {t: float(by_tier[j].sum() / prompt) for j, t in enumerate(tier_names)},
-        "hit_rate_total": float(cached_total.sum() / prompt),
-        "bytes_by_link": {k: float(v) for k, v in sorted(bytes_links.items())},
-        "cache_capacity_tokens": {t: caps[t] for t in tier_names},
-        "requests_by_instance": {insts[k].id: int((inst_of == k).sum()) for k in pre},
-        "concurrency_by_instance": conc_used,
-        "failed_instances": failed,
-        "evicted_blocks": {t: int(c.evicted[0]) for t, c in shared.items()} | {
-            f"{insts[k].id}.{name}": int(c.evicted[j]) for k, (c, names) in private.items()
-            for j, name in enumerate(names)},
-    }
-    pred = ClusterPrediction(system, cl.name, int(tr.input_len.mean()), int(out.mean()),
-                             max(conc_used.values(), default=0), n, not failed,
-                             "; ".join(failed) if failed else None,
-                             config={"trace": tr.name, "time_scale": time_scale, "cache": cache, "router": router,
-                                     "instances": n_inst, "pd": summary["pd"], "cache_capacity": caps,
-                                     "block_tokens": bt, "handoff": summary["handoff"]},
-                             per_request=per, summary=summary)
-    pred.ttft_mean_ms, pred.ttft_p50_ms, pred.ttft_p99_ms = (summary["ttft_mean_ms"], summary["ttft_p50_ms"],
-                                                             summary["ttft_p99_ms"])
-    pred.tbt_mean_ms, pred.tbt_p99_ms = summary["tbt_mean_ms"], summary["tbt_p99_ms"]
-    pred.e2e_mean_ms = summary["e2e_mean_ms"]
-    pred.output_throughput_tok_s = summary["output_throughput_tok_s"]
-    pred.request_throughput_req_s = summary["throughput_req_s"]
-    pred.duration_s = duration
-    return pred
+    def prediction(self) -> ClusterPrediction:
+        """Per-request times and the summary (a testbed run is closed loop: its client sends a request when a
+        slot frees, and times it from there)."""
+        tr, arrival, first_s, done_s, release_s = self.tr, self.arrival, self.first_s, self.done_s, self.release_s
+        start = np.where(np.isfinite(release_s), release_s, arrival) if self.meta.get("concurrency") else arrival
+        ttft = (first_s - start) * 1e3
+        e2e = (done_s - start) * 1e3
+        out = tr.output_len
+        tbt = np.where(out > 1, (done_s - first_s) / np.maximum(out - 1, 1) * 1e3, math.nan)
+        queue = release_s - arrival - self.load_s
+        completed = np.isfinite(done_s)
+        ok = completed.copy()
+        if "ttft" in self.slo_s:
+            ok &= ttft <= self.slo_s["ttft"] * 1e3
+        if "tbt" in self.slo_s:
+            ok &= ~(tbt > self.slo_s["tbt"] * 1e3)
+        if "e2e" in self.slo_s:
+            ok &= e2e <= self.slo_s["e2e"] * 1e3
+        per = {"arrival": arrival, "instance": self.inst_of, "decode_instance": self.dec_of,
+               "input_tokens": tr.input_len, "output_tokens": out, "cached_tokens": self.cached_total,
+               **{f"cached_{t}": self.by_tier[j] for j, t in enumerate(self.tier_names)},
+               "load_s": self.load_s, "handoff_s": self.handoff_s, "queue_s": queue,
+               "ttft_ms": ttft, "tbt_ms": tbt, "e2e_ms": e2e, "completed": completed, "slo_met": ok}
+        t0 = float(arrival.min())
+        duration = float(np.nanmax(done_s) - t0) if completed.any() else math.nan
+        summary = self._summary(ttft, tbt, e2e, queue, completed, ok, duration)
+        failed = self.failed
+        pred = ClusterPrediction(self.system, self.cl.name, int(tr.input_len.mean()), int(out.mean()),
+                                 max(self.conc_used.values(), default=0), len(tr), not failed,
+                                 "; ".join(failed) if failed else None,
+                                 config={"trace": tr.name, "time_scale": self.time_scale, "cache": self.cache,
+                                         "router": self.router, "instances": self.n_inst, "pd": summary["pd"],
+                                         "cache_capacity": self.caps, "block_tokens": self.bt,
+                                         "handoff": summary["handoff"]},
+                                 per_request=per, summary=summary)
+        pred.ttft_mean_ms, pred.ttft_p50_ms, pred.ttft_p99_ms = (summary["ttft_mean_ms"], summary["ttft_p50_ms"],
+                                                                 summary["ttft_p99_ms"])
+        pred.tbt_mean_ms, pred.tbt_p99_ms = summary["tbt_mean_ms"], summary["tbt_p99_ms"]
+        pred.e2e_mean_ms = summary["e2e_mean_ms"]
+        pred.output_throughput_tok_s = summary["output_throughput_tok_s"]
+        pred.request_throughput_req_s = summary["throughput_req_s"]
+        pred.duration_s = duration
+        return pred
+
+    def _summary(self, ttft, tbt, e2e, queue, completed, ok, duration) -> dict:
+        tr, split, out = self.tr, self.split, self.tr.output_len
+        prompt = float(tr.input_len.sum())
+        return {
+            "requests": len(tr), "instances": self.n_inst, "system": self.system, "router": self.router,
+            "pd": f"{split[0]}:{split[1]}" if split else None,
+            "handoff": ("cxl" if self.via_cxl else "rdma") if split else None,
+            "time_scale": self.time_scale, "duration_s": duration,
+            **{f"ttft_{k}_ms": v for k, v in _percentiles(ttft).items()},
+            **{f"tbt_{k}_ms": v for k, v in _percentiles(tbt).items()},
+            # the mean pools every inter-token gap, as the single-instance prediction and the benchmark do
+            "tbt_mean_ms": _pooled_tbt(self.first_s, self.done_s, out, completed),
+            **{f"e2e_{k}_ms": v for k, v in _percentiles(e2e).items()},
+            **{f"queue_{k}_s": v for k, v in _percentiles(queue).items()},
+            "slo": dict(self.slo_s), "slo_attainment": float(ok.mean()),
+            "goodput_req_s": float(ok.sum() / duration) if duration else math.nan,
+            "throughput_req_s": float(completed.sum() / duration) if duration else math.nan,
+            "output_throughput_tok_s": float(out[completed].sum() / duration) if duration else math.nan,
+            "hit_rate": {t: float(self.by_tier[j].sum() / prompt) for j, t in enumerate(self.tier_names)},
+            "hit_rate_total": float(self.cached_total.sum() / prompt),
+            "bytes_by_link": {k: float(v) for k, v in sorted(link_bytes(self.flows).items())},
+            "cache_capacity_tokens": {t: self.caps[t] for t in self.tier_names},
+            "requests_by_instance": {self.insts[k].id: int((self.inst_of == k).sum()) for k in self.pre},
+            "concurrency_by_instance": self.conc_used,
+            "failed_instances": self.failed,
+            "evicted_blocks": {t: int(c.evicted[0]) for t, c in self.shared.items()} | {
+                f"{self.insts[k].id}.{name}": int(c.evicted[j]) for k, (c, names) in self.private.items()
+                for j, name in enumerate(names)},
+        }
 
 
 def _pooled_tbt(first_s, done_s, out, completed) -> float:
@@ -589,57 +601,6 @@ def _largest_alone(cfg, tr) -> str | None:
                      prompts="distinct")
     return None if c["feasible"] else c["limit"]
 
-
-class _Network:
-    """Shared resources (B/s) of the cluster's transfers and the flows that use them."""
-
-    def __init__(self, cl: ClusterSpec, insts, system, host_topo):
-        self.cl = cl
-        self.te = cl.rdma or DEFAULT_TE
-        self.capacity: dict = {}
-        for h in {i.host for i in insts}:
-            self.capacity[f"{h}.rdma_out"] = self.capacity[f"{h}.rdma_in"] = self.te.rate
-            gpus = host_topo.gpus
-            self.capacity[f"{h}.pcie"] = sum(host_topo.bottleneck(host_topo.route(
-                host_topo.pool_for(r, "dram"), g)) for r, g in enumerate(gpus)) if host_topo.pools.get("dram") \
-                else math.inf
-        for t in cl.tiers.values():
-            p = t.params
-            if t.kind == "cxl":
-                for h in {i.host for i in insts}:
-                    self.capacity[f"{h}.cxl_write"] = p.get("host_write_bandwidth", math.inf)
-                    self.capacity[f"{h}.cxl_read"] = p.get("host_read_bandwidth", math.inf)
-                self.capacity[f"{t.name}.devices"] = p.get("devices", 1) * p.get("device_bandwidth", math.inf)
-            if t.kind == "rdma":
-                ste = p.get("rdma", self.te)
-                self.capacity[f"{t.name}.rdma_out"] = self.capacity[f"{t.name}.rdma_in"] = ste.rate
-        # resources of unbounded capacity do not limit a flow
-        self.capacity = {k: v for k, v in self.capacity.items() if math.isfinite(v)}
-
-    def _res(self, names):
-        return tuple(r for r in names if r in self.capacity)
-
-    def load_flow(self, start, h, kind, nbytes) -> Flow:
-        """Move a cached prefix from a farther tier to the instance's home tier before it is served."""
-        if kind == "rdma":
-            store = next(t.name for t in self.cl.tiers.values() if t.kind == "rdma")
-            return Flow(start, nbytes, self.te.setup, self._res((f"{store}.rdma_out", f"{h}.rdma_in")))
-        if kind == "cxl":
-            pool = next(t.name for t in self.cl.tiers.values() if t.kind == "cxl")
-            return Flow(start, nbytes, 0.0, self._res((f"{pool}.devices", f"{h}.cxl_read")))
-        return Flow(start, nbytes, 0.0, self._res((f"{h}.pcie",)))
-
-    def write_flow(self, start, h, tier: TierSpec, nbytes) -> Flow:
-        """Write new KV once to a shared tier (every replica for a store)."""
-        if tier.kind == "cxl":
-            return Flow(start, nbytes, 0.0, self._res((f"{h}.cxl_write", f"{tier.name}.devices")))
-        return Flow(start, nbytes * tier.replicas, self.te.setup, self._res((f"{h}.rdma_out", f"{tier.name}.rdma_in")))
-
-    def handoff_flow(self, start, src, dst, nbytes) -> Flow:
-        """Prefill host -> decode host over RDMA (Transfer Engine)."""
-        if src == dst:
-            return Flow(start, 0.0, 0.0, ())
-        return Flow(start, nbytes, self.te.setup, self._res((f"{src}.rdma_out", f"{dst}.rdma_in")))
 
 
 def _progress(on: bool, n: int, n_inst: int):

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from sacmodel.cli import app as cli
+from sacmodel.cli import serving as cli_serving
 from sacmodel.cli import main
 from sacmodel.plots import serving as plots
 from sacmodel.util import progress
@@ -163,7 +164,7 @@ def test_load_report_prefers_the_engines_figures():
 
     class A:
         rate, system = 4.0, "cxl"
-    assert cli._load_report("sac-testbed", A, P) == {"offered_req_s": 4.0, "served_req_s": 1.0, "overloaded": True}
+    assert cli_serving._load_report("sac-testbed", A, P) == {"offered_req_s": 4.0, "served_req_s": 1.0, "overloaded": True}
 
 
 # ---- files only where asked; --json and --csv ----------------------------------------------------------
@@ -326,11 +327,11 @@ def test_shared_names_match_the_library():
 
 
 def test_capacity_rows_get_their_unit():
-    assert cli._usage_unit("hbm", {"used": 1.6e10, "capacity": 3.1e10}) == "bytes"
-    assert cli._usage_unit("device_pool", {"used": 65088, "capacity": 200000}) == "tokens"
-    assert cli._usage_unit("max_total_tokens", {"used": 4e8, "capacity": 5e8}) == "tokens"
-    assert cli._usage_unit("pool", {"used": 5, "capacity": 10, "unit": "bytes"}) == "bytes"
-    assert cli._unit_of("peak_device_tokens_per_rank") == ("peak_device_tokens_per_rank", "tokens", 1.0)
+    assert cli_serving._usage_unit("hbm", {"used": 1.6e10, "capacity": 3.1e10}) == "bytes"
+    assert cli_serving._usage_unit("device_pool", {"used": 65088, "capacity": 200000}) == "tokens"
+    assert cli_serving._usage_unit("max_total_tokens", {"used": 4e8, "capacity": 5e8}) == "tokens"
+    assert cli_serving._usage_unit("pool", {"used": 5, "capacity": 10, "unit": "bytes"}) == "bytes"
+    assert cli_serving._unit_of("peak_device_tokens_per_rank") == ("peak_device_tokens_per_rank", "tokens", 1.0)
 
 
 def test_every_help_example_parses():

@@ -256,6 +256,12 @@ def _router_options(p) -> None:
 
 def register(sub, add_scenario):
     """Add ``replay`` and ``hitrate`` and the cluster options of ``plan``/``sweep`` (call after the solvers)."""
+    _register_replay(sub, add_scenario)
+    _register_hitrate(sub, add_scenario)
+    _register_trace_options(sub)
+
+
+def _register_replay(sub, add_scenario) -> None:
     from .common import _parser, add_resources
     from .types import LIMITS, TIME_SCALE_RANGE, arg, count, in_file, number, out_file, plot_file, tokens
     trace_help = "Mooncake JSONL, Azure CSV or a testbed run JSON"
@@ -298,6 +304,11 @@ def register(sub, add_scenario):
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=cmd_replay)
 
+
+def _register_hitrate(sub, add_scenario) -> None:
+    from .common import _parser
+    from .types import LIMITS, arg, count, in_file, plot_file, tokens
+    trace_help = "Mooncake JSONL, Azure CSV or a testbed run JSON"
     p = _parser(sub, "hitrate", "prefix-cache hit rate of a trace vs capacity (fast path, no timing)",
                 ["sacmodel hitrate trace.jsonl --capacity 1M,3M,10M,inf",
                  "sacmodel hitrate trace.jsonl --instances 4 --router prefix_affinity,round_robin --plot hit.png"])
@@ -314,6 +325,9 @@ def register(sub, add_scenario):
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=cmd_hitrate)
 
+
+def _register_trace_options(sub) -> None:
+    from .types import LIMITS, TIME_SCALE_RANGE, arg, count, in_file, number
     for name, cmd in (("plan", cmd_cluster_plan), ("sweep", cmd_cluster_sweep)):
         p = sub.choices.get(name)
         if p is None:

@@ -366,6 +366,15 @@ METRIC_HELP = ("ttft, tbt, e2e, throughput or a Prediction field such as tbt_p99
 
 
 def register(sub):
+    _register_expr(sub)
+    _register_breakeven(sub)
+    _register_winner_map(sub)
+    _register_plan(sub)
+    _register_sensitivity(sub)
+    _register_sweep(sub)
+
+
+def _register_expr(sub) -> None:
     from .common import _parser
     p = _parser(sub, "expr", "the closed form of an unloaded metric (plain and LaTeX), optionally evaluated",
                 ["sacmodel expr --system cxl --metric tbt",
@@ -387,6 +396,9 @@ def register(sub):
     p.add_argument("--json", action="store_true", help="print the expression, LaTeX, symbols and value as JSON")
     p.set_defaults(func=cmd_expr)
 
+
+def _register_breakeven(sub) -> None:
+    from .common import _parser
     p = _parser(sub, "breakeven", "where two systems give the same metric as one quantity varies",
                 ["sacmodel breakeven --a cxl --b dram --metric tbt --vary context --lo 8K --hi 256K",
                  "sacmodel breakeven --a cxl --b dram --metric tbt --ratio 1.05 --vary context --lo 8K --hi 256K",
@@ -418,6 +430,9 @@ def register(sub):
     add_json(p)
     p.set_defaults(func=cmd_breakeven)
 
+
+def _register_winner_map(sub) -> None:
+    from .common import _parser
     p = _parser(sub, "winner-map", "which system is best over two parameters (a map; --plot draws it)",
                 ["sacmodel winner-map --x context=8K:256K:12 --y output=256:16K:8 --plot map.png",
                  "sacmodel winner-map --systems cxl,cxl-prefetch --metric e2e --unloaded "
@@ -438,6 +453,9 @@ def register(sub):
     add_json(p)
     p.set_defaults(func=cmd_winner_map)
 
+
+def _register_plan(sub) -> None:
+    from .common import _parser
     p = _parser(sub, "plan", "smallest resource meeting an SLO, or the largest load within it",
                 ["sacmodel plan --system cxl --context 128K --slo tbt_mean_ms=80 --slo output_throughput_tok_s=750",
                  "sacmodel plan --system rdma --vary rdma_nics --max 8 --context 64K --slo ttft_mean_ms=5000",
@@ -461,6 +479,9 @@ def register(sub):
     add_json(p)
     p.set_defaults(func=cmd_plan)
 
+
+def _register_sensitivity(sub) -> None:
+    from .common import _parser
     p = _parser(sub, "sensitivity", "elasticities of a metric to every hardware number and fitted constant",
                 ["sacmodel sensitivity --system cxl --context 128K --top 8 --plot tornado.png",
                  "sacmodel sensitivity --system rdma --context 32K --metric ttft --hardware",
@@ -479,6 +500,9 @@ def register(sub):
     add_json(p)
     p.set_defaults(func=cmd_sensitivity)
 
+
+def _register_sweep(sub) -> None:
+    from .common import _parser
     p = _parser(sub, "sweep", "evaluate a metric over a grid; CSV out",
                 ["sacmodel sweep --system cxl --grid context=8K:1M:200 --grid sw_bw=2GB/s:64GB/s:50 > tbt.csv",
                  "sacmodel sweep --system cxl --grid context=8K:256K:24 --plot tbt.png --csv tbt.csv",
@@ -504,4 +528,3 @@ def register(sub):
     add_plot(p, "draw the metric against the first grid axis")
     _solver_workload(p)
     p.set_defaults(func=cmd_sweep)
-

@@ -175,10 +175,31 @@ def parse_cluster(raw: dict, host: Topology, where: str, name: str, description:
     """Validate a ``cluster:`` section (``where`` names the file in messages)."""
     w = f"{where}: cluster"
     _expect(raw, {"host", "hosts", "instances", "tiers", "network", "max_context"}, w, ("instances", "tiers"))
+    hosts, groups = _parse_hosts(raw.get("hosts") or [{"id": "host"}], w)
+    if not isinstance(raw["tiers"], dict) or not raw["tiers"]:
+        raise TopologyError(f"{w}.tiers: expected a mapping of tier name -> tier")
     bpt = kv_bytes_per_token(host)
+    tiers = {str(tname): _parse_tier(str(tname), t, f"{w}.tiers.{tname}", bpt, hosts, groups)
+             for tname, t in raw["tiers"].items()}
+    instances = _parse_instances(raw["instances"] or [], w, hosts, groups, tiers)
+    net = raw.get("network") or {}
+    _expect(net, {"rdma"}, f"{w}.network")
+    rdma = _engine(net["rdma"], f"{w}.network.rdma") if "rdma" in net else None
+    max_ctx = None
+    if "max_context" in raw:
+        max_ctx = _num(raw["max_context"], "tokens", f"{w}.max_context")[0]
+    for t in tiers.values():
+        if t.kind == "rdma" and rdma is None:
+            raise TopologyError(f"{w}.network.rdma: tier {t.name!r} is an RDMA store; describe the hosts' NICs")
+    return ClusterSpec(name, host, hosts, instances, tiers, rdma=rdma, max_context=max_ctx,
+                       description=description, path=path)
+
+
+def _parse_hosts(entries, w: str) -> tuple[list[str], dict[str, list[str]]]:
+    """Host ids (a group of ``count`` hosts is id0, id1, ...) and the groups by their written id."""
     hosts: list[str] = []
     groups: dict[str, list[str]] = {}
-    for i, h in enumerate(raw.get("hosts") or [{"id": "host"}]):
+    for i, h in enumerate(entries):
         hw = f"{w}.hosts[{i}]"
         _expect(h, {"id", "count", "description"}, hw, ("id",))
         n = _plain_count(h["count"], f"{hw}.count") if "count" in h else 1
@@ -187,60 +208,64 @@ def parse_cluster(raw: dict, host: Topology, where: str, name: str, description:
             raise TopologyError(f"{hw}: duplicate host id {h['id']!r}")
         hosts += ids
         groups[str(h["id"])] = ids
+    return hosts, groups
 
-    tiers: dict[str, TierSpec] = {}
-    if not isinstance(raw["tiers"], dict) or not raw["tiers"]:
-        raise TopologyError(f"{w}.tiers: expected a mapping of tier name -> tier")
-    for tname, t in raw["tiers"].items():
-        tw = f"{w}.tiers.{tname}"
-        _expect(t, TIER_FIELDS, tw, ("kind", "capacity"))
-        if t["kind"] not in TIER_KINDS:
-            raise TopologyError(f"{tw}.kind: unknown tier kind {t['kind']!r} (known: {', '.join(TIER_KINDS)})")
-        cap = t["capacity"]
-        if not isinstance(cap, dict) or "source" not in cap:
-            raise TopologyError(f"{tw}.capacity: expected {{value: <bytes or tokens>, source: <provenance>}}")
-        try:
-            tokens = parse_capacity(cap.get("value"), f"{tw}.capacity", bpt)
-        except UnitError as exc:
-            raise TopologyError(str(exc)) from None
-        spec = TierSpec(str(tname), t["kind"], tokens, sources={"capacity": cap["source"]},
-                        shared=t["kind"] in ("cxl", "rdma"))
-        if "attached" in t:
-            if t["kind"] not in ("cxl", "rdma"):
-                raise TopologyError(f"{tw}.attached: only shared tiers (cxl, rdma) are attached to hosts")
-            att = []
-            for ref in t["attached"]:
-                if str(ref) not in groups and str(ref) not in hosts:
-                    raise TopologyError(f"{tw}.attached: unknown host {ref!r}")
-                att += groups.get(str(ref), [str(ref)])
-            spec.attached = tuple(att)
-        if "replicas" in t:
-            spec.replicas = _count(t["replicas"], f"{tw}.replicas")
-        for k in ("watermark", "evict_ratio"):
-            if k in t:
-                v, src, _ = _num(t[k], "dimensionless", f"{tw}.{k}")
-                if not 0 < v <= 1:
-                    raise TopologyError(f"{tw}.{k}: must be in (0, 1], got {v:g}")
-                setattr(spec, k, v)
-                spec.sources[k] = src
-        if (spec.watermark is None) != (spec.evict_ratio is None):
-            raise TopologyError(f"{tw}: give both watermark and evict_ratio (batch eviction) or neither")
-        for k in BANDWIDTHS:
-            if k in t:
-                v, src, _ = _num(t[k], "bandwidth", f"{tw}.{k}")
-                if v <= 0:
-                    raise TopologyError(f"{tw}.{k}: must be positive")
-                spec.params[k], spec.sources[k] = v, src
-        if "devices" in t:
-            spec.params["devices"] = _count(t["devices"], f"{tw}.devices")
-        if "rdma" in t:
-            if t["kind"] != "rdma":
-                raise TopologyError(f"{tw}.rdma: only an rdma tier has its own NICs")
-            spec.params["rdma"] = _engine(t["rdma"], f"{tw}.rdma")
-        tiers[spec.name] = spec
 
+def _parse_tier(tname: str, t, tw: str, bpt: float, hosts: list[str], groups: dict) -> TierSpec:
+    """One KV tier: kind, capacity (bytes or tokens), the hosts it is attached to, replicas, eviction and
+    bandwidths."""
+    _expect(t, TIER_FIELDS, tw, ("kind", "capacity"))
+    if t["kind"] not in TIER_KINDS:
+        raise TopologyError(f"{tw}.kind: unknown tier kind {t['kind']!r} (known: {', '.join(TIER_KINDS)})")
+    cap = t["capacity"]
+    if not isinstance(cap, dict) or "source" not in cap:
+        raise TopologyError(f"{tw}.capacity: expected {{value: <bytes or tokens>, source: <provenance>}}")
+    try:
+        tokens = parse_capacity(cap.get("value"), f"{tw}.capacity", bpt)
+    except UnitError as exc:
+        raise TopologyError(str(exc)) from None
+    spec = TierSpec(tname, t["kind"], tokens, sources={"capacity": cap["source"]},
+                    shared=t["kind"] in ("cxl", "rdma"))
+    if "attached" in t:
+        if t["kind"] not in ("cxl", "rdma"):
+            raise TopologyError(f"{tw}.attached: only shared tiers (cxl, rdma) are attached to hosts")
+        att = []
+        for ref in t["attached"]:
+            if str(ref) not in groups and str(ref) not in hosts:
+                raise TopologyError(f"{tw}.attached: unknown host {ref!r}")
+            att += groups.get(str(ref), [str(ref)])
+        spec.attached = tuple(att)
+    if "replicas" in t:
+        spec.replicas = _count(t["replicas"], f"{tw}.replicas")
+    for k in ("watermark", "evict_ratio"):
+        if k in t:
+            v, src, _ = _num(t[k], "dimensionless", f"{tw}.{k}")
+            if not 0 < v <= 1:
+                raise TopologyError(f"{tw}.{k}: must be in (0, 1], got {v:g}")
+            setattr(spec, k, v)
+            spec.sources[k] = src
+    if (spec.watermark is None) != (spec.evict_ratio is None):
+        raise TopologyError(f"{tw}: give both watermark and evict_ratio (batch eviction) or neither")
+    for k in BANDWIDTHS:
+        if k in t:
+            v, src, _ = _num(t[k], "bandwidth", f"{tw}.{k}")
+            if v <= 0:
+                raise TopologyError(f"{tw}.{k}: must be positive")
+            spec.params[k], spec.sources[k] = v, src
+    if "devices" in t:
+        spec.params["devices"] = _count(t["devices"], f"{tw}.devices")
+    if "rdma" in t:
+        if t["kind"] != "rdma":
+            raise TopologyError(f"{tw}.rdma: only an rdma tier has its own NICs")
+        spec.params["rdma"] = _engine(t["rdma"], f"{tw}.rdma")
+    return spec
+
+
+def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dict) -> list[InstanceSpec]:
+    """Instances (a group of ``count`` is id0, id1, ... spread over its host group), each with the tiers its
+    host reaches."""
     instances: list[InstanceSpec] = []
-    for i, inst in enumerate(raw["instances"] or []):
+    for i, inst in enumerate(entries):
         iw = f"{w}.instances[{i}]"
         _expect(inst, {"id", "count", "host", "role", "tiers", "description"}, iw, ("id", "tiers"))
         role = inst.get("role", "both")
@@ -271,18 +296,7 @@ def parse_cluster(raw: dict, host: Topology, where: str, name: str, description:
         raise TopologyError(f"{w}.instances: no instances")
     if len({i.id for i in instances}) != len(instances):
         raise TopologyError(f"{w}.instances: duplicate instance ids")
-
-    net = raw.get("network") or {}
-    _expect(net, {"rdma"}, f"{w}.network")
-    rdma = _engine(net["rdma"], f"{w}.network.rdma") if "rdma" in net else None
-    max_ctx = None
-    if "max_context" in raw:
-        max_ctx = _num(raw["max_context"], "tokens", f"{w}.max_context")[0]
-    for t in tiers.values():
-        if t.kind == "rdma" and rdma is None:
-            raise TopologyError(f"{w}.network.rdma: tier {t.name!r} is an RDMA store; describe the hosts' NICs")
-    return ClusterSpec(name, host, hosts, instances, tiers, rdma=rdma, max_context=max_ctx,
-                       description=description, path=path)
+    return instances
 
 
 V2_FIELDS = {"schema_version", "name", "description", "model", "cluster", "nodes", "links", "pools", "serving",

@@ -297,11 +297,24 @@ def _routable(topo: Topology, src: str, dst: str) -> bool:
 def build(data: Any, where: str, path: Path | None) -> Topology:
     """Validate a parsed scenario (``where`` names it in errors) and build its :class:`Topology`."""
     sf = validate_scenario(data, where)
-
     g = nx.DiGraph()
+    groups, gpus = _add_nodes(g, sf.nodes, where)
+    _add_links(g, sf.links, groups, where)
+    pools = _pools(g, sf.pools, groups, where)
+    topo = Topology(name=sf.name, graph=g, gpus=gpus, pools=pools, model_name=sf.model,
+                    serving=_params(sf.serving, f"{where}: serving"),
+                    calibration=_params(sf.calibration, f"{where}: calibration"),
+                    path=path, description=sf.description)
+    _check_whole(topo, sf.model, where)
+    return topo
+
+
+def _add_nodes(g, nodes: list, where: str) -> tuple[dict[str, list[str]], list[str]]:
+    """Add the nodes (an entry with ``count`` n is the group id[0]..id[n-1]); returns the groups by written
+    id and the GPUs in order."""
     groups: dict[str, list[str]] = {}
     gpus: list[str] = []
-    for i, raw in enumerate(sf.nodes):
+    for i, raw in enumerate(nodes):
         loc = f"{where}: nodes[{i}]"
         ns = parse(NodeSpec, raw, loc)
         loc = f"{where}: node {ns.id!r}"
@@ -323,15 +336,22 @@ def build(data: Any, where: str, path: Path | None) -> Topology:
             g.add_node(nid, **attrs)
         if ns.kind == "gpu":
             gpus += ids
+    return groups, gpus
 
-    def members(ref: str, loc: str) -> list[str]:
-        if ref in groups:
-            return groups[ref]
-        if ref in g:
-            return [ref]
-        raise TopologyError(f"{loc}: unknown node {ref!r}")
 
-    for i, raw in enumerate(sf.links):
+def _members(g, groups: dict, ref: str, loc: str) -> list[str]:
+    """The nodes a reference names: a group's members, or one node."""
+    if ref in groups:
+        return groups[ref]
+    if ref in g:
+        return [ref]
+    raise TopologyError(f"{loc}: unknown node {ref!r}")
+
+
+def _add_links(g, links: list, groups: dict, where: str) -> None:
+    """Add each link both ways (``bandwidth_reverse`` for the way back); a link between two groups of the same
+    size pairs their members, else it joins every member of one to every member of the other."""
+    for i, raw in enumerate(links):
         loc = f"{where}: links[{i}]"
         raw = dict(raw)
         if "from" in raw:
@@ -343,7 +363,7 @@ def build(data: Any, where: str, path: Path | None) -> Topology:
         extra = {k: v for k, v in raw.items() if k not in ("from_", "to", "protocol")}
         attrs = {"protocol": ls.protocol, "latency": 0.0, "granularity": 64.0,
                  **_fields(extra, LINK_MODEL, loc, "a link")}
-        a, b = members(ls.from_, loc), members(ls.to, loc)
+        a, b = _members(g, groups, ls.from_, loc), _members(g, groups, ls.to, loc)
         if len(a) > 1 and len(b) > 1:
             if len(a) != len(b):
                 raise TopologyError(f"{loc}: groups of different sizes ({len(a)} vs {len(b)})")
@@ -363,11 +383,14 @@ def build(data: Any, where: str, path: Path | None) -> Topology:
             g.add_edge(x, y, **fwd, hop_weight=w)
             g.add_edge(y, x, **rev, hop_weight=w)
 
+
+def _pools(g, spec: dict, groups: dict, where: str) -> dict[str, list[str]]:
+    """The memory pools: each a list of distinct nodes of the pool's kind."""
     pools: dict[str, list[str]] = {}
-    for pname, refs in sf.pools.items():
+    for pname, refs in spec.items():
         if pname not in POOL_KINDS:
             raise TopologyError(f"{where}: pools.{pname}: unknown pool (known: {', '.join(POOL_KINDS)})")
-        ms = [m for r in refs for m in members(r, f"{where}: pools.{pname}")]
+        ms = [m for r in refs for m in _members(g, groups, r, f"{where}: pools.{pname}")]
         if not ms:
             raise TopologyError(f"{where}: pools.{pname}: empty pool")
         if len(ms) > LIMITS["pool_members"] or len(set(ms)) != len(ms):
@@ -378,11 +401,13 @@ def build(data: Any, where: str, path: Path | None) -> Topology:
                 raise TopologyError(f"{where}: pools.{pname}: {m} is a {g.nodes[m]['kind']}, "
                                     f"not a {POOL_KINDS[pname]}")
         pools[pname] = ms
+    return pools
 
-    topo = Topology(name=sf.name, graph=g, gpus=gpus, pools=pools, model_name=sf.model,
-                    serving=_params(sf.serving, f"{where}: serving"),
-                    calibration=_params(sf.calibration, f"{where}: calibration"),
-                    path=path, description=sf.description)
+
+def _check_whole(topo: Topology, model: str, where: str) -> None:
+    """What only the whole scenario can tell: a GPU and a host pool exist, the counts it names fit, the model is
+    known, every GPU reaches its pools."""
+    gpus, pools = topo.gpus, topo.pools
     if not gpus:
         raise TopologyError(f"{where}: the scenario has no GPU")
     if "dram" not in pools:   # the host pool: HiSparse's, the RDMA staging copy's and the prefetch target
@@ -395,10 +420,7 @@ def build(data: Any, where: str, path: Path | None) -> Topology:
             raise TopologyError(f"{where}: {name}={topo.param(name):g} but pools.{pool} has "
                                 f"{len(pools[pool])} member(s)")
     try:
-        get_model(sf.model)
+        get_model(model)
     except ModelError as exc:
         raise TopologyError(f"{where}: model: {exc}") from None
     _check_pool_routes(topo, where)
-    return topo
-
-

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 import sacmodel
-from sacmodel.planning.solvers import sweep, sweep_predict
+from sacmodel.planning.sweep import sweep, sweep_predict
 from sacmodel.serving.costs import compile_expr, gather_time
 
 

@@ -9,7 +9,7 @@
 """
 from pathlib import Path
 
-from sacmodel.planning.solvers import breakeven
+from sacmodel.planning.breakeven import breakeven
 from sacmodel.plots.serving import plot_breakeven
 
 S = "sac-testbed"

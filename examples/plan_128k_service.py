@@ -5,7 +5,7 @@ Question: how many CXL memory devices does a DeepSeek-V3.2 service with 128K-tok
 output throughput above 750 tokens/s? And how much load does that configuration then sustain?
 """
 import sacmodel
-from sacmodel.planning.solvers import max_load, plan
+from sacmodel.planning.plan import max_load, plan
 
 SCENARIO = "sac-testbed"
 workload = dict(context=131072, output=1024, concurrency=64)

@@ -5,7 +5,7 @@ lengths, shows which hardware number the time between tokens is most sensitive t
 """
 from pathlib import Path
 
-from sacmodel.planning.solvers import sensitivity
+from sacmodel.planning.sensitivity import sensitivity
 from sacmodel.plots.serving import plot_compare, plot_tornado
 from sacmodel.serving.predict import compare
 
@@ -21,7 +21,7 @@ for scenario in ("sac-testbed", "h200-cxl-large"):
             f"{s} {p.output_throughput_tok_s:6.0f} tok/s TBT {p.tbt_mean_ms:5.1f} ms" for s, p in r.items()))
     plot_compare(rows, OUT / f"whatif_{scenario}.png", title=f"{scenario}, concurrency 64, output 1024")
 
-from sacmodel.planning.solvers import symbol_kind  # noqa: E402
+from sacmodel.planning.sensitivity import symbol_kind  # noqa: E402
 
 rows = [r for r in sensitivity("h200-cxl-large", "cxl", "tbt", context=131072) if symbol_kind(r[0]) == "hardware"]
 print("hardware numbers the unloaded TBT at 128K on the what-if is most sensitive to (elasticity):",

@@ -32,7 +32,11 @@ _EXPORTS = {
     "serving.systems": ("BACKENDS", "SYSTEMS", "fetch_latency_us"),
     "serving.predict": ("ConfigError", "Prediction", "compare", "predict", "Requests"),
     "fit.compare": ("compare_runs", "mape_table"),
-    "planning.solvers": ("breakeven", "max_load", "plan", "sensitivity", "sweep", "symbolic"),
+    "planning.breakeven": ("breakeven",),
+    "planning.closed_forms": ("symbolic",),
+    "planning.plan": ("max_load", "plan"),
+    "planning.sensitivity": ("sensitivity",),
+    "planning.sweep": ("sweep",),
     "cluster.hitrate": ("prefix_hit_rate",),
     "cluster.replay": ("ClusterPrediction", "replay"),
 }

@@ -8,7 +8,8 @@ import pytest
 import sacmodel
 from sacmodel.cli import main
 from sacmodel.cli.types import Bad, count, grid_axis, tokens, value_of
-from sacmodel.planning.solvers import SolverError, winner_map
+from sacmodel.planning.common import SolverError
+from sacmodel.planning.sweep import winner_map
 from sacmodel.util.names import LIMITS
 
 

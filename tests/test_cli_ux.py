@@ -318,11 +318,11 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
 
 
 def test_shared_names_match_the_library():
-    from sacmodel.planning import solvers
+    from sacmodel.planning import common
     from sacmodel.serving import systems
     from sacmodel.util import names
     assert names.SYSTEMS == systems.SYSTEMS and names.MAIN_SYSTEMS == systems.MAIN_SYSTEMS
-    assert names.BACKENDS == systems.BACKENDS and solvers.LOADED == names.LOADED
+    assert names.BACKENDS == systems.BACKENDS and common.LOADED == names.LOADED
     assert names.fmt_value(3.456e9, "bandwidth") == "3.456 GB/s" and names.fmt_value(1.858e-6, "time") == "1.858 us"
 
 

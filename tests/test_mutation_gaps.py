@@ -10,7 +10,8 @@ import pytest
 
 from sacmodel.serving.capacity import static_check
 from sacmodel.serving.config import fetch_bandwidth, resolve, swap_route
-from sacmodel.serving.engine import Requests, run_engine
+from sacmodel.serving.engine.workload import Requests
+from sacmodel.serving.engine.loop import run_engine
 
 GB = 1e9
 
@@ -286,7 +287,7 @@ def test_breakeven_winner_of_a_throughput_metric(monkeypatch):
     """Throughput is better when higher. Stub loaded metric: a(n) = n tok/s, b = 10.5 tok/s: a first beats
     b at n = 11, so b wins below and a above; against b = 100 (never reached on [1, 40]) b wins throughout,
     and against 0.105 x b = 10.5 tok/s a crosses at 11 again."""
-    import sacmodel.planning.solvers as solvers
+    import sacmodel.planning.breakeven as solvers
     level = {"dram": 10.5}
 
     def fake_evaluate(topo, system, metric, vary, value, **fixed):
@@ -356,7 +357,7 @@ def test_breakeven_finds_a_crossing_in_the_last_grid_interval(monkeypatch):
     """f_a - f_b = x - 9.95 on [1, 10] with 40 points: the only root lies in the last interval of the grid."""
     import sympy as sp
 
-    import sacmodel.planning.solvers as solvers
+    import sacmodel.planning.breakeven as solvers
     x = sp.Symbol("t_layer", positive=True)
     monkeypatch.setattr(solvers, "_free_form",
                         lambda system, metric, topo, name, fx, res: {"cxl": x, "dram": sp.Float(9.95)}[system])
@@ -369,7 +370,7 @@ def test_breakeven_finds_a_crossing_in_the_last_grid_interval(monkeypatch):
 def test_loaded_sensitivity_is_sorted_by_the_size_of_the_elasticity(monkeypatch):
     """TBT = t_layer^0.2 x t_kernel^-1.5 x t_admit^0 (a power law): elasticities 0.2, -1.5 and 0, listed by
     magnitude: t_kernel, t_layer, t_admit, whatever the parameters' own values."""
-    import sacmodel.planning.solvers as solvers
+    import sacmodel.planning.sensitivity as solvers
     from sacmodel.hardware.scenarios import load_topology
 
     class P:
@@ -391,7 +392,7 @@ def test_loaded_sensitivity_is_sorted_by_the_size_of_the_elasticity(monkeypatch)
 def test_winner_map_never_picks_an_infeasible_system_for_throughput(monkeypatch):
     """A system with nan (infeasible) at a point must lose there, for a throughput as for a latency; a point
     where every system is infeasible gets -1."""
-    import sacmodel.planning.solvers as solvers
+    import sacmodel.planning.sweep as solvers
     nan = float("nan")
     table = {"cxl": np.array([[nan, 5.0], [nan, 2.0]]), "dram": np.array([[2.0, 4.0], [nan, 6.0]])}
     monkeypatch.setattr(solvers, "sweep", lambda scenario, system, grid, metric, **fixed:

@@ -11,10 +11,16 @@ import pytest
 import sympy as sp
 import yaml
 
-import sacmodel.planning.solvers as solvers
+import sacmodel.planning.breakeven as breakeven_mod
+import sacmodel.planning.plan as plan_mod
+import sacmodel.planning.sensitivity as sensitivity_mod
+import sacmodel.planning.sweep as sweep_mod
 from sacmodel.hardware.scenarios import load_topology
 from sacmodel.hardware.topology import max_min_share
-from sacmodel.planning.solvers import breakeven, configuration_cost, max_load, sensitivity_loaded, winner_map
+from sacmodel.planning.breakeven import breakeven
+from sacmodel.planning.plan import configuration_cost, max_load
+from sacmodel.planning.sensitivity import sensitivity_loaded
+from sacmodel.planning.sweep import winner_map
 from sacmodel.serving.reference import attention, indexer_scores, select_topk
 
 GB = 1e9
@@ -62,14 +68,14 @@ def test_per_flow_cap_and_shared_capacity_hand_computed():
 def stub_closed_forms(monkeypatch, forms):
     """Replace the closed forms the solver builds with ``forms`` (system -> sympy expression in the varied
     symbol): the solver's root finding then runs on functions with known roots."""
-    monkeypatch.setattr(solvers, "_free_form", lambda system, metric, topo, name, fx, res: forms[system])
+    monkeypatch.setattr(breakeven_mod, "_free_form", lambda system, metric, topo, name, fx, res: forms[system])
 
 
 def test_breakeven_returns_the_first_root_numeric(monkeypatch):
     """Bug caught: returning the last root. f_a - f_b = (x - 3)(x - 7) has roots 3 and 7 in [1, 10]."""
     x = sp.Symbol("t_layer", positive=True)
     stub_closed_forms(monkeypatch, {"cxl": (x - 3) * (x - 7) + 10, "dram": sp.Integer(10)})
-    monkeypatch.setattr(solvers, "_symbolic_roots", lambda *args: None)     # the numeric path (brentq)
+    monkeypatch.setattr(breakeven_mod, "_symbolic_roots", lambda *args: None)     # the numeric path (brentq)
     be = breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="t_layer", lo=1.0, hi=10.0, points=40,
                    context=32768, output=64)
     assert be.method == "numeric" and be.found
@@ -98,7 +104,7 @@ def test_breakeven_discrete_bisection_is_not_off_by_one(monkeypatch):
     a first exceeds b at n = 11, the first integer on the other side."""
     def fake_evaluate(topo, system, metric, vary, value, **fixed):
         return float(value) if system == "cxl" else 10.5
-    monkeypatch.setattr(solvers, "evaluate", fake_evaluate)
+    monkeypatch.setattr(breakeven_mod, "evaluate", fake_evaluate)
     for points in (4, 7, 48):
         be = breakeven("sac-testbed", "cxl", "dram", metric="tbt_mean_ms", vary="concurrency", lo=1, hi=40,
                        points=points, context=32768, output=64)
@@ -125,7 +131,7 @@ def test_max_load_returns_the_last_passing_value(monkeypatch):
     def fake_predict(topo, system, **kw):
         seen.append(kw["concurrency"])
         return FakePrediction(True, 10.0 + kw["concurrency"])
-    monkeypatch.setattr(solvers, "predict", fake_predict)
+    monkeypatch.setattr(plan_mod, "predict", fake_predict)
     r = max_load("sac-testbed", "cxl", workload={"context": 32768}, slo={"tbt_mean_ms": 50.5}, max_value=1000)
     assert r.found and r.value == 40
     assert r.prediction["tbt_mean_ms"] == 50.0 and r.prediction_one_less["tbt_mean_ms"] == 51.0
@@ -153,7 +159,7 @@ def test_loaded_elasticity_of_a_power_law(monkeypatch):
     def fake_predict(topo, system, **kw):
         tbt = 5.0 * topo.param("t_layer") ** 0.7
         return FakePrediction(True, tbt, 1.0 / tbt)
-    monkeypatch.setattr(solvers, "predict", fake_predict)
+    monkeypatch.setattr(sensitivity_mod, "predict", fake_predict)
     for rel in (0.01, 0.1):
         rows = sensitivity_loaded("sac-testbed", "cxl", "tbt_mean_ms", rel=rel, params=["t_layer"],
                                   context=32768)
@@ -183,12 +189,12 @@ def test_winner_map_takes_argmax_for_throughput_and_argmin_for_latency(monkeypat
 
     def fake_sweep(scenario, system, grid, metric, **fixed):
         return {metric: table[system].ravel()}
-    monkeypatch.setattr(solvers, "sweep", fake_sweep)
+    monkeypatch.setattr(sweep_mod, "sweep", fake_sweep)
     grid = (("context", [8192, 16384]), ("output", [64, 128]))
-    monkeypatch.setattr(solvers, "HIGHER_IS_BETTER", solvers.HIGHER_IS_BETTER | {"tbt"}, raising=True)
+    monkeypatch.setattr(sweep_mod, "HIGHER_IS_BETTER", sweep_mod.HIGHER_IS_BETTER | {"tbt"}, raising=True)
     hi = winner_map("sac-testbed", ["cxl", "dram"], "tbt", *grid)
     assert hi["winner"].tolist() == [[1, 0], [0, 1]]          # larger is better
-    monkeypatch.setattr(solvers, "HIGHER_IS_BETTER", solvers.HIGHER_IS_BETTER - {"tbt"}, raising=True)
+    monkeypatch.setattr(sweep_mod, "HIGHER_IS_BETTER", sweep_mod.HIGHER_IS_BETTER - {"tbt"}, raising=True)
     lo = winner_map("sac-testbed", ["cxl", "dram"], "tbt", *grid)
     assert lo["winner"].tolist() == [[0, 1], [1, 0]]          # smaller is better
 

@@ -5,9 +5,12 @@ import numpy as np
 import pytest
 
 from sacmodel.hardware.params import with_params
-from sacmodel.planning.solvers import symbolic
+from sacmodel.planning.closed_forms import symbolic
 from sacmodel.serving.config import resolve, static_values
-from sacmodel.serving.engine import Model, Requests, cumulative_misses, run_engine
+from sacmodel.serving.engine.stepmodel import Model
+from sacmodel.serving.engine.workload import Requests
+from sacmodel.serving.engine.misses import cumulative_misses
+from sacmodel.serving.engine.loop import run_engine
 from sacmodel.serving.predict import ConfigError, compare, predict, workload
 
 

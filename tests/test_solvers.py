@@ -7,20 +7,13 @@ import pytest
 import sympy as sp
 
 from sacmodel.cli import main
-from sacmodel.planning.solvers import (
-    SolverError,
-    breakeven,
-    configuration_cost,
-    evaluate,
-    max_load,
-    plan,
-    sensitivity,
-    sweep,
-    sweep_predict,
-    symbolic,
-    unloaded_expression,
-    winner_map,
-)
+from sacmodel.planning.common import SolverError
+from sacmodel.planning.breakeven import breakeven
+from sacmodel.planning.plan import configuration_cost, max_load, plan
+from sacmodel.planning.closed_forms import evaluate
+from sacmodel.planning.sensitivity import sensitivity
+from sacmodel.planning.sweep import sweep, sweep_predict, winner_map
+from sacmodel.planning.closed_forms import symbolic, unloaded_expression
 from sacmodel.serving.costs import SYMBOLS, check_dimensions
 from sacmodel.serving.predict import predict
 
@@ -138,7 +131,7 @@ def test_sensitivity_matches_finite_differences():
 
 
 def test_loaded_sensitivity_ranks_the_cxl_device_for_sac():
-    from sacmodel.planning.solvers import sensitivity_loaded
+    from sacmodel.planning.sensitivity import sensitivity_loaded
     rows = sensitivity_loaded("sac-testbed", "cxl", "tbt_mean_ms", context=131072, output=256, concurrency=64,
                               params=["node:cxl_device.bandwidth", "node:rdma_nic.rate", "link:gpu.latency"])
     el = {n: e for n, e, _, _ in rows}

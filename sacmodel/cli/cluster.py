@@ -72,7 +72,8 @@ def write_atomic(path, text: str) -> None:
 
 
 def cmd_replay(a):
-    from ..cluster.replay import load_workload, parse_pd, parse_slo, replay
+    from sacmodel.cluster.workload import load_workload
+    from sacmodel.cluster.replay import parse_pd, parse_slo, replay
     systems = _list(a.systems) if a.systems else ([a.system] if a.system else ["dram", "cxl", "rdma"])
     routers = _list(a.router)
     _check_names(systems, routers)
@@ -144,7 +145,7 @@ def cmd_hitrate(a):
     import time
 
     from ..cluster.hitrate import hit_rates
-    from ..cluster.replay import load_workload
+    from sacmodel.cluster.workload import load_workload
     routers = _list(a.router)
     _check_names([], routers)
     tr, _ = load_workload(a.trace, a.limit)

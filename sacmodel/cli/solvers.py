@@ -94,7 +94,7 @@ def _model_line(a, wl: dict) -> str:
 def cmd_expr(a):
     import sympy as sp
 
-    from ..planning.solvers import symbol_docs, symbolic
+    from sacmodel.planning.closed_forms import symbol_docs, symbolic
     e = symbolic(a.system, a.metric, a.scenario if a.bind else None,
                  **(dict(context=a.context, output=a.output) if a.bind else {}))
     unit = "bytes" if a.metric.startswith("bytes") else "s"
@@ -141,7 +141,7 @@ def _sides(be) -> str:
 
 
 def cmd_breakeven(a):
-    from ..planning.solvers import breakeven
+    from sacmodel.planning.breakeven import breakeven
     m = _metric_for(a)
     lo, hi = _value(a.lo, a.vary, "--lo"), _value(a.hi, a.vary, "--hi")
     wl = _loaded_workload(a)
@@ -174,7 +174,7 @@ def _value(s: str, name: str, what: str) -> float:
 
 
 def cmd_winner_map(a):
-    from ..planning.solvers import winner_map
+    from sacmodel.planning.sweep import winner_map
     m = _metric_for(a)
     (xn, xv), (yn, yv) = grid_axis(a.x, "--x"), grid_axis(a.y, "--y")
     wl = _loaded_workload(a)
@@ -217,7 +217,7 @@ def cmd_winner_map(a):
 
 
 def cmd_plan(a):
-    from ..planning.solvers import max_load, plan
+    from sacmodel.planning.plan import max_load, plan
     slos = dict(a.slo)
     wl = {k: v for k, v in _workload(a).items() if v is not None}
     if a.max_load:
@@ -249,7 +249,7 @@ def cmd_plan(a):
 
 
 def cmd_sensitivity(a):
-    from ..planning.solvers import sensitivity, sensitivity_loaded, symbol_kind
+    from sacmodel.planning.sensitivity import sensitivity, sensitivity_loaded, symbol_kind
     m = _metric_for(a)
     wl = _loaded_workload(a)
     if a.unloaded:
@@ -289,7 +289,7 @@ def cmd_sensitivity(a):
 
 
 def cmd_sweep(a):
-    from ..planning.solvers import sweep, sweep_predict
+    from sacmodel.planning.sweep import sweep, sweep_predict
     grid = dict(grid_axis(g, "--grid") for g in a.grid)
     if a.full:
         fixed = {k: v for k, v in dict(context=a.context, output=a.output, concurrency=a.concurrency,

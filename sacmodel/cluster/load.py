@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..serving.engine import Requests
+from sacmodel.serving.engine.workload import Requests
 from ..serving.predict import simulate
 
 

@@ -3,7 +3,7 @@
 Every point is a full cluster replay (:func:`~sacmodel.cluster.replay.replay`); points run on the local
 cores, or on a Dask cluster when a scheduler address is given. Pool sizes are first screened with the hit-rate
 fast path (:func:`~sacmodel.cluster.hitrate.hit_rates`, one pass per size) so that a plan reports the hit rate
-every size buys before it pays for replays. Cost: the price table of :func:`sacmodel.planning.solvers.prices` (GPUs of
+every size buys before it pays for replays. Cost: the price table of :func:`sacmodel.planning.plan.prices` (GPUs of
 every instance, the CXL pool's devices, adapters and switch, or the RDMA NICs of hosts and store).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..hardware.cluster import HOME, kv_bytes_per_token, parse_capacity
 from ..hardware.scenarios import cluster_of
-from ..planning.solvers import prices
+from sacmodel.planning.plan import prices
 from ..serving.predict import ConfigError
 from .replay import parse_pd, replay
 
@@ -176,7 +176,7 @@ def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instan
     hit = []
     if vary == "pool":
         from .hitrate import hit_rates
-        from .replay import load_workload
+        from sacmodel.cluster.workload import load_workload
         tr, _ = load_workload(trace, (fixed or {}).get("limit"))
         if tr.has_prefix_info:        # a shared pool is one cache, whichever instance a request went to
             hit = [{"pool": v, "hit_rate_fast_path": h["hit_rate"]} for v, h in zip(vals, hit_rates(tr, vals))]

@@ -36,7 +36,8 @@ from ..hardware.cluster import (
 from ..hardware.scenarios import cluster_of
 from ..hardware.units import UnitError, parse_quantity
 from ..serving.config import resolve
-from ..serving.engine import TRACE_CONTEXT_GRID, Model, Requests
+from sacmodel.serving.engine.stepmodel import TRACE_CONTEXT_GRID, Model
+from sacmodel.serving.engine.workload import Requests
 from ..serving.predict import ConfigError, Prediction, simulate
 from ..serving.replay import memory_concurrency
 from .load import InstanceLoad, estimate

@@ -235,7 +235,7 @@ def step_observations(runs: list[Run], bin_steps: int = 200) -> list[StepObserva
 def predicted_steps(topo: Topology, obs: list[StepObservation]) -> np.ndarray:
     """Step time (s) the model gives each observation: its rank's b requests at that age, all ranks alike."""
     from ..serving.config import resolve
-    from ..serving.engine import Model
+    from sacmodel.serving.engine.stepmodel import Model
     out = np.empty(len(obs))
     models: dict = {}
     for j, o in enumerate(obs):

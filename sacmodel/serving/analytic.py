@@ -16,7 +16,8 @@ import numpy as np
 from scipy.optimize import brentq
 
 from .config import Config, fetch_bandwidth
-from .engine import Model, Requests
+from sacmodel.serving.engine.stepmodel import Model
+from sacmodel.serving.engine.workload import Requests
 
 
 def steady_state(cfg: Config, reqs: Requests, concurrency: int) -> dict:

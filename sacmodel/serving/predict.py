@@ -15,7 +15,9 @@ import numpy as np
 
 from .capacity import static_check
 from .config import Config, ConfigError, PositionError, resolve, static_values, swap_route
-from .engine import Model, Requests, run_engine
+from sacmodel.serving.engine.stepmodel import Model
+from sacmodel.serving.engine.workload import Requests
+from sacmodel.serving.engine.loop import run_engine
 
 __all__ = ["ConfigError", "Prediction", "Requests", "compare", "predict", "resolve", "run_engine", "workload"]
 

@@ -7,7 +7,9 @@ from ..data.records import DataError
 from ..data.traces import Trace
 from .capacity import static_check
 from .config import resolve
-from .engine import TRACE_CONTEXT_GRID, Model, Requests, run_engine
+from sacmodel.serving.engine.stepmodel import TRACE_CONTEXT_GRID, Model
+from sacmodel.serving.engine.workload import Requests
+from sacmodel.serving.engine.loop import run_engine
 from .predict import Prediction, fill
 
 

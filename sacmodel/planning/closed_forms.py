@@ -1,0 +1,222 @@
+"""Closed forms of the *unloaded* metrics (one request alone on the system), built from the same sympy
+expressions the serving engine evaluates; bound to a scenario they equal ``predict(..., concurrency=1,
+requests=1, cold_staging=False)``.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import sympy as sp
+
+from ..hardware.params import get_param
+from ..hardware.scenarios import as_topology
+from ..hardware.topology import Topology, TopologyError
+from ..serving.config import PositionError, resolve, static_values, swap_route
+from ..serving.costs import SYMBOLS, sym
+from ..serving.predict import predict
+from ..serving.step import fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
+from ..serving.systems import check_system
+from ..util.names import UNLOADED
+from .common import METRIC_ALIASES, WORKLOAD_SYMBOLS, SolverError, _metric_kind, _with_value, hardware_parameters
+
+
+def _workload_symbols():
+    L = sym("L", "dimensionless", "context length (tokens)")
+    O = sym("O", "dimensionless", "output tokens per request")
+    return L, O
+
+
+@functools.lru_cache(maxsize=64)
+def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Expr:
+    """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step).
+
+    One request alone (``predict(..., concurrency=1, requests=1, cold_staging=False)``): ``ttft`` = the
+    client's serial work on the prompt + the request latency + one prefill iteration extending the cached
+    prompt by its uncached page; ``tbt`` = one decode step at the mean context ``L + O/2`` loading ``m_mean`` entries per
+    layer (the request's mean misses over its output, from the score process), plus, for the pools that copy
+    the prompt first (rdma, cxl-prefetch), that copy spread over the ``O - 1`` gaps; ``e2e`` = ttft +
+    (O - 1) tbt; ``bytes_per_step`` = the entries a decode step loads; ``ttft_cold`` = an uncached prompt
+    prefilled in chunks.
+    """
+    check_system(system)
+    m = METRIC_ALIASES.get(metric)
+    if m is None:
+        raise SolverError(f"unknown unloaded metric {metric!r}; known: {', '.join(UNLOADED)}")
+    L, O = _workload_symbols()
+    S = lambda n, u="dimensionless": sym(n, u)  # noqa: E731
+    rank, shared, pre, fetch, front = rank_terms(), shared_terms(), prefill_terms(), fetch_terms(), front_end_terms()
+    k_attn = sp.Min(sym("topk", "dimensionless", "top-k entries selected per layer"), L) if sparse else L
+    m_mean = sym("m_mean", "dimensionless", "entries one request loads per layer per step, mean over its output")
+    L_dec = L + O / 2
+    buf = sym("buffer_slots", "dimensionless", "GPU buffer slots per request and layer")
+    swap_on = sp.Piecewise((1, L_dec > buf), (0, True)) if system not in ("gpu", "rdma-topk") else 0
+    decode = (sum(rank.values()).xreplace({S("b"): 1, S("M"): m_mean, S("L"): L_dec, S("k_attn"): k_attn,
+                                          S("swap_on"): swap_on})
+              + shared["fixed"] + shared["mlp"].xreplace({S("N"): 1, S("N_d"): 1, S("mlp_eff"): S("compute_eff")}))
+    # a prefix hit is matched page-aligned: the last 1..page tokens are prefilled
+    page = sym("E", "dimensionless", "KV page (tokens): the uncached tail of a prefix hit is 1..page tokens")
+    E = L - page * sp.floor((L - 1) / page)
+    extend = (shared["fixed"] + shared["mlp"].xreplace({S("N"): E, S("N_d"): E, S("mlp_eff"): S("prefill_eff")})
+              + sum(pre.values()).xreplace({S("P"): E, S("H"): L - E, S("k_attn"): k_attn})
+              + sym("t_admit", "second", "scheduler work to admit one prefix-hit request"))
+    ttft = front["tokenize"] + front["request"] + extend
+    if system == "rdma":
+        copy_ = sum(fetch.values()).xreplace({S("N_f"): L})
+    elif system == "cxl-prefetch":
+        copy_ = L * S("layers") * S("entry_bytes", "byte") / sym("pf_dma_bw", "byte/second", "bulk prefix copy bandwidth")
+    else:
+        copy_ = 0
+    tbt = decode + copy_ / (O - 1)
+    C = sym("prefill_chunk", "dimensionless", "prompt tokens prefilled per rank per iteration (chunk)")
+    full, rest = sp.floor(L / C), L - C * sp.floor(L / C)        # whole chunks and the last part
+
+    def per_chunk(P):
+        return (shared["fixed"] + shared["mlp"].xreplace({S("N"): P, S("N_d"): P, S("mlp_eff"): S("prefill_eff")})
+                + pre["prefill_proj"].xreplace({S("P"): P}))
+    kk = k_attn
+    entries = sp.Piecewise((L * (L + 1) / 2, L <= kk), (kk * (kk + 1) / 2 + (L - kk) * kk, True))
+    cold = (front["tokenize"] + front["request"]
+            + full * per_chunk(C) + sp.Piecewise((per_chunk(rest), rest > 0), (0, True))
+            + S("layers") * S("f_index", "FLOP") * L * (L + 1) / 2 / (S("peak_fp8", "FLOP/second") * S("prefill_eff"))
+            + S("layers") * S("f_attn", "FLOP") * entries / (S("peak_bf16", "FLOP/second") * S("prefill_eff")))
+    nbytes = S("layers") * m_mean * S("entry_bytes", "byte") * (1 if system == "rdma-topk" else swap_on)
+    return {"ttft": ttft, "tbt": tbt, "e2e": ttft + (O - 1) * tbt, "bytes_per_step": nbytes, "ttft_cold": cold}[m]
+
+
+def mean_misses(scenario, system: str, *, context: int, output: int, **resources) -> float:
+    """``m_mean``: entries one request alone loads per layer per decode step, averaged over its output."""
+    return float(mean_misses_grid(scenario, system, context, output, **resources))
+
+
+def mean_misses_grid(scenario, system: str, context, output, **resources) -> np.ndarray:
+    """``m_mean`` at every (context, output) pair of two broadcastable arrays (same rule as the engine)."""
+    from sacmodel.serving.engine.misses import cumulative_misses_at
+    cfg = resolve(scenario, system, **resources)
+    L, O = np.broadcast_arrays(np.asarray(context, dtype=float), np.asarray(output, dtype=float))
+    flat_l, flat_o = L.ravel(), np.round(O.ravel())
+    out = np.zeros(flat_l.shape)
+    # one miss curve per distinct context, evaluated at that context's distinct outputs (a grid repeats both)
+    u, inv = np.unique(flat_l, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.searchsorted(inv[order], np.arange(len(u) + 1))
+    for j, lv in enumerate(u):
+        idx = order[bounds[j]:bounds[j + 1]]
+        idx = idx[flat_o[idx] >= 2]
+        if idx.size:
+            o, back = np.unique(flat_o[idx], return_inverse=True)
+            out[idx] = (cumulative_misses_at(cfg, int(round(lv)), o - 1) / (o - 1))[back]
+    return out.reshape(L.shape)
+
+
+def scenario_values(scenario, system: str, **resources) -> dict[str, float]:
+    """Numbers for every non-workload symbol of ``system``'s closed forms on ``scenario`` (one request)."""
+    cfg = resolve(scenario, system, **resources)
+    v = static_values(cfg)
+    bw, lat = swap_route(cfg, 1)
+    v.update(sw_bw=bw, sw_lat=lat, topk=float(cfg.model.topk or 0), buffer_slots=float(cfg.device_buffer),
+             prefill_chunk=float(cfg.prefill_chunk))
+    if cfg.system == "rdma":
+        from ..serving.config import fetch_bandwidth
+        v["nic_bw"] = fetch_bandwidth(cfg, (0,))[0]
+    if cfg.system == "cxl-prefetch":
+        from sacmodel.serving.engine.stepmodel import Model
+        v["pf_dma_bw"] = Model(cfg).pf_dma_bw()
+    return v
+
+
+def symbolic(system: str, metric: str, scenario=None, *, free=(), context=None, output=None, **resources):
+    """The sympy expression of an unloaded metric (seconds, or bytes for ``bytes_per_step``).
+
+    Without ``scenario``: over named symbols (see :func:`symbol_docs`). With it: every symbol bound except
+    those named in ``free`` (and ``L``/``O`` unless ``context``/``output`` are given; ``m_mean`` is bound
+    once both are); fully bound, it is a number equal to ``predict(..., concurrency=1, requests=1,
+    cold_staging=False)`` (the steady state: the prompt's host-pool entry exists).
+    """
+    sparse = True
+    if scenario is not None:
+        sparse = resolve(scenario, system, **resources).model.sparse
+    expr = unloaded_expression(system, metric, sparse)
+    if scenario is None:
+        return expr
+    free = {WORKLOAD_SYMBOLS.get(f, f) for f in free}
+    vals = scenario_values(scenario, system, **resources)
+    if context is not None:
+        vals["L"] = float(context)
+    if output is not None:
+        vals["O"] = float(output)
+    if context is not None and output is not None and "m_mean" not in free:
+        vals["m_mean"] = mean_misses(scenario, system, context=context, output=output, **resources)
+    unknown = free - {s.name for s in expr.free_symbols} - {"L", "O"}
+    if unknown:
+        raise SolverError(f"{', '.join(sorted(unknown))}: not a symbol of {system} {metric} "
+                          f"(symbols: {', '.join(sorted(s.name for s in expr.free_symbols))})")
+    subs = {s: vals[s.name] for s in expr.free_symbols if s.name in vals and s.name not in free}
+    return expr.xreplace({s: sp.Float(v, 17) for s, v in subs.items()})
+
+
+def symbol_docs(expr: sp.Expr) -> list[tuple[str, str, str]]:
+    """(name, unit, meaning) of the symbols in ``expr``."""
+    return [(s.name, SYMBOLS[s.name][1], SYMBOLS[s.name][2]) for s in sorted(expr.free_symbols, key=lambda s: s.name)]
+
+
+def _check_vary(topo: Topology, vary: str, kind: str = "loaded", systems=(), metric: str = "tbt") -> None:
+    """``vary`` must name something that exists: a workload argument, a scenario parameter, a hardware number,
+    or (unloaded metrics only) a symbol of the closed form of ``metric`` for ``systems``."""
+    if not isinstance(vary, str) or not vary:
+        raise SolverError(f"vary must be a name, got {vary!r}")
+    if vary in ("context", "output", "concurrency", "requests", "rate", "cxl_devices", "rdma_nics",
+                "device_buffer", "topk", "dp"):
+        return
+    if vary.startswith(("node:", "link:")):
+        try:
+            v = get_param(topo, vary)
+        except (KeyError, IndexError, ValueError, StopIteration, TopologyError):
+            v = None
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            known = ", ".join(hardware_parameters(topo))
+            raise SolverError(f"{vary}: no such hardware number in {topo.name}; known: {known}") from None
+        return
+    if topo.has_param(vary):
+        return
+    from ..util.names import SYSTEMS as ALL_SYSTEMS  # every system's form: the symbol may be another's
+    closed = {x.name for s in (*(systems or ()), *ALL_SYSTEMS) for x in      # building them registers every symbol
+              unloaded_expression(s, metric if metric in METRIC_ALIASES else "tbt").free_symbols}
+    if (vary in closed or vary in SYMBOLS) and kind == "unloaded":
+        return
+    if vary in closed or vary in SYMBOLS:
+        raise SolverError(f"{vary} is a symbol of the unloaded closed form; the loaded model varies workload "
+                          "arguments, scenario parameters and hardware numbers (node:KIND.FIELD): ask the unloaded "
+                          "metric (--unloaded) or vary the hardware number behind it")
+    raise SolverError(f"{vary}: not a workload argument, scenario parameter or hardware number "
+                      "(e.g. context, cxl_devices, t_layer, node:cxl_device.bandwidth)")
+
+
+def evaluate(scenario, system: str, metric: str, vary: str | None = None, value: float | None = None,
+             **fixed) -> float:
+    """One number: ``metric`` of ``system`` with ``vary`` = ``value`` and the ``fixed`` workload.
+
+    Unloaded metrics in seconds (bytes for bytes_per_step); loaded ones in the Prediction's units.
+    Returns nan when the configuration is infeasible.
+    """
+    topo = as_topology(scenario)
+    kw = dict(fixed)
+    if vary is not None:
+        topo, extra = _with_value(topo, vary, value)
+        kw.update(extra)
+    if _metric_kind(metric) == "unloaded":
+        res = {k: kw.pop(k) for k in ("cxl_devices", "rdma_nics", "device_buffer") if k in kw}
+        ctx, out = kw.pop("context", None), kw.pop("output", None)
+        for k in ("concurrency", "requests", "rate"):
+            kw.pop(k, None)
+        if ctx is None or out is None:
+            raise SolverError("unloaded metrics need context and output")
+        e = symbolic(system, metric, topo, context=ctx, output=out, **res)
+        return float(e)
+    kw.setdefault("concurrency", 1)
+    try:
+        p = predict(topo, system, **kw)
+    except PositionError:          # longer than the model's positions: infeasible on any hardware
+        return math.nan
+    return getattr(p, metric) if p.feasible else math.nan

@@ -1,0 +1,130 @@
+"""What the planning tools share: argument checks, metric names, and evaluating an unloaded metric of a
+scenario with one value changed.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+
+from ..hardware.params import set_param
+from ..hardware.scenarios import as_topology
+from ..hardware.topology import Topology
+from ..util.names import LIMITS, LOADED, UNLOADED
+
+METRIC_ALIASES = {"ttft": "ttft", "ttft_mean_ms": "ttft", "tbt": "tbt", "tbt_mean_ms": "tbt", "e2e": "e2e",
+                  "e2e_mean_ms": "e2e", "bytes_per_step": "bytes_per_step", "bytes": "bytes_per_step",
+                  "ttft_cold": "ttft_cold"}
+
+
+WORKLOAD_SYMBOLS = {"context": "L", "output": "O"}
+
+
+class SolverError(ValueError):
+    """A question the solvers cannot answer as asked (bad metric, parameter or range)."""
+
+
+def _topology(scenario) -> Topology:
+    """The loaded scenario, or a clear error for something that is not a scenario (None, a number...)."""
+    if scenario is None or isinstance(scenario, (bool, int, float)):
+        raise SolverError(f"scenario must be a built-in name, a YAML path or a Topology, got {scenario!r}")
+    try:
+        return as_topology(scenario)
+    except TypeError:
+        raise SolverError(f"scenario must be a built-in name, a YAML path or a Topology, "
+                          f"got a {type(scenario).__name__}") from None
+
+
+def _positive_tokens(name: str, v, required: bool = True):
+    """A workload length: a positive whole number of tokens (at most LIMITS['tokens'])."""
+    if v is None and not required:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v) \
+            or v < 1 or v > LIMITS["tokens"]:
+        raise SolverError(f"{name} must be a positive number of tokens up to {LIMITS['tokens']:,}, got {v!r}"
+                          + (" (put several values in the grid instead)" if isinstance(v, (list, tuple,
+                                                                                          np.ndarray)) else ""))
+    return v
+
+
+def _finite_array(name: str, values, positive: bool) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise SolverError(f"grid {name}: not an array of numbers") from None
+    if arr.size == 0 or not np.isfinite(arr).all():
+        raise SolverError(f"grid {name}: give finite numbers (got {arr.size} values)")
+    if positive and (arr <= 0).any():
+        raise SolverError(f"grid {name}: values must be positive, got {arr.min():g}")
+    return arr
+
+
+
+DISCRETE = {"cxl_devices", "rdma_nics", "concurrency", "device_buffer", "dp", "topk", "requests"}
+
+
+def _metric_kind(metric: str) -> str:
+    if metric in LOADED:
+        return "loaded"
+    if metric in METRIC_ALIASES:
+        return "unloaded"
+    raise SolverError(f"unknown metric {metric!r}; unloaded: {', '.join(UNLOADED)}; loaded: {', '.join(LOADED)}")
+
+
+def _with_value(topo: Topology, vary: str, value: float) -> tuple[Topology, dict]:
+    """Scenario and predict kwargs for one value of the varied quantity."""
+    kw = {}
+    if vary in ("context", "output", "concurrency", "requests", "cxl_devices", "rdma_nics", "device_buffer", "rate"):
+        kw[vary] = int(round(value)) if vary != "rate" else float(value)
+        if vary in ("cxl_devices", "rdma_nics"):
+            pool = {"cxl_devices": "cxl", "rdma_nics": "rdma"}[vary]
+            if kw[vary] > len(topo.pools.get(pool, [])):
+                topo = with_pool_size(topo, pool, kw[vary])
+        return topo, kw
+    t = copy.deepcopy(topo)
+    if vary == "topk":
+        t.model_overrides = {**t.model_overrides, "index_topk": int(round(value))}
+    elif vary == "dp":
+        n = int(round(value))
+        if n > len(t.gpus):
+            raise SolverError(f"dp={n} but the scenario has {len(t.gpus)} GPUs")
+        set_param(t, "dp", n)
+        set_param(t, "tp", n)
+    else:
+        set_param(t, vary, value)
+    return t, kw
+
+
+def with_pool_size(topo: Topology, pool: str, n: int) -> Topology:
+    """A copy of ``topo`` whose ``pool`` has ``n`` members (extra ones cloned from the first, same links)."""
+    t = copy.deepcopy(topo)
+    members = t.pools.get(pool)
+    if not members:
+        raise SolverError(f"{t.name}: no {pool} pool to grow")
+    proto = members[0]
+    base = proto.split("[")[0]
+    while len(t.pools[pool]) < n:
+        new = f"{base}[+{len(t.pools[pool])}]"
+        t.graph.add_node(new, **copy.deepcopy(t.graph.nodes[proto]))
+        for u, _, d in list(t.graph.in_edges(proto, data=True)):
+            t.graph.add_edge(u, new, **copy.deepcopy(d))
+        for _, v, d in list(t.graph.out_edges(proto, data=True)):
+            t.graph.add_edge(new, v, **copy.deepcopy(d))
+        t.pools[pool].append(new)
+    t._routes.clear()
+    return t
+
+
+
+def hardware_parameters(scenario) -> list[str]:
+    """Every rate/latency number of the scenario's nodes and GPU links, as ``node:KIND.FIELD`` names."""
+    t = as_topology(scenario)
+    names = set()
+    for _, d in t.graph.nodes(data=True):
+        for fld in d.get("sources", {}):
+            if "capacity" not in fld:
+                names.add(f"node:{d['kind']}.{fld}")
+    for fld in ("latency", "bandwidth"):
+        names.add(f"link:gpu.{fld}")
+    return sorted(names)

@@ -1,0 +1,204 @@
+"""Capacity planning: the smallest resource that meets an SLO (:func:`plan`), the largest load within it
+(:func:`max_load`), and what a configuration costs (the price table).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ..serving.config import resolve
+from ..serving.predict import predict
+from ..serving.systems import check_system
+from ..util.names import HIGHER_IS_BETTER, LIMITS, LOADED, PRICE_FILE
+from ..util.progress import status, track
+from .closed_forms import _check_vary
+from .common import SolverError, _positive_tokens, _topology, _with_value, with_pool_size
+
+
+def prices(path: str | Path | None = None) -> dict[str, dict]:
+    """The price table (USD per hour of each part); see ``sacmodel/data/prices.yaml`` for sources."""
+    p = Path(path) if path else PRICE_FILE
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise SolverError(f"{p}: cannot read price table ({exc})") from None
+    parts = data.get("parts") if isinstance(data, dict) else None
+    if not isinstance(parts, dict) or not parts:
+        raise SolverError(f"{p}: a price table maps 'parts:' to entries like 'gpu: {{usd_per_hour: 2.0}}'")
+    for k, v in parts.items():
+        usd = v.get("usd_per_hour") if isinstance(v, dict) else None
+        if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and usd >= 0):
+            raise SolverError(f"{p}: parts.{k}.usd_per_hour must be a non-negative number, got {usd!r}")
+    return parts
+
+
+def configuration_cost(scenario, system: str, *, cxl_devices=None, rdma_nics=None, dp=None,
+                       price_table=None) -> dict[str, float]:
+    """USD per hour of the parts a configuration uses (GPUs; CXL devices, adapters, switch; NICs)."""
+    cfg = resolve(scenario, system)   # counts above the scenario's pool size are priced as planned additions
+    pt = prices(price_table)
+    t = cfg.topo
+    n_gpu = int(dp or cfg.dp)
+    parts = {"gpu": n_gpu}
+    if system in ("cxl", "cxl-prefetch"):
+        parts.update(cxl_device=cxl_devices or cfg.cxl_devices, cxl_adapter=len(t.nodes_of("cxl_adapter")),
+                     cxl_switch=len(t.nodes_of("cxl_switch")))
+    if system in ("rdma", "rdma-topk"):
+        parts["rdma_nic"] = rdma_nics or cfg.rdma_nics
+    cost = {k: n * float(pt[k]["usd_per_hour"]) for k, n in parts.items()}
+    cost["total"] = sum(cost.values())
+    return cost
+
+
+@dataclass
+class PlanResult:
+    system: str
+    vary: str
+    slo: dict
+    found: bool
+    value: float | None
+    prediction: dict | None = None           # at the chosen value
+    prediction_one_less: dict | None = None  # at one step less (misses the SLO)
+    cost_usd_per_hour: dict | None = None
+    message: str = ""
+    tried: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _meets(pred, slo: dict) -> bool:
+    if not pred.feasible:
+        return False
+    for m, target in slo.items():
+        v = getattr(pred, m, None)
+        if v is None or not math.isfinite(v):
+            return False
+        if (m in HIGHER_IS_BETTER and v < target) or (m not in HIGHER_IS_BETTER and v > target):
+            return False
+    return True
+
+
+def _check_slo(slo: dict):
+    if not slo:
+        raise SolverError("give at least one SLO, e.g. {'tbt_mean_ms': 80}")
+    for m, v in slo.items():
+        if m not in LOADED:
+            raise SolverError(f"unknown SLO metric {m!r}; known: {', '.join(LOADED)}")
+        if not (isinstance(v, (int, float)) and v > 0):
+            raise SolverError(f"SLO {m} must be a positive number")
+
+
+def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_devices", max_value: float = 16,
+         min_value: float = 1, step: float | None = None, price_table=None) -> PlanResult:
+    """Smallest ``vary`` in [min, max] (in ``step``s) meeting the SLO.
+
+    ``vary``: cxl_devices, rdma_nics (pools grow by cloning their first member), dp (GPUs), device_buffer,
+    or a hardware number such as ``node:cxl_device.capacity`` / ``node:host_dram.capacity`` (give ``step``).
+    The prediction at one step less is returned too (it misses the SLO), with the cost of the parts.
+    """
+    _check_slo(slo)
+    check_system(system)
+    _check_workload(workload)
+    topo = _topology(scenario)
+    _check_vary(topo, vary)
+    res = PlanResult(system, vary, dict(slo), False, None)
+    step = step or (512 if vary == "device_buffer" else 1)
+    _check_range(vary, min_value, max_value, step)
+    prev = None
+    for v in track(np.arange(min_value, max_value + step / 2, step), f"plan {system}: {vary}"):
+        v = int(v) if float(v).is_integer() else float(v)
+        t, kw = _with_value(topo, vary, v)
+        p = predict(t, system, **{**workload, **kw})
+        ok = _meets(p, slo)
+        res.tried.append({"value": v, "meets": ok, "feasible": p.feasible, "limit": p.limit,
+                          **{m: getattr(p, m) for m in slo}})
+        if ok:
+            res.found, res.value, res.prediction = True, v, p.to_dict()
+            res.prediction_one_less = prev.to_dict() if prev is not None else None
+            kwc = {k: kw[k] for k in ("cxl_devices", "rdma_nics") if k in kw}
+            if vary == "dp":
+                kwc["dp"] = v
+            res.cost_usd_per_hour = configuration_cost(t, system, price_table=price_table, **kwc)
+            res.message = (f"smallest {vary} meeting the SLO: {v}" +
+                           ("" if prev is None else f" ({vary} = {v - step} misses it)"))
+            return res
+        prev = p
+    res.message = f"no {vary} in [{min_value}, {max_value}] meets the SLO"
+    return res
+
+
+def max_load(scenario, system: str, *, workload: dict, slo: dict, vary: str = "concurrency",
+             max_value: int = 1024, min_value: int = 1) -> PlanResult:
+    """Largest ``vary`` (concurrency or context) in [min, max] that a configuration sustains within the SLO.
+
+    Bisection assumes the metrics worsen monotonically in ``vary``; the neighbours of the answer are checked.
+    """
+    _check_slo(slo)
+    check_system(system)
+    _check_workload(workload)
+    if vary not in ("concurrency", "context", "output", "rate"):
+        raise SolverError(f"max_load varies concurrency, context, output or rate, not {vary!r}")
+    _check_range(vary, min_value, max_value, 1)
+    if vary != "rate" and not (float(min_value).is_integer() and float(max_value).is_integer()):
+        raise SolverError(f"max_load over {vary}: min and max must be whole numbers")
+    top = {"concurrency": LIMITS["concurrency"], "rate": math.inf}.get(vary, LIMITS["tokens"])
+    if max_value > top:
+        raise SolverError(f"max_load over {vary}: max at most {top:,} (a documented limit)")
+    topo = _topology(scenario)
+    for key, pool in (("cxl_devices", "cxl"), ("rdma_nics", "rdma")):
+        if workload.get(key) and workload[key] > len(topo.pools.get(pool, [])):
+            topo = with_pool_size(topo, pool, workload[key])
+
+    def meets(v):
+        p = predict(topo, system, **{**workload, vary: v})
+        return _meets(p, slo), p
+    res = PlanResult(system, vary, dict(slo), False, None)
+    with status(f"max_load {system}: bisection on {vary}"):
+        return _max_load(res, meets, vary, min_value, max_value)
+
+
+def _check_workload(workload) -> None:
+    if not isinstance(workload, dict):
+        raise SolverError(f"workload must be a dict of predict() arguments, got {type(workload).__name__}")
+    for k in ("context", "output"):
+        _positive_tokens(k, workload.get(k), required=False)
+
+
+def _check_range(vary: str, lo, hi, step) -> None:
+    for name, v in (("min", lo), ("max", hi), ("step", step)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+            raise SolverError(f"{vary}: {name} must be a finite number, got {v!r}")
+    if not (0 < lo <= hi and step > 0):
+        raise SolverError(f"{vary}: need 0 < min <= max and step > 0, got min {lo:g}, max {hi:g}, step {step:g}")
+    if (hi - lo) / step + 1 > LIMITS["points"]:
+        raise SolverError(f"{vary}: at most {LIMITS['points']:,} values from min to max (a documented limit)")
+
+
+def _max_load(res, meets, vary, min_value, max_value):
+    ok_lo, p_lo = meets(min_value)
+    if not ok_lo:
+        res.message = f"even {vary} = {min_value} misses the SLO"
+        res.prediction = p_lo.to_dict()
+        return res
+    ok_hi, p_hi = meets(max_value)
+    if ok_hi:
+        res.found, res.value, res.prediction = True, max_value, p_hi.to_dict()
+        res.message = f"{vary} = {max_value} (the upper end) still meets the SLO"
+        return res
+    lo, hi = min_value, max_value
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meets(mid)[0]:
+            lo = mid
+        else:
+            hi = mid
+    res.found, res.value = True, lo
+    res.prediction = meets(lo)[1].to_dict()
+    res.prediction_one_less = meets(hi)[1].to_dict()   # one step more: misses
+    res.message = f"largest {vary} within the SLO: {lo} ({vary} = {hi} misses it)"
+    return res

@@ -1,0 +1,111 @@
+"""Sensitivity: elasticities of a metric to every hardware number and constant of a scenario.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import sympy as sp
+
+from ..hardware.params import get_param, set_param
+from ..hardware.topology import TopologyError
+from ..serving.config import resolve
+from ..serving.costs import SYMBOLS
+from ..serving.predict import predict
+from ..serving.systems import check_system
+from ..util.names import LOADED
+from ..util.progress import track
+from .closed_forms import mean_misses, scenario_values, symbolic, unloaded_expression
+from .common import SolverError, _positive_tokens, _topology, hardware_parameters
+
+HARDWARE_SYMBOLS = {"sw_bw": "pool-route bandwidth the GPU gets", "sw_lat": "pool-route load latency",
+                    "hbm_bw": "GPU HBM bandwidth", "peak_bf16": "GPU BF16 FLOP/s", "peak_fp8": "GPU FP8 FLOP/s",
+                    "pf_rate": "RDMA NIC rate", "rdma_op_cost": "RDMA per-operation cost",
+                    "ikey_bw": "indexer-key scan bandwidth", "pf_dma_bw": "bulk CXL copy bandwidth",
+                    "cacheline": "cache-line size", "outstanding_lines": "loads in flight per gather kernel",
+                    "t_kernel": "gather kernel fixed cost", "copy_bandwidth": "staging copy bandwidth",
+                    "admit_bandwidth": "prefix indexer-key load bandwidth"}
+
+
+def symbol_kind(name: str) -> str:
+    """'hardware', 'model' or 'software' (fitted serving constants) for a symbol of the closed forms."""
+    if name in HARDWARE_SYMBOLS:
+        return "hardware"
+    if name in ("layers", "p_attn", "p_expert", "p_dense_mlp", "moe_layers", "dense_layers", "n_experts",
+                "e_active", "n_shared", "f_index", "f_attn", "index_key_bytes", "entry_bytes", "topk",
+                "lines_per_entry", "w_bytes"):
+        return "model"
+    return "software"
+
+
+def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, output: int = 1024,
+                **resources) -> list[tuple[str, float, float, str]]:
+    """Elasticities d ln(metric) / d ln(p) at a point for every bound symbol p, ranked by |elasticity|.
+
+    Returns (symbol, elasticity, value, meaning). Symbols are the topology, model and calibration numbers
+    the unloaded metric depends on (e.g. ``sw_bw`` = the pool-route bandwidth the GPU sees).
+    """
+    _positive_tokens("context", context)
+    _positive_tokens("output", output)
+    scenario = _topology(scenario)
+    expr = symbolic(system, metric, scenario, free=_all_free(system, metric, scenario, resources),
+                    context=context, output=output, **resources)
+    vals = scenario_values(scenario, system, **resources)
+    vals.update(L=float(context), O=float(output),
+                m_mean=mean_misses(scenario, system, context=context, output=output, **resources))
+    f = float(expr.xreplace({s: vals[s.name] for s in expr.free_symbols}))
+    out = []
+    for s in sorted(expr.free_symbols, key=lambda s: s.name):
+        if s.name in ("L", "O"):
+            continue
+        d = sp.diff(expr, s)
+        dv = float(d.xreplace({x: vals[x.name] for x in d.free_symbols}))
+        el = dv * vals[s.name] / f if f else 0.0
+        if el != 0.0:
+            out.append((s.name, el, vals[s.name], SYMBOLS[s.name][2]))
+    return sorted(out, key=lambda r: -abs(r[1]))
+
+
+def _all_free(system, metric, scenario, resources):
+    sparse = resolve(scenario, system, **resources).model.sparse
+    names = {s.name for s in unloaded_expression(system, metric, sparse).free_symbols} - {"L", "O"}
+    return tuple(n for n in names if n not in ("flop_unit", "b", "B", "swap_on", "pool_on", "rdma_topk_on", "m_mean"))
+
+
+
+def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, rel: float = 0.01,
+                       params=None, **workload) -> list[tuple[str, float, float, str]]:
+    """Elasticities of a loaded metric (``predict`` at the given workload) by central log differences.
+
+    ``params`` default: every hardware number (:func:`hardware_parameters`) and the fitted serving constants.
+    A parameter whose change makes the configuration infeasible gets elasticity nan.
+    """
+    from ..fit.calibrate import SERVING_PARAMS
+    if metric not in LOADED:
+        raise SolverError(f"loaded sensitivity takes a Prediction metric ({', '.join(LOADED)})")
+    check_system(system)
+    if not (isinstance(rel, (int, float)) and 0 < rel < 1):
+        raise SolverError(f"rel must be a relative step in (0, 1), got {rel!r}")
+    topo = _topology(scenario)
+    params = list(params or hardware_parameters(topo) + [p for p in SERVING_PARAMS if topo.has_param(p)])
+    base = predict(topo, system, **workload)
+    if not base.feasible:
+        raise SolverError(f"the configuration is infeasible ({base.limit}): no sensitivity to report")
+    out = []
+    for name in track(params, f"sensitivity of {metric} ({system})"):
+        try:
+            v0 = get_param(topo, name)
+        except (TopologyError, IndexError, StopIteration, KeyError):
+            continue
+        if not v0:
+            continue
+        vals = []
+        for fac in (1 + rel, 1 / (1 + rel)):
+            t = copy.deepcopy(topo)
+            set_param(t, name, v0 * fac)
+            p = predict(t, system, **workload)
+            vals.append(getattr(p, metric) if p.feasible else math.nan)
+        el = (math.log(vals[0]) - math.log(vals[1])) / (2 * math.log(1 + rel)) if all(
+            v > 0 for v in vals) else math.nan
+        out.append((name, el, v0, "loaded, numeric"))
+    return sorted(out, key=lambda r: -abs(r[1]) if math.isfinite(r[1]) else 0)

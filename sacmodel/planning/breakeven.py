@@ -9,6 +9,7 @@ import numpy as np
 import sympy as sp
 from scipy.optimize import brentq
 
+from ..hardware.topology import Topology
 from ..serving.costs import SYMBOLS
 from ..serving.systems import check_system
 from ..util.names import HIGHER_IS_BETTER, LIMITS, fmt_value, kind_of
@@ -58,27 +59,7 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     in closed form by sympy when it can, else numerically (scipy ``brentq`` between sign changes on a
     grid of ``points``); every crossing in the range is reported.
     """
-    check_system(a)
-    check_system(b)
-    for name, v in (("lo", lo), ("hi", hi), ("ratio", ratio)):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
-            raise SolverError(f"{name} must be a finite number, got {v!r}")
-    if lo >= hi:
-        raise SolverError(f"need lo < hi, got lo={lo:g}, hi={hi:g}")
-    if not ratio > 0:
-        raise SolverError(f"ratio must be positive, got {ratio:g}")
-    if isinstance(points, bool) or not isinstance(points, (int, np.integer)) or not 2 <= points <= LIMITS["points"]:
-        raise SolverError(f"points must be a whole number from 2 to {LIMITS['points']:,}, got {points!r}")
-    if lo < 0 or (lo == 0 and kind_of(vary) not in ("time", "number")):
-        raise SolverError(f"{vary} must stay positive: lo = {fmt_value(lo, kind_of(vary))}")
-    for k in ("context", "output"):
-        _positive_tokens(k, fixed.get(k), required=False)
-    kind = _metric_kind(metric)
-    for k in ("context", "output"):
-        if k not in fixed and vary != k:
-            raise SolverError(f"breakeven needs {k}= (or vary={k!r})")
-    topo = _topology(scenario)
-    _check_vary(topo, vary, kind, (a, b), metric)
+    topo, kind = _check_arguments(scenario, a, b, metric, vary, lo, hi, ratio, points, fixed)
     discrete = vary in DISCRETE
     fast = {s: _unloaded_fn(topo, s, metric, vary, fixed) for s in (a, b)} if kind == "unloaded" else {}
 
@@ -111,25 +92,7 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     if sym_roots is not None:
         roots, res.method = sym_roots, "symbolic"
     else:
-        roots = []
-        for i in range(len(xs) - 1):
-            if not (ok[i] and ok[i + 1]) or diff[i] * diff[i + 1] > 0:
-                continue
-            if diff[i] == 0:
-                roots.append(float(xs[i]))
-            elif discrete:                          # bisect on integers: first value on the other side
-                lo_i, hi_i = int(xs[i]), int(xs[i + 1])
-                while hi_i - lo_i > 1:
-                    mid = (lo_i + hi_i) // 2
-                    dm = d(mid)
-                    if math.isfinite(dm) and dm * diff[i] > 0:
-                        lo_i = mid
-                    else:
-                        hi_i = mid
-                roots.append(float(hi_i))
-            elif diff[i + 1] != 0:
-                roots.append(float(brentq(d, xs[i], xs[i + 1], xtol=1e-9 * max(1.0, abs(xs[i])), rtol=1e-12)))
-        roots = sorted(set(roots))
+        roots = _grid_roots(d, xs, diff, ok, discrete)
     at = lambda x: fmt_value(x, kind_of(vary))  # noqa: E731
     if not roots:
         w = {_better(metric, x, y, ratio, a, b) for x, y in zip(fa[ok], fb[ok])}
@@ -152,6 +115,56 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     res.message = (f"{a} and {b} cross at {where}" if ratio == 1 else
                    f"{metric} of {a} reaches {ratio:g} x that of {b} at {where}")
     return res
+
+
+def _check_arguments(scenario, a, b, metric, vary, lo, hi, ratio, points, fixed) -> tuple[Topology, str]:
+    """Validate :func:`breakeven`'s arguments; returns the scenario and the metric's kind (loaded/unloaded)."""
+    check_system(a)
+    check_system(b)
+    for name, v in (("lo", lo), ("hi", hi), ("ratio", ratio)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+            raise SolverError(f"{name} must be a finite number, got {v!r}")
+    if lo >= hi:
+        raise SolverError(f"need lo < hi, got lo={lo:g}, hi={hi:g}")
+    if not ratio > 0:
+        raise SolverError(f"ratio must be positive, got {ratio:g}")
+    if isinstance(points, bool) or not isinstance(points, (int, np.integer)) or not 2 <= points <= LIMITS["points"]:
+        raise SolverError(f"points must be a whole number from 2 to {LIMITS['points']:,}, got {points!r}")
+    if lo < 0 or (lo == 0 and kind_of(vary) not in ("time", "number")):
+        raise SolverError(f"{vary} must stay positive: lo = {fmt_value(lo, kind_of(vary))}")
+    for k in ("context", "output"):
+        _positive_tokens(k, fixed.get(k), required=False)
+    kind = _metric_kind(metric)
+    for k in ("context", "output"):
+        if k not in fixed and vary != k:
+            raise SolverError(f"breakeven needs {k}= (or vary={k!r})")
+    topo = _topology(scenario)
+    _check_vary(topo, vary, kind, (a, b), metric)
+    return topo, kind
+
+
+def _grid_roots(d, xs: np.ndarray, diff: np.ndarray, ok: np.ndarray, discrete: bool) -> list[float]:
+    """Zeros of ``d`` between the grid points where ``diff`` (= d on the grid) changes sign: brentq, or for a
+    discrete quantity the first whole value on the other side (bisection)."""
+    roots = []
+    for i in range(len(xs) - 1):
+        if not (ok[i] and ok[i + 1]) or diff[i] * diff[i + 1] > 0:
+            continue
+        if diff[i] == 0:
+            roots.append(float(xs[i]))
+        elif discrete:                          # bisect on integers: first value on the other side
+            lo_i, hi_i = int(xs[i]), int(xs[i + 1])
+            while hi_i - lo_i > 1:
+                mid = (lo_i + hi_i) // 2
+                dm = d(mid)
+                if math.isfinite(dm) and dm * diff[i] > 0:
+                    lo_i = mid
+                else:
+                    hi_i = mid
+            roots.append(float(hi_i))
+        elif diff[i + 1] != 0:
+            roots.append(float(brentq(d, xs[i], xs[i + 1], xtol=1e-9 * max(1.0, abs(xs[i])), rtol=1e-12)))
+    return sorted(set(roots))
 
 
 def _throughout(metric: str, a: str, b: str, ratio: float, winner: str) -> str:

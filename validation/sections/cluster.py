@@ -4,7 +4,7 @@ router and for co-located vs disaggregated prefill/decode, and the shared CXL po
 equal capacity.
 
 ``render(out_dir)`` returns the markdown and writes its plots into ``out_dir``; run alone with
-``python3 validation/cluster_section.py [--out validation/plots] [--quick]``.
+``python3 validation/sections/cluster.py [--out validation/plots] [--quick]``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 

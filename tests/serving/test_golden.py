@@ -1,7 +1,7 @@
 """Golden values: predictions of the default comparison and of the fetch model, stored in tests/golden.
 
 A change to the model or to a scenario's numbers changes them on purpose: regenerate with
-``SACMODEL_UPDATE_GOLDEN=1 python3 -m pytest tests/test_golden.py`` and commit the new file with the change
+``SACMODEL_UPDATE_GOLDEN=1 python3 -m pytest tests/serving/test_golden.py`` and commit the new file with the change
 (and regenerate validation/report.md).
 """
 import json

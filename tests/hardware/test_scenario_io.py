@@ -25,7 +25,7 @@ from sacmodel.fit.calibrate import FitResult, write_params
 from sacmodel.hardware.scenario_io import ScenarioWriteError, calibration_target, update_scenario
 from sacmodel.hardware.scenarios import TOPOLOGY_DIR, load_topology
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TESTBED = TOPOLOGY_DIR / "sac-testbed.yaml"
 
 

@@ -1,0 +1,278 @@
+"""Each part of the event engine on its own, against hand-worked cases (the whole engine: test_serving.py)."""
+import math
+
+import numpy as np
+import pytest
+
+from sacmodel.serving.config import resolve
+from sacmodel.serving.engine import Model, Requests
+from sacmodel.serving.engine.client import Client
+from sacmodel.serving.engine.cost import IterationCost
+from sacmodel.serving.engine.distinct import DistinctTokens
+from sacmodel.serving.engine.emit import Emission
+from sacmodel.serving.engine.frontend import FrontEnd
+from sacmodel.serving.engine.memory import DeviceMemory
+from sacmodel.serving.engine.misses import MissCurves
+from sacmodel.serving.engine.scheduler import Dispatch, Ranks
+from sacmodel.serving.engine.staging import Staging
+from sacmodel.serving.engine.stats import Stats, Timeline
+from sacmodel.serving.engine.workload import RequestTable
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return resolve("sac-testbed", "cxl")
+
+
+def table(cfg, context, output, cached=None, prompt=None, arrival=None):
+    n = len(context)
+    reqs = Requests(np.zeros(n) if arrival is None else arrival, context, output,
+                    np.zeros(n) if cached is None else cached, prompt=prompt)
+    return reqs, RequestTable(cfg, reqs)
+
+
+# ---- workload ----------------------------------------------------------------------------------------
+def test_request_table_by_hand(cfg):
+    """A prefix hit leaves the page-aligned remainder to prefill (32768 cached of 32768: the last page,
+    64 tokens); a cold prompt prefills all of it. Long HiSparse requests hold the buffer allocation, short ones
+    their pages (ceil((todo + output) / 64) pages)."""
+    _, tb = table(cfg, [32768, 100], [10, 30], cached=[32768, 0])
+    assert cfg.page == 64 and tb.todo == [64, 100]
+    assert tb.hit == [True, False] and tb.long == [True, False]
+    assert tb.hold == [float(cfg.buffer_alloc), 3 * 64.0]          # 100 + 30 = 130 tokens -> 3 pages
+    assert tb.reserve == [64 + 10, 64 + 30] and tb.life == [9, 29] and tb.max_out == 30
+
+
+def test_request_table_short_request_pages(cfg):
+    _, tb = table(cfg, [100], [29])            # 100 + 29 = 129 tokens -> 3 pages of 64
+    assert tb.hold == [192.0]
+
+
+# ---- client ------------------------------------------------------------------------------------------
+def test_closed_loop_client_sends_at_most_concurrency_and_refills_on_a_last_token(cfg):
+    _, tb = table(cfg, [1000] * 4, [5] * 4)
+    fe = FrontEnd()
+    c = Client(tb, 2, fe, t_token=1e-6)
+    c.send(0.0)
+    assert c.next_req == 2 and c.in_flight == 2 and [x[1] for x in fe.intake] == [0, 1]
+    assert fe.intake[0][2] == pytest.approx(1e-3)                  # 1000 tokens x 1 us of front-end work
+    c.deliver([(0, False)], 1.0)                                   # a first token frees nothing
+    assert c.next_req == 2 and c.first[0] == 1.0
+    c.deliver([(0, True)], 2.0)                                    # a last token lets the next one go
+    assert c.next_req == 3 and c.done[0] == 2.0 and c.sent[2] == 2.0
+    c.stopped = True
+    c.deliver([(1, True)], 3.0)
+    assert c.next_req == 3                                         # a crashed server takes nothing more
+
+
+def test_open_loop_client_waits_for_arrivals(cfg):
+    _, tb = table(cfg, [10, 10], [2, 2], arrival=np.array([0.0, 5.0]))
+    c = Client(tb, 100, FrontEnd(), 1e-6)
+    c.send(1.0)
+    assert c.next_req == 1 and c.next_send() == 5.0
+    c.send(5.0)
+    assert c.next_req == 2 and c.next_send() == math.inf
+
+
+# ---- dispatch and scheduling -------------------------------------------------------------------------
+def make_ranks(cfg, tb, reqs):
+    memory = DeviceMemory(cfg.dp, cfg.max_total_tokens, tb, reqs.prefix_pages)
+    model = Model(cfg)
+    staging = Staging(cfg, tb, model, False)
+    distinct = DistinctTokens(cfg.dp, tb.pid)
+    return Ranks(cfg.dp, cfg, tb, memory, staging, distinct, MissCurves(model, tb.max_out)), memory, staging
+
+
+def test_dispatch_is_round_robin_in_hand_on_order_from_the_previous_rounds_counter(cfg):
+    reqs, tb = table(cfg, [100] * 10, [5] * 10)
+    ranks, _, _ = make_ranks(cfg, tb, reqs)
+    d = Dispatch(cfg.dp, first_round=9)                            # 9 requests before: the next goes to rank 1
+    for i, t in [(2, 0.2), (0, 0.0), (1, 0.1)]:
+        d.push(i, t)
+    d.assign(0.15, ranks)                                          # only those handed on by then
+    assert [ranks.rank_of[i] for i in (0, 1)] == [1, 2] and list(ranks.waiting[1]) == [0]
+    assert d.next_time() == 0.2
+    d.assign(1.0, ranks)
+    assert ranks.rank_of[2] == 3 and d.next_time() == math.inf
+
+
+def test_prefill_batch_chunks_a_long_prompt_and_counts_pages(cfg):
+    """Budget = prefill_chunk tokens; each request uses whole pages of it; a prompt longer than what is left
+    is chunked and fills the batch."""
+    chunk = cfg.prefill_chunk
+    reqs, tb = table(cfg, [100, chunk + 500, 100], [5, 5, 5])
+    ranks, memory, _ = make_ranks(cfg, tb, reqs)
+    for i in range(3):
+        ranks.waiting[0].append(i)
+    batch, n_tok, n_new = ranks.prefill_batch(0, 0.0, set())
+    assert batch == [(0, 100), (1, chunk - 128)] and n_tok == chunk - 28 and n_new == 0
+    assert list(ranks.waiting[0]) == [1, 2]                        # the chunked prompt stays at the head
+    assert memory.used[0] == tb.hold[0] + tb.hold[1]               # memory is taken when a request starts
+
+
+def test_prefill_batch_respects_max_running_requests(cfg):
+    reqs, tb = table(cfg, [100] * 3, [5] * 3)
+    ranks, _, _ = make_ranks(cfg, tb, reqs)
+    ranks.max_run = 2
+    ranks.running[0] = 1
+    ranks.waiting[0].extend([0, 1, 2])
+    batch, _, _ = ranks.prefill_batch(0, 0.0, set())
+    assert [i for i, _ in batch] == [0]
+
+
+def test_distinct_prefill_chunks_of_one_prompt_count_once(cfg):
+    reqs, tb = table(cfg, [100, 100], [5, 5], prompt=np.array([7, 7]))
+    ranks, _, _ = make_ranks(cfg, tb, reqs)
+    ranks.waiting[0].append(0)
+    ranks.waiting[1].append(1)
+    chunks = set()
+    assert ranks.prefill_batch(0, 0.0, chunks)[2] == 100
+    assert ranks.prefill_batch(1, 0.0, chunks)[2] == 0               # the same (prompt, position, length)
+
+
+def test_join_then_advance_ends_requests_at_their_last_step(cfg):
+    reqs, tb = table(cfg, [1000, 1000], [3, 5])
+    ranks, memory, _ = make_ranks(cfg, tb, reqs)
+    memory.used[0] += tb.hold[0] + tb.hold[1]
+    ranks.join([(0, [0, 1])])
+    assert ranks.running[0] == 2 and ranks.sum_l[0] == 2000 and ranks.max_jump([0]) == 1   # age 0: one step
+    ended = []
+    assert ranks.advance([0], 2, ended) == 1 and ended == [(0, True)]     # 2 decode steps: request 0 is done
+    assert ranks.running[0] == 1 and memory.used[0] == tb.hold[1]
+    assert ranks.advance([0], 2, ended) == 1 and ranks.running[0] == 0
+
+
+# ---- memory ------------------------------------------------------------------------------------------
+def test_memory_refuses_what_does_not_fit_and_crashes_where_hisparse_would(cfg):
+    reqs, tb = table(cfg, [100, 100000], [5, 5])
+    mem = DeviceMemory(1, 10_000, tb, prefix_pages=0)
+    assert mem.take(0, 0, 0.0) and mem.used[0] == tb.hold[0]
+    mem.used[0] = 9_000.0
+    assert not mem.take(0, 1, 1.0)                                 # a long request's buffer does not fit ...
+    assert mem.crash is not None and mem.crash.rank == 0 and mem.crash.time == 1.0   # ... but its check passed
+    mem2 = DeviceMemory(1, 10_000, tb, prefix_pages=0)
+    mem2.used[0] = 9_990.0
+    assert not mem2.take(0, 1, 0.0) and mem2.crash is None         # the check fails too: it waits
+    mem.free(0, [0])
+    assert mem.used[0] == 9_000.0 - tb.hold[0]
+
+
+# ---- staging -----------------------------------------------------------------------------------------
+def test_staged_requests_are_acknowledged_in_order_and_a_cold_one_a_step_later(cfg):
+    reqs, tb = table(cfg, [100, 100, 100], [5, 5, 5], cached=[0, 99, 99])
+    st = Staging(cfg, tb, Model(cfg), cold_staging=False)
+    st.on_admit(0, 0)                                              # prefilled from scratch: staged cold
+    assert st.cold == [True, False, False]
+    st.stage(0, 0, it=5)
+    st.stage(0, 1, it=5)                                           # warm, but staged behind the cold one
+    st.stage(1, 2, it=5)
+    assert st.ready(6) == [(1, [2])] and st.count == 2
+    assert st.ready(7) == [(0, [0, 1])] and st.count == 0
+
+
+def test_first_hit_of_a_prompt_on_a_rank_is_cold_with_cold_staging(cfg):
+    reqs, tb = table(cfg, [100] * 3, [5] * 3, cached=[99] * 3, prompt=np.array([1, 1, 1]))
+    st = Staging(cfg, tb, Model(cfg), cold_staging=True)
+    for r, i in ((0, 0), (0, 1), (1, 2)):
+        st.on_admit(r, i)
+    assert st.cold == [True, False, True]
+
+
+def test_backup_time_is_the_slowest_ranks_prompt_bytes_over_its_share(cfg):
+    reqs, tb = table(cfg, [1000, 1000, 3000], [5, 5, 5])
+    model = Model(cfg)
+    st = Staging(cfg, tb, model, cold_staging=False)
+    for i in range(3):
+        st.on_admit(0, i)
+    hold, k = st.backups([0, 1, 2], rank_of=[0, 0, 1])
+    from sacmodel.serving.config import backup_bandwidth
+    bw = backup_bandwidth(cfg, (0, 1))
+    assert k == 2 and hold == pytest.approx(max(model.backup(2000, bw[0]), model.backup(3000, bw[1])))
+
+
+# ---- iteration cost ----------------------------------------------------------------------------------
+def test_iteration_time_is_shared_part_plus_the_slowest_rank_and_shrinks_to_the_horizon(cfg):
+    reqs, tb = table(cfg, [40000] * 2, [2000] * 2)
+    ranks, _, _ = make_ranks(cfg, tb, reqs)
+    ranks.join([(0, [0]), (1, [1])])
+    ranks.clock[1] = ranks.joined[1] = 0
+    model = ranks.staging.model
+    cost = IterationCost(model, tb)
+    T, jump, shared, slowest = cost.iteration_time(ranks, [], [0, 1], 1, 2, 2, 0.0, math.inf)
+    a, c, g = model.rank_coeffs(1, 2, True)
+    M = ranks.acc_at[0][1] - ranks.acc_at[0][0]
+    assert shared == model.shared(2, False, 2)
+    assert T == pytest.approx(shared + a + c * (40000 + 1.0) + g * M) and jump == 1
+    assert slowest[0] == 1
+    T10, j10, _, _ = cost.iteration_time(ranks, [], [0, 1], 10, 2, 2, 0.0, 3.5 * T)
+    assert j10 < 10 and j10 * T10 <= 3.5 * T + 1e-12                # cut so as to end by the horizon
+
+
+def test_prefill_part_adds_the_admission_cost_of_a_prefix_hit(cfg):
+    reqs, tb = table(cfg, [32768, 32768], [5, 5], cached=[32768, 0])
+    model = Model(cfg)
+    cost = IterationCost(model, tb)
+    p = cost.prefill_part([(0, [(0, 64)]), (1, [(1, 8192)])], prefilled=[0, 0])
+    hit = model.prefill(64, 32768 - 64) + model.v["t_admit"]
+    cold = model.prefill(8192, 0)
+    assert p == pytest.approx(max(hit, cold))
+
+
+# ---- distinct tokens, emission, stats ----------------------------------------------------------------
+def test_distinct_tokens_count_requests_of_one_prompt_at_one_age_once():
+    d = DistinctTokens(2, [0, 0, 0])
+    d.join(0, [0, 1], clock=5)                 # two requests of the prompt join rank 0 at clock 5
+    d.join(1, [2], clock=0)                    # one joins rank 1 at its clock 0
+    clock = [5, 0]
+    assert d.count([0, 1], clock) == 1         # all at age 0: one distinct token
+    d.advance([0], 3)
+    clock[0] = 8
+    assert d.count([0, 1], clock) == 2         # ages 3 and 0
+    d.leave(0, [0, 1], joined=[5, 5, 0], clock=8)
+    assert d.count([1], clock) == 1
+
+
+def test_distinct_tokens_of_several_prompts():
+    d = DistinctTokens(1, [1, 2, 1])
+    d.join(0, [0, 1, 2], clock=0)
+    assert d.count([0], [0]) == 2              # prompts 1 and 2 at age 0
+
+
+def test_emission_of_first_and_decode_tokens():
+    fe = FrontEnd()
+    em = Emission(fe, rank_of=[0, 1, 0], out=[5, 1, 5])
+    em.unsent += [0, 1, 2]
+    em.first_tokens(2.0)
+    assert [(b[0], b[1], b[2]) for b in fe.msgs] == [(2.0, 1, [(0, False), (2, False)]), (2.0, 1, [(1, False), (1, True)])]
+    assert em.unsent == []
+    fe2 = FrontEnd()
+    Emission(fe2, [0, 1], [5, 5]).decode_tokens(3.0, [0, 1], jump=4, ended=[(1, True)])
+    # 8 messages: the payload rides on rank 1's last one (message 8), nothing after it
+    assert [(b[1], b[2]) for b in fe2.msgs] == [(8, [(1, True)])]
+
+
+def test_stats_account_prefill_and_decode_iterations():
+    s = Stats()
+    s.add_iteration(1, 0.5, 0.1, 0.2, True, 0, None)
+    s.add_iteration(4, 0.05, 0.01, 0.0, False, 2, (3, 1000.0, 10.0, True))
+    d = s.as_dict(peak_used=7.0)
+    assert d["iterations"] == 5 and d["prefill_iterations"] == 1 and d["decode_steps"] == 4
+    assert d["prefill_s"] == 0.5 and d["decode_s"] == pytest.approx(0.2) and d["fetch_s"] == 0.2
+    assert d["swap_states"] == {(3, 2, True): [4.0, 4000.0, 40.0]} and d["peak_used"] == 7.0
+
+
+def test_timeline_samples_every_40_decode_steps():
+    tl = Timeline(True, 1)
+    tl.decode(1.0, 0, 30, 4, 100.0)
+    tl.decode(2.0, 0, 55, 4, 100.0)            # 85 steps: two samples
+    assert tl.rows == [(2.0, 0, "decode", 4, 100.0)] * 2
+
+
+def test_miss_curves_of_requests_that_fit_the_buffer(cfg):
+    """A request that fits the 4096-slot buffer for its whole life loads nothing (it is prefilled into the
+    buffer); one that grows past it loads its context at admission, then only the misses beyond B."""
+    curves = MissCurves(Model(cfg), max_out=10)
+    assert cfg.device_buffer == 4096 and curves.over_life((1000, 9)) is None
+    c = curves.over_life((4090, 9))
+    assert c[0] == 0 and c[1] == 4090 and c[5] == 4090 and c[-1] > 4090    # past B from age 6 on
+    assert curves.per_request([(4090, 9), (4090, 9)])[0] is c

@@ -9,7 +9,7 @@ and runs a fast test subset per mutant with a timeout. ``--plant`` instead appli
 bytecode is never written (``PYTHONDONTWRITEBYTECODE``: a restored file in the same second as its mutant
 must not load the mutant's stale .pyc).
 
-    python3 benchmarks/mutation_driver.py mutate sacmodel/capacity.py --tests "tests/test_x.py ..." \
+    python3 benchmarks/mutation_driver.py mutate sacmodel/serving/capacity.py --tests "tests/test_x.py ..." \
         [--lines 30-70,100-120] [--sample 40] [--out results.jsonl]
     python3 benchmarks/mutation_driver.py plant planted.json --out planted.jsonl
 """

@@ -5,14 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import sys
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from ..util.names import ROUTERS, SYSTEMS
+from ..util.files import write_text
 from .common import print_json
 
 
@@ -59,18 +58,6 @@ def _check_names(systems, routers):
             raise ConfigError(f"--router: unknown router {r!r}; known: {', '.join(ROUTERS)}")
 
 
-def write_atomic(path, text: str) -> None:
-    """Write beside ``path`` and rename into place (a failure leaves the old file untouched)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def cmd_replay(a):
     from sacmodel.cluster.workload import load_workload
     from sacmodel.cluster.replay import parse_pd, parse_slo, replay
@@ -105,7 +92,7 @@ def cmd_replay(a):
                     w = csv.DictWriter(buf, fieldnames=list(row), extrasaction="ignore")
                     w.writeheader()
                 w.writerow(row)
-        write_atomic(a.csv, buf.getvalue())
+        write_text(a.csv, buf.getvalue())
     if a.plot:
         from ..plots.cluster import plot_ttft_cdf
         plot_ttft_cdf(runs, a.plot, title=f"{tr.name} on {a.scenario}, arrivals x {a.time_scale:g}")
@@ -234,7 +221,7 @@ def cmd_cluster_sweep(a, fallback):
     for r in rows:
         w.writerow(r)
     if a.csv:
-        write_atomic(a.csv, buf.getvalue())
+        write_text(a.csv, buf.getvalue())
         print(f"wrote {a.csv}")
     else:
         sys.stdout.write(buf.getvalue())

@@ -3,10 +3,11 @@ stream: for scale tests and examples when no public trace is big enough."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
+
+from ..util.files import atomic_path
 
 
 def write_conversations(path, requests: int, *, seed: int = 0, rate: float = 3.4, system_prompts: int = 64,
@@ -17,11 +18,10 @@ def write_conversations(path, requests: int, *, seed: int = 0, rate: float = 3.4
     hit the earlier ones). Block ids are chained as in Mooncake: an id names its whole prefix."""
     rng = np.random.default_rng(seed)
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
     next_id = system_prompts * system_blocks
     live: list[tuple[list[int], int]] = []          # open conversations: (blocks so far, turns left)
     t = 0.0
-    with tmp.open("w") as fh:
+    with atomic_path(path) as tmp, tmp.open("w") as fh:
         for _ in range(requests):
             t += rng.exponential(1.0 / rate)
             if not live or rng.random() < 0.3:
@@ -41,5 +41,4 @@ def write_conversations(path, requests: int, *, seed: int = 0, rate: float = 3.4
                 live[j] = (blocks, left - 1)
             if len(live) > 4096:                    # bound the generator's own memory
                 live.pop(0)
-    os.replace(tmp, path)
     return path

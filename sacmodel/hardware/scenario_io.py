@@ -13,7 +13,7 @@ import io
 import math
 import os
 import stat
-import tempfile
+import sys
 from pathlib import Path
 
 from ruamel.yaml import YAML
@@ -21,6 +21,7 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.util import load_yaml_guess_indent
 
+from ..util.files import OutputError, atomic_path
 from .scenarios import is_builtin, load_topology
 from .schema import read_yaml
 from .topology import Topology, TopologyError
@@ -81,10 +82,12 @@ def _scalar(text: str):
     return text
 
 
-def _entry(old, value: str, source: str):
-    """``old`` updated in place (keeps its style), or a new flow-style ``{value, source}`` mapping."""
+def _entry(old, value: str, source: str, shared: set[int] = frozenset()):
+    """``old`` updated in place (keeps its style), or a new flow-style ``{value, source}`` mapping. An ``old``
+    that other places of the file share through a YAML alias (its id in ``shared``) is not changed: the entry
+    gets a mapping of its own, so that a fitted value lands where the parameter lives and nowhere else."""
     value = _scalar(value)
-    if isinstance(old, CommentedMap):
+    if isinstance(old, CommentedMap) and id(old) not in shared:
         old["value"] = value
         old["source"] = source
         for k in [k for k in old if k not in ("value", "source")]:
@@ -95,12 +98,33 @@ def _entry(old, value: str, source: str):
     return new
 
 
-def set_entries(data, entries: dict[str, tuple[str, str]]) -> None:
-    """Set ``name -> (value text, source)`` in a round-trip scenario mapping.
+def shared_nodes(data) -> set[int]:
+    """Ids of the mappings and lists that appear at more than one place of a loaded YAML document (aliases)."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        if id(node) in seen:
+            shared.add(id(node))
+            continue
+        seen.add(id(node))
+        stack.extend(node.values() if isinstance(node, dict) else node)
+    return shared
+
+
+def set_entries(data, entries: dict[str, tuple[str, str]]) -> list[str]:
+    """Set ``name -> (value text, source)`` in a round-trip scenario mapping; returns notes for the user.
 
     Names: a serving/calibration parameter (updated where it is, else added under ``calibration:``), every
     node of a kind (``node:rdma_nic.op_cost``) or every link touching a node of a kind (``link:gpu.latency``).
+    An entry written through a YAML alias (``t_kernel: *lat``) would change every place that shares it: the
+    entry gets its own mapping instead, and a note says so.
     """
+    shared = shared_nodes(data)
+    notes: list[str] = []
     for name, (value, source) in entries.items():
         if name.startswith(("node:", "link:")):
             kind, fld = name[5:].split(".", 1)
@@ -113,13 +137,20 @@ def set_entries(data, entries: dict[str, tuple[str, str]]) -> None:
                 ids = {n.get("id") for n in nodes}
                 targets = [lk for lk in data.get("links") or [] if lk.get("from") in ids or lk.get("to") in ids]
             for t in targets:
-                t[fld] = _entry(t.get(fld), value, source)
+                if id(t.get(fld)) in shared:
+                    notes.append(f"{name}: {t.get('id', t.get('from'))}.{fld} was a YAML alias shared with other "
+                                 "entries; it now has a value of its own (the others keep theirs)")
+                t[fld] = _entry(t.get(fld), value, source, shared)
             continue
         table = next((t for t in ("calibration", "serving") if isinstance(data.get(t), dict) and name in data[t]),
                      "calibration")
         if not isinstance(data.get(table), dict):
             data[table] = CommentedMap()
-        data[table][name] = _entry(data[table].get(name), value, source)
+        if id(data[table].get(name)) in shared:
+            notes.append(f"{name} was a YAML alias shared with other entries; it now has a value of its own "
+                         "(the others keep theirs)")
+        data[table][name] = _entry(data[table].get(name), value, source, shared)
+    return notes
 
 
 def scenario_values(topo: Topology, name: str) -> list[float]:
@@ -146,7 +177,7 @@ def update_scenario(src: str | Path, dst: str | Path, entries: dict[str, tuple[s
     y = _yaml_for(text)
     try:
         data = y.load(text)
-        set_entries(data, entries)
+        notes = set_entries(data, entries)
         buf = io.StringIO()
         y.dump(data, buf)
     except YAMLError as exc:
@@ -164,6 +195,8 @@ def update_scenario(src: str | Path, dst: str | Path, entries: dict[str, tuple[s
                 raise ScenarioWriteError(f"{dst}: {name} would read back as {got}, not {v:g}; {dst} unchanged")
 
     write_atomic(dst, buf.getvalue(), check)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     return dst
 
 
@@ -172,50 +205,15 @@ def _write(fh, data: bytes) -> None:
 
 
 def write_atomic(dst: str | Path, text: str, check=None) -> None:
-    """Write ``text`` to a temporary file beside ``dst``, ``check(tmp_path)`` it, then rename it to ``dst``.
-
-    On any failure (``check`` raising, a full disk, a kill) ``dst`` keeps its old content and the temporary
-    file is removed (a kill may leave it behind; it is named ``.<name>.*.tmp``).
-    """
-    dst = Path(dst)
+    """Write ``text`` through the writing layer (:func:`sacmodel.util.files.atomic_path`: a temporary file
+    beside ``dst``, ``check(tmp_path)``, then a rename; a symbolic link is followed, a special file written
+    through). On any failure ``dst`` keeps its old content."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+        with atomic_path(dst, check) as tmp:
+            with open(tmp, "wb") as fh:
+                _write(fh, text.encode("utf-8"))
+                fh.flush()
+    except OutputError as exc:
+        raise ScenarioWriteError(str(exc)) from None
     except OSError as exc:
-        raise ScenarioWriteError(f"{dst}: cannot write in {dst.parent} ({exc.strerror}); nothing written") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            _write(fh, text.encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        if dst.exists():
-            os.chmod(tmp, stat.S_IMODE(dst.stat().st_mode))
-        if check is not None:
-            check(Path(tmp))
-        os.replace(tmp, dst)
-    except OSError as exc:
-        _remove(tmp)
         raise ScenarioWriteError(f"{dst}: cannot write ({exc.strerror or exc}); the file is unchanged") from None
-    except BaseException:
-        _remove(tmp)
-        raise
-    _fsync_dir(dst.parent)
-
-
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

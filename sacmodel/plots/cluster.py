@@ -1,29 +1,25 @@
-"""Cluster plots: TTFT distribution per configuration, hit rate vs cache capacity. Files are written beside
-their target first and renamed into place, so a failed plot never leaves half a file."""
+"""Cluster plots: TTFT distribution per configuration, hit rate vs cache capacity. Files go through the writing
+layer (:mod:`sacmodel.util.files`): a failed plot never leaves half a file."""
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 from matplotlib.ticker import FuncFormatter
 
+from ..util.files import atomic_path
 from .serving import plt
 
 
 def save_atomic(fig, path) -> Path:
-    path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    """Save ``fig`` to ``path`` through the writing layer (:func:`sacmodel.util.files.atomic_path`)."""
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=120)
     finally:
         plt.close(fig)
-        if tmp.exists():
-            tmp.unlink()
-    return path
-
+    return Path(path)
 
 def plot_ttft_cdf(preds: dict, path, title: str = "") -> Path:
     """Empirical CDF of the per-request TTFT of every configuration (``{label: ClusterPrediction}``)."""

@@ -102,9 +102,11 @@ def _plain_log_ticks(axis):
 
 def _save(fig, path):
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(fig)
     return path
 
 

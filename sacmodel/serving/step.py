@@ -36,10 +36,11 @@ import builtins
 import hashlib
 import inspect
 import math
-import os
+
 from functools import lru_cache
 from pathlib import Path
 
+from ..util.files import write_text
 from ..util.lazy import lazy_module
 from .costs import swap_in_time, sym
 
@@ -283,9 +284,7 @@ def generate(path: str | Path = GENERATED) -> Path:
     text = "\n".join(lines).replace("{imports}\n", imports) + "\n" + "\n".join(defs) + "\n"
     path = Path(path)
     compile(text, str(path), "exec")           # check it before anything is written
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_text(path, text)
     return path
 
 

@@ -49,7 +49,12 @@ def _router_params(a) -> dict:
     return kw
 
 
-def _check_names(systems, routers):
+def _check_names(systems, routers, *, need_systems: bool = False):
+    """Known system and router names, at least one router (and one system when ``need_systems``)."""
+    if not routers:
+        raise ConfigError(f"--router: give at least one of {', '.join(ROUTERS)}")
+    if need_systems and not systems:
+        raise ConfigError(f"--systems: give at least one of {', '.join(SYSTEMS)}")
     for s in systems:
         if s not in SYSTEMS:
             raise ConfigError(f"--systems: unknown system {s!r}; known: {', '.join(SYSTEMS)}")
@@ -61,9 +66,9 @@ def _check_names(systems, routers):
 def cmd_replay(a):
     from sacmodel.cluster.workload import load_workload
     from sacmodel.cluster.replay import parse_pd, parse_slo, replay
-    systems = _list(a.systems) if a.systems else ([a.system] if a.system else ["dram", "cxl", "rdma"])
+    systems = _list(a.systems) if a.systems is not None else ([a.system] if a.system else ["dram", "cxl", "rdma"])
     routers = _list(a.router)
-    _check_names(systems, routers)
+    _check_names(systems, routers, need_systems=True)
     slo = parse_slo(a.slo)
     pd = a.pd
     if pd is not None:
@@ -263,7 +268,7 @@ def _register_replay(sub, add_scenario) -> None:
     p.add_argument("--systems", default=None, metavar="LIST", help="comma-separated systems (default dram,cxl,rdma)")
     p.add_argument("--system", default=None, help="one system (same as --systems with one name)")
     _router_options(p)
-    p.add_argument("--instances", type=arg(count, hi=4096), default=None, metavar="N",
+    p.add_argument("--instances", type=arg(count, hi=LIMITS["instances"]), default=None, metavar="N",
                    help="instances (default: the cluster's, or 1)")
     p.add_argument("--pd", default=None, metavar="P:D", help="prefill:decode instance split, e.g. 2:6 (disaggregation)")
     p.add_argument("--cache-capacity", default=None, metavar="TOKENS",
@@ -304,7 +309,7 @@ def _register_hitrate(sub, add_scenario) -> None:
     p.add_argument("--capacity", default="1M,3M,10M,inf", metavar="LIST", help="tokens per instance, comma-separated")
     p.add_argument("--block-tokens", type=arg(tokens), default=512, metavar="TOKENS",
                    help="cache block/page size in tokens (default 512, the trace's; 64: SGLang pages)")
-    p.add_argument("--instances", type=arg(count, hi=4096), default=1, metavar="N",
+    p.add_argument("--instances", type=arg(count, hi=LIMITS["instances"]), default=1, metavar="N",
                    help="instances, each with its own cache of --capacity tokens (default 1)")
     _router_options(p)
     p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",

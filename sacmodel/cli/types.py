@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from pathlib import Path
 
@@ -203,10 +204,17 @@ def out_file(s: str, what: str | None = None, suffixes: tuple[str, ...] | None =
     if s == "-" and suffixes is None:
         return s
     p = Path(s)
-    if p.is_dir() or s.endswith(("/", "\\")):
-        raise _bad(what, f"{s!r} is a folder; give a file name")
-    if not p.resolve().parent.is_dir():
-        raise _bad(what, f"{s!r}: the folder {str(p.parent)!r} does not exist")
+    try:
+        if p.is_dir() or s.endswith(("/", "\\")):
+            raise _bad(what, f"{s!r} is a folder; give a file name")
+        target = p.resolve()
+        if not target.parent.is_dir():
+            if p.is_symlink():
+                raise _bad(what, f"{s!r} is a symbolic link to {os.readlink(p)!r}, whose folder "
+                                 f"{str(target.parent)!r} does not exist")
+            raise _bad(what, f"{s!r}: the folder {str(p.parent)!r} does not exist")
+    except OSError as exc:               # a name too long for the file system, a loop of links
+        raise _bad(what, f"{s[:200]!r}: cannot write there ({exc.strerror})") from None
     if suffixes and p.suffix.lower() not in suffixes:
         raise _bad(what, f"{s!r}: give a file name ending in one of {', '.join(suffixes)}")
     return s
@@ -220,10 +228,15 @@ def in_file(s: str, what: str | None = None) -> str:
     """An existing file (not a folder)."""
     path_text(s, what)
     p = Path(s)
-    if not p.exists():
-        raise _bad(what, f"{s!r}: no such file")
-    if p.is_dir():
-        raise _bad(what, f"{s!r} is a folder; give a file")
+    try:
+        if not p.exists():
+            if p.is_symlink():
+                raise _bad(what, f"{s!r} is a dangling symbolic link (to {os.readlink(p)!r}); no such file")
+            raise _bad(what, f"{s!r}: no such file")
+        if p.is_dir():
+            raise _bad(what, f"{s!r} is a folder; give a file")
+    except OSError as exc:               # a name too long for the file system, a loop of links
+        raise _bad(what, f"{s[:200]!r}: cannot read ({exc.strerror})") from None
     return s
 
 
@@ -260,6 +273,6 @@ def vary_name(s: str) -> str:
     """A quantity to vary: a workload name, a scenario parameter or ``node:KIND.FIELD``/``link:KIND.FIELD``."""
     s = str(s).strip()
     if not re.fullmatch(r"(?:(?:node|link):[a-z_0-9]+\.[a-z_0-9]+|[A-Za-z_][A-Za-z_0-9]{0,63})", s):
-        raise Bad(f"--vary: not a quantity name: {s!r} (e.g. context, cxl_devices, t_layer, "
+        raise Bad(f"--vary: not a quantity name: {s!r} (e.g. context, cxl_devices, t_graph_kernel, "
                   "node:cxl_device.bandwidth)")
     return s

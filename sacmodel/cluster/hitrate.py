@@ -7,11 +7,11 @@ arrays per capacity point; used by ``sacmodel hitrate`` and by cluster plans.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from ..data.records import DataError
 from ..data.traces import Trace, load_trace
 from ..hardware.cluster import parse_capacity
+from ..util.names import LIMITS
 from .load import InstanceLoad
 from .prefix_cache import RadixCache, check_block_tokens, page_keys
 from .routers import make_router
@@ -22,24 +22,30 @@ POLICIES = ("lru",)
 def as_trace(trace, limit: int | None = None) -> Trace:
     if isinstance(trace, Trace):
         return trace if limit is None else trace.head(limit)
-    return load_trace(Path(trace), limit=limit)
+    return load_trace(trace, limit=limit)
 
 
 def hit_rates(trace, capacities, *, policy: str = "lru", block_tokens: int = 512, instances: int = 1,
-              router: str = "round_robin", **router_params) -> list[dict]:
-    """For every capacity (tokens per instance; '3M', 'inf', a number): hit rate and eviction counts."""
+              router: str = "round_robin", bytes_per_token: float | None = None, **router_params) -> list[dict]:
+    """For every capacity (tokens per instance; '3M', 'inf', a number): hit rate and eviction counts. A size in
+    bytes ('1 TB') needs ``bytes_per_token`` (a model's KV bytes per token); without it, it is refused."""
+    if isinstance(instances, bool) or not isinstance(instances, int) or not 1 <= instances <= LIMITS["instances"]:
+        raise ValueError(f"instances must be a whole number in 1..{LIMITS['instances']:,}, got {instances!r}")
+    if isinstance(capacities, (str, int, float)):
+        capacities = [capacities]
+    capacities = list(capacities)
+    if not capacities or len(capacities) > LIMITS["points"]:
+        raise ValueError(f"give 1 to {LIMITS['points']:,} capacities, got {len(capacities)}")
+    if bytes_per_token is not None and not (isinstance(bytes_per_token, (int, float)) and
+                                            math.isfinite(bytes_per_token) and bytes_per_token > 0):
+        raise ValueError(f"bytes_per_token must be a positive number, got {bytes_per_token!r}")
     tr = as_trace(trace)
     if not tr.has_prefix_info or tr.blocks is None:
         raise DataError(f"{tr.name}: the trace has no prefix information (no hash_ids): no prefix hits to count")
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-    if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
-        raise ValueError(f"instances must be a positive integer, got {instances!r}")
     bt = check_block_tokens(block_tokens, tr.block_tokens)
-    caps = [parse_capacity(c, "capacity", 1.0) if isinstance(c, str) else float(c) for c in capacities]
-    for c in caps:
-        if not c >= 1:
-            raise ValueError(f"capacity must be at least one token, got {c!r}")
+    caps = [parse_capacity(c, "capacity", bytes_per_token) for c in capacities]
     inp = tr.input_len.tolist()
     offs = tr.offsets.tolist()
     total = float(sum(inp))
@@ -67,8 +73,9 @@ def hit_rates(trace, capacities, *, policy: str = "lru", block_tokens: int = 512
 
 
 def prefix_hit_rate(trace, *, capacity_tokens, policy: str = "lru", block_tokens: int = 512, instances: int = 1,
-                    router: str = "round_robin", **router_params) -> float:
+                    router: str = "round_robin", bytes_per_token: float | None = None, **router_params) -> float:
     """Share of prompt tokens served from cache: ``instances`` LRU prefix caches of ``capacity_tokens`` each
-    (tokens, '3M' or 'inf'), ``router`` spreading the requests; ``trace``: a path or a loaded Trace."""
+    (tokens, '3M' or 'inf'; bytes such as '1 TB' with ``bytes_per_token``), ``router`` spreading the requests;
+    ``trace``: a path or a loaded Trace."""
     return hit_rates(trace, [capacity_tokens], policy=policy, block_tokens=block_tokens, instances=instances,
-                     router=router, **router_params)[0]["hit_rate"]
+                     router=router, bytes_per_token=bytes_per_token, **router_params)[0]["hit_rate"]

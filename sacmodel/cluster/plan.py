@@ -17,6 +17,7 @@ from ..hardware.cluster import HOME, kv_bytes_per_token, parse_capacity
 from ..hardware.scenarios import cluster_of
 from sacmodel.planning.plan import prices
 from ..serving.predict import ConfigError
+from ..util.names import LIMITS
 from .replay import parse_pd, replay
 
 AXES = ("instances", "pool", "router", "pd")
@@ -34,9 +35,12 @@ def parse_axis(name: str, values) -> list:
         if name == "instances" and ":" in values:
             lo, hi = values.split(":", 1)
             try:
-                values = list(range(int(lo), int(hi) + 1))
+                lo, hi = int(lo), int(hi)
             except ValueError:
                 raise ConfigError(f"instances: write LO:HI or a list, not {values!r}") from None
+            if not 1 <= lo <= hi <= LIMITS["instances"]:
+                raise ConfigError(f"instances {lo}:{hi}: need 1 <= LO <= HI <= {LIMITS['instances']:,} (limit)")
+            values = list(range(lo, hi + 1))
         else:
             values = [v.strip() for v in values.split(",") if v.strip()]
     out = []
@@ -46,8 +50,8 @@ def parse_axis(name: str, values) -> list:
                 v = int(v)
             except (TypeError, ValueError):
                 raise ConfigError(f"instances: not a whole number: {v!r}") from None
-            if v < 1:
-                raise ConfigError(f"instances must be positive, got {v}")
+            if not 1 <= v <= LIMITS["instances"]:
+                raise ConfigError(f"instances must be in 1..{LIMITS['instances']:,} (limit), got {v}")
         elif name == "pd":
             v = None if v in (None, "none", "colocated", "co-located") else v
         out.append(v)
@@ -95,7 +99,8 @@ def _point(job) -> dict:
     except ConfigError as exc:                 # e.g. a P:D split that does not fit this instance count
         return {**params, "feasible": False, "limit": str(exc)}
     s = p.summary
-    pool = None if params.get("pool") is None else parse_capacity(params["pool"], "pool", 1.0)
+    pool = None if params.get("pool") is None else \
+        parse_capacity(params["pool"], "pool", kv_bytes_per_token(cluster_of(scenario).host))
     row = {**params, "feasible": True, "limit": None, **{m: s[m] for m in ROW_METRICS},
            "hit_rate": s["hit_rate"], "instances": s["instances"],
            "cost_usd_per_hour": cost_per_hour(scenario, system, s["instances"], pool)["total"]}
@@ -179,7 +184,9 @@ def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instan
         from sacmodel.cluster.workload import load_workload
         tr, _ = load_workload(trace, (fixed or {}).get("limit"))
         if tr.has_prefix_info:        # a shared pool is one cache, whichever instance a request went to
-            hit = [{"pool": v, "hit_rate_fast_path": h["hit_rate"]} for v, h in zip(vals, hit_rates(tr, vals))]
+            bpt = kv_bytes_per_token(cluster_of(scenario).host)          # pool sizes may be bytes ('1 TB')
+            hit = [{"pool": v, "hit_rate_fast_path": h["hit_rate"]}
+                   for v, h in zip(vals, hit_rates(tr, vals, bytes_per_token=bpt))]
     rows = cluster_sweep(scenario, system, trace, {vary: vals}, fixed=fixed, scheduler=scheduler,
                          workers=workers, progress=progress)
     ok = [r for r in rows if meets(r, slo)]

@@ -45,6 +45,7 @@ from .prefix_cache import RadixCache, check_block_tokens, page_keys
 from .routers import RouterError, make_router
 from .network import Network
 from .transfer import FlowSet, link_bytes, share_links
+from ..util.names import LIMITS, ROUTERS
 from .workload import load_workload
 
 KIND_ORDER = {"hbm": 0, "host": 1, "cxl": 2, "rdma": 3}
@@ -214,6 +215,21 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     """
     if cache not in ("trace", "none", "all"):
         raise ConfigError(f"cache must be 'trace', 'none' or 'all', not {cache!r}")
+    if instances is not None and (isinstance(instances, bool) or not isinstance(instances, int)
+                                  or not 1 <= instances <= LIMITS["instances"]):
+        raise ConfigError(f"instances must be a whole number in 1..{LIMITS['instances']:,} (limit), got "
+                          f"{str(instances)[:40]!r}")
+    if not isinstance(router, str) or router not in ROUTERS:
+        raise ConfigError(f"unknown router {str(router)[:40]!r}; known: {', '.join(ROUTERS)}")
+    if router_params is not None and not isinstance(router_params, dict):
+        raise ConfigError(f"router_params must be a dict, not {type(router_params).__name__}")
+    if tiers is not None and not isinstance(tiers, str) and not (
+            isinstance(tiers, (list, tuple)) and tiers and all(isinstance(t, str) for t in tiers)):
+        raise ConfigError(f"tiers must be a tier name or kind, or a list of them, got {str(tiers)[:40]!r}")
+    if cache_capacity is not None and (isinstance(cache_capacity, bool) or
+                                       not isinstance(cache_capacity, (str, int, float, dict))):
+        raise ConfigError(f"cache_capacity must be tokens ('3M', 'inf', a number) or a dict per tier, got "
+                          f"{str(cache_capacity)[:40]!r}")
     if not (isinstance(time_scale, (int, float)) and time_scale > 0 and math.isfinite(time_scale)):
         raise ConfigError(f"time_scale must be a positive number, got {time_scale!r}")
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)

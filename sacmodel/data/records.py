@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..util.reading import check_tree
+from ..util.reading import read_json as _read_json
 
 # Size limits of measured data and traces (documented in the README).
 LIMITS = {
@@ -26,6 +26,10 @@ LIMITS = {
     "run_requests": 100_000,         # requests or concurrency of one measured run
     "measured": 1e10,                # a measured latency (ms, us) or throughput (tok/s), at most
     "measured_min": 1e-3,            # and, when not 0, at least (1 ns in us, 1 us in ms)
+    "manifest_bytes": 16 << 20,      # the runs' manifest.csv
+    "trace_bytes": 4 << 30,          # a trace file (streamed: bounds the time spent, not the memory)
+    "log_bytes": 256 << 20,          # a server log, after decompression
+    "log_line_bytes": 1 << 20,       # one line of a server log
 }
 
 
@@ -68,31 +72,11 @@ def first_error(exc: ValidationError) -> str:
 
 
 def read_json(path: Path) -> Any:
-    """A JSON file within the size and depth limits (``NaN``/``Infinity`` refused); errors name file and line."""
-    path = Path(path)
-    if path.is_dir():
-        raise DataError(f"{path}: is a directory, not a JSON file")
-    try:
-        if path.stat().st_size > LIMITS["json_bytes"]:
-            raise DataError(f"{path}: larger than the {LIMITS['json_bytes']}-byte limit")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise DataError(f"{path}: line {line}: not UTF-8 text") from None
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
-    except RecursionError:
-        raise DataError(f"{path}: nested deeper than {LIMITS['json_depth']} levels") from None
-    except ValueError as exc:      # a constant (NaN, Infinity) or an integer of more than 4300 digits
-        raise DataError(f"{path}: not valid JSON ({exc})") from None
-    check_tree(data, str(path), depth=LIMITS["json_depth"], items=LIMITS["json_items"], err=DataError)
-    return data
+    """A JSON file within the size and depth limits (``NaN``/``Infinity`` refused), read through
+    :mod:`sacmodel.util.reading` (regular files only, the size limit held while reading); errors name file
+    and line."""
+    return _read_json(path, limit=LIMITS["json_bytes"], depth=LIMITS["json_depth"], items=LIMITS["json_items"],
+                      what="JSON file", err=DataError)
 
 
 def _no_constant(name: str):
@@ -176,6 +160,8 @@ class RoundMetrics(BaseModel):
 class PerRequest(BaseModel):
     model_config = STRICT
     output_len: OutTokens
+    prompt_len: Optional[Tokens] = None         # the request's prompt (default: the run's target_input_tokens)
+    success: Optional[bool] = None
     ttft_ms: Optional[Measured] = None
     latency_ms: Optional[Measured] = None      # send to last token (the closed-loop client then sends the next)
 

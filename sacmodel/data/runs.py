@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import heapq
+import io
 import math
 import os
 import re
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
+from ..util.reading import check_input, read_text
 from .records import LIMITS, BenchServingRun, DataError, E2ERun, ManifestRow, first_error, read_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,18 +99,18 @@ def system_from_name(name: str) -> tuple[str | None, int | None]:
 
 @lru_cache(maxsize=16)
 def _manifest_file(path: str, mtime: float) -> dict[str, ManifestRow]:
+    text = read_text(path, limit=LIMITS["manifest_bytes"], what="manifest", err=DataError)
     rows = {}
+    rd = csv.DictReader(io.StringIO(text, newline=""))
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            rd = csv.DictReader(fh)
-            for row in rd:
-                try:
-                    r = ManifestRow.model_validate({k: v for k, v in row.items() if isinstance(k, str)})
-                except ValidationError as exc:
-                    raise DataError(f"{path}:{rd.line_num}: {first_error(exc)}") from None
-                rows[r.file] = r
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise DataError(f"{path}: cannot read the manifest ({exc})") from None
+        for row in rd:
+            try:
+                r = ManifestRow.model_validate({k: v for k, v in row.items() if isinstance(k, str)})
+            except ValidationError as exc:
+                raise DataError(f"{path}:{rd.line_num}: {first_error(exc)}") from None
+            rows[r.file] = r
+    except csv.Error as exc:
+        raise DataError(f"{path}:{rd.line_num}: cannot read the manifest ({exc})") from None
     return rows
 
 
@@ -199,6 +201,9 @@ def _testbed_run(path: Path, d: dict, sysname, devices, nics, man: ManifestRow |
     m = r.round2.metrics
     lo = cfg.round2_output_min if cfg.round2_output_min is not None else (man.output_min if man else None)
     hi = cfg.round2_output_max if cfg.round2_output_max is not None else (man.output_max if man else None)
+    if (lo is None) != (hi is None):
+        raise DataError(f"{path}: config: round2_output_min and round2_output_max go together (only "
+                        f"{'round2_output_min' if hi is None else 'round2_output_max'} is given)")
     outputs = np.array([q.output_len for q in r.round2.per_request], dtype=np.int64) \
         if r.round2.per_request else None
     ttfts = _per_request_ms(r.round2.per_request, "ttft_ms")
@@ -246,17 +251,17 @@ def _bench_serving_run(path: Path, d: dict, sysname, devices, nics, man: Manifes
 
 
 def _files(paths, pattern: str = "*.json") -> list[Path]:
-    """Files of ``paths`` (files or folders, folders globbed for ``pattern``)."""
+    """Files of ``paths`` (files or folders, folders globbed for ``pattern``); a path that is neither is
+    refused naming it (missing, a dangling link, a FIFO or device, a name too long)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     files: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir():
+        if os.path.isdir(p):
             files += sorted(p.glob(pattern))
-        elif p.exists():
-            files.append(p)
-        else:
-            raise DataError(f"{p}: no such file or folder")
+            continue
+        check_input(p, "data file", DataError)
+        files.append(p)
     if not files:
         raise DataError(f"no {pattern} files in {', '.join(map(str, paths))[:200]}")
     return files

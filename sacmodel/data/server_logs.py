@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .records import DataError
+from ..util.reading import iter_lines
+from .records import LIMITS, DataError
 
 _TS = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?: DP(\d+) TP\d+)?\] "
 _BATCH_RE = re.compile(_TS + r"(Prefill|Decode) batch, (.*)$")
@@ -108,7 +109,7 @@ def _parse_value(text: str):
         if s[:1] in "{[":
             try:
                 return json.loads(s)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):      # not JSON, NaN, or nested too deeply: kept as text
                 return s
         return s
     if t in ("True", "False"):
@@ -175,73 +176,89 @@ def load_server_log(path: str | Path) -> ServerLog:
     return log
 
 
+def _log_lines(path: Path):
+    """(line number, text) of a server log, streamed through :func:`sacmodel.util.reading.iter_lines` (regular
+    files only, gzip for ``.gz``, at most ``log_bytes`` after decompression and ``log_line_bytes`` a line)."""
+    for ln, raw in iter_lines(path, line_bytes=LIMITS["log_line_bytes"], limit=LIMITS["log_bytes"],
+                              what="server log", err=DataError):
+        yield ln, raw.decode("utf-8", errors="replace")
+
+
+MAX_RANK = 1 << 16        # a data-parallel rank index (DPn) above this is not a server's
+
+
+def _batch_record(m, path: Path, lineno: int, t: float) -> tuple:
+    """(t, rank, fields...) of a prefill or decode batch line; every field present, finite and a number."""
+    rank = int(m.group(2) or 0)
+    if rank > MAX_RANK:
+        raise DataError(f"{path}: line {lineno}: data-parallel rank DP{m.group(2)[:20]} is above {MAX_RANK}")
+    kv = {}
+    for part in m.group(4).split(", "):
+        k, _, v = part.partition(":")
+        if k.strip() in _KEYS:
+            try:
+                x = float(v)
+            except ValueError:
+                x = math.nan
+            if not math.isfinite(x):
+                raise DataError(f"{path}: line {lineno}: bad value for {k.strip()!r}: {v.strip()[:40]!r}") from None
+            kv[_KEYS[k.strip()]] = x
+    fields = PREFILL_FIELDS if m.group(3) == "Prefill" else DECODE_FIELDS
+    missing = [f for f in fields if f not in kv]
+    if missing:
+        raise DataError(f"{path}: line {lineno}: {m.group(3).lower()} batch line without {', '.join(missing)}")
+    return (t, rank, *(kv[f] for f in fields))
+
+
 def _parse_server_log(path: Path) -> ServerLog:
     import datetime as _dt
-    import gzip
-    opener = gzip.open if path.suffix == ".gz" else open
     settings: dict = {}
     notes: list[str] = []
     pre, dec, arr, exc = [], [], [], []
     t0 = None
     pending_exc = None
-
+    lineno = 0
     seen: dict[str, float] = {}          # log stamps have one-second resolution: parse each once
 
     def stamp(s: str) -> float:
         nonlocal t0
         t = seen.get(s)
         if t is None:
-            t = seen[s] = _dt.datetime.strptime(s, "%Y-%m-%d %H:%M:%S").replace(tzinfo=_dt.timezone.utc).timestamp()
+            try:
+                when = _dt.datetime.strptime(s, "%Y-%m-%d %H:%M:%S")
+            except ValueError:
+                raise DataError(f"{path}: line {lineno}: not a date and time: {s!r}") from None
+            t = seen[s] = when.replace(tzinfo=_dt.timezone.utc).timestamp()
         if t0 is None:
             t0 = t
         return t - t0
-    try:
-        with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if "server_args=ServerArgs(" in line and not settings:
-                    settings = parse_server_args(line)
-                    continue
-                m = _BATCH_RE.match(line)
-                if m:
-                    t, rank = stamp(m.group(1)), int(m.group(2) or 0)
-                    kv = {}
-                    for part in m.group(4).split(", "):
-                        k, _, v = part.partition(":")
-                        if k.strip() in _KEYS:
-                            try:
-                                kv[_KEYS[k.strip()]] = float(v)
-                            except ValueError:
-                                raise DataError(f"{path}: line {lineno}: bad value for {k.strip()!r}: "
-                                                f"{v.strip()!r}") from None
-                    fields = PREFILL_FIELDS if m.group(3) == "Prefill" else DECODE_FIELDS
-                    missing = [f for f in fields if f not in kv]
-                    if missing:
-                        raise DataError(f"{path}: line {lineno}: {m.group(3).lower()} batch line without "
-                                        f"{', '.join(missing)}")
-                    (pre if m.group(3) == "Prefill" else dec).append((t, rank, *(kv[f] for f in fields)))
-                    continue
-                m = _POST_RE.match(line)
-                if m:
-                    arr.append(stamp(m.group(1)))
-                    continue
-                m = _EXC_RE.match(line)
-                if m:
-                    pending_exc = (stamp(m.group(1)), int(m.group(2) or 0))
-                    continue
-                if pending_exc:
-                    e = _ERROR_RE.match(line.strip())
-                    if e:
-                        exc.append((*pending_exc, line.strip()))
-                        pending_exc = None
-                    continue
-                m = _NOTE_RE.match(line)
-                if m:
-                    stamp(m.group(1))
-                    notes.append(m.group(3).strip())
-    except OSError as exc_:
-        raise DataError(f"{path}: cannot read ({exc_.strerror or exc_})") from None
-    except EOFError:
-        raise DataError(f"{path}: truncated gzip file") from None
+    for lineno, line in _log_lines(path):
+        if "server_args=ServerArgs(" in line and not settings:
+            settings = parse_server_args(line)
+            continue
+        m = _BATCH_RE.match(line)
+        if m:
+            rec = _batch_record(m, path, lineno, stamp(m.group(1)))
+            (pre if m.group(3) == "Prefill" else dec).append(rec)
+            continue
+        m = _POST_RE.match(line)
+        if m:
+            arr.append(stamp(m.group(1)))
+            continue
+        m = _EXC_RE.match(line)
+        if m:
+            pending_exc = (stamp(m.group(1)), int(m.group(2) or 0))
+            continue
+        if pending_exc:
+            e = _ERROR_RE.match(line.strip())
+            if e:
+                exc.append((*pending_exc, line.strip()))
+                pending_exc = None
+            continue
+        m = _NOTE_RE.match(line)
+        if m:
+            stamp(m.group(1))
+            notes.append(m.group(3).strip())
     if pending_exc:
         exc.append((*pending_exc, "scheduler exception (message not found)"))
     ptype = [("t", float), ("rank", int)] + [(f, float) for f in PREFILL_FIELDS]

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
+from ..util.reading import check_input, iter_lines
 from .records import LIMITS, AzureRecord, DataError, MooncakeRecord, first_error, json_line
 
 MOONCAKE_BLOCK = 512   # tokens per hash_id (shared/data/README.md)
@@ -70,10 +71,7 @@ def load_trace(path: str | Path, limit: int | None = None) -> Trace:
     if limit is not None and limit > LIMITS["trace_requests"]:
         raise DataError(f"limit {limit} is over the {LIMITS['trace_requests']}-request limit per call")
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: no such trace file")
-    if path.is_dir():
-        raise DataError(f"{path}: is a directory, not a trace file")
+    check_input(path, "trace file", DataError)
     if path.suffix == ".jsonl":
         return _mooncake(path, limit)
     if path.suffix == ".csv":
@@ -82,19 +80,14 @@ def load_trace(path: str | Path, limit: int | None = None) -> Trace:
 
 
 def _lines(path: Path):
-    """(line number, text) of a trace file, each line checked for length and UTF-8."""
-    try:
-        fh = path.open("rb")
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    with fh:
-        for ln, raw in enumerate(iter(lambda: fh.readline(LIMITS["line_bytes"] + 1), b""), 1):
-            if len(raw) > LIMITS["line_bytes"]:
-                raise _bad(path, ln, f"line longer than {LIMITS['line_bytes']} bytes")
-            try:
-                yield ln, raw.decode("utf-8-sig" if ln == 1 else "utf-8")
-            except UnicodeDecodeError:
-                raise _bad(path, ln, "not UTF-8 text") from None
+    """(line number, text) of a trace file, streamed through :func:`sacmodel.util.reading.iter_lines` (regular
+    files only, each line checked for length and UTF-8)."""
+    for ln, raw in iter_lines(path, line_bytes=LIMITS["line_bytes"], limit=LIMITS["trace_bytes"],
+                              what="trace file", err=DataError):
+        try:
+            yield ln, raw.decode("utf-8-sig" if ln == 1 else "utf-8")
+        except UnicodeDecodeError:
+            raise _bad(path, ln, "not UTF-8 text") from None
 
 
 class _Requests:

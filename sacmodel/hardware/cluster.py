@@ -25,6 +25,7 @@ import numpy as np
 
 from .models import entry_bytes, model_of
 from .topology import Topology, TopologyError
+from ..util.names import LIMITS
 from .units import UnitError, parse_quantity, parse_tokens
 
 
@@ -102,12 +103,15 @@ def kv_bytes_per_token(topo: Topology) -> float:
     return m.layers * (entry_bytes(topo, m) + m.index_key_bytes)
 
 
-def parse_capacity(value, field_: str, bytes_per_token: float) -> float:
-    """Tokens from '3M', 3000000, 'inf', '200000 token' or a size such as '1 TB'; a wrong unit raises."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value < 1:
+def parse_capacity(value, field_: str, bytes_per_token: float | None) -> float:
+    """Tokens from '3M', 3000000, 'inf', '200000 token' or a size such as '1 TB' (converted with
+    ``bytes_per_token``; None: sizes are refused, there is no model to convert them with); a wrong unit raises."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        if not value >= 1:
             raise UnitError(f"{field_}: capacity must be at least one token, got {value!r}")
         return float(value)
+    if not isinstance(value, str):
+        raise UnitError(f"{field_}: a capacity is tokens ('3M', 3000000) or bytes ('1 TB'), not {type(value).__name__}")
     s = str(value).strip()
     if s.lower() in ("inf", "infinite", "unbounded"):
         return math.inf
@@ -115,11 +119,14 @@ def parse_capacity(value, field_: str, bytes_per_token: float) -> float:
         return float(parse_tokens(s))
     except UnitError:
         pass
-    for dim, scale in (("tokens", 1.0), ("bytes", 1.0 / bytes_per_token)):
+    for dim, scale in (("tokens", 1.0), ("bytes", 1.0 / (bytes_per_token or math.nan))):
         try:
             v = parse_quantity(s, dim, field=field_) * scale
         except UnitError:
             continue
+        if bytes_per_token is None and dim == "bytes":
+            raise UnitError(f"{field_}: {s!r} is a size in bytes; give tokens ('3M', '200000 token'): bytes are "
+                            "not tokens without a model's KV bytes per token")
         if not v >= 1:
             raise UnitError(f"{field_}: capacity {s!r} holds less than one token")
         return v
@@ -133,10 +140,13 @@ def _count(raw, where: str) -> int:
     return int(v)
 
 
-def _plain_count(v, where: str) -> int:
-    """A structural count (how many hosts or instances of a group), a plain integer like a node's ``count``."""
+def _plain_count(v, where: str, limit: str) -> int:
+    """A structural count (how many hosts or instances of a group), a plain integer like a node's ``count``, at
+    most ``LIMITS[limit]``."""
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise TopologyError(f"{where}: must be a positive integer, got {v!r}")
+        raise TopologyError(f"{where}: must be a positive integer, got {str(v)[:40]!r}")
+    if v > LIMITS[limit]:
+        raise TopologyError(f"{where}: {v:,} is above the limit of {LIMITS[limit]:,} {limit} in a cluster")
     return v
 
 
@@ -175,9 +185,15 @@ def parse_cluster(raw: dict, host: Topology, where: str, name: str, description:
     """Validate a ``cluster:`` section (``where`` names the file in messages)."""
     w = f"{where}: cluster"
     _expect(raw, {"host", "hosts", "instances", "tiers", "network", "max_context"}, w, ("instances", "tiers"))
+    if not isinstance(raw.get("hosts") or [], list):
+        raise TopologyError(f"{w}.hosts: expected a list of hosts")
     hosts, groups = _parse_hosts(raw.get("hosts") or [{"id": "host"}], w)
     if not isinstance(raw["tiers"], dict) or not raw["tiers"]:
         raise TopologyError(f"{w}.tiers: expected a mapping of tier name -> tier")
+    if len(raw["tiers"]) > LIMITS["tiers"]:
+        raise TopologyError(f"{w}.tiers: more than {LIMITS['tiers']} tiers (limit)")
+    if not isinstance(raw["instances"] or [], list):
+        raise TopologyError(f"{w}.instances: expected a list of instances")
     bpt = kv_bytes_per_token(host)
     tiers = {str(tname): _parse_tier(str(tname), t, f"{w}.tiers.{tname}", bpt, hosts, groups)
              for tname, t in raw["tiers"].items()}
@@ -198,15 +214,19 @@ def parse_cluster(raw: dict, host: Topology, where: str, name: str, description:
 def _parse_hosts(entries, w: str) -> tuple[list[str], dict[str, list[str]]]:
     """Host ids (a group of ``count`` hosts is id0, id1, ...) and the groups by their written id."""
     hosts: list[str] = []
+    seen: set[str] = set()
     groups: dict[str, list[str]] = {}
     for i, h in enumerate(entries):
         hw = f"{w}.hosts[{i}]"
         _expect(h, {"id", "count", "description"}, hw, ("id",))
-        n = _plain_count(h["count"], f"{hw}.count") if "count" in h else 1
+        n = _plain_count(h["count"], f"{hw}.count", "hosts") if "count" in h else 1
+        if len(hosts) + n > LIMITS["hosts"]:
+            raise TopologyError(f"{hw}: more than {LIMITS['hosts']:,} hosts in the cluster (limit)")
         ids = [str(h["id"])] if n == 1 else [f"{h['id']}{j}" for j in range(n)]
-        if set(ids) & set(hosts) or str(h["id"]) in groups:
+        if seen.intersection(ids) or str(h["id"]) in groups:
             raise TopologyError(f"{hw}: duplicate host id {h['id']!r}")
         hosts += ids
+        seen.update(ids)
         groups[str(h["id"])] = ids
     return hosts, groups
 
@@ -229,6 +249,8 @@ def _parse_tier(tname: str, t, tw: str, bpt: float, hosts: list[str], groups: di
     if "attached" in t:
         if t["kind"] not in ("cxl", "rdma"):
             raise TopologyError(f"{tw}.attached: only shared tiers (cxl, rdma) are attached to hosts")
+        if not isinstance(t["attached"], list):
+            raise TopologyError(f"{tw}.attached: expected a list of host ids, got {str(t['attached'])[:40]!r}")
         att = []
         for ref in t["attached"]:
             if str(ref) not in groups and str(ref) not in hosts:
@@ -271,7 +293,9 @@ def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dic
         role = inst.get("role", "both")
         if role not in ROLES:
             raise TopologyError(f"{iw}.role: unknown role {role!r} (known: {', '.join(ROLES)})")
-        n = _plain_count(inst["count"], f"{iw}.count") if "count" in inst else 1
+        n = _plain_count(inst["count"], f"{iw}.count", "instances") if "count" in inst else 1
+        if len(instances) + n > LIMITS["instances"]:
+            raise TopologyError(f"{iw}: more than {LIMITS['instances']:,} instances in the cluster (limit)")
         href = str(inst.get("host", hosts[0] if len(hosts) == 1 else ""))
         if href not in groups and href not in hosts:
             raise TopologyError(f"{iw}.host: unknown host {inst.get('host')!r} (hosts: {', '.join(hosts)})")
@@ -282,7 +306,7 @@ def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dic
         if not isinstance(tl, list):
             raise TopologyError(f"{iw}.tiers: expected a list of tier names")
         for tn in tl:
-            if tn not in tiers:
+            if not isinstance(tn, str) or tn not in tiers:
                 raise TopologyError(f"{iw}.tiers: unknown tier {tn!r} (tiers: {', '.join(tiers)})")
         for j in range(n):
             iid = str(inst["id"]) if n == 1 else f"{inst['id']}{j}"
@@ -318,10 +342,17 @@ def load_v2(data: dict, where: str, path: Path | None, load_host: Callable[[Any]
     if "nodes" in data:
         v1 = {k: v for k, v in data.items() if k not in ("cluster",)}
         v1["schema_version"] = 1
-        host = load_host(v1)
-        host.path = path
+        from .schema import build              # the inline host: its errors name this file
+        host = build(v1, where, path)
     elif "host" in raw:
+        ignored = [k for k in ("serving", "calibration", "pools", "links") if k in data]
+        if ignored:
+            raise TopologyError(f"{where}: {', '.join(ignored)}: a cluster file that names its host scenario "
+                                "(cluster.host) takes them from there; move them into the host scenario, or give "
+                                "the host inline (nodes, links) with them")
         ref = raw["host"]
+        if not isinstance(ref, (str, dict)):
+            raise TopologyError(f"{where}: cluster.host: expected a scenario name or path, got {str(ref)[:40]!r}")
         if isinstance(ref, str) and path is not None and not Path(ref).is_absolute() and \
                 (path.parent / ref).suffix in (".yaml", ".yml") and (path.parent / ref).exists():
             ref = path.parent / ref

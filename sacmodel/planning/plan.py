@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from ..serving.config import resolve
 from ..serving.predict import predict
@@ -21,11 +20,9 @@ from .common import SolverError, _positive_tokens, _topology, _with_value, with_
 
 def prices(path: str | Path | None = None) -> dict[str, dict]:
     """The price table (USD per hour of each part); see ``sacmodel/data/prices.yaml`` for sources."""
+    from ..hardware.schema import read_yaml
     p = Path(path) if path else PRICE_FILE
-    try:
-        data = yaml.safe_load(p.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise SolverError(f"{p}: cannot read price table ({exc})") from None
+    data = read_yaml(p, err=SolverError, what="price table")     # regular file, size and depth limits
     parts = data.get("parts") if isinstance(data, dict) else None
     if not isinstance(parts, dict) or not parts:
         raise SolverError(f"{p}: a price table maps 'parts:' to entries like 'gpu: {{usd_per_hour: 2.0}}'")

@@ -265,10 +265,57 @@ def steady_state(*, context, topk, buffer_slots, correlation, need_fill: bool = 
         # at the edge the misses come from the linear table; its fill time is taken from the exact form
         # unless the caller does not need it
         inside[inside] = np.isfinite(m[inside]) & (np.isfinite(tc[inside]) | (not need_fill))
-    for idx in zip(*np.nonzero(swap & ~inside)):
-        m[idx], tc[idx] = exact_steady_state(context=L[idx], topk=k[idx], buffer_slots=B[idx], correlation=phi[idx],
-                                             max_steps=max_steps)
+    todo = list(zip(*np.nonzero(swap & ~inside)))
+    for idx, (mi, ti) in zip(todo, _exact_points(todo, L, k, B, phi, max_steps)):
+        m[idx], tc[idx] = mi, ti
     return m, tc
+
+
+EXACT_STEPS = 1_000_000     # steps of the score process the exact fallback may take in one call (20-80 s)
+
+
+class AccessError(ValueError):
+    """A top-k access process outside the precomputed table whose exact evaluation would take too long."""
+
+
+def _exact_points(todo, L, k, B, phi, max_steps: int) -> list[tuple[float, float]]:
+    """:func:`exact_steady_state` at each point of ``todo`` (indices into the arrays), within :data:`EXACT_STEPS`
+    steps in all: the first, middle and last points, each cut at three times its share of the budget, tell
+    whether the rest fits; if not, :class:`AccessError` says so at once instead of running for minutes."""
+    n, used, out = len(todo), 0, {}
+    if not n:
+        return []
+    cap = int(min(max_steps, 3 * EXACT_STEPS // n + 3))
+    for j in list(dict.fromkeys((0, n // 2, n - 1))) + list(range(n)):
+        if j in out:
+            continue
+        idx = todo[j]
+        sample = len(out) < min(3, n)
+        steps_max = cap if sample else max_steps
+        out[j] = exact_steady_state(context=L[idx], topk=k[idx], buffer_slots=B[idx], correlation=phi[idx],
+                                    max_steps=steps_max)
+        tc = out[j][1]
+        used += math.ceil(tc) + 2 if math.isfinite(tc) else steps_max
+        cut = sample and not math.isfinite(tc) and steps_max < max_steps
+        if cut or used > EXACT_STEPS or (len(out) == min(3, n) and used / len(out) * n > EXACT_STEPS):
+            raise AccessError(_too_slow(L[idx], k[idx], B[idx], phi[idx]))
+    return [out[j] for j in range(n)]
+
+
+def _too_slow(L: float, k: float, B: float, phi: float) -> str:
+    """Why a point needs the exact evaluation, and what to change."""
+    b_max, r_max = TABLE_B_OVER_K[-1], 2.0 ** TABLE_LOG2_L_OVER_K[-1]
+    if B / k > b_max:
+        why = (f"a GPU buffer of {B:,.0f} slots is {B / k:,.4g} x the top-k of {k:,.0f} (the access model's table "
+               f"covers up to {b_max:g} x); give a device buffer of at most {b_max * k:,.0f} slots "
+               "(--device-buffer) or a model with a larger index_topk")
+    elif L / k > r_max:
+        why = (f"a context of {L:,.0f} tokens is {L / k:,.4g} x the top-k of {k:,.0f} (the table covers up to "
+               f"{r_max:,.0f} x); use a shorter context or a larger index_topk")
+    else:
+        why = f"a score correlation of {phi:.6g} is outside the table's range; change score_correlation"
+    return (f"the top-k access model cannot be evaluated quickly here: {why} (its exact form would take more "
+            f"than {EXACT_STEPS:,} steps)")
 
 
 def top_k_overlap(*, context: float, topk: float, correlation: float) -> float:

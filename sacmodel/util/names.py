@@ -37,6 +37,9 @@ LIMITS = {
     "path_chars": 1024,             # characters of a scenario, model, trace or output path
     "trace_requests": 1_000_000,    # replay / trace-stats --limit
     "workers": 256,
+    "instances": 4096,              # serving instances of a cluster (a cluster file, replay/hitrate instances=)
+    "hosts": 4096,                  # hosts of a cluster file
+    "tiers": 64,                    # KV tiers of a cluster file
 }
 
 TOKEN_NAMES = ("context", "output", "topk", "device_buffer")
@@ -47,7 +50,7 @@ WORKLOAD_NAMES = TOKEN_NAMES + COUNT_NAMES + ("rate",)
 def kind_of(name: str) -> str:
     """Kind of quantity ``name`` holds: tokens, count, rate (requests/s), bandwidth, time, bytes, flops, number.
 
-    ``name`` is a workload argument (``context``), a scenario parameter (``t_layer``), a symbol of the closed
+    ``name`` is a workload argument (``context``), a scenario parameter (``t_graph_kernel``), a symbol of the closed
     forms (``sw_bw``) or a hardware number (``node:cxl_device.bandwidth``, ``link:gpu.latency``).
     """
     if name in TOKEN_NAMES:

@@ -33,3 +33,9 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"fuzz: {len(results)} cases ({os.environ.get('SACMODEL_FUZZ_EXAMPLES', 'default')} "
                                 f"examples per target): {rc0} answered, {rc2} refused, "
                                 f"{len(results) - rc0 - rc2} other; slowest {slow:.1f} s")
+    per: dict[str, list[int]] = {}
+    for r in results:
+        c = per.setdefault(r.target or "other", [0, 0, 0])
+        c[0 if r.rc == 0 else 1 if r.rc == 2 else 2] += 1
+    for target, (a, b, c) in sorted(per.items()):
+        terminalreporter.write_line(f"  {target}: {a + b + c} cases ({a} answered, {b} refused, {c} other)")

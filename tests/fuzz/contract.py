@@ -1,5 +1,6 @@
 """The contract every fuzz case must meet: exit 0 with finite, sane output, or exit 2 with one line naming
-the file and field or line; never a traceback, never past the sandbox's time and memory budget."""
+the file and field or line; never a traceback, never past the sandbox's time and memory budget; the special
+files a case is given (FIFOs, symbolic links, folders) still what they were afterwards."""
 from __future__ import annotations
 
 import json
@@ -68,3 +69,27 @@ def check(r: Result, names=(), json_out=True, allow_nan=()) -> str:
             if isinstance(p, dict) and "feasible" in p and "system" in p:
                 check_prediction(p)
     return "ok"
+
+
+def check_quantities(data, allow_negative=()) -> None:
+    """Every number of an answer finite and non-negative (a size, a time, a count); no bound on its size."""
+    for path, v in _walk(data):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        assert math.isfinite(v), f"non-finite {path} = {v}"
+        assert v >= 0 or path.split(".")[-1] in allow_negative, f"negative {path} = {v}"
+
+
+def file_kind(path) -> str:
+    """What ``path`` is, without following a final symbolic link: 'link -> TARGET', 'fifo', 'dir', 'file',
+    'missing' or 'other'."""
+    import os
+    import stat
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "missing"
+    if stat.S_ISLNK(st.st_mode):
+        return f"link -> {os.readlink(path)}"
+    return {stat.S_ISFIFO: "fifo", stat.S_ISDIR: "dir", stat.S_ISREG: "file"}.get(
+        next((f for f in (stat.S_ISFIFO, stat.S_ISDIR, stat.S_ISREG) if f(st.st_mode)), None), "other")

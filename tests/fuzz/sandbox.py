@@ -2,8 +2,9 @@
 
 A server process (this file run as a script) imports sacmodel once and warms its caches; for every case it
 forks a child that sets ``RLIMIT_AS`` (its current size plus the memory budget) and ``RLIMIT_CPU``, runs
-``sacmodel.cli.main(argv)`` with stdout/stderr captured, and sends back the exit status, the output and any
-traceback. The server kills a child that outlives the wall-clock budget. Forking from a warm process keeps
+``sacmodel.cli.main(argv)`` (or, for :meth:`Sandbox.call`, one function of the Python API: a ``ValueError`` is
+exit status 2 with its message, a return is status 0 with the result as JSON) with stdout/stderr captured, and
+sends back the exit status, the output and any traceback. The server kills a child that outlives the wall-clock budget. Forking from a warm process keeps
 a case at a few milliseconds of overhead instead of a fresh interpreter's seconds.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Result:
     traceback: str | None
     status: str             # 'exited', 'timeout', 'cpu', 'memory', 'signal N'
     seconds: float
+    target: str = ""        # the test that ran the case (per-generator counts in the report)
 
     def describe(self) -> str:
         return (f"argv={self.argv!r}\nstatus={self.status} rc={self.rc} ({self.seconds:.1f} s)\n"
@@ -52,12 +54,22 @@ class Sandbox:
         self.results: list[Result] = []
 
     def run(self, argv: list[str]) -> Result:
-        self.proc.stdin.write(json.dumps({"argv": argv, **self.budget}) + "\n")
+        """Run ``sacmodel argv`` in a child."""
+        return self._send({"argv": argv})
+
+    def call(self, target: str, *args, **kwargs) -> Result:
+        """Call ``target`` ('module:function') with JSON-able arguments in a child (NaN and inf allowed)."""
+        return self._send({"argv": [target, list(args), kwargs], "call": target, "args": list(args),
+                           "kwargs": kwargs})
+
+    def _send(self, req: dict) -> Result:
+        self.proc.stdin.write(json.dumps({**req, **self.budget}, default=repr) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError("fuzz sandbox server died")
-        r = Result(**json.loads(line))
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].split("::")[-1].split("[")[0]
+        r = Result(**json.loads(line), target=test)
         self.results.append(r)
         return r
 
@@ -96,7 +108,7 @@ def _child(req: dict, w: int) -> None:
     rc, tb = None, None
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            rc = main(req["argv"])
+            rc = _call(req) if "call" in req else main(req["argv"])
     except SystemExit as exc:
         rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except MemoryError:
@@ -112,6 +124,47 @@ def _child(req: dict, w: int) -> None:
     while view:
         view = view[os.write(w, view):]
     os._exit(0)
+
+
+def _call(req: dict) -> int:
+    """One function of the Python API: 0 and its result as JSON, or 2 and the message of a ValueError (every
+    user-facing error of the library is one); anything else escapes (a finding)."""
+    import importlib
+    mod, _, name = req["call"].partition(":")
+    fn = getattr(importlib.import_module(mod), name)
+    try:
+        res = fn(*req["args"], **req["kwargs"])
+    except ValueError as exc:
+        print(f"sacmodel: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    print(json.dumps(_plain(res), allow_nan=True, default=repr))
+    return 0
+
+
+def _plain(x, depth: int = 0):
+    """A result as JSON-able data: ``to_dict()`` of a prediction, arrays summarised (size, min, max per field)."""
+    import dataclasses
+
+    import numpy as np
+    if depth > 6:
+        return repr(x)[:100]
+    if hasattr(x, "to_dict"):
+        return _plain(x.to_dict(), depth + 1)
+    if isinstance(x, np.ndarray):
+        if x.dtype.names:
+            return {f: _plain(x[f], depth + 1) for f in x.dtype.names}
+        v = x.astype(float) if x.dtype.kind in "biuf" else None
+        return {"size": int(x.size), **({"min": float(v.min()), "max": float(v.max())} if v is not None and v.size
+                                       else {})}
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: _plain(getattr(x, f.name), depth + 1) for f in dataclasses.fields(x)}
+    if isinstance(x, dict):
+        return {str(k): _plain(v, depth + 1) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v, depth + 1) for v in x[:1000]]
+    if isinstance(x, np.generic):
+        return x.item()
+    return x if isinstance(x, (int, float, str, bool)) or x is None else repr(x)[:100]
 
 
 def _run_case(req: dict) -> dict:
@@ -162,8 +215,13 @@ def _warm() -> None:
         predict("sac-testbed", s, context=8192, output=16, concurrency=2, requests=2)
     for b in ("dram", "cxl", "rdma"):
         fetch_latency_us("sac-testbed", b, topk=64)
+    import sacmodel.cluster.hitrate  # noqa: F401
+    import sacmodel.cluster.replay  # noqa: F401
     import sacmodel.data.runs  # noqa: F401
+    import sacmodel.data.server_logs  # noqa: F401
     import sacmodel.data.traces  # noqa: F401
+    from sacmodel.hardware.scenarios import load_cluster
+    load_cluster("sac-cluster-4x")
 
 
 def serve() -> None:

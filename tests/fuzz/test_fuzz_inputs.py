@@ -1,7 +1,6 @@
 """Fuzzing the edge: scenario YAML, traces, run and micro-benchmark JSON and CLI values, each case run in a
 sandbox (tests/fuzz/sandbox.py) against the contract (tests/fuzz/contract.py). CI runs a bounded number of
 examples per target (SACMODEL_FUZZ_EXAMPLES, default 40); ``pytest --fuzz-long`` runs 2,000 per target."""
-import copy
 import json
 import os
 

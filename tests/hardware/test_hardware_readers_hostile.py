@@ -1,0 +1,123 @@
+"""Scenario files, cluster host references and Hugging Face config.json through the reading layer and their
+range checks: a FIFO or /dev/zero is refused by name (before: blocked or read until memory ran out), a
+config.json with an infinite layer count, a negative indexer dimension, more dense layers than layers or a
+top-k the access model cannot evaluate quickly is a one-line error (before: a traceback, a negative step
+time, negative weights per GPU, or a prediction that never finished)."""
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+from sacmodel.hardware.models import CATALOG_CONFIGS, ModelError, from_hf_config, get_model
+from sacmodel.hardware.scenarios import TOPOLOGY_DIR, load_topology
+from sacmodel.hardware.topology import TopologyError
+
+V32 = {k: v for k, v in CATALOG_CONFIGS["deepseek-v3.2"].items() if not k.startswith("_")}
+
+
+def bounded(code: str, seconds: float = 90, memory: int = 2 << 30) -> subprocess.CompletedProcess:
+    """Run ``code`` in a child Python with an address-space limit and a timeout (a regression that blocks or
+    reads for ever fails the test instead of taking the machine)."""
+    def limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=seconds, preexec_fn=limit, env=env)
+
+
+def test_special_scenario_files_and_cluster_hosts_are_refused(tmp_path):
+    os.mkfifo(tmp_path / "fifo.yaml")
+    (tmp_path / "zero.yaml").symlink_to("/dev/zero")
+    cluster = yaml.safe_load((TOPOLOGY_DIR / "sac-cluster-4x.yaml").read_text())
+    for name, host in (("c_fifo.yaml", str(tmp_path / "fifo.yaml")), ("c_zero.yaml", "/dev/zero")):
+        cluster["cluster"]["host"] = host
+        (tmp_path / name).write_text(yaml.safe_dump(cluster))
+    (tmp_path / "config.json").symlink_to("/dev/zero")
+    r = bounded(f"""
+        from pathlib import Path
+        from sacmodel.hardware.scenarios import load_topology
+        from sacmodel.hardware.models import get_model
+        d = Path({str(tmp_path)!r})
+        for fn, name in ((load_topology, "fifo.yaml"), (load_topology, "zero.yaml"), (load_topology, "c_fifo.yaml"),
+                         (load_topology, "c_zero.yaml"), (get_model, "config.json")):
+            try:
+                fn(d / name)
+                print("READ", name)
+            except ValueError as exc:
+                print(exc)
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert len(lines) == 5, lines
+    assert "fifo.yaml: is a FIFO (named pipe), not a scenario file" in lines[0]
+    assert "zero.yaml: is a character device, not a scenario file" in lines[1]
+    assert "fifo.yaml: is a FIFO" in lines[2] and "/dev/zero: is a character device" in lines[3]
+    assert "config.json: is a character device, not a model config" in lines[4]
+
+
+def test_dangling_scenario_link_is_named(tmp_path):
+    link = tmp_path / "mine.yaml"
+    link.symlink_to(tmp_path / "moved.yaml")
+    with pytest.raises(TopologyError, match=r"mine.yaml: a dangling symbolic link \(to .*moved.yaml"):
+        load_topology(link)
+
+
+@pytest.mark.parametrize("field,value,msg", [
+    ("num_hidden_layers", math.inf, "'num_hidden_layers' must be a whole number"),      # was OverflowError
+    ("num_hidden_layers", 10**400, "'num_hidden_layers' must be a whole number"),
+    ("index_head_dim", -5, "'index_head_dim' must be a whole number in"),              # was a negative step
+    ("first_k_dense_replace", 1000, "first_k_dense_replace 1000 is above num_hidden_layers 61"),
+    ("hidden_size", "7168", "'hidden_size' must be a whole number"),
+    ("index_topk", "nan", "'index_topk' must be a whole number"),                      # was int('nan')
+    ("num_experts_per_tok", 300, "num_experts_per_tok 300 is above the 256 routed experts"),
+    ("index_head_dim", 0, "needs a positive 'index_head_dim'"),
+    ("v_head_dim", 0, "an MLA config"),
+    ("num_hidden_layers", 61.5, "'num_hidden_layers' must be a whole number"),          # was truncated to 61
+], ids=lambda x: str(x)[:20])
+def test_config_fields_are_range_checked(field, value, msg):
+    with pytest.raises(ModelError, match=msg):
+        from_hf_config({**V32, field: value})
+
+
+def test_config_json_file_errors_name_the_file(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(V32).replace('"num_hidden_layers": 61', '"num_hidden_layers": Infinity'))
+    with pytest.raises(ModelError, match="config.json: not valid JSON .Infinity"):
+        get_model(p)
+    p.write_text(json.dumps({**V32, "first_k_dense_replace": 1000}))
+    with pytest.raises(ModelError, match="config.json: first_k_dense_replace 1000"):
+        get_model(str(p))
+    assert from_hf_config({**V32, "kv_lora_rank": None}).kind == "mha"        # null is absent, as in HF files
+    assert get_model("deepseek-v3.2").layers == 61
+
+
+def test_a_tiny_index_topk_is_refused_quickly(tmp_path):
+    """index_topk 16 with the testbed's 4096-slot buffer (256 x the top-k, beyond the access table's 8 x) ran the
+    exact access process at every decode age: minutes per prediction. Now a clear error in well under a minute;
+    a buffer the table covers still predicts."""
+    (tmp_path / "config.json").write_text(json.dumps({**V32, "index_topk": 16}))
+    scen = yaml.safe_load((TOPOLOGY_DIR / "sac-testbed.yaml").read_text())
+    scen["model"] = str(tmp_path / "config.json")
+    (tmp_path / "k16.yaml").write_text(yaml.safe_dump(scen))
+    r = bounded(f"""
+        from sacmodel import predict
+        scen = {str(tmp_path / "k16.yaml")!r}
+        try:
+            predict(scen, "cxl", context=8192, output=1024, concurrency=8, requests=8)
+            print("PREDICTED")
+        except ValueError as exc:
+            print(exc)
+        p = predict(scen, "cxl", context=8192, output=64, concurrency=4, requests=4, device_buffer=128)
+        print(p.feasible, p.tbt_mean_ms > 0)
+    """, seconds=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert "GPU buffer of 4,096 slots is 256 x the top-k of 16" in lines[0], lines
+    assert "at most 128 slots (--device-buffer)" in lines[0]
+    assert lines[1] == "True True"

@@ -6,8 +6,8 @@ Llama-3.1-70B (GQA). Sizes are in bytes, FLOPs are floating-point operations (mu
 """
 from __future__ import annotations
 
-import json
 import math
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -155,41 +155,69 @@ class ModelSpec:
 
 
 # ---- construction from a Hugging Face config ------------------------------------------------------
-def _req(cfg: dict, key: str, where: str):
-    if key not in cfg:
-        raise ModelError(f"{where}: missing field {key!r}")
-    v = cfg[key]
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-        raise ModelError(f"{where}: field {key!r} must be a non-negative number, got {v!r}")
+CONFIG_LIMITS = {
+    "file_bytes": 1 << 20,           # a config.json
+    "json_depth": 20,
+    "json_items": 100_000,
+    "field": 1 << 24,                # any whole-number field (dimensions, heads, experts, vocabulary, top-k)
+    "num_hidden_layers": 4096,
+    "max_position_embeddings": 1 << 30,
+}
+
+
+def _whole(cfg: dict, key: str, where: str, default: int = 0) -> int:
+    """A whole-number field in [0, its limit] (absent or null: ``default``); anything else names the field."""
+    v = cfg.get(key)
+    if v is None:
+        return default
+    hi = CONFIG_LIMITS.get(key, CONFIG_LIMITS["field"])
+    ok = isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
+    if isinstance(v, bool) or not ok or not 0 <= v <= hi:
+        raise ModelError(f"{where}: field {key!r} must be a whole number in [0, {hi:,}], got {str(v)[:40]!r}")
     return int(v)
 
 
+def _req(cfg: dict, key: str, where: str) -> int:
+    """A required whole-number field, positive."""
+    if cfg.get(key) is None:
+        raise ModelError(f"{where}: missing field {key!r}")
+    v = _whole(cfg, key, where)
+    if v == 0:
+        raise ModelError(f"{where}: field {key!r} must be positive, got 0")
+    return v
+
+
+def _read_config(path, where: str) -> dict:
+    """A ``config.json`` read through :mod:`sacmodel.util.reading` (a regular file within the size limit)."""
+    from ..util.reading import read_json
+    cfg = read_json(path, limit=CONFIG_LIMITS["file_bytes"], depth=CONFIG_LIMITS["json_depth"],
+                    items=CONFIG_LIMITS["json_items"], what="model config", err=ModelError)
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{where}: expected a JSON object")
+    return cfg
+
+
 def from_hf_config(cfg: dict | str | Path, name: str | None = None) -> ModelSpec:
-    """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (path or parsed mapping)."""
+    """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (path or parsed mapping); every field
+    range-checked (:func:`_check_spec`)."""
     where = "config"
     if not isinstance(cfg, dict):
-        where = str(cfg)
-        try:
-            cfg = json.loads(Path(cfg).read_text())
-        except OSError as exc:
-            raise ModelError(f"{where}: cannot read ({exc.strerror})") from None
-        except json.JSONDecodeError as exc:
-            raise ModelError(f"{where}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-        if not isinstance(cfg, dict):
-            raise ModelError(f"{where}: expected a JSON object")
-    g = lambda k, d=0: int(cfg.get(k, d) or 0)  # noqa: E731
+        if not isinstance(cfg, (str, Path)):
+            raise ModelError(f"a model config is a mapping or a config.json path, not {type(cfg).__name__}")
+        where = str(cfg)[:200]
+        cfg = _read_config(cfg, where)
+    g = lambda k, d=0: _whole(cfg, k, where, d)  # noqa: E731
     layers = _req(cfg, "num_hidden_layers", where)
     hidden = _req(cfg, "hidden_size", where)
     heads = _req(cfg, "num_attention_heads", where)
     vocab = _req(cfg, "vocab_size", where)
-    if layers == 0 or hidden == 0 or heads == 0:
-        raise ModelError(f"{where}: layers, hidden size and heads must be positive")
-    mla = "kv_lora_rank" in cfg and cfg.get("kv_lora_rank")
+    mla = g("kv_lora_rank") > 0
     routed = g("n_routed_experts") or g("num_local_experts") or g("num_experts")
     kv_heads = g("num_key_value_heads", heads)
     kind = "mla" if mla else ("gqa" if kv_heads < heads else "mha")
+    label = name or cfg.get("_name_or_path") or cfg.get("model_type", "custom")
     spec = ModelSpec(
-        name=name or cfg.get("_name_or_path") or cfg.get("model_type", "custom"),
+        name=str(label)[:200],
         layers=layers, hidden=hidden, heads=heads, kind=kind, vocab=vocab,
         intermediate=g("intermediate_size"),
         dense_layers=g("first_k_dense_replace") if routed else layers,
@@ -200,13 +228,34 @@ def from_hf_config(cfg: dict | str | Path, name: str | None = None) -> ModelSpec
         routed_experts=routed, shared_experts=g("n_shared_experts"),
         experts_per_token=g("num_experts_per_tok"),
         index_heads=g("index_n_heads"), index_head_dim=g("index_head_dim"), topk=g("index_topk"),
-        max_position=g("max_position_embeddings"), source=str(cfg.get("_source", where)),
+        max_position=g("max_position_embeddings"), source=str(cfg.get("_source", where))[:4096],
     )
-    if routed and not spec.experts_per_token:
-        raise ModelError(f"{where}: MoE config needs 'num_experts_per_tok'")
-    if spec.topk and not spec.index_heads:
-        raise ModelError(f"{where}: 'index_topk' given without 'index_n_heads'")
+    _check_spec(spec, where)
     return spec
+
+
+def _check_spec(m: ModelSpec, where: str) -> None:
+    """What only the fields together tell: dense layers within the layers, the experts a token uses among the
+    routed ones, positive attention dimensions, a sparse-attention indexer with positive sizes."""
+    if m.routed_experts and not m.experts_per_token:
+        raise ModelError(f"{where}: MoE config needs 'num_experts_per_tok'")
+    if m.experts_per_token > max(m.routed_experts, 0) and m.routed_experts:
+        raise ModelError(f"{where}: num_experts_per_tok {m.experts_per_token} is above the "
+                         f"{m.routed_experts} routed experts")
+    if m.dense_layers > m.layers:
+        raise ModelError(f"{where}: first_k_dense_replace {m.dense_layers} is above num_hidden_layers {m.layers}")
+    if m.kind == "mla" and (m.v_head_dim < 1 or m.qk_nope_dim + m.qk_rope_dim < 1):
+        raise ModelError(f"{where}: an MLA config (kv_lora_rank) needs positive 'v_head_dim' and "
+                         "'qk_nope_head_dim' + 'qk_rope_head_dim'")
+    if m.kind != "mla" and (m.head_dim < 1 or m.kv_heads < 1):
+        raise ModelError(f"{where}: 'head_dim' (or hidden_size / num_attention_heads) and "
+                         "'num_key_value_heads' must be positive")
+    if m.kv_heads > m.heads and m.kind != "mla":
+        raise ModelError(f"{where}: num_key_value_heads {m.kv_heads} is above num_attention_heads {m.heads}")
+    if m.topk and not m.index_heads:
+        raise ModelError(f"{where}: 'index_topk' given without 'index_n_heads'")
+    if m.index_heads and m.topk and m.index_head_dim < 1:
+        raise ModelError(f"{where}: sparse attention (index_topk) needs a positive 'index_head_dim'")
 
 
 _DSV3 = {
@@ -224,9 +273,18 @@ CATALOG_CONFIGS: dict[str, dict] = {
                       "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
                       "intermediate_size": 28672, "max_position_embeddings": 131072,
                       "_source": "meta-llama/Llama-3.1-70B config.json (Hugging Face model card)"},
+    "llama-3.1-8b": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                     "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
+                     "intermediate_size": 14336, "max_position_embeddings": 131072,
+                     "_source": "meta-llama/Llama-3.1-8B config.json (Hugging Face model card)"},
+    "qwen3-32b": {"num_hidden_layers": 64, "hidden_size": 5120, "num_attention_heads": 64,
+                  "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "intermediate_size": 25600,
+                  "max_position_embeddings": 40960,
+                  "_source": "Qwen/Qwen3-32B config.json (Hugging Face model card)"},
 }
 ALIASES = {"dsv32": "deepseek-v3.2", "deepseek-v3.2-exp": "deepseek-v3.2", "dsv3": "deepseek-v3",
-           "llama-70b": "llama-3.1-70b"}
+           "deepseek-r1": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3", "deepseek-v3-0324": "deepseek-v3",
+           "llama-70b": "llama-3.1-70b", "llama-8b": "llama-3.1-8b", "qwen3-32b-instruct": "qwen3-32b"}
 
 
 def get_model(name: str | Path) -> ModelSpec:
@@ -235,7 +293,13 @@ def get_model(name: str | Path) -> ModelSpec:
     key = ALIASES.get(key, key)
     if key in CATALOG_CONFIGS:
         return from_hf_config(CATALOG_CONFIGS[key], name=key)
-    if Path(str(name)).suffix == ".json" or Path(str(name)).exists():
+    if not isinstance(name, (str, Path)):
+        raise ModelError(f"a model is a catalog name or a config.json path, not {type(name).__name__}")
+    try:
+        exists = os.path.lexists(name)      # a dangling link is a path too (named as one when read)
+    except (OSError, ValueError):
+        exists = False
+    if Path(str(name)).suffix == ".json" or exists:
         return from_hf_config(Path(name))
     raise ModelError(f"unknown model {name!r}; known: {', '.join(sorted(CATALOG_CONFIGS))} "
                      "(or give a path to a config.json)")

@@ -1,6 +1,6 @@
 """Named parameters of a loaded scenario: read, set and copy with new values.
 
-A name is a calibration or serving parameter (``t_layer``), a field of every node of a kind
+A name is a calibration or serving parameter (``t_graph_kernel``), a field of every node of a kind
 (``node:rdma_nic.op_cost``) or of every link touching a node kind (``link:gpu.latency``). Values are SI.
 """
 from __future__ import annotations

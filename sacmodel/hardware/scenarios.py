@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util import cache
+from ..util.reading import check_input, read_bytes
 from .cluster import TIER_KINDS, ClusterSpec, InstanceSpec, TierSpec, load_v2
 from .topology import LIMITS, Topology, TopologyError
 
@@ -31,7 +32,7 @@ def load_topology(spec: str | Path | dict) -> Topology:
     cluster file's host scenario) and the validating code are unchanged.
     """
     if isinstance(spec, dict):
-        return _build(spec, "<scenario>", None)
+        return _load_mapping(spec)
     if not isinstance(spec, (str, Path)):
         raise TopologyError(f"a scenario is a built-in name, a YAML path or a mapping, not {type(spec).__name__}")
     path = resolve_scenario_path(spec)
@@ -57,6 +58,23 @@ def load_topology(spec: str | Path | dict) -> Topology:
 _READING: list[list[Path]] = []
 
 
+def _load_mapping(spec: dict) -> Topology:
+    """A scenario given as a mapping (what :func:`sacmodel.scenario` builds), validated once per content and
+    code version and then read from the cache."""
+    import json
+    try:
+        text = json.dumps(spec, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):            # not plain data: validate it without caching
+        return _build(spec, "<scenario>", None)
+    key = cache.key(text.encode(), "<mapping>", code=_LOADER_SOURCES)
+    topo = cache.load("scenario", key)
+    if topo is None:
+        topo = _build(spec, "<scenario>", None)
+        topo.precompute_routes()
+        cache.store("scenario", key, topo)
+    return topo
+
+
 def _build(data, where: str, path: Path | None) -> Topology:
     """Validate a parsed scenario and build its Topology; a schema-version-2 file is a host with a cluster."""
     if isinstance(data, dict) and data.get("schema_version") == 2:
@@ -65,27 +83,30 @@ def _build(data, where: str, path: Path | None) -> Topology:
     return build(data, where, path)
 
 
-def _digest(path: Path) -> str | None:
+def _bytes(path: Path) -> bytes | None:
+    """The file's bytes through :mod:`sacmodel.util.reading` (a regular file within the size limit); None when
+    it cannot be read so (the loader then reports why)."""
     try:
-        return cache.key(path.read_bytes())
-    except OSError:
+        return read_bytes(path, limit=LIMITS["file_bytes"], what="scenario file", err=TopologyError)
+    except TopologyError:
         return None
+
+
+def _digest(path: Path) -> str | None:
+    data = _bytes(path)
+    return None if data is None else cache.key(data)
 
 
 def _cache_key(path: Path) -> str | None:
     """The file's bytes, its path (recorded in the Topology) and the code that validates it; None if unreadable
     or too large (the loader then reports why)."""
-    try:
-        if path.stat().st_size > LIMITS["file_bytes"]:
-            return None
-        data = path.read_bytes()
-    except OSError:
-        return None
-    return cache.key(data, str(path), code=_LOADER_SOURCES)
+    data = _bytes(path)
+    return None if data is None else cache.key(data, str(path), code=_LOADER_SOURCES)
 
 
 _LOADER_SOURCES = ("hardware/topology.py", "hardware/schema.py", "hardware/scenarios.py", "hardware/units.py",
-                   "hardware/models.py", "hardware/cluster.py", "data/records.py", "util/reading.py")
+                   "hardware/models.py", "hardware/cluster.py", "data/records.py", "util/reading.py",
+                   "util/names.py")
 
 
 def builtin_scenarios() -> list[str]:
@@ -111,8 +132,10 @@ def resolve_scenario_path(spec: str | Path) -> Path:
         exists = p.exists()
     except OSError as exc:               # e.g. a name too long for the file system
         raise TopologyError(f"{text[:80]}: cannot use as a scenario path ({exc.strerror})") from None
-    if p.suffix in (".yaml", ".yml") or exists:
+    if p.suffix in (".yaml", ".yml") or exists or p.is_symlink():
         if not exists:
+            if p.is_symlink():               # names the link and where it points
+                check_input(p, "scenario file", TopologyError)
             raise TopologyError(f"{p}: no such scenario file")
         if p.is_dir():
             raise TopologyError(f"{p}: is a directory, not a scenario file")
@@ -129,10 +152,22 @@ def _load_cached(key: str, mtime: float) -> Topology:
     return load_topology(key)
 
 
+_REGISTERED: dict[str, Topology] = {}
+
+
+def register_scenario(topo: Topology) -> str:
+    """Make an in-memory scenario (one built by :func:`sacmodel.scenario`) answer to its name in this process;
+    returns the name. A registered name takes precedence over a file of the same name."""
+    _REGISTERED[topo.name] = topo
+    return topo.name
+
+
 def as_topology(scenario: str | Path | Topology) -> Topology:
-    """A loaded scenario from a built-in name, a YAML path or a :class:`Topology`."""
+    """A loaded scenario from a built-in name, a YAML path, a registered name or a :class:`Topology`."""
     if isinstance(scenario, Topology):
         return scenario
+    if isinstance(scenario, str) and scenario in _REGISTERED:
+        return _REGISTERED[scenario]
     p = resolve_scenario_path(scenario)
     return _load_cached(str(p), p.stat().st_mtime)
 

@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from ..util.reading import check_tree as _check_tree
+from ..util.reading import read_text as _read_text
 from .models import ModelError, get_model
 from .topology import (
     FIELD_OVERRIDES,
@@ -38,6 +39,7 @@ from .topology import (
     NODE_FIELDS,
     PARAM_DIMENSIONS,
     PARAM_RANGES,
+    RETIRED_PARAMS,
     POOL_KINDS,
     PROTOCOLS,
     SCHEMA_VERSION,
@@ -178,21 +180,11 @@ def _check_yaml_depth(text: str, where: str, err) -> None:
             depth -= 1
 
 
-def read_yaml(path: Path, err=TopologyError) -> Any:
-    """``yaml.safe_load`` of a file within the size limits; errors name the file and line."""
+def read_yaml(path: Path, err=TopologyError, what: str = "scenario file") -> Any:
+    """``yaml.safe_load`` of a regular file read through :mod:`sacmodel.util.reading` (the size limit held while
+    reading; a directory, FIFO or device refused); errors name the file (a ``what``) and line."""
     where = str(path)
-    if path.is_dir():
-        raise err(f"{where}: is a directory, not a scenario file")
-    try:
-        size = path.stat().st_size
-        if size > LIMITS["file_bytes"]:
-            raise err(f"{where}: file of {size} bytes is over the {LIMITS['file_bytes']}-byte limit")
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise err(f"{where}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n") + 1
-        raise err(f"{where}: line {line}: not UTF-8 text") from None
+    text = _read_text(path, limit=LIMITS["file_bytes"], what=what, err=err)
     try:
         _check_yaml_depth(text, where, err)
         data = yaml.safe_load(text)
@@ -222,6 +214,8 @@ def _params(table: Any, where: str) -> dict[str, Param]:
     out = {}
     for k, raw in table.items():
         rng = param_range(k)
+        if rng is None and k in RETIRED_PARAMS:
+            raise TopologyError(f"{where}.{k}: {RETIRED_PARAMS[k]}")
         if rng is None:
             known = sorted(set(PARAM_RANGES) | set(PARAM_DIMENSIONS))
             raise TopologyError(f"{where}.{k}: unknown parameter {k!r} (known: {', '.join(known)})")

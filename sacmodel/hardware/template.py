@@ -18,7 +18,8 @@ model: deepseek-v3.2             # `sacmodel models` lists the catalog; or a pat
 
 # Nodes: id, kind and the fields of that kind. `count: N` makes N identical nodes id[0]..id[N-1].
 # Kinds and their fields (* = required):
-#   gpu: hbm_capacity*, hbm_bandwidth*, flops_bf16*, flops_fp8*, flops_fp4
+#   gpu: hbm_capacity*, hbm_bandwidth*, flops_bf16*, flops_fp8*, flops_fp4, nvlink_bandwidth (per direction),
+#        memory_reported (what nvidia-smi shows; SGLang sizes its pool from it), sms
 #   cpu_root_complex, pcie_switch, cxl_adapter, cxl_switch: bandwidth, latency
 #   host_dram: capacity*, bandwidth*, latency*       cxl_device: capacity*, bandwidth*, latency*
 #   rdma_nic: rate*, op_cost* (per RDMA READ), latency
@@ -31,6 +32,9 @@ nodes:
     hbm_bandwidth: {value: 4.0 TB/s, source: "datasheet (H20: 4.0 TB/s)"}
     flops_bf16: {value: 148 TFLOP/s, source: "datasheet (H20: 148 TFLOPS BF16 dense)"}
     flops_fp8: {value: 296 TFLOP/s, source: "datasheet (H20: 296 TFLOPS FP8 dense)"}
+    nvlink_bandwidth: {value: 450 GB/s, source: "datasheet (H20: NVLink 900 GB/s both directions)"}
+    memory_reported: {value: 97871 MiB, source: "nvidia-smi memory.total"}
+    sms: {value: 78, source: "datasheet (H20: 78 SMs)"}
   - {id: rc, kind: cpu_root_complex, description: "CPU root complex"}
   - id: dram
     kind: host_dram
@@ -90,6 +94,9 @@ pools:
 serving:
   dp: {value: 8, source: "--dp-size 8 --enable-dp-attention"}
   tp: {value: 8, source: "--tp 8"}
+  ep: {value: 1, source: "--ep-size 1 (experts split over the tp GPUs)"}
+  weights: {value: awq-int4, source: "the checkpoint's quantization (fp8, bf16, awq-int4 or fp4)"}
+  cuda_graph_max_bs: {value: 512, source: "--cuda-graph-max-bs (decode batches up to this run as CUDA graphs)"}
   mem_fraction: {value: 0.85, source: "--mem-fraction-static 0.85"}
   max_total_tokens: {value: 200000, source: "--max-total-tokens 200000 (device KV slots per rank)"}
   max_running_requests: {value: 2048, source: "max_running_requests printed at start-up (per rank)"}
@@ -108,24 +115,30 @@ serving:
   swap_load_bytes: {value: 8 B, source: "HiSparse swap-in kernel: 8-byte loads, one in flight per lane"}
   stage_passes: {value: 4, source: "RDMA pool prefetch: gather, copy, transpose, scatter (CPU passes over the prompt)"}
 
-# Fitted constants: copied from the SAC testbed fit. Refit them to your own runs (with their server logs) with
+# Fitted constants: copied from the SAC testbed fit (a priori where the source says so). Refit them to your
+# own runs (with their server logs) with
 #   sacmodel calibrate my_runs/ --scenario mine.yaml --out mine-fitted.yaml   (serving constants)
 #   sacmodel calibrate --microbench --scenario mine.yaml --out mine-fitted.yaml (fetch path)
+# or build a scenario for another GPU with `sacmodel scenarios --build --gpu h200 ...`, which carries them
+# over by their transfer rules.
 calibration:
-  t_kernel: {value: 8.53 us, source: "fitted: SAC testbed micro-benchmark"}
-  outstanding_lines: {value: 612, source: "fitted: SAC testbed micro-benchmark"}
+  t_kernel: {value: 8.53 us, source: "fitted: SAC testbed"}
+  outstanding_lines: {value: 612, source: "fitted: SAC testbed"}
+  moe_eff: {value: 0.7, source: "a priori: grouped MoE GEMMs (Marlin AWQ on the testbed) read expert weights at about 70% of HBM bandwidth"}
   hbm_eff: {value: 0.9, source: "constants.md 1c: FlashMLA dense decode 3000 GB/s of 3350 GB/s HBM (H800) = 0.9"}
-  compute_eff: {value: 0.32067, source: "fitted: SAC testbed (server logs and runs)"}
-  t_layer: {value: 0.238497 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  t_hs: {value: 18.2291 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  t_hs_req: {value: 0.247396 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  score_correlation: {value: 0.999494, source: "fitted: SAC testbed (server logs and runs)"}
-  drift_settling: {value: 49.1976, source: "fitted: SAC testbed (server logs and runs)"}
-  settling_steps: {value: 659.428, source: "fitted: SAC testbed (server logs and runs)"}
-  t_request: {value: 155.899 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  t_token: {value: 0.636918 us, source: "fitted: SAC testbed (server logs and runs)"}
-  t_admit: {value: 56.2821 ms, source: "fitted: SAC testbed (server logs and runs)"}
-  stage_copy_bw: {value: 2.3092 GB/s, source: "fitted: SAC testbed (server logs and runs)"}
-  prefill_eff: {value: 0.506162, source: "fitted: SAC testbed (server logs and runs)"}
+  compute_eff: {value: 0.353532, source: "fitted: SAC testbed"}
+  t_graph_kernel: {value: 6.20721 us, source: "fitted: SAC testbed"}
+  t_collective: {value: 10 us, source: "pytorch/pytorch#114001 and #131739: one-shot intra-node all-reduce of small messages on 8 H100s, 6-17 us"}
+  t_hs: {value: 18.0587 ms, source: "fitted: SAC testbed"}
+  t_hs_req: {value: 0.232926 ms, source: "fitted: SAC testbed"}
+  score_correlation: {value: 0.9995, source: "fitted: SAC testbed"}
+  drift_settling: {value: 47.9288, source: "fitted: SAC testbed"}
+  settling_steps: {value: 581.533, source: "fitted: SAC testbed"}
+  t_request: {value: 201.602 ms, source: "fitted: SAC testbed"}
+  t_token: {value: 0.66064 us, source: "fitted: SAC testbed"}
+  t_hs_admit: {value: 12.1213 ms, source: "fitted: SAC testbed"}
+  t_launch: {value: 20.3278 us, source: "fitted: SAC testbed"}
+  stage_copy_bw: {value: 2.30706 GB/s, source: "fitted: SAC testbed"}
+  prefill_eff: {value: 0.524161, source: "fitted: SAC testbed"}
 """
 

@@ -82,12 +82,14 @@ def _count(hi, dim="dimensionless"): return Range(dim, 1, hi, integer=True)     
 
 # Hardware fields: 1 MB/s .. 1 PB/s bandwidths, latencies 0 .. 1 s, capacities 1 MB .. 1 EB, 1 GFLOP/s .. 1 EFLOP/s
 FIELD_RANGES = {"bandwidth": _bandwidth(), "time": _time(), "bytes": _bytes(),
-                "flops": Range("flops", 1e9, 1e18, lo_open=True)}
+                "flops": Range("flops", 1e9, 1e18, lo_open=True), "count": Range("dimensionless", 1, 1e9, integer=True)}
 
 # Which fields each node kind has: name -> (dimension, required)
 NODE_FIELDS: dict[str, dict[str, tuple[str, bool]]] = {
     "gpu": {"hbm_capacity": ("bytes", True), "hbm_bandwidth": ("bandwidth", True),
-            "flops_bf16": ("flops", True), "flops_fp8": ("flops", True), "flops_fp4": ("flops", False)},
+            "flops_bf16": ("flops", True), "flops_fp8": ("flops", True), "flops_fp4": ("flops", False),
+            "nvlink_bandwidth": ("bandwidth", False), "memory_reported": ("bytes", False),
+            "sms": ("count", False)},
     "cpu_root_complex": {"bandwidth": ("bandwidth", False), "latency": ("time", False)},
     "host_dram": {"capacity": ("bytes", True), "bandwidth": ("bandwidth", True), "latency": ("time", True)},
     "pcie_switch": {"bandwidth": ("bandwidth", False), "latency": ("time", False)},
@@ -103,7 +105,8 @@ LINK_FIELDS: dict[str, tuple[str, bool]] = {
     "per_flow_bandwidth": ("bandwidth", False), "latency": ("time", False),
     "granularity": ("bytes", False),
 }
-FIELD_OVERRIDES = {"granularity": Range("bytes", 1, 1 << 20, lo_open=False)}   # a transfer unit, 1 B .. 1 MiB
+FIELD_OVERRIDES = {"granularity": Range("bytes", 1, 1 << 20, lo_open=False),   # a transfer unit, 1 B .. 1 MiB
+                   "sms": Range("dimensionless", 1, 4096, integer=True)}         # streaming multiprocessors
 PROTOCOLS = ("pcie4", "pcie5", "pcie6", "cxl2", "cxl3", "ddr4", "ddr5", "rdma", "nvlink", "upi", "internal")
 POOL_KINDS = {"dram": "host_dram", "cxl": "cxl_device", "rdma": "rdma_nic"}
 
@@ -111,19 +114,29 @@ POOL_KINDS = {"dram": "host_dram", "cxl": "cxl_device", "rdma": "rdma_nic"}
 PARAM_DIMENSIONS = {
     "max_total_tokens": "tokens", "prefill_chunk": "tokens", "device_buffer": "tokens", "page_tokens": "tokens",
     "activation_reserve": "bytes", "host_pool_capacity": "bytes",
-    "t_kernel": "time", "t_layer": "time", "t_step": "time", "t_admit": "time", "t_request": "time", "prefetch_poll": "time", "t_admit_per_token": "time",
+    "t_kernel": "time", "t_step": "time", "t_request": "time", "prefetch_poll": "time",
+    "t_graph_kernel": "time", "t_collective": "time", "t_launch": "time",
     "copy_bandwidth": "bandwidth", "admit_bandwidth": "bandwidth", "outstanding_lines": "dimensionless", "cacheline": "bytes",
     "dma_setup": "time", "t_rdma_post": "time", "rdma_ops_per_token": "dimensionless",
     "kv_dtype": "string", "attn_dtype": "string", "rdma_topk_granularity": "string",
-    "t_hs": "time", "t_hs_req": "time", "t_token": "time", "stage_copy_bw": "bandwidth",
+    "t_hs": "time", "t_hs_req": "time", "t_hs_admit": "time", "t_token": "time", "stage_copy_bw": "bandwidth",
     "cxl_map_bytes": "bytes", "swap_load_bytes": "bytes", "buffer_extra_slots": "tokens",
-    "load_balance": "string",
+    "load_balance": "string", "weights": "string", "max_prefill_tokens": "tokens",
+}
+# Parameters of earlier versions, and what replaced them (a scenario naming one gets this in its error)
+RETIRED_PARAMS = {
+    "t_layer": "t_layer (a fixed time per layer) was replaced by t_graph_kernel (per kernel of a CUDA-graph step) "
+               "and t_collective (per collective); see docs/model.md",
+    "t_admit": "t_admit (a time per admitted request) was replaced by the eager prefill's launch time, t_launch "
+               "per kernel; see docs/model.md",
 }
 # Ranges of serving / calibration parameters. A parameter listed only in PARAM_DIMENSIONS gets the default
 # range of its dimension (DEFAULT_PARAM_RANGES); a name in neither table is refused as unknown.
 PARAM_RANGES: dict[str, Range] = {
     "dp": _count(LIMITS["gpus"]), "tp": _count(LIMITS["gpus"]),
     "mem_fraction": _fraction(), "hbm_eff": _fraction(), "compute_eff": _fraction(), "prefill_eff": _fraction(),
+    "moe_eff": _fraction(), "ep": _count(LIMITS["gpus"]), "cuda_graph_max_bs": _count(1 << 16),
+    "weights": Range("string", 0, 0, choices=("fp8", "bf16", "awq-int4", "fp4")),
     "topk_overlap": _fraction(lo_closed=True),
     "topk_churn_exponent": Range("dimensionless", -4.0, 4.0),
     "weight_bytes_per_param": Range("dimensionless", 0.0, 8.0, lo_open=True),

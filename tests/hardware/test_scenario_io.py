@@ -155,11 +155,11 @@ def test_data_loss_flow_style_calibration_table_loads(tmp_path):
     p = tmp_path / "flow.yaml"
     p.write_text(text + f"\ncalibration: {{{cal}}}\n")
     load_topology(p)
-    write_params(p, fit(t_layer=0.6e-3, compute_eff=0.31, t_kernel=9e-6), "flow")
+    write_params(p, fit(t_graph_kernel=6e-6, compute_eff=0.31, t_kernel=9e-6), "flow")
     t = load_topology(p)
-    assert (t.param("t_layer"), t.param("compute_eff"), t.param("t_kernel")) == (0.6e-3, 0.31, 9e-6)
+    assert (t.param("t_graph_kernel"), t.param("compute_eff"), t.param("t_kernel")) == (6e-6, 0.31, 9e-6)
     before = load_topology(TESTBED)
-    for k in set(data["calibration"]) - {"t_layer", "compute_eff", "t_kernel"}:   # the other entries are kept
+    for k in set(data["calibration"]) - {"t_graph_kernel", "compute_eff", "t_kernel"}:   # the others are kept
         assert t.param(k) == before.param(k), k
 
 
@@ -206,7 +206,7 @@ def test_data_loss_calibrate_without_data_keeps_source(capsys, scen, tmp_path):
         '{"config": {"target_input_tokens": 32768, "max_concurrency": 8, "output_tokens": 64, '
         '"round2_num_requests": 8}, "round2": {"metrics": {"num_success": 0, "ttft_mean_ms": 1.0}}}')
     before = scen.read_bytes()
-    rc, _, err = run_cli(capsys, "calibrate", "--scenario", str(scen), str(runs), "--params", "t_layer")
+    rc, _, err = run_cli(capsys, "calibrate", "--scenario", str(scen), str(runs), "--params", "t_graph_kernel")
     assert rc == 2 and "Traceback" not in err and scen.read_bytes() == before
 
 

@@ -93,4 +93,5 @@ def test_unknown_scenario():
 def test_what_if_scenario_loads():
     t = load_topology("h200-cxl-large")
     assert len(t.pools["cxl"]) == 4 and t.node(t.gpus[0])["hbm_capacity"] == 141e9
-    assert t.node("nic[0]")["rate"] == pytest.approx(50e9) and math.isfinite(t.param("t_layer"))
+    assert t.node("nic[0]")["rate"] == pytest.approx(50e9) and math.isfinite(t.param("t_graph_kernel"))
+    assert t.param("weight_bytes_per_param") < 1.01 and t.serving["weights"].raw == "fp8"     # no longer AWQ

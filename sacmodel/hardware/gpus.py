@@ -1,0 +1,83 @@
+"""GPU catalog: the numbers a cost model needs about a GPU, each with its source.
+
+Throughputs are dense (no 2:4 sparsity); NVLink bandwidth is per GPU and per direction; ``memory_mib`` is what
+``nvidia-smi`` reports as total memory (SGLang's default server settings are read from it); ``sms`` is the
+streaming-multiprocessor count (a small kernel's floor shrinks with it, see ``docs/model.md``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GB, TB, TFLOPS = 1e9, 1e12, 1e12
+
+
+class GPUError(ValueError):
+    """An unknown GPU name."""
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    name: str
+    arch: str                 # "hopper" (SM90) or "blackwell" (SM100)
+    sm_version: int
+    sms: int
+    memory_bytes: float
+    memory_mib: int           # nvidia-smi memory.total
+    hbm_bandwidth: float      # B/s
+    flops_bf16: float         # FLOP/s, dense
+    flops_fp8: float
+    flops_fp4: float | None
+    nvlink_bandwidth: float   # B/s per direction per GPU
+    host_link_bandwidth: float    # B/s, pinned host <-> GPU copies over PCIe Gen5 x16
+    sources: dict = field(default_factory=dict)
+
+
+_C4 = "constants.md §4"
+_PCIE = "constants.md 2c: pinned H2D/D2H over PCIe Gen5 x16, 53-55 GB/s (DeepSpeed PR #8283, H200)"
+CATALOG: dict[str, GPUSpec] = {
+    "h20": GPUSpec("h20", "hopper", 90, 78, 96 * GB, 97871, 4.0 * TB, 148 * TFLOPS, 296 * TFLOPS, None,
+                   450 * GB, 55 * GB,
+                   {"memory": f"{_C4} H20 96 GB HBM3", "hbm_bandwidth": f"{_C4} H20 4.0 TB/s",
+                    "flops": f"{_C4} H20 148 / 296 TFLOPS BF16 / FP8", "nvlink": f"{_C4} H20 NVLink 900 GB/s "
+                    "(both directions)", "sms": "NVIDIA H20 (GH100 with 78 SMs enabled)",
+                    "memory_mib": "[assumed] nvidia-smi total of an H20 96 GB; the testbed's logs show 93.5 GiB "
+                    "free after distributed init", "host_link": _PCIE}),
+    "h100": GPUSpec("h100", "hopper", 90, 132, 80 * GB, 81559, 3.35 * TB, 989 * TFLOPS, 1979 * TFLOPS, None,
+                    450 * GB, 55 * GB,
+                    {"memory": f"{_C4} H100 SXM 80 GB HBM3", "hbm_bandwidth": f"{_C4} H100 SXM 3.35 TB/s",
+                     "flops": f"{_C4} H100 SXM 989 / 1,979 TFLOPS", "nvlink": f"{_C4} 900 GB/s bidirectional",
+                     "sms": "NVIDIA H100 SXM5 datasheet (132 SMs)", "memory_mib": "nvidia-smi, H100 SXM 80 GB",
+                     "host_link": _PCIE}),
+    "h800": GPUSpec("h800", "hopper", 90, 132, 80 * GB, 81559, 3.35 * TB, 989 * TFLOPS, 1979 * TFLOPS, None,
+                    200 * GB, 55 * GB,
+                    {"memory": f"{_C4} H800 SXM 80 GB", "hbm_bandwidth": f"{_C4} H800 3.35 TB/s",
+                     "flops": f"{_C4} H800 989 / 1,979 TFLOPS", "nvlink": f"{_C4} H800 NVLink 400 GB/s",
+                     "sms": "as H100 SXM (132 SMs)", "memory_mib": "as H100 SXM", "host_link": _PCIE}),
+    "h200": GPUSpec("h200", "hopper", 90, 132, 141 * GB, 143771, 4.8 * TB, 989 * TFLOPS, 1979 * TFLOPS, None,
+                    450 * GB, 55 * GB,
+                    {"memory": f"{_C4} H200 SXM 141 GB HBM3e", "hbm_bandwidth": f"{_C4} H200 4.8 TB/s",
+                     "flops": f"{_C4} H200 989 / 1,979 TFLOPS", "nvlink": f"{_C4} 900 GB/s bidirectional",
+                     "sms": "NVIDIA H200 SXM (132 SMs)", "memory_mib": "nvidia-smi, H200 141 GB",
+                     "host_link": f"{_C4} H200 measured pinned H2D about 55 GB/s"}),
+    "b200": GPUSpec("b200", "blackwell", 100, 148, 180 * GB, 183359, 8.0 * TB, 2250 * TFLOPS, 4500 * TFLOPS,
+                    9000 * TFLOPS, 900 * GB, 55 * GB,
+                    {"memory": f"{_C4} B200 180 GB per GPU (DGX B200 1.44 TB / 8)",
+                     "hbm_bandwidth": f"{_C4} B200 8 TB/s", "flops": f"{_C4} B200 2.25 / 4.5 PFLOPS dense "
+                     "(FP4 [derived]: twice FP8)", "nvlink": f"{_C4} B200 NVLink 5 1.8 TB/s bidirectional",
+                     "sms": "NVIDIA B200 (148 SMs)", "memory_mib": "nvidia-smi, B200 180 GB",
+                     "host_link": "[assumed] PCIe Gen5 x16 as Hopper (constants.md §4: not verified)"}),
+}
+ALIASES = {"h200-sxm": "h200", "h100-sxm": "h100", "b200-sxm": "b200", "h20-96g": "h20"}
+
+
+def get_gpu(name: str) -> GPUSpec:
+    """A GPU of the catalog by name (case-insensitive)."""
+    key = str(name).lower()
+    key = ALIASES.get(key, key)
+    if key not in CATALOG:
+        raise GPUError(f"unknown GPU {name!r}; known: {', '.join(sorted(CATALOG))}")
+    return CATALOG[key]
+
+
+def gpu_catalog() -> list[str]:
+    return sorted(CATALOG)

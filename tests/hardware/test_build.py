@@ -1,0 +1,162 @@
+"""A machine in a few words: the GPU catalog, SGLang's sizing rules, the scenarios ``sacmodel.scenario`` builds, and
+the transfer rules of the testbed's constants."""
+import math
+
+import pytest
+import yaml
+
+import sacmodel
+from sacmodel.hardware.build import scenario, scenario_dict, scenario_yaml
+from sacmodel.hardware.gpus import GPUError, get_gpu, gpu_catalog
+from sacmodel.hardware.models import get_model
+from sacmodel.hardware.scenarios import load_topology
+from sacmodel.hardware.sizing import (attention_split, collectives, cuda_graph_max_bs_default, decode_kernels,
+                                      kv_cell_bytes, kv_dtype_default, mem_fraction_default, weights_per_gpu)
+from sacmodel.hardware.topology import TopologyError
+from sacmodel.hardware.transfer import KERNEL_EFFICIENCY, RULES, transferred
+from sacmodel.serving.config import resolve
+
+
+def test_the_catalog_has_the_gpus_the_issue_names_with_sources():
+    assert {"h20", "h100", "h200", "b200"} <= set(gpu_catalog())
+    for name in gpu_catalog():
+        g = get_gpu(name)
+        assert g.flops_fp8 >= g.flops_bf16 > 0 and g.hbm_bandwidth > 0 and g.sms > 0
+        assert {"memory", "hbm_bandwidth", "flops", "nvlink", "sms"} <= set(g.sources)
+    assert get_gpu("H200-SXM") is get_gpu("h200")
+    with pytest.raises(GPUError, match="unknown GPU 'a100'"):
+        get_gpu("a100")
+
+
+def test_sglang_defaults_by_hand():
+    """SGLang 0.5.9's rules (server_args.py): H200 (143,771 MiB) at tp 8 reserves 512 + 1.5 x 8192 + 2 x 512 +
+    1024 = 14,848 MiB, at least 10,240: mem_fraction_static 0.897; under DP8 attention 3 x 512 x 8 + 1.5 x 512 x 8
+    more: 0.769. cuda_graph_max_bs is 512 from 80 GiB up at tp >= 4, 256 below tp 4."""
+    assert mem_fraction_default(143771, tp=8, dp=1, chunk=8192, cuda_graph_max_bs=512) == round(
+        (143771 - 14848) / 143771, 3) == 0.897
+    assert mem_fraction_default(143771, tp=8, dp=8, chunk=8192, cuda_graph_max_bs=512) == round(
+        (143771 - 14848 - 12288 - 6144) / 143771, 3)
+    assert cuda_graph_max_bs_default(143771, 8) == 512 and cuda_graph_max_bs_default(81559, 2) == 256
+
+
+def test_kv_dtype_auto_follows_sglang():
+    v32, r1 = get_model("deepseek-v3.2"), get_model("deepseek-r1")
+    assert kv_dtype_default(v32, 90) == "bf16" and kv_dtype_default(v32, 100) == "fp8"
+    assert kv_dtype_default(r1, 100) == "bf16"           # dense MLA keeps the model's dtype
+
+
+def test_testbed_weights_and_pool_match_its_logs():
+    """The testbed's logs: 50.37 GiB of weights per GPU (4-bit AWQ, DP attention) and 78,324 B per KV token."""
+    m = get_model("deepseek-v3.2")
+    w = weights_per_gpu(m, 0.5 + 4 / 128, tp=8, dp=8) / 2 ** 30
+    assert w == pytest.approx(50.37, rel=0.03)
+    assert kv_cell_bytes(m, m.kv_bytes("bf16"), 1) == 78324
+
+
+def test_mla_latent_is_replicated_and_gqa_heads_split():
+    """MLA keeps one latent whole on every GPU of an attention group; GQA splits its KV heads until one per GPU."""
+    r1, qwen = get_model("deepseek-r1"), get_model("qwen3-32b")
+    assert kv_cell_bytes(r1, 1152, 8) == kv_cell_bytes(r1, 1152, 1) == 61 * 1152
+    full = kv_cell_bytes(qwen, qwen.kv_bytes("bf16"), 1)
+    assert kv_cell_bytes(qwen, qwen.kv_bytes("bf16"), 2) == full / 2
+    assert kv_cell_bytes(qwen, qwen.kv_bytes("bf16"), 16) == full / 8        # 8 KV heads: one per GPU at most
+    rep, split = attention_split(r1, 8)
+    assert rep > 0 and split > rep and rep + split == pytest.approx(r1.attn_params() - 0, rel=1e-12)
+
+
+def test_collectives_of_each_parallelism():
+    """TP attention: an all-reduce after attention and one after the MLP; DP attention: an all-gather and a
+    reduce-scatter; a single GPU: none. Bytes per token per layer per GPU: 2 (n - 1) / n of a BF16 row per
+    all-reduce, (n - 1) / n per all-gather or reduce-scatter."""
+    m = get_model("deepseek-r1")
+    row = 2 * m.hidden
+    assert collectives(m, 8, 1) == (2, pytest.approx(2 * 2 * 7 / 8 * row))
+    assert collectives(m, 8, 8) == (2, pytest.approx(2 * 7 / 8 * row))
+    assert collectives(m, 1, 1) == (0, 0.0)
+    assert decode_kernels(get_model("deepseek-v3.2")) > decode_kernels(m) > decode_kernels(get_model("qwen3-32b"))
+
+
+def test_scenario_builds_what_every_function_accepts():
+    t = sacmodel.scenario("h200", gpus=8, model="deepseek-r1", weights="fp8")
+    cfg = resolve(t, "gpu")
+    assert (cfg.tp, cfg.dp, cfg.attn_tp, cfg.weights, cfg.graph_bs) == (8, 1, 8, "fp8", 512)
+    assert cfg.prefill_chunk == 8192 and cfg.max_total_tokens > 600_000
+    p = sacmodel.predict(t, "gpu", context=1024, output=128, concurrency=4)
+    assert p.feasible and 0 < p.tbt_mean_ms < p.ttft_mean_ms
+    dp = sacmodel.scenario("h200", dp=8)
+    assert resolve(dp, "gpu").prefill_chunk == 1024            # the chunk divided by the DP size
+
+
+def test_a_two_h100_qwen3_32b_server_holds_its_reported_pool():
+    """llm-d reports a 307K-token pool for Qwen3-32B on 2 x H100 (TP2, memory use 0.9): the pool SGLang sizes is
+    of that order, not infeasible."""
+    t = scenario("h100", gpus=2, model="qwen3-32b", weights="bf16", mem_fraction=0.9)
+    n = resolve(t, "gpu").max_total_tokens
+    assert 0.9 * 307_000 < n < 1.15 * 307_000
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(gpu="a100"), "unknown GPU"),
+    (dict(gpu="h200", weights="int3"), "weights must be one of"),
+    (dict(gpu="h200", kv_dtype="fp16"), "kv_dtype must be"),
+    (dict(gpu="h200", dp=3), "dp=3 must divide tp=8"),
+    (dict(gpu="h200", gpus=0), "gpus must be a whole number"),
+    (dict(gpu="h200", model="no-such-model"), "model"),
+    (dict(gpu="h200", mem_fraction=1.5), "mem_fraction must be in"),
+    (dict(gpu="h200", pool="nvme"), "pool must be cxl and/or rdma"),
+    (dict(gpu="h200", transfer="guess"), "transfer must be"),
+])
+def test_bad_machines_are_refused_with_a_clear_line(kw, msg):
+    with pytest.raises((TopologyError, GPUError), match=msg):
+        scenario(**kw)
+
+
+def test_weights_that_do_not_fit_are_infeasible_not_an_error():
+    p = sacmodel.predict(scenario("h100", gpus=2, model="deepseek-v3", weights="bf16"), "gpu", context=8192,
+                         output=128, concurrency=4)
+    assert not p.feasible and p.limit.startswith("hbm")
+
+
+def test_the_yaml_written_loads_to_the_same_scenario(tmp_path):
+    text = scenario_yaml(gpu="b200", dp=8, pool="cxl")
+    path = tmp_path / "b200.yaml"
+    path.write_text(text)
+    data = yaml.safe_load(text)
+    assert "&id" not in text and "*id" not in text                  # written out in full, no aliases
+    assert all("source" in v for v in data["serving"].values())
+    a, b = load_topology(path), scenario("b200", dp=8, pool="cxl")
+    for name in ("t_graph_kernel", "prefill_eff", "mem_fraction", "prefill_chunk", "cuda_graph_max_bs"):
+        assert a.param(name) == pytest.approx(b.param(name), rel=1e-6), name
+    assert sacmodel.predict(a, "cxl", context=32768, output=128, concurrency=8).feasible
+
+
+def test_transfer_rules_by_hand():
+    """The in-graph kernel floor scales by the SM count (78 on the H20): on an H200 (132) by 78/132, times the
+    fitted Hopper-FP8 factor; host CPU constants carry over unchanged; Hopper FP8 efficiencies come from the
+    fitted table, and a generation without one takes the nearest measured FP8 class."""
+    base = load_topology("sac-testbed")
+    rules = transferred(get_gpu("h200"), "fp8", fitted=False)
+    assert rules["t_graph_kernel"][0] == pytest.approx(base.param("t_graph_kernel") * 78 / 132, rel=1e-12)
+    for name in ("t_launch", "t_hs", "t_token", "t_request", "stage_copy_bw"):
+        assert rules[name][0] == base.param(name) and RULES[name][0] == "host CPU"
+    assert rules["prefill_eff"][0] == base.param("prefill_eff")            # the rules alone: carried over
+    fitted = transferred(get_gpu("h200"), "fp8")
+    eff = KERNEL_EFFICIENCY[("hopper", "fp8")]
+    assert fitted["prefill_eff"][0] == eff["prefill_eff"] and fitted["moe_eff"][0] == eff["moe_eff"]
+    assert fitted["t_graph_kernel"][0] == pytest.approx(rules["t_graph_kernel"][0] * eff["t_graph_kernel_scale"])
+    b200 = transferred(get_gpu("b200"), "fp8")
+    assert b200["prefill_eff"][0] == eff["prefill_eff"] and "assumed" in b200["prefill_eff"][1]
+    same = transferred(get_gpu("h20"), "awq-int4")                         # the testbed's own class
+    assert all(v[0] == pytest.approx(base.param(k)) for k, v in same.items() if k != "t_graph_kernel")
+    assert same["t_graph_kernel"][0] == pytest.approx(base.param("t_graph_kernel"))
+
+
+def test_every_testbed_constant_has_a_transfer_rule():
+    base = load_topology("sac-testbed")
+    assert set(base.calibration) <= set(RULES)
+
+
+def test_scenario_dict_names_the_machine():
+    d = scenario_dict("h200", model="deepseek-r1", dp=1)
+    assert d["name"] == "h200x8-deepseek-v3-fp8" and "H200" in d["description"]
+    assert math.isclose(float(d["serving"]["weight_bytes_per_param"]["value"]), 1 + 4 / 128 ** 2, rel_tol=1e-5)

@@ -54,7 +54,7 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     """Find where ``metric(a) = ratio x metric(b)`` as ``vary`` goes from ``lo`` to ``hi``.
 
     ``vary``: context, output, topk, concurrency, cxl_devices, rdma_nics, device_buffer, a scenario parameter
-    (``t_layer``), or a hardware number (``node:cxl_device.bandwidth``, ``link:gpu.latency``). ``ratio``
+    (``t_graph_kernel``), or a hardware number (``node:cxl_device.bandwidth``, ``link:gpu.latency``). ``ratio``
     = 1.1 asks where ``a`` becomes 10% worse than ``b`` (for latency metrics). Unloaded metrics are solved
     in closed form by sympy when it can, else numerically (scipy ``brentq`` between sign changes on a
     grid of ``points``); every crossing in the range is reported.

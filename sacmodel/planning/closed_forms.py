@@ -16,7 +16,8 @@ from ..hardware.topology import Topology, TopologyError
 from ..serving.config import PositionError, resolve, static_values, swap_route
 from ..serving.costs import SYMBOLS, sym
 from ..serving.predict import predict
-from ..serving.step import fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
+from ..serving.engine.stepmodel import MLA_CHUNKED_PREFIX
+from ..serving.step import eager_terms, fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
 from ..serving.systems import check_system
 from ..util.names import UNLOADED
 from .common import METRIC_ALIASES, WORKLOAD_SYMBOLS, SolverError, _metric_kind, _with_value, hardware_parameters
@@ -29,16 +30,17 @@ def _workload_symbols():
 
 
 @functools.lru_cache(maxsize=64)
-def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Expr:
+def unloaded_expression(system: str, metric: str, sparse: bool = True, kind: str = "mla") -> sp.Expr:
     """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step).
 
-    One request alone (``predict(..., concurrency=1, requests=1, cold_staging=False)``): ``ttft`` = the
-    client's serial work on the prompt + the request latency + one prefill iteration extending the cached
-    prompt by its uncached page; ``tbt`` = one decode step at the mean context ``L + O/2`` loading ``m_mean`` entries per
-    layer (the request's mean misses over its output, from the score process), plus, for the pools that copy
-    the prompt first (rdma, cxl-prefetch), that copy spread over the ``O - 1`` gaps; ``e2e`` = ttft +
-    (O - 1) tbt; ``bytes_per_step`` = the entries a decode step loads; ``ttft_cold`` = an uncached prompt
-    prefilled in chunks.
+    One request alone (``predict(..., concurrency=1, requests=1, cold_staging=False, exact_prompt=True)``):
+    ``ttft`` = the client's serial work on the prompt + the request latency + one eager prefill iteration
+    extending the cached prompt by its uncached tail (what its exact length leaves beyond the last full page);
+    ``tbt`` = one decode step at the mean context ``L + O/2`` loading ``m_mean`` entries per layer (the request's
+    mean misses over its output, from the score process), plus, for the pools that copy the prompt first (rdma,
+    cxl-prefetch), that copy spread over the ``O - 1`` gaps; ``e2e`` = ttft + (O - 1) tbt; ``bytes_per_step`` =
+    the entries a decode step loads; ``ttft_cold`` = an uncached prompt prefilled in chunks. ``sparse``: a DSA
+    model (top-k attention); ``kind``: its attention (mla or gqa), which sets SGLang's prefill paths.
     """
     check_system(system)
     m = METRIC_ALIASES.get(metric)
@@ -46,24 +48,24 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
         raise SolverError(f"unknown unloaded metric {metric!r}; known: {', '.join(UNLOADED)}")
     L, O = _workload_symbols()
     S = lambda n, u="dimensionless": sym(n, u)  # noqa: E731
-    rank, shared, pre, fetch, front = rank_terms(), shared_terms(), prefill_terms(), fetch_terms(), front_end_terms()
-    k_attn = sp.Min(sym("topk", "dimensionless", "top-k entries selected per layer"), L) if sparse else L
+    rank, front = rank_terms(), front_end_terms()
+    topk = sym("topk", "dimensionless", "top-k entries selected per layer")
     m_mean = sym("m_mean", "dimensionless", "entries one request loads per layer per step, mean over its output")
     L_dec = L + O / 2
+    k_attn = sp.Min(topk, L_dec) if sparse else L_dec        # entries a decode step reads
     buf = sym("buffer_slots", "dimensionless", "GPU buffer slots per request and layer")
     swap_on = sp.Piecewise((1, L_dec > buf), (0, True)) if system not in ("gpu", "rdma-topk") else 0
-    decode = (sum(rank.values()).xreplace({S("b"): 1, S("M"): m_mean, S("L"): L_dec, S("k_attn"): k_attn,
-                                          S("swap_on"): swap_on})
-              + shared["fixed"] + shared["mlp"].xreplace({S("N"): 1, S("N_d"): 1, S("mlp_eff"): S("compute_eff")}))
+    decode = (sum(rank.values()).xreplace({S("b"): 1, S("M"): m_mean, S("M_max"): m_mean, S("L"): L_dec,
+                                          S("k_attn"): k_attn, S("swap_on"): swap_on}) + _shared(1, 1, S("compute_eff")))
     # a prefix hit is matched page-aligned: the last 1..page tokens are prefilled
     page = sym("E", "dimensionless", "KV page (tokens): the uncached tail of a prefix hit is 1..page tokens")
     E = L - page * sp.floor((L - 1) / page)
-    extend = (shared["fixed"] + shared["mlp"].xreplace({S("N"): E, S("N_d"): E, S("mlp_eff"): S("prefill_eff")})
-              + sum(pre.values()).xreplace({S("P"): E, S("H"): L - E, S("k_attn"): k_attn})
-              + sym("t_admit", "second", "scheduler work to admit one prefix-hit request"))
+    eager = sum(eager_terms().values())
+    admit = prefill_terms()["hisparse_admit"].xreplace({S("admit_on"): 1})     # once per request
+    extend = _shared(E, 1, S("prefill_eff")) + _prefill(E, L - E, sparse, kind, system) + eager + admit
     ttft = front["tokenize"] + front["request"] + extend
     if system == "rdma":
-        copy_ = sum(fetch.values()).xreplace({S("N_f"): L})
+        copy_ = sum(fetch_terms().values()).xreplace({S("N_f"): L})
     elif system == "cxl-prefetch":
         copy_ = L * S("layers") * S("entry_bytes", "byte") / sym("pf_dma_bw", "byte/second", "bulk prefix copy bandwidth")
     else:
@@ -72,17 +74,34 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True) -> sp.Exp
     C = sym("prefill_chunk", "dimensionless", "prompt tokens prefilled per rank per iteration (chunk)")
     full, rest = sp.floor(L / C), L - C * sp.floor(L / C)        # whole chunks and the last part
 
-    def per_chunk(P):
-        return (shared["fixed"] + shared["mlp"].xreplace({S("N"): P, S("N_d"): P, S("mlp_eff"): S("prefill_eff")})
-                + pre["prefill_proj"].xreplace({S("P"): P}))
-    kk = k_attn
-    entries = sp.Piecewise((L * (L + 1) / 2, L <= kk), (kk * (kk + 1) / 2 + (L - kk) * kk, True))
-    cold = (front["tokenize"] + front["request"]
-            + full * per_chunk(C) + sp.Piecewise((per_chunk(rest), rest > 0), (0, True))
-            + S("layers") * S("f_index", "FLOP") * L * (L + 1) / 2 / (S("peak_fp8", "FLOP/second") * S("prefill_eff"))
-            + S("layers") * S("f_attn", "FLOP") * entries / (S("peak_bf16", "FLOP/second") * S("prefill_eff")))
+    def chunk(P, H):
+        return _shared(P, 1, S("prefill_eff")) + _prefill(P, H, sparse, kind, system) + eager
+    i = sp.Symbol("i", integer=True, nonnegative=True)
+    cold = (front["tokenize"] + front["request"] + admit + sp.Sum(chunk(C, i * C), (i, 0, full - 1))
+            + sp.Piecewise((chunk(rest, full * C), rest > 0), (0, True)))
     nbytes = S("layers") * m_mean * S("entry_bytes", "byte") * (1 if system == "rdma-topk" else swap_on)
     return {"ttft": ttft, "tbt": tbt, "e2e": ttft + (O - 1) * tbt, "bytes_per_step": nbytes, "ttft_cold": cold}[m]
+
+
+def _shared(N, S_, eff) -> sp.Expr:
+    """The shared part of an iteration over ``N`` distinct tokens and ``S_`` sequences at efficiency ``eff``."""
+    S = lambda n: sym(n)  # noqa: E731
+    return sum(shared_terms().values()).xreplace({S("N"): N, S("N_d"): N, S("S"): S_, S("mlp_eff"): eff})
+
+
+def _prefill(P, H, sparse: bool, kind: str, system: str) -> sp.Expr:
+    """A rank's prefill of ``P`` tokens after ``H`` on SGLang's attention path for it (see
+    :meth:`sacmodel.serving.engine.stepmodel.Model.prefill_values`)."""
+    S = lambda n: sym(n)  # noqa: E731
+    topk, Lt = sym("topk"), H + P
+    if sparse:
+        mha = sp.Piecewise((1, Lt <= topk), (0, True)) if system == "gpu" else 0
+        flags = {S("mha_on"): mha, S("dense_on"): 0, S("index_on"): sp.Piecewise((1, Lt > topk), (0, True)),
+                 S("k_attn"): sp.Min(topk, Lt)}
+    else:
+        mha = (sp.Piecewise((1, sp.Eq(H, 0)), (1, H >= MLA_CHUNKED_PREFIX), (0, True)) if kind == "mla" else 0)
+        flags = {S("mha_on"): mha, S("dense_on"): 1, S("index_on"): 0, S("k_attn"): 1}
+    return sum(prefill_terms().values()).xreplace({S("P"): P, S("H"): H, S("admit_on"): 0, **flags})
 
 
 def mean_misses(scenario, system: str, *, context: int, output: int, **resources) -> float:
@@ -116,7 +135,7 @@ def scenario_values(scenario, system: str, **resources) -> dict[str, float]:
     v = static_values(cfg)
     bw, lat = swap_route(cfg, 1)
     v.update(sw_bw=bw, sw_lat=lat, topk=float(cfg.model.topk or 0), buffer_slots=float(cfg.device_buffer),
-             prefill_chunk=float(cfg.prefill_chunk))
+             prefill_chunk=float(cfg.prefill_chunk), E=float(cfg.page))
     if cfg.system == "rdma":
         from ..serving.config import fetch_bandwidth
         v["nic_bw"] = fetch_bandwidth(cfg, (0,))[0]
@@ -134,10 +153,11 @@ def symbolic(system: str, metric: str, scenario=None, *, free=(), context=None, 
     once both are); fully bound, it is a number equal to ``predict(..., concurrency=1, requests=1,
     cold_staging=False)`` (the steady state: the prompt's host-pool entry exists).
     """
-    sparse = True
+    sparse, kind = True, "mla"
     if scenario is not None:
-        sparse = resolve(scenario, system, **resources).model.sparse
-    expr = unloaded_expression(system, metric, sparse)
+        m = resolve(scenario, system, **resources).model
+        sparse, kind = m.sparse, m.kind
+    expr = unloaded_expression(system, metric, sparse, kind)
     if scenario is None:
         return expr
     free = {WORKLOAD_SYMBOLS.get(f, f) for f in free}
@@ -190,7 +210,7 @@ def _check_vary(topo: Topology, vary: str, kind: str = "loaded", systems=(), met
                           "arguments, scenario parameters and hardware numbers (node:KIND.FIELD): ask the unloaded "
                           "metric (--unloaded) or vary the hardware number behind it")
     raise SolverError(f"{vary}: not a workload argument, scenario parameter or hardware number "
-                      "(e.g. context, cxl_devices, t_layer, node:cxl_device.bandwidth)")
+                      "(e.g. context, cxl_devices, t_graph_kernel, node:cxl_device.bandwidth)")
 
 
 def evaluate(scenario, system: str, metric: str, vary: str | None = None, value: float | None = None,
@@ -215,6 +235,9 @@ def evaluate(scenario, system: str, metric: str, vary: str | None = None, value:
         e = symbolic(system, metric, topo, context=ctx, output=out, **res)
         return float(e)
     kw.setdefault("concurrency", 1)
+    missing = [k for k in ("context", "output") if k not in kw]
+    if missing:
+        raise SolverError(f"loaded metrics need {' and '.join(missing)} (fixed, or varied on an axis)")
     try:
         p = predict(topo, system, **kw)
     except PositionError:          # longer than the model's positions: infeasible on any hardware

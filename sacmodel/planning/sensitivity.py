@@ -43,7 +43,9 @@ def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, out
     """Elasticities d ln(metric) / d ln(p) at a point for every bound symbol p, ranked by |elasticity|.
 
     Returns (symbol, elasticity, value, meaning). Symbols are the topology, model and calibration numbers
-    the unloaded metric depends on (e.g. ``sw_bw`` = the pool-route bandwidth the GPU sees).
+    the unloaded metric depends on (e.g. ``sw_bw`` = the pool-route bandwidth the GPU sees); every constant of the
+    scenario's ``calibration:`` that enters the metric only through the misses of the score process
+    (``score_correlation``, ``drift_settling``, ``settling_steps``) is ranked too, by central differences of 1%.
     """
     _positive_tokens("context", context)
     _positive_tokens("output", output)
@@ -63,31 +65,62 @@ def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, out
         el = dv * vals[s.name] / f if f else 0.0
         if el != 0.0:
             out.append((s.name, el, vals[s.name], SYMBOLS[s.name][2]))
+    seen = {r[0] for r in out}
+    for name in scenario.calibration:
+        if name in seen or name in SYMBOLS:       # a symbol of the form: its derivative above is exact
+            continue
+        el = _numeric_elasticity(scenario, system, metric, name, context, output, resources)
+        if el:
+            out.append((name, el, get_param(scenario, name), "calibration constant (numeric, 1% steps)"))
     return sorted(out, key=lambda r: -abs(r[1]))
 
 
-def _all_free(system, metric, scenario, resources):
-    sparse = resolve(scenario, system, **resources).model.sparse
-    names = {s.name for s in unloaded_expression(system, metric, sparse).free_symbols} - {"L", "O"}
-    return tuple(n for n in names if n not in ("flop_unit", "b", "B", "swap_on", "pool_on", "rdma_topk_on", "m_mean"))
+def moved(name: str, v0: float, fac: float) -> float:
+    """``v0`` scaled by ``fac``; a correlation is scaled through its complement 1 - v (its decorrelation per step),
+    so its elasticity is with respect to 1 - v."""
+    return 1 - (1 - v0) * fac if name == "score_correlation" else v0 * fac
 
+
+def _numeric_elasticity(topo, system, metric, name, context, output, resources, rel=0.01) -> float:
+    """d ln(metric) / d ln(constant) of the bound unloaded form by central differences."""
+    from ..hardware.params import with_params
+    v0 = get_param(topo, name)
+    vals = []
+    for fac in (1 + rel, 1 / (1 + rel)):
+        t = with_params(topo, {name: moved(name, v0, fac)})
+        vals.append(float(symbolic(system, metric, t, context=context, output=output, **resources)))
+    return (math.log(vals[0]) - math.log(vals[1])) / (2 * math.log(1 + rel)) if min(vals) > 0 else 0.0
+
+
+def _all_free(system, metric, scenario, resources):
+    m = resolve(scenario, system, **resources).model
+    names = {s.name for s in unloaded_expression(system, metric, m.sparse, m.kind).free_symbols} - {"L", "O"}
+    flags = ("flop_unit", "b", "B", "swap_on", "pool_on", "rdma_topk_on", "m_mean", "hs_on", "mha_on", "dense_on",
+             "index_on", "admit_on")
+    return tuple(n for n in names if n not in flags)
+
+
+
+SENSITIVITY_DRAWS = 16      # draws of the requests' randomness each prediction averages: a 1% step is then resolved
 
 
 def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, rel: float = 0.01,
                        params=None, **workload) -> list[tuple[str, float, float, str]]:
     """Elasticities of a loaded metric (``predict`` at the given workload) by central log differences.
 
-    ``params`` default: every hardware number (:func:`hardware_parameters`) and the fitted serving constants.
-    A parameter whose change makes the configuration infeasible gets elasticity nan.
+    ``params`` default: every hardware number (:func:`hardware_parameters`) and every constant of the scenario's
+    ``calibration:`` (fitted and a priori). Each prediction averages ``draws`` (default 16) draws of the
+    requests' randomness, so that the elasticity at a 1% step agrees with the one at 5%. A parameter whose
+    change makes the configuration infeasible gets elasticity nan.
     """
-    from ..fit.calibrate import SERVING_PARAMS
     if metric not in LOADED:
         raise SolverError(f"loaded sensitivity takes a Prediction metric ({', '.join(LOADED)})")
     check_system(system)
     if not (isinstance(rel, (int, float)) and 0 < rel < 1):
         raise SolverError(f"rel must be a relative step in (0, 1), got {rel!r}")
     topo = _topology(scenario)
-    params = list(params or hardware_parameters(topo) + [p for p in SERVING_PARAMS if topo.has_param(p)])
+    params = list(params or hardware_parameters(topo) + list(topo.calibration))
+    workload.setdefault("draws", SENSITIVITY_DRAWS)
     base = predict(topo, system, **workload)
     if not base.feasible:
         raise SolverError(f"the configuration is infeasible ({base.limit}): no sensitivity to report")
@@ -102,7 +135,7 @@ def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, re
         vals = []
         for fac in (1 + rel, 1 / (1 + rel)):
             t = copy.deepcopy(topo)
-            set_param(t, name, v0 * fac)
+            set_param(t, name, moved(name, v0, fac))
             p = predict(t, system, **workload)
             vals.append(getattr(p, metric) if p.feasible else math.nan)
         el = (math.log(vals[0]) - math.log(vals[1])) / (2 * math.log(1 + rel)) if all(

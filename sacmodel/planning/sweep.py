@@ -26,7 +26,7 @@ def sweep(scenario, system: str, grid: dict, metric: str = "tbt", *, context=Non
     """Vectorised unloaded ``metric`` over the Cartesian product of ``grid`` (name -> array of values).
 
     Grid names are symbols of the closed form (``context``/``L``, ``output``/``O``, ``sw_bw``, ``hbm_bw``,
-    ``t_layer``, ...); ``output`` (default 1024) matters through the context a decode step sees. Returns
+    ``t_graph_kernel``, ...); ``output`` (default 1024) matters through the context a decode step sees. Returns
     columns: one per grid name plus ``metric`` (seconds or bytes).
     """
     if not isinstance(grid, dict) or not grid:

@@ -30,10 +30,11 @@ def steady_state(cfg: Config, reqs: Requests, concurrency: int) -> dict:
     active = min(dp, min(concurrency, len(reqs)))
     c = mdl.misses(int(L), int(max(O, 2)))
     m_mean = c[int(O) - 1] / max(O - 1, 1) if O > 1 else 0.0
-    a0, a1, a2 = mdl.rank_coeffs(b, active, L > cfg.device_buffer)
-    T = mdl.shared(b * active, False) + a0 + a1 * (L + O / 2) + a2 * b * m_mean
+    T = mdl.shared(b * active, False) + mdl.rank_time(b, active, L + O / 2, b * m_mean, L > cfg.device_buffer)
+    if b > cfg.graph_bs:
+        T += mdl.t_eager
     E = float(cfg.page) if reqs.cached.max() > 0 else L
-    pf = mdl.shared(int(E * b * active), True) + b * (mdl.prefill(E, L - E) + mdl.v["t_admit"])
+    pf = mdl.shared(int(E * b * active), True, None, b * active) + b * mdl.prefill(E, L - E) + mdl.t_eager
     fetch = 0.0
     if cfg.system in ("rdma", "cxl-prefetch"):
         bw = fetch_bandwidth(cfg, tuple(range(active))).get(0, 0.0) if cfg.system == "rdma" else 0.0

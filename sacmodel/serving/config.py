@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..hardware.models import ModelSpec, entry_bytes, model_of
+from ..hardware.sizing import HEAD_BYTES, attention_split, collectives, decode_kernels, gemm_precision
 from ..hardware.scenarios import as_topology
 from ..hardware.topology import Topology, TopologyError
 from .systems import check_system, swap_paths
@@ -56,6 +57,15 @@ class Config:
     prefill_chunk: int
     page: int
     limits: dict = field(default_factory=dict)       # why max_total_tokens is what it is
+    tp: int = 1                                      # GPUs of the server
+    ep: int = 1                                      # expert-parallel groups
+    graph_bs: int = 512                              # largest decode batch per rank run as a CUDA graph
+    weights: str = "bf16"                            # precision of the linear layers' weights
+
+    @property
+    def attn_tp(self) -> int:
+        """GPUs of one attention group (tp / dp)."""
+        return max(1, self.tp // self.dp)
 
     @property
     def hisparse(self) -> bool:
@@ -89,13 +99,17 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
     dp = int(topo.param("dp"))
     if dp < 1 or dp > len(topo.gpus):
         raise TopologyError(f"{topo.name}: dp={dp} but the scenario has {len(topo.gpus)} GPUs")
+    tp = int(_setting(topo, "tp", dp))
+    ep = int(_setting(topo, "ep", 1))
+    if tp % dp or tp % ep:
+        raise TopologyError(f"{topo.name}: dp={dp} and ep={ep} must divide tp={tp}")
     if system in POOL_SYSTEMS and not model.sparse:
         raise ConfigError(f"system {system!r} keeps the KV in a pool and loads each step's top-k entries: it "
                           f"needs a sparse-attention model; {model.name} has dense attention (use 'gpu')")
 
     def positive(v, name, default):
         n = default if v is None else v
-        if isinstance(n, bool) or not isinstance(n, (int, float)) or n != int(n) or n < 1:
+        if isinstance(n, bool) or not isinstance(n, (int, float)) or not math.isfinite(n) or n != int(n) or n < 1:
             raise ConfigError(f"{name} must be a positive integer, got {v!r}")
         return int(n)
 
@@ -105,18 +119,47 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
         if system_uses(system, pool) and n > have:
             raise ConfigError(f"{name}={n} but the scenario has {have} {pool} pool member(s)")
         return n
-    buf = positive(device_buffer, "device_buffer", int(topo.param("device_buffer")))
+    buf = positive(device_buffer, "device_buffer", int(_setting(topo, "device_buffer", 4096)))
     if system in POOL_SYSTEMS and buf < model.topk:
         raise ConfigError(f"device_buffer={buf} is smaller than the top-k ({model.topk}): one step's selection "
                           "must fit the GPU buffer")
     page = int(_setting(topo, "page_tokens", 64))
     cfg = Config(topo, model, system, count(cxl_devices, "cxl_devices", "cxl"), count(rdma_nics, "rdma_nics", "rdma"),
-                 buf, dp, positive(max_total_tokens, "max_total_tokens", int(topo.param("max_total_tokens"))),
+                 buf, dp, (None if max_total_tokens is None and not topo.has_param("max_total_tokens")
+                      else positive(max_total_tokens, "max_total_tokens", _setting_int(topo, "max_total_tokens"))),
                  positive(max_running_requests, "max_running_requests",
                           int(_setting(topo, "max_running_requests", 2048))),
-                 int(_setting(topo, "prefill_chunk", 8192 // dp)), page)
+                 int(_setting(topo, "prefill_chunk", 8192 // dp)), page, tp=tp, ep=ep,
+                 graph_bs=int(_setting(topo, "cuda_graph_max_bs", 512)), weights=weights_of(topo))
     cfg.max_total_tokens, cfg.limits = _effective_pool(cfg)
+    if max_running_requests is None and not topo.has_param("max_running_requests"):
+        from ..hardware.sizing import max_running_default
+        cfg.max_running_requests = max_running_default(cfg.max_total_tokens, model.max_position or 163840)
     return cfg
+
+
+def _setting_int(topo: Topology, name: str) -> int | None:
+    return int(topo.param(name)) if topo.has_param(name) else None
+
+
+def weights_of(topo: Topology) -> str:
+    """The weights' precision: the ``weights`` setting, else read from ``weight_bytes_per_param``."""
+    if "weights" in topo.serving:
+        return topo.serving["weights"].raw
+    wb = topo.param("weight_bytes_per_param")
+    return "bf16" if wb >= 1.5 else "fp8" if wb >= 0.9 else "awq-int4"
+
+
+def profiled_pool(cfg: Config) -> int:
+    """KV tokens one rank's pool holds as SGLang sizes it (``profile_max_num_token``): ``mem_fraction`` of the GPU
+    memory free before the weights load, less the weights one GPU holds, in cells of every layer's KV."""
+    from ..hardware.sizing import kv_cell_bytes, kv_pool_tokens, weights_per_gpu
+    t, m = cfg.topo, cfg.model
+    gpu = t.node(t.gpus[0])
+    memory = gpu.get("memory_reported", gpu["hbm_capacity"])
+    weights = weights_per_gpu(m, t.param("weight_bytes_per_param"), tp=cfg.tp, dp=cfg.dp)
+    cell = kv_cell_bytes(m, cfg.entry_bytes, cfg.attn_tp)
+    return kv_pool_tokens(memory, t.param("mem_fraction"), weights, cell, cfg.page)
 
 
 def _effective_pool(cfg: Config) -> tuple[int, dict]:
@@ -126,8 +169,10 @@ def _effective_pool(cfg: Config) -> tuple[int, dict]:
     equal partition of its device's mapped bytes, and the server lowers ``max_total_tokens`` to fit it.
     """
     t = cfg.topo
-    limits = {"setting": cfg.max_total_tokens}
-    n = cfg.max_total_tokens
+    profiled = profiled_pool(cfg)
+    limits = {"setting": cfg.max_total_tokens, "profiled": profiled}
+    # SGLang takes the smaller of the profiled pool and the setting (a larger setting only warns)
+    n = profiled if cfg.max_total_tokens is None else min(cfg.max_total_tokens, profiled)
     if cfg.system in ("cxl",):
         ratio = _setting(t, "host_to_device_ratio", 2.0)
         devs = t.pools["cxl"][:cfg.cxl_devices]
@@ -146,28 +191,25 @@ def _effective_pool(cfg: Config) -> tuple[int, dict]:
 def static_values(cfg: Config) -> dict[str, float]:
     """Values of every symbol of :mod:`sacmodel.serving.step` that is fixed for the configuration."""
     t, m = cfg.topo, cfg.model
-    gpu = t.node(t.gpus[0])
-    eb = cfg.entry_bytes
+    v = dict(_model_values(cfg), **_gpu_values(cfg))
     hs = cfg.hisparse
-    v = dict(
-        layers=float(m.layers), w_bytes=t.param("weight_bytes_per_param"), tp=t.param("tp"),
-        peak_bf16=gpu["flops_bf16"], peak_fp8=gpu["flops_fp8"], hbm_bw=gpu["hbm_bandwidth"],
-        compute_eff=t.param("compute_eff"), hbm_eff=t.param("hbm_eff"), t_layer=t.param("t_layer"),
-        prefill_eff=t.param("prefill_eff"), flop_unit=1.0,
-        n_experts=float(max(m.routed_experts, 1)), e_active=float(m.experts_per_token if m.routed_experts else 0),
-        n_shared=float(m.shared_experts), p_attn=m.attn_params(), p_expert=m.expert_params(),
-        p_dense_mlp=m.dense_mlp_params(), moe_layers=float(m.moe_layers), dense_layers=float(m.layers - m.moe_layers),
-        f_index=m.flops_indexer(1.0), f_attn=m.flops_sparse_attn(1.0), index_key_bytes=m.index_key_bytes,
-        entry_bytes=eb, hs_on=1.0 if hs else 0.0,
+    v.update(
+        w_bytes=t.param("weight_bytes_per_param"), tp=float(cfg.tp), attn_tp=float(cfg.attn_tp), ep=float(cfg.ep),
+        ep_imbalance=math.sqrt(2 * math.log(cfg.ep)), compute_eff=t.param("compute_eff"),
+        hbm_eff=t.param("hbm_eff"), prefill_eff=t.param("prefill_eff"), moe_eff=t.param("moe_eff"),
+        t_graph_kernel=t.param("t_graph_kernel"), t_collective=t.param("t_collective"),
+        t_launch=t.param("t_launch"), flop_unit=1.0, hs_on=1.0 if hs else 0.0,
         t_hs=t.param("t_hs") if hs else 0.0, t_hs_req=t.param("t_hs_req") if hs else 0.0,
+        t_hs_admit=_setting(t, "t_hs_admit", 0.0) if hs else 0.0,
         t_kernel=t.param("t_kernel"),
         swap_inflight=_setting(t, "swap_block_threads", 1024) * _setting(t, "swap_load_bytes", 8.0),
-        t_admit=t.param("t_admit"), t_request=t.param("t_request"), t_token=t.param("t_token"),
-        E=float(cfg.page),
+        t_request=t.param("t_request"), t_token=t.param("t_token"),
         rdma_topk_on=1.0 if cfg.system == "rdma-topk" else 0.0, rdma_share=1.0 / cfg.dp,
         stage_passes=_setting(t, "stage_passes", 4.0),
         stage_copy_bw=t.param("stage_copy_bw") if cfg.system == "rdma" else 1.0,
     )
+    n_coll, coll_bytes = collectives(m, cfg.tp, cfg.dp)
+    v.update(n_kernels=float(decode_kernels(m)), n_coll=float(n_coll), coll_bytes=coll_bytes)
     nics = t.pools.get("rdma", [])
     if nics:
         nic = t.node(nics[0])
@@ -177,8 +219,38 @@ def static_values(cfg: Config) -> dict[str, float]:
     # rdma-topk reads each missed entry (one READ of one entry), or its whole KV page: the steady misses are a
     # small share of a long context's pages, so two misses rarely share a page and each costs a page read
     page_reads = t.serving["rdma_topk_granularity"].raw == "page" if "rdma_topk_granularity" in t.serving else False
-    v["rdma_ops_per_miss"], v["rdma_bytes_per_miss"] = 1.0, eb * (cfg.page if page_reads else 1)
+    v["rdma_ops_per_miss"], v["rdma_bytes_per_miss"] = 1.0, v["entry_bytes"] * (cfg.page if page_reads else 1)
     return v
+
+
+def _gpu_values(cfg: Config) -> dict[str, float]:
+    """The GPU's rates: peak FLOP/s (and that of the weights' GEMMs), HBM and NVLink bandwidth."""
+    gpu = cfg.topo.node(cfg.topo.gpus[0])
+    peaks = {"bf16": gpu["flops_bf16"], "fp8": gpu["flops_fp8"], "fp4": gpu.get("flops_fp4") or gpu["flops_fp8"]}
+    return dict(peak_bf16=gpu["flops_bf16"], peak_fp8=gpu["flops_fp8"], peak_w=peaks[gemm_precision(cfg.weights)],
+                hbm_bw=gpu["hbm_bandwidth"], link_bw=gpu.get("nvlink_bandwidth", 450e9))
+
+
+def _model_values(cfg: Config) -> dict[str, float]:
+    """The model's sizes as one GPU of an attention group of ``attn_tp`` sees them."""
+    m, atp = cfg.model, cfg.attn_tp
+    rep, split = attention_split(m, atp)
+    eb = cfg.entry_bytes
+    heads = m.heads / atp
+    if m.kind == "mla":
+        read = eb
+        f_mha = 2.0 * heads * (m.qk_nope_dim + m.qk_rope_dim + m.v_head_dim)
+        p_kvb = m.kv_lora_rank * heads * (m.qk_nope_dim + m.v_head_dim)
+    else:
+        read = eb * max(1.0, m.kv_heads / atp) / m.kv_heads
+        f_mha, p_kvb = 4.0 * heads * m.head_dim, 0.0
+    return dict(
+        layers=float(m.layers), p_attn_rep=rep, p_attn_split=split, n_experts=float(max(m.routed_experts, 1)),
+        e_active=float(m.experts_per_token if m.routed_experts else 0), n_shared=float(m.shared_experts),
+        p_expert=m.expert_params(), p_dense_mlp=m.dense_mlp_params(), moe_layers=float(m.moe_layers),
+        dense_layers=float(m.layers - m.moe_layers), p_head=float(m.vocab * m.hidden), head_bytes=HEAD_BYTES,
+        f_index=m.flops_indexer(1.0), f_attn=m.flops_sparse_attn(1.0) / atp, f_mha=f_mha, p_kvb=p_kvb,
+        index_key_bytes=m.index_key_bytes, entry_bytes=eb, kv_read_bytes=read)
 
 
 def swap_route(cfg: Config, active_ranks: int) -> tuple[float, float]:

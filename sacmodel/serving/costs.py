@@ -61,15 +61,17 @@ def swap_in_time(prefix: str = "sw_") -> sp.Expr:
     One thread block per request hashes the top-k and scans the buffer's LRU slots (no cost the measured
     step times resolve), then copies the misses from the pool with one 8-byte load in flight per thread:
     ``inflight`` bytes per block per round trip. The copy runs at min(route bandwidth share, blocks x
-    inflight / latency), after the kernel's fixed cost and one latency.
+    inflight / latency), after the kernel's fixed cost and one latency, and lasts at least as long as the block
+    with the most to copy (a newly admitted request misses its whole top-k: ``{prefix}max_bytes``).
     """
     ctas = sym(f"{prefix}ctas", "dimensionless", "requests (thread blocks) of the swap-in kernel")
     nbytes = sym(f"{prefix}bytes", "byte", "bytes the swap-in copies for all requests of one layer")
+    most = sym(f"{prefix}max_bytes", "byte", "bytes the swap-in copies for its busiest request of one layer")
     inflight = sym("swap_inflight", "byte", "bytes one swap-in thread block keeps in flight")
     bw = sym(f"{prefix}bw", "byte/second", "route bandwidth available to this rank")
     lat = sym(f"{prefix}lat", "second", "load round-trip latency over the route")
-    return sym("t_kernel", "second", "fixed cost of one gather kernel") + lat + nbytes / sp.Min(
-        bw, ctas * inflight / lat)
+    return sym("t_kernel", "second", "fixed cost of one gather kernel") + lat + sp.Max(
+        nbytes / sp.Min(bw, ctas * inflight / lat), most * lat / inflight)
 
 
 def dma_time(prefix: str = "") -> sp.Expr:
@@ -143,6 +145,8 @@ def check_dimensions(expr: sp.Expr, expect: str = "second") -> None:
 
     Each registered symbol is replaced by 1 of its unit (pint); Min/Max require equal dimensions.
     """
+    # a sum has the dimension of its terms: check its first term
+    expr = expr.replace(lambda e: isinstance(e, sp.Sum), lambda e: e.function.subs(e.limits[0][0], 0))
     names = [s.name for s in free_symbols_sorted(expr)]
     unknown = [n for n in names if n not in SYMBOLS]
     if unknown:

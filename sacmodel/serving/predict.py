@@ -8,6 +8,7 @@ completed and ``limit`` names the resource.
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -21,7 +22,16 @@ from sacmodel.serving.engine.loop import run_engine
 
 __all__ = ["ConfigError", "Prediction", "Requests", "compare", "predict", "resolve", "run_engine", "workload"]
 
-MAX_REQUESTS = 1_000_000
+# A request's way from the client to the server (network, HTTP, the client's event loop) can be given a delay
+# that varies from request to request (``jitter``, s). Off by default: the testbed's clients and server share a
+# host, and 0-5 ms of it would move the benchmark's 32K TTFT by 10-18% (a wave's requests reach the front end
+# apart and are taken in differently), which the measured runs do not show.
+CLIENT_JITTER = 0.0
+# Draws of the requests' randomness (their prompts' partial last pages; their delays if ``jitter``) that a
+# prediction averages: its metrics are the mean over the draws, and ``spread`` gives their range.
+DRAWS = 4
+SPREAD_METRICS = ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tbt_mean_ms", "tbt_p99_ms", "e2e_mean_ms",
+                  "output_throughput_tok_s", "request_throughput_req_s", "duration_s")
 
 
 @dataclass
@@ -50,6 +60,7 @@ class Prediction:
     request_throughput_req_s: float = math.nan
     duration_s: float = math.nan
     breakdown: dict = field(default_factory=dict)
+    spread: dict = field(default_factory=dict)
     capacity: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
     per_request: dict = field(default_factory=dict, repr=False)
@@ -84,25 +95,37 @@ def _positive_int(name, v, allow_none=False):
 
 
 def output_spec(output) -> tuple[int, int]:
-    """(min, max) of the output lengths: an int (fixed) or a (min, max) pair drawn uniformly."""
+    """(min, max) of the output lengths: an int (fixed) or a (min, max) pair drawn uniformly, each at most
+    ``LIMITS["tokens"]``."""
+    from ..util.names import LIMITS
+    top = LIMITS["tokens"]
     if isinstance(output, (tuple, list)) and len(output) == 2:
         lo, hi = output
         for v in (lo, hi):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise ConfigError(f"output range must be two whole numbers >= 0, got {output!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 or v > top:
+                raise ConfigError(f"output range must be two whole numbers in 0..{top:,}, got {output!r}")
         if hi < lo or hi < 1:
             raise ConfigError(f"output range must have min <= max and max >= 1, got {output!r}")
         return int(lo), int(hi)
     n = _positive_int("output", output)
+    if n > top:
+        raise ConfigError(f"output={n} is above the limit of {top:,} tokens")
     return n, n
 
 
 def workload(cfg: Config, *, context: int, output, requests: int, rate: float | None = None, seed: int = 0,
-             prefix_cached: bool = True, prompts: str = "shared", cold_staging: bool = True) -> Requests:
+             prefix_cached: bool = True, prompts: str = "shared", cold_staging: bool = True,
+             exact_prompt: bool = False, jitter: float = CLIENT_JITTER, phase: int = 0) -> Requests:
     """The benchmark's requests: one cached prompt of ``context`` tokens (or distinct prompts), outputs fixed
     or uniform in [min, max] (0 counts as 1, as the benchmark client does), arrivals at once or Poisson.
     ``cold_staging``: no host-pool entry is found yet for the shared prompt's prefix, so each rank's first hit
-    backs the prompt up again (what the benchmark's second round meets: its logs show it on every rank)."""
+    backs the prompt up again (what the benchmark's second round meets: its logs show it on every rank).
+    ``exact_prompt``: the prompt has exactly ``context`` tokens, so a prefix hit leaves the same tail beyond the
+    last full page for every request (the testbed's prompts: its logs show 64-token tails at 32K); otherwise
+    the tail varies over the page from request to request (seeded), as real prompts' lengths vary by a few
+    tokens, so that a prediction does not jump with the context's remainder modulo the page. ``jitter``: each
+    request reaches the server a uniform 0..jitter s after it is sent (seeded). ``phase``: which draw of the
+    tails and delays (the workload's lengths and arrivals stay those of ``seed``)."""
     lo, hi = output_spec(output)
     rng = np.random.default_rng(seed) if lo != hi or rate else None
     outs = np.full(requests, hi) if lo == hi else np.maximum(rng.integers(lo, hi + 1, size=requests), 1)
@@ -112,9 +135,14 @@ def workload(cfg: Config, *, context: int, output, requests: int, rate: float | 
     if prefix_cached and prompts == "shared":
         # the first round prefilled the prompt on every rank; the radix cache keeps its device pages
         prefix = context if cfg.system == "gpu" else max(0, context - cfg.prefill_chunk + cfg.page)
+    tail = None
+    if prefix_cached and not exact_prompt and cfg.page > 1:
+        tail = np.random.default_rng([seed, 1, phase]).integers(1, cfg.page + 1, size=requests)
+    delay = np.random.default_rng([seed, 2, phase]).uniform(0.0, jitter, size=requests) if jitter > 0 else None
     return Requests(arrivals, np.full(requests, context), outs, cached, prefix_pages=prefix,
                     prompt=np.zeros(requests, dtype=np.int64) if prompts == "shared" else None,
-                    cold_staging=bool(cold_staging and prefix_cached and prompts == "shared"))
+                    cold_staging=bool(cold_staging and prefix_cached and prompts == "shared"), tail=tail,
+                    delay=delay)
 
 
 def percentile(x, q: float) -> float:
@@ -128,12 +156,15 @@ def percentile(x, q: float) -> float:
 
 
 def _check(context, concurrency, requests, rate, prompts, method):
-    _positive_int("context", context)
-    _positive_int("concurrency", concurrency)
-    if requests is not None:
-        _positive_int("requests", requests)
-        if requests > MAX_REQUESTS:
-            raise ConfigError(f"requests={requests} is above the limit of {MAX_REQUESTS:,} per prediction")
+    """The workload arguments of :func:`predict`, within the documented limits (``util.names.LIMITS``)."""
+    from ..util.names import LIMITS
+    for name, v, lim in (("context", context, "tokens"), ("concurrency", concurrency, "concurrency"),
+                         ("requests", requests, "requests")):
+        if v is None and name == "requests":
+            continue
+        _positive_int(name, v)
+        if v > LIMITS[lim]:
+            raise ConfigError(f"{name}={v} is above the limit of {LIMITS[lim]:,} per prediction")
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate)
                              or rate <= 0):
         raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
@@ -147,7 +178,8 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
             cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
             rate: float | None = None, max_total_tokens: int | None = None, max_running_requests: int | None = None,
             seed: int = 0, prefix_cached: bool = True, prompts: str = "shared", method: str = "engine",
-            outputs=None, record: bool = False, cold_staging: bool = True) -> Prediction:
+            outputs=None, record: bool = False, cold_staging: bool = True, exact_prompt: bool = False,
+            draws: int = DRAWS) -> Prediction:
     """Predict TTFT, TBT, E2E latency, throughput and completion of ``system`` on ``scenario``.
 
     Closed loop (default): ``requests`` (default 8 x concurrency) released at t = 0, at most ``concurrency``
@@ -157,12 +189,19 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     hits one cached prompt (the testbed benchmark; the prefix is stored once); ``"distinct"``: each request
     has its own prompt (what capacity planning usually means). ``cold_staging`` (shared prompt): each rank's
     first hit finds no host-pool entry under its prefix key and backs the prompt up again, as in the testbed's
-    second round; False: the entry exists (steady state). ``method="analytic"``: the steady state without the
-    event engine (no waves, no percentiles; quicker).
+    second round; False: the entry exists (steady state). ``exact_prompt``: the prompt has exactly ``context``
+    tokens (a measured benchmark's); default: its last partial page varies from request to request, as real
+    prompt lengths do (:func:`workload`). ``draws``: seeded draws of the requests' timing (their few
+    milliseconds of network and HTTP delay, and their prompts' partial pages) the metrics average, so that they
+    move smoothly with every input; ``spread`` reports their range. ``method="analytic"``: the steady state
+    without the event engine (no waves, no percentiles; quicker).
     """
     _check(context, concurrency, requests, rate, prompts, method)
-    if not isinstance(cold_staging, bool):
-        raise ConfigError(f"cold_staging must be True or False, got {cold_staging!r}")
+    for name, v in (("cold_staging", cold_staging), ("exact_prompt", exact_prompt)):
+        if not isinstance(v, bool):
+            raise ConfigError(f"{name} must be True or False, got {v!r}")
+    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or not 1 <= draws <= 64:
+        raise ConfigError(f"draws must be a whole number from 1 to 64, got {draws!r}")
     lo, hi = output_spec(output)
     cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics,
                   max_total_tokens=max_total_tokens, max_running_requests=max_running_requests)
@@ -171,9 +210,19 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
                           f"{cfg.model.max_position}")
     n_req = requests if requests is not None else 8 * concurrency
     if outputs is not None:
-        outputs = np.asarray(outputs, dtype=np.int64)
-        if outputs.ndim != 1 or len(outputs) != n_req or (outputs < 1).any():
-            raise ConfigError(f"outputs must be {n_req} positive lengths")
+        from ..util.names import LIMITS
+        try:
+            arr = np.asarray(outputs)
+            ok = arr.ndim == 1 and len(arr) == n_req and arr.dtype.kind in "iu" and \
+                bool(((arr >= 1) & (arr <= LIMITS["tokens"])).all())
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            raise ConfigError(f"outputs must be {n_req} whole numbers of tokens in 1..{LIMITS['tokens']:,}")
+        outputs = arr.astype(np.int64)
+        if cfg.model.max_position and context + int(outputs.max()) > cfg.model.max_position:
+            raise PositionError(f"context {context} + output {int(outputs.max())} (outputs) exceeds "
+                                f"{cfg.model.name}'s maximum position {cfg.model.max_position}")
     out_field = hi if lo == hi else (lo, hi)
     pred = Prediction(system, cfg.topo.name, context, out_field, concurrency, n_req, True, None,
                       config={"cxl_devices": cfg.cxl_devices, "rdma_nics": cfg.rdma_nics,
@@ -185,19 +234,43 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     if not cap["feasible"]:
         pred.feasible, pred.limit, pred.success_fraction = False, cap["limit"], 0.0
         return pred
-    reqs = workload(cfg, context=context, output=(lo, hi), requests=n_req, rate=rate, seed=seed,
-                    prefix_cached=prefix_cached, prompts=prompts, cold_staging=cold_staging)
-    if outputs is not None:
-        reqs.output = outputs
+    def requests_of(phase: int) -> Requests:
+        r = workload(cfg, context=context, output=(lo, hi), requests=n_req, rate=rate, seed=seed,
+                     prefix_cached=prefix_cached, prompts=prompts, cold_staging=cold_staging,
+                     exact_prompt=exact_prompt, phase=phase)
+        if outputs is not None:
+            r.output = outputs
+        return r
     if method == "analytic":
         from .analytic import steady_state
-        res = steady_state(cfg, reqs, concurrency)
+        res = steady_state(cfg, requests_of(0), concurrency)
         for k, v in res.items():
             setattr(pred, k, v)
         return pred
     # the server's warm-up request and the first round went round-robin before: round 2 starts one rank on
-    res = run_engine(cfg, reqs, concurrency, record=record, first_round=cfg.dp + 1 if prefix_cached else 1)
-    fill(pred, cfg, reqs, res)
+    first_round = cfg.dp + 1 if prefix_cached else 1
+    model = Model(cfg)
+    runs = []
+    if exact_prompt or not prefix_cached or cfg.page <= 1:       # nothing drawn: every draw is the same
+        draws = 1
+    for d in range(draws):
+        reqs = requests_of(d)
+        res = run_engine(cfg, reqs, concurrency, model=model, record=record and d == 0, first_round=first_round)
+        runs.append(fill(copy.copy(pred) if d else pred, cfg, reqs, res))
+    return _average(pred, runs)
+
+
+def _average(pred: Prediction, runs: list[Prediction]) -> Prediction:
+    """The first draw's prediction with each metric the mean over the draws, and its [min, max] as spread."""
+    if len(runs) == 1:
+        return pred
+    for m in SPREAD_METRICS:
+        vals = [getattr(r, m) for r in runs if math.isfinite(getattr(r, m))]
+        if vals:
+            setattr(pred, m, float(np.mean(vals)))
+            pred.spread[m] = [float(min(vals)), float(max(vals))]
+    pred.success_fraction = float(np.mean([r.success_fraction for r in runs]))
+    pred.spread["draws"] = len(runs)
     return pred
 
 

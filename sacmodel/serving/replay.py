@@ -51,7 +51,7 @@ def replay(scenario, system: str, trace: Trace, *, concurrency: int | None = Non
 
 def memory_concurrency(cfg, context: int, output: int) -> int:
     """Largest concurrency whose memory use fits with distinct prompts (bisection on the static check)."""
-    ok = lambda c: static_check(cfg, context=context, output=output, concurrency=c, prompts="distinct")["feasible"]  # noqa: E731
+    ok = lambda c: static_check(cfg, context=context, output=output, concurrency=c, prompts="distinct")["fits_at_once"]  # noqa: E731
     lo, hi = 1, 1
     while ok(hi * 2) and hi < 1 << 16:
         hi *= 2

@@ -1,25 +1,33 @@
 """Step model: how long one scheduler iteration of the data-parallel ranks takes, as sympy expressions.
 
-SGLang with DP attention runs the ranks in lockstep: every iteration each rank prepares its batch on the CPU,
-then all ranks run one forward together (their attention apart, the tensor-parallel MLP over all their
-tokens at once). An iteration therefore lasts
+SGLang runs the ranks of a server in lockstep: every iteration each rank prepares its batch on the CPU, then
+all ranks run one forward together (their attention apart, the MLPs over all their tokens at once, joined by
+collectives over NVLink). An iteration on a GPU therefore lasts
 
-    T = layers x t_layer + MLP(all tokens of the iteration)           what every system pays, shared
-      + max over ranks of the rank's own part                         attention, HiSparse, admissions
-      + max over ranks of the rank's RDMA prefix fetches              rdma only (blocks the rank's scheduler)
+    T = layers x (n_kernels x t_graph_kernel + n_coll x t_collective)   the fixed floor of a CUDA-graph step
+      + collective bytes / NVLink + MLPs and LM head (all tokens)       what every rank shares
+      + max over ranks of the rank's own part                           attention, HiSparse, prefill chunks
+      + max over ranks of the rank's RDMA prefix fetches                rdma only (blocks the rank's scheduler)
 
-A rank's own part is one of (and every term is named in :func:`rank_terms`):
+and an iteration without a CUDA graph (a prefill, or a decode batch above the captured sizes) launches its kernels
+from Python one by one: each small kernel then costs the CPU's launch time ``t_launch`` instead of its in-graph
+time (``eager``: layers x n_kernels x (t_launch - t_graph_kernel) more). Every kernel's cost is
+the GPU's numbers (FLOP/s of the weights' precision, HBM bandwidth, NVLink) over an efficiency of its class.
 
-- decode of ``b`` requests: projections, the lightning indexer over their ``L`` keys (in HBM), sparse
-  attention over ``k`` entries, and for HiSparse pools (dram, cxl, rdma after its copy) the machinery it
-  adds: the CPU preparation of the step, which HiSparse serialises with the GPU (``t_hs`` per step),
-  per-request work (``t_hs_req``: per-request bookkeeping, the unfused top-k, its own attention kernel), and
-  per layer one swap-in kernel copying the step's misses from the pool
-  (:func:`sacmodel.serving.costs.swap_in_time`, over the topology route shared by the ranks);
-- extend of ``n`` requests whose prefix is cached (``E`` new tokens each): projections, indexer and
-  attention of the new tokens, and ``t_admit`` per request (prefix lookup, device-buffer allocation, tail
-  restore: CPU work of the scheduler);
-- a chunk of ``P`` tokens of a cold prompt after ``H`` already prefilled (causal indexer, sparse attention).
+Parallelism: attention runs over groups of ``attn_tp`` = tp / dp GPUs (heads split; MLA's one latent read whole by
+every GPU of the group, GQA's KV heads split); the MLPs over all ``tp`` GPUs (expert parallelism moves whole
+experts: the same bytes per GPU, plus the busiest group's excess).
+
+A rank's own part is one of (every term is named in :func:`rank_terms` and :func:`prefill_terms`):
+
+- decode of ``b`` requests: projections, the lightning indexer over their ``L`` keys (in HBM), attention over
+  ``k`` entries (the top-k for DSA, all ``L`` for dense attention), and for HiSparse pools (dram, cxl, rdma after
+  its copy) the machinery it adds: the CPU preparation of the step, which HiSparse serialises with the GPU
+  (``t_hs`` per step), per-request work (``t_hs_req``), and per layer one swap-in kernel copying the step's
+  misses from the pool (:func:`sacmodel.serving.costs.swap_in_time`, over the topology route shared by the ranks);
+- a chunk of ``P`` prompt tokens after ``H`` already in the KV (a prefix hit's uncached tail, or a chunk of a
+  cold prompt): projections, the causal indexer, attention on SGLang's path for the chunk (dense multi-head or
+  absorbed; sparse or dense).
 
 Cold staging (HiSparse pools): a request staged without a host-pool entry for its prefix (a prompt prefilled
 from scratch, or a prefix hit whose entry is not found) backs its whole prompt up to the pool; the copy kernel
@@ -47,34 +55,43 @@ from .costs import swap_in_time, sym
 sp = lazy_module("sympy")     # only to build the expressions: predictions run the generated code
 
 RANK_TERMS = ("attn_proj", "indexer", "attention", "hisparse", "swap", "rdma_topk")
-SHARED_TERMS = ("fixed", "mlp")
-EXTEND_TERMS = ("extend_proj", "extend_indexer", "extend_attention", "admit")
-PREFILL_TERMS = ("prefill_proj", "prefill_indexer", "prefill_attention")
+SHARED_TERMS = ("fixed", "comm", "dense_mlp", "moe", "lm_head")
+PREFILL_TERMS = ("hisparse_admit", "prefill_proj", "prefill_indexer", "prefill_attention", "prefill_decompress")
 FETCH_TERMS = ("stage_copy", "nic")
 
 
-def _roof(flops, hbm_bytes, peak, eff):
-    heff = sym("hbm_eff", "dimensionless", "achieved fraction of HBM bandwidth")
+def _roof(flops, hbm_bytes, peak, eff, heff=None):
+    heff = sym("hbm_eff", "dimensionless", "achieved fraction of HBM bandwidth") if heff is None else heff
     return sp.Max(flops / (peak * eff), hbm_bytes / (sym("hbm_bw", "byte/second", "GPU HBM bandwidth") * heff))
 
 
 def _common():
     return dict(
         layers=sym("layers", "dimensionless", "transformer layers"),
-        wb=sym("w_bytes", "byte", "bytes per weight parameter"),
-        tp=sym("tp", "dimensionless", "tensor-parallel GPUs sharing the MLP"),
+        wb=sym("w_bytes", "byte", "bytes per weight parameter of the linear layers (with their scales)"),
+        tp=sym("tp", "dimensionless", "GPUs of the server: the MoE and dense MLPs are split over all of them"),
+        atp=sym("attn_tp", "dimensionless", "GPUs of one attention group (tp / dp): heads split over them"),
         p16=sym("peak_bf16", "FLOP/second", "GPU peak BF16 FLOP/s"),
         p8=sym("peak_fp8", "FLOP/second", "GPU peak FP8 FLOP/s"),
+        pw=sym("peak_w", "FLOP/second", "GPU peak FLOP/s of GEMMs with these weights (FP8: FP8; BF16, AWQ: BF16)"),
         eff=sym("compute_eff", "dimensionless", "achieved fraction of peak FLOP/s in decode"),
         peff=sym("prefill_eff", "dimensionless", "achieved fraction of peak FLOP/s in prefill and extend"),
         fu=sym("flop_unit", "FLOP", "one FLOP"),
-        P_att=sym("p_attn", "dimensionless", "attention params per layer"),
+        P_rep=sym("p_attn_rep", "dimensionless", "attention params per layer every GPU of a group holds whole"),
+        P_split=sym("p_attn_split", "dimensionless", "attention params per layer split over the attention group"),
         f_ix=sym("f_index", "FLOP", "indexer FLOPs per key per layer"),
-        f_at=sym("f_attn", "FLOP", "attention FLOPs per entry per layer"),
+        f_at=sym("f_attn", "FLOP", "attention FLOPs per entry per layer on one GPU (its heads)"),
         ikb=sym("index_key_bytes", "byte", "indexer key bytes per token per layer"),
-        eb=sym("entry_bytes", "byte", "main KV entry bytes per token per layer"),
-        k=sym("k_attn", "dimensionless", "entries the attention reads per layer: min(topk, L) or L"),
+        eb=sym("entry_bytes", "byte", "main KV entry bytes per token per layer (what a pool stores)"),
+        rb=sym("kv_read_bytes", "byte", "KV bytes one GPU reads per entry per layer (MLA: the whole latent; "
+                                        "GQA: its KV heads)"),
+        k=sym("k_attn", "dimensionless", "entries the attention reads per layer: min(topk, L), or L if dense"),
     )
+
+
+def _attn_weights(c):
+    """Attention weights one GPU reads per layer (params)."""
+    return c["P_rep"] + c["P_split"] / c["atp"]
 
 
 @lru_cache(maxsize=1)
@@ -84,21 +101,23 @@ def rank_terms() -> dict[str, sp.Expr]:
     b = sym("b", "dimensionless", "decoding requests on the rank")
     L = sym("L", "dimensionless", "mean context of the rank's requests (tokens)")
     M = sym("M", "dimensionless", "entries the rank's requests miss per layer (sum over requests)")
+    M_max = sym("M_max", "dimensionless", "entries the rank's request with the most misses misses per layer")
     hs = sym("hs_on", "dimensionless", "1 for HiSparse pools (dram, cxl, rdma), else 0")
     swap_on = sym("swap_on", "dimensionless", "1 if the context does not fit the device buffer, else 0")
-    sw = swap_in_time("sw_").subs({sym("sw_ctas", "dimensionless"): b, sym("sw_bytes", "byte"): M * c["eb"]})
+    sw = swap_in_time("sw_").subs({sym("sw_ctas", "dimensionless"): b, sym("sw_bytes", "byte"): M * c["eb"],
+                                   sym("sw_max_bytes", "byte"): M_max * c["eb"]})
     on = sym("rdma_topk_on", "dimensionless", "1 for rdma-topk, else 0")
     ops = sym("rdma_ops_per_miss", "dimensionless", "RDMA READs per missed entry (rdma-topk)")
     nbytes = sym("rdma_bytes_per_miss", "byte", "bytes RDMA-read per missed entry (rdma-topk)")
     share = sym("rdma_share", "dimensionless", "share of the NICs one rank gets")
     rdma = on * M * (ops * sym("rdma_op_cost", "second", "NIC per-operation cost")
                      + nbytes / sym("pf_rate", "byte/second", "NIC rate of the rank's NICs")) / share
+    w = _attn_weights(c)
     return {
-        "attn_proj": _roof(c["fu"] * 2 * b * c["layers"] * c["P_att"], c["wb"] * c["layers"] * c["P_att"], c["p16"],
-                           c["eff"]),
+        "attn_proj": _roof(c["fu"] * 2 * b * c["layers"] * w, c["wb"] * c["layers"] * w, c["pw"], c["eff"]),
         "indexer": b * c["layers"] * sp.Max(c["f_ix"] * L / (c["p8"] * c["eff"]),
                                              c["ikb"] * L / (sym("hbm_bw", "byte/second") * sym("hbm_eff"))),
-        "attention": b * c["layers"] * _roof(c["f_at"] * c["k"], c["eb"] * c["k"], c["p16"], c["eff"]),
+        "attention": b * c["layers"] * _roof(c["f_at"] * c["k"], c["rb"] * c["k"], c["p16"], c["eff"]),
         "hisparse": hs * (sym("t_hs", "second", "HiSparse CPU preparation per step, serialised with the GPU")
                           + b * sym("t_hs_req", "second", "HiSparse work per request per step")),
         "swap": swap_on * c["layers"] * sw,
@@ -106,61 +125,105 @@ def rank_terms() -> dict[str, sp.Expr]:
     }
 
 
+def _busiest_experts(Nd):
+    """Routed experts the busiest expert-parallel group touches for ``Nd`` distinct tokens, times ``ep``.
+
+    Each token picks ``e`` of ``R`` experts; a group of R/ep experts sees on average mu = (R/ep) p of them,
+    p = 1 - (1 - e/R)^Nd, and the busiest of ``ep`` groups about mu + sigma sqrt(2 ln ep) (binomial spread;
+    at most all R/ep). With ep = 1 it is R p, the expected distinct experts."""
+    R, e = sym("n_experts", "dimensionless", "routed experts"), sym("e_active", "dimensionless", "experts per token")
+    ep = sym("ep", "dimensionless", "expert-parallel groups (whole experts per group)")
+    imb = sym("ep_imbalance", "dimensionless", "sqrt(2 ln ep): the busiest group's spread in standard deviations")
+    p = 1 - (1 - e / R) ** Nd
+    mu = R / ep * p
+    return ep * sp.Min(R / ep, mu + imb * sp.sqrt(mu * (1 - p)))
+
+
 @lru_cache(maxsize=1)
 def shared_terms() -> dict[str, sp.Expr]:
     """Seconds of the parts all ranks share in an iteration over ``N`` tokens (decode + extend + prefill).
 
-    The tensor-parallel MLP computes every token's experts but reads the weights of the distinct experts the
-    ``N_d`` distinct tokens route to (requests that share a prompt and position generate the same token).
+    The fixed GPU floor of a CUDA-graph iteration (``n_kernels`` kernels per layer, ``n_coll`` collectives),
+    the collectives' bytes over NVLink, and the MLPs split over all ``tp`` GPUs: dense layers and shared experts
+    read whole; routed experts read once per distinct expert the ``N_d`` distinct tokens route to (requests that
+    share a prompt and position produce the same token); the LM head over the iteration's ``S`` sequences.
     """
     c = _common()
     N = sym("N", "dimensionless", "tokens of the iteration over all ranks")
     Nd = sym("N_d", "dimensionless", "distinct tokens among them (requests of one prompt at one position "
                                       "produce the same token and route to the same experts)")
-    R, e = sym("n_experts", "dimensionless", "routed experts"), sym("e_active", "dimensionless", "experts per token")
+    S = sym("S", "dimensionless", "sequences whose next token the iteration computes (LM head rows)")
+    e = sym("e_active", "dimensionless", "experts per token")
     n_sh = sym("n_shared", "dimensionless", "shared experts")
     P_exp = sym("p_expert", "dimensionless", "params per expert")
     P_mlp = sym("p_dense_mlp", "dimensionless", "dense MLP params per layer")
     l_moe, l_dense = sym("moe_layers", "dimensionless", "MoE layers"), sym("dense_layers", "dimensionless", "dense-MLP layers")
-    distinct = R * (1 - (1 - e / R) ** Nd)
-    w = c["wb"] * (l_dense * P_mlp + l_moe * (n_sh + distinct) * P_exp) / c["tp"]
-    f = c["fu"] * 2 * N * (l_dense * P_mlp + l_moe * (n_sh + e) * P_exp) / c["tp"]
-    return {"fixed": c["layers"] * sym("t_layer", "second", "fixed GPU overhead per layer per iteration"),
-            "mlp": _roof(f, w, c["p16"], sym("mlp_eff", "dimensionless", "compute efficiency of this iteration"))}
-
-
-@lru_cache(maxsize=1)
-def extend_terms() -> dict[str, sp.Expr]:
-    """Seconds of a rank extending ``n`` prefix-hit requests by ``E`` tokens each on a prefix of ``L`` tokens."""
-    c = _common()
-    n = sym("n_ext", "dimensionless", "requests the rank admits in this prefill batch")
-    E = sym("E", "dimensionless", "new tokens per admitted request (the uncached tail)")
-    L = sym("L", "dimensionless")
+    meff = sym("mlp_eff", "dimensionless", "compute efficiency of this iteration")
+    dense = l_dense * P_mlp + l_moe * n_sh * P_exp
+    vh = sym("p_head", "dimensionless", "LM head params (vocab x hidden)")
+    floor = (sym("n_kernels", "dimensionless", "GPU kernels per layer in a decode iteration")
+             * sym("t_graph_kernel", "second", "GPU time of one small kernel in a CUDA-graph decode iteration")
+             + sym("n_coll", "dimensionless", "collectives per layer (all-reduce, all-gather, reduce-scatter)")
+             * sym("t_collective", "second", "latency of one small NVLink collective"))
     return {
-        "extend_proj": _roof(c["fu"] * 2 * n * E * c["layers"] * c["P_att"], c["wb"] * c["layers"] * c["P_att"],
-                             c["p16"], c["peff"]),
-        "extend_indexer": n * E * c["layers"] * c["f_ix"] * L / (c["p8"] * c["peff"]),
-        "extend_attention": n * E * c["layers"] * c["f_at"] * c["k"] / (c["p16"] * c["peff"]),
-        "admit": n * sym("t_admit", "second", "scheduler work to admit one prefix-hit request"),
+        "fixed": c["layers"] * floor,
+        "comm": c["layers"] * N * sym("coll_bytes", "byte", "collective bytes per token per layer per GPU")
+        / sym("link_bw", "byte/second", "NVLink bandwidth per GPU per direction"),
+        "dense_mlp": _roof(c["fu"] * 2 * N * dense / c["tp"], c["wb"] * dense / c["tp"], c["pw"], meff),
+        "moe": _roof(c["fu"] * 2 * N * l_moe * e * P_exp / c["tp"], c["wb"] * l_moe * P_exp * _busiest_experts(Nd)
+                     / c["tp"], c["pw"], meff, sym("moe_eff", "dimensionless",
+                                                   "achieved fraction of HBM bandwidth of the grouped MoE GEMM")),
+        "lm_head": _roof(c["fu"] * 2 * S * vh / c["tp"], sym("head_bytes", "byte", "bytes per LM head param")
+                         * vh / c["tp"], c["p16"], meff),
     }
 
 
 @lru_cache(maxsize=1)
 def prefill_terms() -> dict[str, sp.Expr]:
-    """Seconds of a rank prefilling ``P`` prompt tokens after ``H`` already in its KV (one chunk)."""
+    """Seconds of a rank prefilling ``P`` prompt tokens after ``H`` already in its KV (one chunk).
+
+    Attention takes one of SGLang's paths (``mha_on`` chosen per chunk by :mod:`sacmodel.serving.engine.stepmodel`):
+    dense multi-head attention over decompressed keys (MLA with no prefix or a long one, DSA below 2048 tokens;
+    a prefix is first decompressed through kv_b), or the absorbed form over the latent (sparse over the
+    top-k for DSA, dense otherwise). The indexer scores every earlier key unless the short dense path runs.
+    """
     c = _common()
     P = sym("P", "dimensionless", "prompt tokens prefilled in this chunk")
     H = sym("H", "dimensionless", "prompt tokens already in the KV before the chunk")
+    mha = sym("mha_on", "dimensionless", "1 when the chunk runs dense multi-head attention, else 0")
+    dense_on = sym("dense_on", "dimensionless", "1 for dense attention (every earlier key), 0 for sparse top-k")
+    idx_on = sym("index_on", "dimensionless", "1 when the indexer scores the chunk's keys, else 0")
     k = c["k"]
+    pairs = P * H + P * (P + 1) / 2
 
     def entries_upto(x):   # sum over positions i = 1..x of min(k, i)
         return sp.Piecewise((x * (x + 1) / 2, x <= k), (k * (k + 1) / 2 + (x - k) * k, True))
+    absorbed = dense_on * pairs + (1 - dense_on) * (entries_upto(H + P) - entries_upto(H))
+    w = _attn_weights(c)
+    f_mha = sym("f_mha", "FLOP", "dense multi-head attention FLOPs per (query, key) pair per layer on one GPU")
+    p_kvb = sym("p_kvb", "dimensionless", "kv_b params per layer on one GPU (decompresses an MLA prefix)")
+    admit = sym("admit_on", "dimensionless", "1 for the chunk that admits a request into HiSparse, else 0")
     return {
-        "prefill_proj": _roof(c["fu"] * 2 * P * c["layers"] * c["P_att"], c["wb"] * c["layers"] * c["P_att"],
-                              c["p16"], c["peff"]),
-        "prefill_indexer": c["layers"] * c["f_ix"] * (P * H + P * (P + 1) / 2) / (c["p8"] * c["peff"]),
-        "prefill_attention": c["layers"] * c["f_at"] * (entries_upto(H + P) - entries_upto(H)) / (c["p16"] * c["peff"]),
+        "hisparse_admit": admit * sym("hs_on", "dimensionless") * sym(
+            "t_hs_admit", "second", "HiSparse's CPU work to admit a request (per-layer tail copies, GPU syncs)"),
+        "prefill_proj": _roof(c["fu"] * 2 * P * c["layers"] * w, c["wb"] * c["layers"] * w, c["pw"], c["peff"]),
+        "prefill_indexer": idx_on * c["layers"] * c["f_ix"] * pairs / (c["p8"] * c["peff"]),
+        "prefill_attention": c["layers"] * (mha * f_mha * pairs + (1 - mha) * c["f_at"] * absorbed)
+        / (c["p16"] * c["peff"]),
+        "prefill_decompress": mha * c["layers"] * c["fu"] * 2 * H * p_kvb / (c["pw"] * c["peff"]),
     }
+
+
+@lru_cache(maxsize=1)
+def eager_terms() -> dict[str, sp.Expr]:
+    """Seconds an iteration without a CUDA graph (a prefill, or a decode batch above the captured sizes) adds:
+    each kernel is launched from Python one by one, so its floor is the CPU's launch time instead of its
+    in-graph time (the GEMMs and attention take longer than either and are counted by the other terms)."""
+    c = _common()
+    tg = sym("t_graph_kernel", "second")
+    return {"launch": c["layers"] * sym("n_kernels", "dimensionless")
+            * (sp.Max(tg, sym("t_launch", "second", "CPU time to launch one kernel of an eager forward (Python and "
+                                                     "driver)")) - tg)}
 
 
 @lru_cache(maxsize=1)
@@ -196,7 +259,7 @@ def front_end_terms() -> dict[str, sp.Expr]:
 
 
 # ---- compiled forms -------------------------------------------------------------------------------
-BUILDERS = {"rank": rank_terms, "shared": shared_terms, "extend": extend_terms, "prefill": prefill_terms,
+BUILDERS = {"rank": rank_terms, "shared": shared_terms, "prefill": prefill_terms, "eager": eager_terms,
             "fetch": fetch_terms, "staging": staging_terms, "front": front_end_terms}
 GENERATED = Path(__file__).with_name("step_generated.py")
 _SOURCES = ("costs.py", "step.py")            # the modules whose code builds the expressions

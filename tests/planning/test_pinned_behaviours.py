@@ -73,10 +73,10 @@ def stub_closed_forms(monkeypatch, forms):
 
 def test_breakeven_returns_the_first_root_numeric(monkeypatch):
     """Bug caught: returning the last root. f_a - f_b = (x - 3)(x - 7) has roots 3 and 7 in [1, 10]."""
-    x = sp.Symbol("t_layer", positive=True)
+    x = sp.Symbol("t_graph_kernel", positive=True)
     stub_closed_forms(monkeypatch, {"cxl": (x - 3) * (x - 7) + 10, "dram": sp.Integer(10)})
     monkeypatch.setattr(breakeven_mod, "_symbolic_roots", lambda *args: None)     # the numeric path (brentq)
-    be = breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="t_layer", lo=1.0, hi=10.0, points=40,
+    be = breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="t_graph_kernel", lo=1.0, hi=10.0, points=40,
                    context=32768, output=64)
     assert be.method == "numeric" and be.found
     assert be.value == pytest.approx(3.0, abs=1e-6) and be.values == pytest.approx([3.0, 7.0], abs=1e-6)
@@ -86,15 +86,15 @@ def test_breakeven_returns_the_first_root_numeric(monkeypatch):
 def test_breakeven_symbolic_roots_filtered_to_the_range(monkeypatch):
     """Bug caught: symbolic roots not filtered to [lo, hi]. The difference x^3 - 27x^2 + 150x - 200 =
     (x - 2)(x - 5)(x - 20): in [1, 10] the roots are 2 and 5, never 20."""
-    x = sp.Symbol("t_layer", positive=True)
+    x = sp.Symbol("t_graph_kernel", positive=True)
     stub_closed_forms(monkeypatch, {"cxl": x**3 - 27 * x**2 + 150 * x, "dram": sp.Integer(200)})
-    be = breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="t_layer", lo=1.0, hi=10.0,
+    be = breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="t_graph_kernel", lo=1.0, hi=10.0,
                    context=32768, output=64)
     assert be.method == "symbolic" and be.values == pytest.approx([2.0, 5.0]) and be.value == pytest.approx(2.0)
-    wide = breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="t_layer", lo=1.0, hi=30.0,
+    wide = breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="t_graph_kernel", lo=1.0, hi=30.0,
                      context=32768, output=64)
     assert wide.values == pytest.approx([2.0, 5.0, 20.0])
-    narrow = breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="t_layer", lo=6.0, hi=19.0,
+    narrow = breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="t_graph_kernel", lo=6.0, hi=19.0,
                        context=32768, output=64)
     assert not narrow.found and narrow.winner == "cxl"    # (x-2)(x-5)(x-20) < 0 on [6, 19]: cxl is lower
 
@@ -154,31 +154,31 @@ def test_max_load_agrees_with_a_brute_force_scan():
 
 # ---- loaded sensitivity ----------------------------------------------------------------------------------
 def test_loaded_elasticity_of_a_power_law(monkeypatch):
-    """Bug caught: an elasticity off by a factor 2. With TBT = 5 * t_layer^0.7 (and throughput = 1/TBT) the
+    """Bug caught: an elasticity off by a factor 2. With TBT = 5 * t_graph_kernel^0.7 (and throughput = 1/TBT) the
     central log difference is exactly 0.7 (and -0.7) at any step."""
     def fake_predict(topo, system, **kw):
-        tbt = 5.0 * topo.param("t_layer") ** 0.7
+        tbt = 5.0 * topo.param("t_graph_kernel") ** 0.7
         return FakePrediction(True, tbt, 1.0 / tbt)
     monkeypatch.setattr(sensitivity_mod, "predict", fake_predict)
     for rel in (0.01, 0.1):
-        rows = sensitivity_loaded("sac-testbed", "cxl", "tbt_mean_ms", rel=rel, params=["t_layer"],
+        rows = sensitivity_loaded("sac-testbed", "cxl", "tbt_mean_ms", rel=rel, params=["t_graph_kernel"],
                                   context=32768)
-        assert [(n, round(e, 12)) for n, e, _, _ in rows] == [("t_layer", 0.7)]
-    rows = sensitivity_loaded("sac-testbed", "cxl", "output_throughput_tok_s", params=["t_layer"], context=32768)
+        assert [(n, round(e, 12)) for n, e, _, _ in rows] == [("t_graph_kernel", 0.7)]
+    rows = sensitivity_loaded("sac-testbed", "cxl", "output_throughput_tok_s", params=["t_graph_kernel"], context=32768)
     assert rows[0][1] == pytest.approx(-0.7, abs=1e-12)
 
 
 def test_loaded_elasticity_hand_computed_on_the_real_model():
-    """The elasticity of throughput in t_layer by hand: ln ratio of two predictions / ln ratio of t_layer."""
+    """The elasticity of throughput in t_graph_kernel by hand: ln ratio of two predictions / ln ratio of t_graph_kernel."""
     from sacmodel.hardware.params import with_params
     from sacmodel.hardware.scenarios import load_topology as load
     from sacmodel.serving.predict import predict
-    wl = dict(context=16384, output=32, concurrency=8, requests=8)
-    t0 = load("sac-testbed").param("t_layer")
-    up = predict(with_params("sac-testbed", {"t_layer": t0 * 1.05}), "dram", **wl).output_throughput_tok_s
-    down = predict(with_params("sac-testbed", {"t_layer": t0 / 1.05}), "dram", **wl).output_throughput_tok_s
+    wl = dict(context=16384, output=32, concurrency=8, requests=8, draws=16)
+    t0 = load("sac-testbed").param("t_graph_kernel")
+    up = predict(with_params("sac-testbed", {"t_graph_kernel": t0 * 1.05}), "dram", **wl).output_throughput_tok_s
+    down = predict(with_params("sac-testbed", {"t_graph_kernel": t0 / 1.05}), "dram", **wl).output_throughput_tok_s
     by_hand = math.log(up / down) / (2 * math.log(1.05))
-    rows = sensitivity_loaded("sac-testbed", "dram", "output_throughput_tok_s", rel=0.05, params=["t_layer"], **wl)
+    rows = sensitivity_loaded("sac-testbed", "dram", "output_throughput_tok_s", rel=0.05, params=["t_graph_kernel"], **wl)
     assert -1 < by_hand < 0 and rows[0][1] == pytest.approx(by_hand, rel=1e-9)
 
 

@@ -23,7 +23,8 @@ SYSTEMS = ["gpu", "dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk"]
 @pytest.mark.parametrize("system", SYSTEMS)
 @pytest.mark.parametrize("context", [3000, 98304])
 def test_symbolic_equals_predict_at_concurrency_one(system, context):
-    p = predict("sac-testbed", system, context=context, output=300, concurrency=1, requests=1, cold_staging=False)
+    p = predict("sac-testbed", system, context=context, output=300, concurrency=1, requests=1, cold_staging=False,
+                exact_prompt=True)
     for metric, field in (("ttft", "ttft_mean_ms"), ("tbt", "tbt_mean_ms"), ("e2e", "e2e_mean_ms")):
         e = symbolic(system, metric, "sac-testbed", context=context, output=300)
         assert e.is_Number
@@ -122,12 +123,12 @@ def test_max_load_is_the_edge_of_the_slo():
 def test_sensitivity_matches_finite_differences():
     rows = sensitivity("sac-testbed", "cxl", "tbt", context=131072)
     el = dict((n, e) for n, e, _, _ in rows)
-    assert abs(el["t_layer"]) > 0.1 and rows == sorted(rows, key=lambda r: -abs(r[1]))
-    f = lambda v: float(symbolic("cxl", "tbt", "sac-testbed", free=("t_layer",), context=131072, output=1024).subs(  # noqa
-        sp.Symbol("t_layer", positive=True), v))
-    t0 = next(v for n, _, v, _ in rows if n == "t_layer")
+    assert abs(el["t_graph_kernel"]) > 0.1 and rows == sorted(rows, key=lambda r: -abs(r[1]))
+    f = lambda v: float(symbolic("cxl", "tbt", "sac-testbed", free=("t_graph_kernel",), context=131072, output=1024).subs(  # noqa
+        sp.Symbol("t_graph_kernel", positive=True), v))
+    t0 = next(v for n, _, v, _ in rows if n == "t_graph_kernel")
     fd = (math.log(f(t0 * 1.001)) - math.log(f(t0 / 1.001))) / (2 * math.log(1.001))
-    assert el["t_layer"] == pytest.approx(fd, rel=1e-4)
+    assert el["t_graph_kernel"] == pytest.approx(fd, rel=1e-4)
 
 
 def test_loaded_sensitivity_ranks_the_cxl_device_for_sac():
@@ -181,11 +182,11 @@ def test_solver_cli_commands(capsys, tmp_path):
                  "--lo", "1 GB/s", "--hi", "1 TB/s", "--context", "128K", "--output", "16K", "--unloaded", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["method"] == "symbolic"
     out = tmp_path / "s.csv"
-    assert main(["sweep", "--system", "dram", "--grid", "context=8K:256K:5", "--grid", "t_layer=0.1 ms,0.5 ms",
+    assert main(["sweep", "--system", "dram", "--grid", "context=8K:256K:5", "--grid", "t_graph_kernel=4 us,8 us",
                  "--csv", str(out)]) == 0
     capsys.readouterr()
     rows = list(csv.DictReader(out.open()))
-    assert len(rows) == 10 and set(rows[0]) == {"context", "t_layer", "tbt_unloaded_s"}
+    assert len(rows) == 10 and set(rows[0]) == {"context", "t_graph_kernel", "tbt_unloaded_s"}
     assert main(["plan", "--system", "cxl", "--context", "32K", "--slo", "tbt_mean_ms=75", "--max", "4",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["found"]

@@ -14,13 +14,13 @@ from sacmodel.serving.costs import (
     swap_in_time,
     sym,
 )
-from sacmodel.serving.step import extend_terms, fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
+from sacmodel.serving.step import eager_terms, fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
 
 
 def all_expressions():
     exprs = {"gather": gather_time(), "dma": dma_time(), "rdma": rdma_time("x_"),
              "roofline": roofline_time("k_", "fp8"), "swap_in": swap_in_time()}
-    for group in (rank_terms, shared_terms, extend_terms, prefill_terms, fetch_terms, front_end_terms):
+    for group in (rank_terms, shared_terms, eager_terms, prefill_terms, fetch_terms, front_end_terms):
         exprs.update(group())
     return exprs
 
@@ -67,10 +67,13 @@ def test_lines_per_entry(size, line, expect):
 def test_swap_in_is_latency_bound_per_block_then_bandwidth_bound():
     """One block keeps 8 KiB in flight: b blocks move b x 8 KiB per round trip until the route's share binds."""
     f = compile_expr(swap_in_time())
-    base = dict(t_kernel=0.0, swap_inflight=8192.0, sw_lat=2e-6, sw_bytes=1e6)
-    one = f(**base, sw_ctas=1, sw_bw=1e12)
+    base = dict(t_kernel=0.0, swap_inflight=8192.0, sw_lat=2e-6, sw_bytes=1e6, sw_max_bytes=1e6 / 8)
+    one = f(**dict(base, sw_max_bytes=1e6), sw_ctas=1, sw_bw=1e12)
     assert one == pytest.approx(2e-6 + 1e6 / (8192 / 2e-6))
     eight = f(**base, sw_ctas=8, sw_bw=1e12)
     assert eight == pytest.approx(2e-6 + 1e6 / (8 * 8192 / 2e-6))
     capped = f(**base, sw_ctas=8, sw_bw=5e9)                 # 8 blocks want 32.8 GB/s, the route gives 5
     assert capped == pytest.approx(2e-6 + 1e6 / 5e9)
+    # a newly admitted request misses its whole top-k: its one block sets the kernel's length
+    lopsided = f(**dict(base, sw_max_bytes=0.9e6), sw_ctas=8, sw_bw=1e12)
+    assert lopsided == pytest.approx(2e-6 + 0.9e6 / (8192 / 2e-6))

@@ -199,37 +199,43 @@ def test_iteration_time_is_shared_part_plus_the_slowest_rank_and_shrinks_to_the_
     model = ranks.staging.model
     cost = IterationCost(model, tb)
     T, jump, shared, slowest = cost.iteration_time(ranks, [], [0, 1], 1, 2, 2, 0.0, math.inf)
-    a, c, g = model.rank_coeffs(1, 2, True)
+    a, c, g, k, d, h = model.rank_coeffs(1, 2, True)
     M = ranks.acc_at[0][1] - ranks.acc_at[0][0]
     assert shared == model.shared(2, False, 2)
-    assert T == pytest.approx(shared + a + c * (40000 + 1.0) + g * M) and jump == 1
+    # one request per rank: it is also the busiest block of its swap-in
+    assert T == pytest.approx(shared + a + c * (40000 + 1.0) + max(g, h) * M) and jump == 1
     assert slowest[0] == 1
     T10, j10, _, _ = cost.iteration_time(ranks, [], [0, 1], 10, 2, 2, 0.0, 3.5 * T)
     assert j10 < 10 and j10 * T10 <= 3.5 * T + 1e-12                # cut so as to end by the horizon
 
 
-def test_prefill_part_adds_the_admission_cost_of_a_prefix_hit(cfg):
+def test_prefill_part_adds_the_admission_work_of_each_new_request(cfg):
+    """The slowest rank's batch: each request's chunk, plus HiSparse's admission work on its first chunk."""
     reqs, tb = table(cfg, [32768, 32768], [5, 5], cached=[32768, 0])
     model = Model(cfg)
     cost = IterationCost(model, tb)
     p = cost.prefill_part([(0, [(0, 64)]), (1, [(1, 8192)])], prefilled=[0, 0])
-    hit = model.prefill(64, 32768 - 64) + model.v["t_admit"]
-    cold = model.prefill(8192, 0)
-    assert p == pytest.approx(max(hit, cold))
+    hit = model.prefill(64, 32768 - 64) + model.v["t_hs_admit"]
+    cold = model.prefill(8192, 0) + model.v["t_hs_admit"]
+    assert model.v["t_hs_admit"] > 0 and p == pytest.approx(max(hit, cold))
+    later = cost.prefill_part([(1, [(1, 8192)])], prefilled=[0, 8192])       # its second chunk: no admission
+    assert later == pytest.approx(model.prefill(8192, 8192))
 
 
 # ---- distinct tokens, emission, stats ----------------------------------------------------------------
-def test_distinct_tokens_count_requests_of_one_prompt_at_one_age_once():
-    d = DistinctTokens(2, [0, 0, 0])
+def test_distinct_tokens_count_a_ranks_requests_of_one_prompt_and_join_clock_once():
+    """Rows of one batch with the same prompt and age are identical; on another rank they are not (batch
+    non-invariance), so each rank's groups count."""
+    d = DistinctTokens(2, [0, 0, 0, 0])
     d.join(0, [0, 1], clock=5)                 # two requests of the prompt join rank 0 at clock 5
     d.join(1, [2], clock=0)                    # one joins rank 1 at its clock 0
     clock = [5, 0]
-    assert d.count([0, 1], clock) == 1         # all at age 0: one distinct token
-    d.advance([0], 3)
-    clock[0] = 8
-    assert d.count([0, 1], clock) == 2         # ages 3 and 0
-    d.leave(0, [0, 1], joined=[5, 5, 0], clock=8)
-    assert d.count([1], clock) == 1
+    assert d.count([0], clock) == 1            # rank 0's two identical rows: one token
+    assert d.count([0, 1], clock) == 2         # same age on rank 1, but another batch
+    d.join(0, [3], clock=8)
+    assert d.count([0, 1], [8, 3]) == 3        # rank 0 now has two join clocks
+    d.leave(0, [0, 1], joined=[5, 5, 0, 8], clock=8)
+    assert d.count([0, 1], [8, 3]) == 2
 
 
 def test_distinct_tokens_of_several_prompts():

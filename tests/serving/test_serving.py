@@ -30,7 +30,8 @@ def test_prediction_fields_and_breakdown():
 def test_single_request_equals_closed_form(system, L, O):
     """One request alone (its prompt's host-pool entry present): the engine reduces to the unloaded closed
     forms built from the same expressions."""
-    p = predict("sac-testbed", system, context=L, output=O, concurrency=1, requests=1, cold_staging=False)
+    p = predict("sac-testbed", system, context=L, output=O, concurrency=1, requests=1, cold_staging=False,
+                exact_prompt=True)
     for metric, field in (("ttft", "ttft_mean_ms"), ("tbt", "tbt_mean_ms"), ("e2e", "e2e_mean_ms")):
         assert getattr(p, field) == pytest.approx(1e3 * float(symbolic(system, metric, "sac-testbed", context=L,
                                                                           output=O)), rel=1e-9)
@@ -77,13 +78,15 @@ def test_cold_staging_backups_share_the_pool_route():
 
 
 def test_one_request_by_hand_on_the_gpu():
-    """GPU-only, one request: TTFT = client + request latency + one extend iteration, computed by hand."""
+    """GPU-only, one request: TTFT = client + request latency + one eager extend iteration (its 64-token tail over
+    one sequence, plus the kernels' launch time beyond their in-graph floor), computed by hand."""
     cfg = resolve("sac-testbed", "gpu")
     v = static_values(cfg)
     L = 32768
-    p = predict("sac-testbed", "gpu", context=L, output=2, concurrency=1, requests=1)
+    p = predict("sac-testbed", "gpu", context=L, output=2, concurrency=1, requests=1, exact_prompt=True)
     mdl = Model(cfg)
-    extend = mdl.shared(64, True) + mdl.prefill(64, L - 64) + v["t_admit"]
+    eager = v["layers"] * v["n_kernels"] * (v["t_launch"] - v["t_graph_kernel"])
+    extend = mdl.shared(64, True, 64, 1) + mdl.prefill(64, L - 64, True) + eager
     assert p.ttft_mean_ms == pytest.approx(1e3 * (v["t_token"] * L + v["t_request"] + extend), rel=1e-12)
 
 
@@ -175,8 +178,21 @@ def test_capacity_limit_is_named_and_nothing_invented():
     small = with_params("sac-testbed", {"mem_fraction": 0.3})
     q = predict(small, "dram", context=32768, output=1024, concurrency=64)
     assert not q.feasible and q.limit.startswith("hbm") and math.isnan(q.ttft_mean_ms)
-    g = predict("sac-testbed", "gpu", context=131072, output=1024, concurrency=64, prompts="distinct")
-    assert not g.feasible and g.limit == "max_total_tokens" and g.to_dict()["tbt_mean_ms"] is None
+    # one request alone larger than the pool: no queueing serves it
+    g = predict("sac-testbed", "gpu", context=131072, output=1024, concurrency=8, prompts="distinct",
+                max_total_tokens=100000)
+    assert not g.feasible and g.limit.startswith("max_total_tokens (one request alone needs")
+    assert g.to_dict()["tbt_mean_ms"] is None
+
+
+def test_oversubscribed_gpu_only_is_served_by_queueing_not_refused():
+    """64 distinct 128K prompts hold 8 x the pool of a rank: SGLang admits what fits and the rest wait, so the
+    run is served, and later than with a pool that holds them all."""
+    kw = dict(context=131072, output=256, concurrency=64, requests=64, prompts="distinct")
+    tight = predict("sac-testbed", "gpu", **kw)
+    assert tight.feasible and tight.success_fraction == 1.0 and not tight.capacity["fits_at_once"]
+    roomy = predict(with_params("sac-testbed", {"mem_fraction": 0.95}), "gpu", max_total_tokens=1_200_000, **kw)
+    assert roomy.ttft_mean_ms < tight.ttft_mean_ms
 
 
 def test_open_loop_is_seeded_and_lighter_load_is_faster():

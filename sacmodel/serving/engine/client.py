@@ -12,7 +12,8 @@ class Client:
 
     Closed loop: all requests are ready at once and at most ``concurrency`` are in flight; the next one goes
     out as soon as the client sees a request's last token. Open loop: each goes out at its arrival time (the
-    same rule, with a concurrency above the load). Sending costs the front end ``t_token`` per prompt token.
+    same rule, with a concurrency above the load). A request reaches the front end its ``delay`` after it is sent
+    (the network, HTTP and the client's own event loop), and costs it ``t_token`` per prompt token.
     """
 
     def __init__(self, table: RequestTable, concurrency: int, frontend: FrontEnd, t_token: float):
@@ -23,16 +24,20 @@ class Client:
         self.done = [math.nan] * table.n        # when its last token was seen
         self.next_req = 0
         self.in_flight = 0
+        self.slot_since = 0.0                   # since when the cap has let another request through
         self.stopped = False                    # the server failed: nothing more is sent
+        self.delay = table.delay                # each request's network and HTTP delay to the front end (s)
 
     def send(self, now: float) -> None:
         """Send every request whose time has come and that the concurrency cap lets through."""
         while self.next_req < self.n and self.in_flight < self.concurrency and \
                 self.arrival[self.next_req] <= now + 1e-12 and not self.stopped:
             i = self.next_req
-            r = now if self.arrival[i] < now else self.arrival[i]
+            # sent at its arrival, or when the cap let it through (the client does not wait for the server's
+            # iterations, which only decide when this call comes)
+            r = max(self.arrival[i], self.slot_since)
             self.sent[i] = r
-            self.frontend.arrive(r, i, self.t_token * self.L[i])
+            self.frontend.arrive(r + self.delay[i] if self.delay else r, i, self.t_token * self.L[i])
             self.next_req += 1
             self.in_flight += 1
 
@@ -41,9 +46,11 @@ class Client:
         for i, last in payload:
             if last:
                 self.done[i] = when
+                if self.in_flight >= self.concurrency:
+                    self.slot_since = when
                 self.in_flight -= 1
-            else:
-                self.first[i] = when
+            elif self.first[i] != self.first[i]:      # NaN: its first token (a retracted request's re-prefill
+                self.first[i] = when                   # sends another, which is not its first)
         self.send(when)
 
     def next_send(self) -> float:

@@ -34,7 +34,7 @@ from .cost import IterationCost
 from .distinct import DistinctTokens
 from .emit import Emission
 from .frontend import FrontEnd
-from .memory import Crash, DeviceMemory
+from .memory import Crash, DeviceMemory, SGLangMemory
 from .misses import MissCurves
 from .scheduler import Dispatch, Ranks
 from .staging import Staging
@@ -63,6 +63,15 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     return Engine(cfg, reqs, concurrency, model or Model(cfg), record, first_round).run()
 
 
+def _memory(cfg: Config, table: RequestTable, prefix_pages: int) -> DeviceMemory:
+    """HiSparse's device-buffer accounting for its pools (as the testbed's fork checks it), else SGLang's own."""
+    if cfg.hisparse:
+        return DeviceMemory(cfg.dp, cfg.max_total_tokens, table, prefix_pages)
+    from ...hardware.sizing import new_token_ratio_default
+    return SGLangMemory(cfg.dp, cfg.max_total_tokens, table, prefix_pages, cfg.page,
+                        new_token_ratio_default(cfg.dp > 1))
+
+
 class Engine:
     """One run: the server's parts wired together, and the clock (``t`` in s, ``it`` iterations)."""
 
@@ -73,7 +82,7 @@ class Engine:
         self.frontend = FrontEnd()
         self.client = Client(table, concurrency, self.frontend, model.v["t_token"])
         self.dispatch = Dispatch(cfg.dp, first_round)
-        self.memory = DeviceMemory(cfg.dp, cfg.max_total_tokens, table, reqs.prefix_pages)
+        self.memory = _memory(cfg, table, reqs.prefix_pages)
         self.staging = Staging(cfg, table, model, reqs.cold_staging)
         self.distinct = DistinctTokens(cfg.dp, table.pid)
         self.ranks = Ranks(cfg.dp, cfg, table, self.memory, self.staging, self.distinct,

@@ -44,7 +44,7 @@ class DeviceMemory:
         self.used[r] += need
         return True
 
-    def free(self, r: int, requests) -> None:
+    def free(self, r: int, requests, running: bool = True) -> None:
         """The ``requests`` ended on rank ``r``."""
         hold, used = self.hold, self.used[r]
         for i in requests:
@@ -53,3 +53,90 @@ class DeviceMemory:
 
     def note_peak(self) -> None:
         self.peak = max(self.peak, max(self.used))
+
+
+class SGLangMemory(DeviceMemory):
+    """SGLang's own accounting of the device KV pool (every system without HiSparse), per rank.
+
+    A request holds its prompt's slots from admission and one more for every token it generates. Admission
+    (``PrefillAdder``) takes a request only if its prompt plus min(output, 4096) tokens fit what is free after
+    a reservation for the requests already admitted: their remaining output (at most 4096 each) times the
+    rank's ``new_token_ratio`` once they decode, in full before. The ratio starts at its initial value, decays
+    by a fixed step per decode step to its minimum, and is reset when a decode step does not fit: then the
+    requests with the fewest generated tokens (ties: the longest prompt) are retracted, their slots freed, and
+    they wait again to be prefilled over their prompt and what they generated (``retract_decode``).
+    """
+
+    CLIP = 4096                       # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+    RETRACT_STEPS = 20                # SGLANG_RETRACT_DECODE_STEPS
+
+    def __init__(self, dp: int, max_total: int, table: RequestTable, prefix_pages: int, page: int,
+                 ratio: tuple[float, float, float]):
+        super().__init__(dp, max_total, table, prefix_pages)
+        self.page, self.prefix_pages = page, prefix_pages
+        # a request holds its whole prompt: the new tokens, and a cached prefix locked while it runs (a shared
+        # prompt's prefix is held once, in ``prefix_pages``)
+        held = table.todo if prefix_pages else table.L
+        self.slots = [float(-(-t // page) * page) for t in held]
+        self.clip = [float(min(o - 1, self.CLIP)) for o in table.out]         # output tokens it may still need
+        self.init, self.floor, self.decay = ratio
+        self.ratio = [self.init] * dp
+        self.pending = [0.0] * dp             # clip of admitted requests not decoding yet
+        self.running_clip = [0.0] * dp        # clip of decoding requests
+        self.running = self.clock = self.sum_join = None      # the ranks' decode state (bind)
+
+    def bind(self, running: list[int], clock: list[int], sum_join: list[int]) -> None:
+        self.running, self.clock, self.sum_join = running, clock, sum_join
+
+    def decoded(self, r: int) -> float:
+        """Tokens the decoding requests of rank ``r`` have generated (slots they added since admission)."""
+        return float(self.running[r] * self.clock[r] - self.sum_join[r])
+
+    def free_slots(self, r: int) -> float:
+        return self.max_total - self.used[r] - self.decoded(r)
+
+    def take(self, r: int, i: int, now: float) -> bool:
+        d = self.decoded(r)
+        reserve = self.pending[r] + self.ratio[r] * max(0.0, self.running_clip[r] - d)
+        if self.slots[i] + self.clip[i] >= self.max_total - self.used[r] - d - reserve:
+            return False
+        self.used[r] += self.slots[i]
+        self.pending[r] += self.clip[i]
+        return True
+
+    def joined(self, r: int, requests) -> None:
+        for i in requests:
+            self.pending[r] -= self.clip[i]
+            self.running_clip[r] += self.clip[i]
+
+    def free(self, r: int, requests, running: bool = True) -> None:
+        """The ``requests`` ended on rank ``r`` (``running``: they were decoding, else they ended at prefill)."""
+        for i in requests:
+            self.used[r] -= self.slots[i]
+            if running:
+                self.running_clip[r] -= self.clip[i]
+            else:
+                self.pending[r] -= self.clip[i]
+
+    def steps_fit(self, r: int) -> int:
+        """Decode steps rank ``r`` can run before its pool is full."""
+        return int(self.free_slots(r) // max(self.running[r], 1))
+
+    def advance(self, r: int, steps: int) -> None:
+        """Rank ``r`` decoded ``steps`` steps without retracting: the ratio decays."""
+        self.ratio[r] = max(self.floor, self.ratio[r] - self.decay * steps)
+
+    def idle(self, r: int) -> None:
+        self.ratio[r] = self.init
+
+    def retracted(self, r: int, i: int, generated: int, prompt: int, remaining: int) -> None:
+        """Request ``i`` left rank ``r``'s decode batch after ``generated`` tokens: its slots are freed and it
+        will be admitted again over ``prompt`` tokens with ``remaining`` to generate."""
+        self.used[r] -= self.slots[i]
+        self.running_clip[r] -= self.clip[i]
+        self.slots[i] = float(-(-prompt // self.page) * self.page)
+        self.clip[i] = float(min(remaining, self.CLIP))
+
+    def reset_ratio(self, r: int, decoded: float, max_new: float, batch: int) -> None:
+        """After a retraction: the ratio the survivors' progress suggests (``Scheduler.update_running_batch``)."""
+        self.ratio[r] = min(1.0, (decoded + self.RETRACT_STEPS * batch) / (max_new + 1))

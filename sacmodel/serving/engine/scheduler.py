@@ -20,7 +20,7 @@ from collections import deque
 import numpy as np
 
 from .distinct import DistinctTokens
-from .memory import DeviceMemory
+from .memory import DeviceMemory, SGLangMemory
 from .misses import MissCurves
 from .staging import Staging
 from .workload import RequestTable
@@ -73,8 +73,12 @@ class Ranks:
         self.sum_l = [0.0] * dp               # sum of the running requests' prompt lengths
         self.sum_join = [0] * dp              # sum of their join clocks
         self.newest = [0] * dp                # clock of the latest join
+        self.newest_at = [None] * dp          # the miss curve of a request of the latest join (its busiest)
         self.acc = [np.zeros(max(4096, 4 * table.max_out)) for _ in range(dp)]
         self.acc_at = [memoryview(a) for a in self.acc]    # the same memory, read as Python floats (quicker)
+        self.paged = isinstance(memory, SGLangMemory)        # SGLang's own admission and retraction
+        if self.paged:
+            memory.bind(self.running, self.clock, self.sum_join)
 
     # ---- admission -----------------------------------------------------------------------------------
     def schedule(self, now: float) -> tuple[list, list[int], int, int]:
@@ -92,8 +96,12 @@ class Ranks:
                     admits.append((r, batch))
                     continue
             if running[r]:
+                if self.paged and memory.steps_fit(r) < 1:
+                    self._retract(r)
                 decoding.append(r)
                 n_tok += running[r]
+            elif self.paged and not waiting[r]:
+                memory.idle(r)
         return admits, decoding, n_tok, n_new
 
     def prefill_batch(self, r: int, now: float, chunks: set) -> tuple[list, int, int]:
@@ -132,7 +140,7 @@ class Ranks:
                 continue
             done.append(i)
             if out[i] <= 1:                               # its first token ends it
-                self.memory.free(r, (i,))
+                self.memory.free(r, (i,), running=False)
                 ended += 1
             else:
                 self.staging.stage(r, i, it)
@@ -163,12 +171,18 @@ class Ranks:
                     longest = life[i]
             if distinct.on:
                 distinct.join(r, ready, j)
+            if self.paged:
+                self.memory.joined(r, ready)
             a = acc[r] if j + longest + 1 <= len(acc[r]) else self._grow(r, j + longest + 1)
+            busiest = None
             for sh, (cnt, one) in shapes.items():
                 cl = curve[one]
                 if cl is not None:
                     seg = a[j:j + sh[1] + 1]
                     seg += cl if cnt == 1 else cnt * cl
+                    if busiest is None or cl[1] > busiest[1]:
+                        busiest = cl
+            self.newest_at[r] = memoryview(busiest) if busiest is not None and len(busiest) > 1 else None
             self.sum_l[r] += sum_l
             self.n_long[r] += n_long
             self.sum_join[r] += j * len(ready)
@@ -189,15 +203,19 @@ class Ranks:
         clock, ends, newest = self.clock, self.ends, self.newest
         jump = min(ends[r][0][0] - clock[r] for r in decoding) + 1
         youngest = min(clock[r] - newest[r] for r in decoding)
-        return max(1, min(jump, 256 if youngest >= 512 else 2 * youngest + 1))
+        jump = min(jump, 256 if youngest >= 512 else 2 * youngest + 1)
+        if self.paged:                               # until the first pool fills up
+            jump = min(jump, min(self.memory.steps_fit(r) for r in decoding))
+        return max(1, jump)
 
     def advance(self, decoding: list[int], jump: int, ended: list) -> int:
         """The ``decoding`` ranks decode ``jump`` steps; requests past their last step end (appended to
         ``ended`` as (request, True)). Returns how many ended."""
         clock, ends = self.clock, self.ends
-        if self.distinct.single:
-            self.distinct.advance(decoding, jump)
         k = 0
+        if self.paged:
+            for r in decoding:
+                self.memory.advance(r, jump)
         for r in decoding:
             clock[r] += jump
             ck = clock[r]
@@ -226,3 +244,42 @@ class Ranks:
             self.distinct.leave(r, gone, joined, ck)
         self.memory.free(r, gone)
         return len(gone)
+
+    # ---- retraction (SGLang's accounting) ------------------------------------------------------------
+    def _retract(self, r: int) -> None:
+        """Rank ``r``'s next decode step does not fit its pool: retract the requests with the fewest generated
+        tokens (ties: the longest prompt) until it fits, keeping one; they wait to be prefilled again over
+        their prompt and generated tokens, with the rest of their output still to come."""
+        tb, memory, joined, ck = self.table, self.memory, self.joined, self.clock[r]
+        e = self.ends[r]
+        order = sorted((i for _, i in e), key=lambda i: (-joined[i], -tb.L[i]))
+        gone = []
+        for i in order[:-1]:
+            if memory.steps_fit(r) >= 1:
+                break
+            gone.append(i)
+            generated = ck - joined[i] + 1                  # its prefill's token and its decode steps
+            self.sum_l[r] -= tb.L[i]
+            self.sum_join[r] -= joined[i]
+            self.n_long[r] -= tb.long[i]
+            self.running[r] -= 1
+            remaining = tb.life[i] - (ck - joined[i])       # tokens still to generate after re-prefill + 1
+            # its KV is freed, not cached: prefilled again over what it generated, and over its prompt unless
+            # that is a shared prefix the radix cache keeps
+            kept = tb.L[i] - tb.todo[i] if self.memory.prefix_pages else 0
+            tb.L[i] += generated
+            tb.todo[i] = tb.L[i] - kept
+            tb.hit[i] = kept > 0
+            tb.life[i] = max(remaining - 1, 0)
+            tb.out[i] = tb.life[i] + 1
+            self.prefilled[i] = 0
+            memory.retracted(r, i, generated, tb.todo[i] if kept else tb.L[i], tb.life[i])
+            self.waiting[r].append(i)
+        if gone:
+            left = set(gone)
+            self.ends[r] = [x for x in e if x[1] not in left]
+            heapq.heapify(self.ends[r])
+            if self.distinct.on:
+                self.distinct.leave(r, gone, joined, ck)
+            survivors = [i for _, i in self.ends[r]]
+            memory.reset_ratio(r, memory.decoded(r), sum(tb.out[i] for i in survivors), len(survivors))

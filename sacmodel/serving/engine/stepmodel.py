@@ -39,6 +39,10 @@ def _remember(key: tuple, value):
     return value
 
 
+# SGLang's dense MLA runs multi-head attention over a cached prefix from this many tokens on
+# (SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD, v0.5.9)
+MLA_CHUNKED_PREFIX = 8192
+
 # trace replays compute the miss curves on the server's 64-token page grid (see Model.misses)
 TRACE_CONTEXT_GRID = 64
 
@@ -57,19 +61,29 @@ class Model:
         self.staging_c = steps.compiled("staging")
         self.k = float(cfg.model.topk) if cfg.model.sparse else 0.0
         self.B = float(cfg.device_buffer)
+        self.graph_bs = cfg.graph_bs
+        self.t_eager = steps.compiled("eager").total(*steps.compiled("eager").args(self.v))
         self._rank_cache: dict = {}
         self._shared_cache: dict = {}
         self._miss_cache: dict = {}
         signature = (tuple(self.v.items()), self.k, bool(cfg.hisparse), cfg.system)
         self._id = _config_id(signature)
-        # the shared part's arguments: fixed ones filled in once, the three that vary set per call
+        # the shared part's arguments: fixed ones filled in once, the four that vary set per call
         names = self.shared_c.names
-        self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, mlp_eff=1.0))
-        self._shared_at = (names.index("N"), names.index("N_d"), names.index("mlp_eff"))
+        self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, S=1.0, mlp_eff=1.0))
+        self._shared_at = (names.index("N"), names.index("N_d"), names.index("S"), names.index("mlp_eff"))
 
-    # rank part = a + c * L + g * M  for b requests (exact: the expressions are linear in L and M)
-    def rank_coeffs(self, b: int, active: int, swap: bool = True) -> tuple[float, float, float]:
-        """Coefficients of the rank part; ``swap=False`` when all its requests fit the GPU buffer."""
+    def _rank_values(self, b: int, active: int, swap: bool) -> dict:
+        bw, lat = swap_route(self.cfg, active)
+        return dict(self.v, b=float(b), sw_bw=bw, sw_lat=lat, M_max=0.0,
+                    swap_on=1.0 if swap and self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
+
+    # rank part = a + c L + max(g M, h M_max) for b requests (exact: piecewise linear in L, M and M_max), less
+    # d (k - L) below the top-k
+    def rank_coeffs(self, b: int, active: int, swap: bool = True) -> tuple:
+        """Coefficients (a, c, g, k, d, h) of the rank part; ``swap=False`` when all its requests fit the GPU
+        buffer. A sparse model's attention reads min(k, L) entries: below ``k`` the part is d (k - L) less; the
+        swap-in lasts at least h x the misses of its busiest request."""
         key = (b, active, swap)
         c = self._rank_cache.get(key)
         if c is not None:
@@ -77,51 +91,84 @@ class Model:
         bw, lat = swap_route(self.cfg, active)
         c = _SHARED_PARTS.get(("rank", self._id, b, active, swap, bw, lat))
         if c is None:
-            v = dict(self.v, b=float(b), sw_bw=bw, sw_lat=lat, k_attn=self.k or 1.0,
-                     swap_on=1.0 if swap and self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
-            f = self.rank_c.total
-            L0, L1 = 4 * self.k + 1.0, 8 * self.k + 2.0           # both above k: the linear branch
-            a = self.rank_c.args(dict(v, L=L0, M=0.0))
-            i_l, i_m = self.rank_c.names.index("L"), self.rank_c.names.index("M")
-            t00 = f(*a)
-            a[i_l] = L1
-            t10 = f(*a)
-            a[i_l], a[i_m] = L0, 1.0
-            t01 = f(*a)
-            slope_l = (t10 - t00) / (L1 - L0)
-            c = _remember(("rank", self._id, b, active, swap, bw, lat), (t00 - slope_l * L0, slope_l, t01 - t00))
+            c = _remember(("rank", self._id, b, active, swap, bw, lat), self._fit_rank(b, active, swap))
         self._rank_cache[key] = c
         return c
 
-    def rank_terms(self, b: int, active: int, L: float, M: float, swap: bool = True) -> dict[str, float]:
-        bw, lat = swap_route(self.cfg, active)
-        v = dict(self.v, b=float(b), L=float(L), M=float(M), sw_bw=bw, sw_lat=lat, k_attn=min(self.k, L) or L,
-                 swap_on=1.0 if swap and self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
+    def _fit_rank(self, b: int, active: int, swap: bool) -> tuple:
+        v = self._rank_values(b, active, swap)
+        f = self.rank_c.total
+        k = self.k
+        L0, L1 = (4 * k + 1.0, 8 * k + 2.0) if k else (1024.0, 2048.0)
+
+        def at(L, M, M_max=0.0):
+            return f(*self.rank_c.args(dict(v, L=L, M=M, M_max=M_max, k_attn=k or L)))
+        t00 = at(L0, 0.0)
+        slope_l = (at(L1, 0.0) - t00) / (L1 - L0)
+        d = self.rank_c.funcs["attention"](*self.rank_c.args(dict(v, L=L0, M=0.0, k_attn=1.0))) if k else 0.0
+        return t00 - slope_l * L0, slope_l, at(L0, 1.0) - t00, k, d, at(L0, 0.0, 1.0) - t00
+
+    def rank_time(self, b: int, active: int, L: float, M: float, swap: bool = True, M_max: float = 0.0) -> float:
+        """Seconds of a rank's decode part: ``b`` requests of mean context ``L`` missing ``M`` entries per layer,
+        the busiest of them ``M_max``."""
+        a, c, g, k, d, h = self.rank_coeffs(b, active, swap)
+        return a + c * L + max(g * M, h * M_max) - (d * (k - L) if L < k else 0.0)
+
+    def rank_terms(self, b: int, active: int, L: float, M: float, swap: bool = True,
+                   M_max: float = 0.0) -> dict[str, float]:
+        v = dict(self._rank_values(b, active, swap), L=float(L), M=float(M), M_max=float(M_max),
+                 k_attn=min(self.k, L) if self.k else L)
         a = self.rank_c.args(v)
         return {k: f(*a) for k, f in self.rank_c.funcs.items()}
 
-    def shared(self, n_tokens: int, prefill: bool, distinct: int | None = None) -> float:
+    def shared(self, n_tokens: int, prefill: bool, distinct: int | None = None, seqs: int | None = None) -> float:
+        """Seconds of the shared part over ``n_tokens`` (``distinct`` of them distinct, ``seqs`` sequences whose
+        next token is computed; both default to ``n_tokens``)."""
         d = n_tokens if distinct is None else distinct
-        key = (n_tokens, d, prefill)
+        q = n_tokens if seqs is None else seqs
+        key = (n_tokens, d, prefill, q)
         s = self._shared_cache.get(key)
         if s is None:
             s = _SHARED_PARTS.get(("shared", self._id, *key))
             if s is None:
                 a = list(self._shared_args)
-                i_n, i_d, i_eff = self._shared_at
-                a[i_n], a[i_d] = float(max(n_tokens, 1)), float(max(d, 1))
+                i_n, i_d, i_s, i_eff = self._shared_at
+                a[i_n], a[i_d], a[i_s] = float(max(n_tokens, 1)), float(max(d, 1)), float(max(q, 1))
                 a[i_eff] = self.v["prefill_eff"] if prefill else self.v["compute_eff"]
                 s = _remember(("shared", self._id, *key), self.shared_c.total(*a))
             self._shared_cache[key] = s
         return s
 
-    def prefill(self, P: float, H: float) -> float:
-        """Seconds of one request's prefill of ``P`` new tokens after ``H`` cached ones (its own part)."""
-        x = _SHARED_PARTS.get(("prefill", self._id, P, H))
+    def shared_terms(self, n_tokens: int, prefill: bool, distinct: int | None = None,
+                     seqs: int | None = None) -> dict[str, float]:
+        v = dict(self.v, N=float(max(n_tokens, 1)), N_d=float(max(distinct or n_tokens, 1)),
+                 S=float(max(seqs or n_tokens, 1)), mlp_eff=self.v["prefill_eff" if prefill else "compute_eff"])
+        a = self.shared_c.args(v)
+        return {k: f(*a) for k, f in self.shared_c.funcs.items()}
+
+    def prefill_values(self, P: float, H: float, first: bool = False) -> dict:
+        """Symbol values of one chunk of ``P`` tokens after ``H``: SGLang's attention path for it.
+
+        DSA: dense multi-head attention while the whole sequence is within the top-k (SGLang's short-prompt path;
+        not with HiSparse, whose fork forces the sparse kernels), the indexer only past the top-k. Dense MLA:
+        multi-head attention with no prefix or a prefix of 8192 tokens or more, absorbed otherwise. GQA: dense."""
+        m, L = self.cfg.model, H + P
+        admit = 1.0 if first else 0.0
+        if m.sparse:
+            mha = 1.0 if L <= m.topk and not self.cfg.hisparse else 0.0
+            return dict(P=float(P), H=float(H), k_attn=min(self.k, L), mha_on=mha, dense_on=0.0,
+                        index_on=1.0 if L > m.topk else 0.0, admit_on=admit)
+        mha = 1.0 if m.kind == "mla" and (H == 0 or H >= MLA_CHUNKED_PREFIX) else 0.0
+        return dict(P=float(P), H=float(H), k_attn=1.0, mha_on=mha, dense_on=1.0, index_on=0.0, admit_on=admit)
+
+    def prefill(self, P: float, H: float, first: bool = False) -> float:
+        """Seconds of one request's prefill of ``P`` new tokens after ``H`` cached ones (its own part; ``first``:
+        the chunk that admits it)."""
+        key = ("prefill", self._id, P, H, first)
+        x = _SHARED_PARTS.get(key)
         if x is None:
-            L = H + P
-            v = dict(self.v, P=float(P), H=float(H), k_attn=min(self.k, L) if self.k else L)
-            x = _remember(("prefill", self._id, P, H), self.prefill_c.total(*self.prefill_c.args(v)))
+            v = dict(self.v, **self.prefill_values(P, H, first))
+            x = _remember(key, self.prefill_c.total(*self.prefill_c.args(v)))
         return x
 
     def fetch(self, tokens: float, nic_bw: float) -> float:

@@ -24,6 +24,8 @@ class Requests:
     prefix_pages: int = 0
     prompt: np.ndarray | None = None      # prompt id per request (same id = same prompt); None: all distinct
     cold_staging: bool = False            # no host-pool entry under the prompts' prefix keys yet
+    tail: np.ndarray | None = None        # a prefix hit's uncached tokens per request; None: from the lengths
+    delay: np.ndarray | None = None       # each request's delay from the client to the server (s); None: 0
 
     def __post_init__(self):
         self.arrival = np.asarray(self.arrival, dtype=float)
@@ -32,6 +34,10 @@ class Requests:
         self.cached = np.asarray(self.cached, dtype=np.int64)
         if self.prompt is not None:
             self.prompt = np.asarray(self.prompt, dtype=np.int64)
+        if self.tail is not None:
+            self.tail = np.asarray(self.tail, dtype=np.int64)
+        if self.delay is not None:
+            self.delay = np.asarray(self.delay, dtype=float)
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -40,7 +46,8 @@ class Requests:
 class RequestTable:
     """What the scheduler knows of each request, as Python lists (quicker than numpy items in the loop).
 
-    ``todo``: tokens to prefill (a prefix hit is matched page-aligned, leaving 1..page tokens); ``hold``:
+    ``todo``: tokens to prefill (a prefix hit is matched page-aligned, leaving 1..page tokens: the requests'
+    ``tail`` if given, else what their exact lengths leave); ``hold``:
     device slots the request takes from the start of its prefill to its end (a HiSparse request longer than
     the device buffer holds the buffer allocation, others their pages); ``reserve``: what the testbed's
     admission check reserves (a page plus the output, at most 4096 tokens); ``life``: decode steps (the
@@ -55,7 +62,9 @@ class RequestTable:
         self.out = outs.tolist()
         self.arrival = reqs.arrival.tolist()
         self.max_out = max(self.out) if self.out else 1
-        todo = np.where(cached > 0, ctx - (np.minimum(cached, ctx - 1) // page) * page, ctx)
+        exact = ctx - (np.minimum(cached, ctx - 1) // page) * page
+        tail = exact if reqs.tail is None else np.minimum(reqs.tail, ctx)
+        todo = np.where(cached > 0, tail, ctx)
         self.todo = todo.tolist()
         self.hit = (cached > 0).tolist()
         long_ = (ctx > cfg.device_buffer) & bool(cfg.hisparse)
@@ -65,3 +74,4 @@ class RequestTable:
         self.life = (outs - 1).tolist()
         self.shape = list(zip(self.L, self.life))
         self.pid = reqs.prompt.tolist() if reqs.prompt is not None else None
+        self.delay = reqs.delay.tolist() if reqs.delay is not None else None

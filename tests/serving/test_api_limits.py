@@ -1,0 +1,60 @@
+"""The documented limits hold for predict's arguments from the Python API as on the command line: requests
+(100,000), context, concurrency and every entry of ``outputs`` (16M tokens), which must be whole numbers
+(before: requests=10^6 ran, outputs=[10^9] * 8 ran past the model's positions, NaN gave 'cannot convert float
+NaN to integer')."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+CASES = [
+    ("{'requests': 10**6}", "requests=1000000 is above the limit of 100,000"),
+    ("{'context': 10**9}", "context=1000000000 is above the limit of 16,777,216"),
+    ("{'concurrency': 10**6}", "concurrency=1000000 is above the limit of 10,000"),
+    ("{'outputs': [10**9] * 8}", "outputs must be 8 whole numbers of tokens in 1..16,777,216"),
+    ("{'outputs': [math.nan] * 8}", "outputs must be 8 whole numbers"),
+    ("{'outputs': [1.5] * 8}", "outputs must be 8 whole numbers"),
+    ("{'outputs': [10**30] * 8}", "outputs must be 8 whole numbers"),
+    ("{'outputs': ['a'] * 8}", "outputs must be 8 whole numbers"),
+    ("{'outputs': [16] * 7 + [200000]}", "output 200000 (outputs) exceeds deepseek-v3.2's maximum position"),
+]
+
+
+def test_arguments_beyond_the_limits_are_refused():
+    """In a child with a memory limit and a timeout: before the limits, these ran millions of requests."""
+    code = textwrap.dedent(f"""
+        import math
+        from sacmodel import predict
+        for kw in ({', '.join(k for k, _ in CASES)},):
+            try:
+                predict("sac-testbed", "dram", **{{**dict(context=8192, output=16, concurrency=4, requests=8), **kw}})
+                print("PREDICTED")
+            except ValueError as exc:
+                print(exc)
+    """)
+
+    def limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, preexec_fn=limit,
+                       env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    lines = r.stdout.splitlines()
+    assert len(lines) == len(CASES), (lines, r.stderr[-2000:])
+    for line, (kw, msg) in zip(lines, CASES):
+        assert msg in line, (kw, line)
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(device_buffer=float("inf")), "device_buffer must be a positive integer, got inf"),
+    (dict(device_buffer=float("nan")), "device_buffer must be a positive integer, got nan"),
+    (dict(output=10 ** 9), "output=1000000000 is above the limit of 16,777,216 tokens"),
+    (dict(output=(0, 10 ** 9)), "output range must be two whole numbers in 0..16,777,216"),
+])
+def test_non_finite_and_huge_arguments_get_one_clear_error(kw, msg):
+    from sacmodel.serving.predict import ConfigError, predict
+    args = dict(context=32768, output=128, concurrency=8, **kw) if "output" not in kw else \
+        dict(context=32768, concurrency=8, **kw)
+    with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        predict("sac-testbed", "cxl", **args)

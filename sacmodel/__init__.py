@@ -1,6 +1,7 @@
 """sacmodel: predict LLM serving speed when the KV cache lives in disaggregated (CXL / DRAM / RDMA) memory.
 
-Public API (see README): scenarios and topology (:func:`load_topology`, :func:`route`...), the model catalog
+Public API (see README): scenarios and topology (:func:`load_topology`, :func:`route`...), a machine in a few words
+(:func:`scenario`: a GPU of :func:`gpu_catalog`, a model, weights and parallelism), the model catalog
 (:func:`get_model`), cost primitives, the fetch micro-benchmark model (:func:`fetch_latency_us`), the numpy
 reference (:mod:`sacmodel.serving.reference`) and its analytic counterpart (:func:`access_counts`), the serving
 model (:func:`predict`, :func:`compare`), the solvers (:func:`symbolic`, :func:`breakeven`, :func:`plan`,
@@ -19,6 +20,8 @@ __version__ = "0.1.0"
 # public name -> submodule that defines it
 _EXPORTS = {
     "hardware.models": ("ModelSpec", "catalog", "from_hf_config", "get_model"),
+    "hardware.build": ("scenario", "scenario_yaml"),
+    "hardware.gpus": ("GPUSpec", "get_gpu", "gpu_catalog"),
     "hardware.scenarios": ("as_topology", "builtin_scenarios", "load_cluster", "load_topology"),
     "hardware.topology": ("Topology", "TopologyError", "max_min_share"),
     "hardware.units": ("UnitError", "parse_quantity", "ureg"),

@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     solvers_cli.register(sub)
     from . import cluster as cluster_cli  # replay, hitrate, and the cluster options of plan/sweep
     cluster_cli.register(sub, add_scenario)
+    from .machine import add_machine
+    for p in sub.choices.values():                 # every command that takes --scenario takes --gpu ... too
+        if "--scenario" in p._option_string_actions:
+            add_machine(p)
     return ap
 
 
@@ -49,6 +53,8 @@ def main(argv=None) -> int:
     except SystemExit as exc:          # --help, --version (0) and bad options (2), as a return value
         return exc.code if isinstance(exc.code, int) else 2
     try:
+        from .machine import apply_machine
+        apply_machine(a)
         a.func(a)
     except BrokenPipeError:
         return 0

@@ -105,6 +105,8 @@ def _workload(a):
         kw["cold_staging"] = False
     if getattr(a, "prompts", None):
         kw["prompts"] = a.prompts
+    if getattr(a, "draws", None):
+        kw["draws"] = a.draws
     return kw
 
 
@@ -198,6 +200,9 @@ def add_workload(p, context=True, concurrency_help=None):
                    help="the shared prompt's host-pool entry exists already (steady state): no rank backs the "
                         "prompt up again on its first hit (default: as in the testbed's second round, where "
                         "each rank's first hit does)")
+    p.add_argument("--draws", type=arg(count, hi=64), default=None, metavar="N",
+                   help="draws of the requests' randomness (their prompts' partial last pages) a prediction "
+                        "averages, reporting their range (default 4)")
     p.add_argument("--method", choices=("engine", "analytic"), default="engine",
                    help="engine (default): event-driven run of the benchmark, with waves and percentiles; "
                         "analytic: steady-state fixed point, faster, no percentiles, assumes requests out of "

@@ -170,7 +170,7 @@ def _register_validate(sub) -> None:
 def _register_calibrate(sub) -> None:
     p = _parser(sub, "calibrate", "fit the free parameters to measured runs and write them into a scenario",
                 ["sacmodel calibrate --dry-run", "sacmodel calibrate --microbench --out mine.yaml",
-                 "sacmodel calibrate my_runs/ --params t_layer,compute_eff --out mine.yaml"])
+                 "sacmodel calibrate my_runs/ --params t_graph_kernel,compute_eff --out mine.yaml"])
     add_scenario(p)
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="run files or folders (default: the shared calibration runs, ../shared/data)")

@@ -27,7 +27,7 @@ METRIC_ROWS = (("ttft_mean_ms", "TTFT mean", "ms"), ("ttft_p50_ms", "TTFT p50", 
                ("request_throughput_req_s", "request throughput", "req/s"), ("duration_s", "run duration", "s"))
 
 
-USAGE_LABELS = {"hbm": "HBM per GPU for KV (after weights)", "max_total_tokens": "token slots per rank",
+USAGE_LABELS = {"hbm": "HBM per GPU: weights + KV pool", "max_total_tokens": "token slots per rank",
                 "device_pool": "GPU KV slots per rank", "host_pool": "HiSparse host pool per rank",
                 "host_dram": "host DRAM", "cxl_pool": "CXL pool (devices in use)",
                 "remote_pool": "remote RDMA pool"}
@@ -78,9 +78,17 @@ def cmd_predict(a):
         _usage_table(con, p)
         return
     con.print(_describe(p, a), highlight=False)
-    t = table("predicted metrics", ("metric", "value", "unit"), right=("value",))
+    spread = p.spread if p.spread.get("draws", 1) > 1 else {}
+    cols = ("metric", "value", "unit") + (("range",) if spread else ())
+    t = table("predicted metrics" + (f" (mean of {spread['draws']} draws; range over them)" if spread else ""),
+              cols, right=("value", "range"))
     for k, label, unit in METRIC_ROWS:
-        t.add_row(label, _fmt(getattr(p, k), 2 if unit != "s" else 1), unit)
+        nd = 2 if unit != "s" else 1
+        row = [label, _fmt(getattr(p, k), nd), unit]
+        if spread:
+            lo, hi = spread.get(k, (None, None))
+            row.append(f"{_fmt(lo, nd)}-{_fmt(hi, nd)}" if lo is not None else "")
+        t.add_row(*row)
     con.print(t)
     _usage_table(con, p)
     b = table("where the time goes", ("component", "value", "unit"), right=("value",))
@@ -88,7 +96,8 @@ def cmd_predict(a):
         label, unit, scale = _unit_of(k)
         b.add_row(label, _fmt(v * scale, 3), unit)
     con.print(b)
-    con.print("step_*: one decode step of the busiest rank; admit and prefix_*: once per request", highlight=False)
+    con.print("step_*: one decode step of the busiest rank (the first draw); prefix_*: once per request",
+              highlight=False)
     if a.method == "analytic":
         con.print("method: analytic steady state (requests out of phase; no first-wave transient, no "
                   "percentiles). The engine (default) reproduces benchmark waves; the two differ most in TTFT "
@@ -131,7 +140,8 @@ def _usage_table(con, p):
     t = table("memory use vs capacity", ("limit", "used", "capacity", "use"), right=("used", "capacity", "use"))
     for k, u in usage.items():
         f = (lambda x: f"{x:,.0f} tok") if _usage_unit(k, u) == "tokens" else (lambda x: f"{x / 1e9:,.1f} GB")
-        t.add_row(USAGE_LABELS.get(k, k), f(u["used"]), f(u["capacity"]), f"{u['used'] / u['capacity']:.0%}")
+        share = f"{u['used'] / u['capacity']:.0%}" if u["capacity"] > 0 else "-"
+        t.add_row(USAGE_LABELS.get(k, k), f(u["used"]), f(u["capacity"]), share)
     con.print(t)
 
 

@@ -180,7 +180,7 @@ def cmd_winner_map(a):
     wl = _loaded_workload(a)
     for k in (xn, yn):
         wl.pop(k, None)
-    if a.unloaded and "context" not in (xn, yn) and "context" not in wl:
+    if "context" not in (xn, yn) and "context" not in wl:
         raise ValueError("give --context or vary context on --x/--y")
     wm = winner_map(a.scenario, a.systems, m, (xn, xv), (yn, yv), **wl)
     systems = a.systems
@@ -415,7 +415,7 @@ def _register_breakeven(sub) -> None:
     p.add_argument("--metric", required=True, type=arg(metric, loaded=False), help=METRIC_HELP)
     p.add_argument("--vary", required=True, type=arg(vary_name), metavar="NAME",
                    help="context, output, topk, concurrency, cxl_devices, rdma_nics, device_buffer, a scenario "
-                        "parameter (t_layer), a closed-form symbol with --unloaded (pf_dma_bw), or a hardware "
+                        "parameter (t_graph_kernel), a closed-form symbol with --unloaded (pf_dma_bw), or a hardware "
                         "number node:KIND.FIELD / link:KIND.FIELD (node:cxl_device.bandwidth, link:gpu.latency)")
     p.add_argument("--lo", required=True, metavar="VALUE",
                    help="low end of --vary with its unit: 8K tokens, '10 GB/s', '500 ns', 4 devices")
@@ -514,7 +514,7 @@ def _register_sweep(sub) -> None:
     p.add_argument("--system", choices=SYSTEMS, required=True, help="system to evaluate")
     p.add_argument("--grid", action="append", required=True, metavar="NAME=LO:HI:N",
                    help="an axis: NAME=LO:HI:N or NAME=V1,V2,...; names: context, output, or closed-form symbols "
-                        "(sw_bw, hbm_bw, t_layer...); with --full: context, output, concurrency, requests, rate, "
+                        "(sw_bw, hbm_bw, t_graph_kernel...); with --full: context, output, concurrency, requests, rate, "
                         "cxl_devices, rdma_nics, device_buffer (repeat for more axes)")
     p.add_argument("--metric", default="tbt", choices=UNLOADED,
                    help="unloaded metric of the vectorised sweep (default tbt; seconds, bytes for bytes_per_step)")

@@ -42,9 +42,18 @@ def test_no_cold_staging_is_the_steady_state(capsys):
 
 
 def test_infeasible_prediction_names_limit(capsys):
+    """What no queueing serves is infeasible and says why: DeepSeek-V3 in BF16 does not fit two H100s."""
+    rc, out, _ = run(capsys, "predict", "--gpu", "h100", "--gpus", "2", "--model", "deepseek-v3", "--weights",
+                     "bf16", "--system", "gpu", "--context", "8K")
+    assert rc == 0 and "infeasible" in out and "hbm" in out
+
+
+def test_oversubscribed_prediction_is_served_by_queueing(capsys):
+    """192 requests whose outputs outgrow the device pool wait in the queue: served, slowly."""
     rc, out, _ = run(capsys, "predict", "--system", "gpu", "--context", "128K", "--concurrency", "192",
-                     "--output", "8K")
-    assert rc == 0 and "infeasible" in out and "max_total_tokens" in out
+                     "--output", "8K", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["feasible"] and d["success_fraction"] == 1.0 and d["ttft_mean_ms"] > 60_000
 
 
 @pytest.mark.parametrize("args,msg", [

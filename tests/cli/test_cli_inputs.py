@@ -53,7 +53,7 @@ def test_sweep_grid_beyond_point_limit(capsys):
 
 
 def test_winner_map_3000_by_3000_refused(capsys):
-    refused(capsys, "winner-map", "--unloaded", "--x", "context=8K:8M:3000", "--y", "t_layer=0.1ms:1ms:3000",
+    refused(capsys, "winner-map", "--unloaded", "--x", "context=8K:8M:3000", "--y", "t_graph_kernel=0.1ms:1ms:3000",
             msg="cells")
 
 

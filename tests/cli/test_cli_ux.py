@@ -87,7 +87,9 @@ def test_predict_shows_memory_use_and_units_per_row(capsys):
     assert rc == 0 and "memory use vs capacity" in out and "CXL pool" in out
     rows = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines() if ln.strip() and len(ln.split()) >= 3}
     assert rows["swap_bandwidth_share"] == "GB/s" and rows["share_time_prefill"] == "%" and rows["step_swap"] == "ms"
-    assert rows["TTFT"] == "ms" and rows["output"] == "tok/s"
+    metrics = {ln.split()[0]: ln.split() for ln in out.splitlines() if ln.strip().startswith(("TTFT", "output"))}
+    assert "ms" in metrics["TTFT"] and "tok/s" in metrics["output"]         # a unit, then the range of the draws
+    assert "-" in metrics["TTFT"][-1] and "range" in out
 
 
 def test_breakeven_ratio_wording_and_units(capsys):

@@ -1,0 +1,78 @@
+"""``--gpu h200 --gpus 8 --weights fp8 --dp 8 ...``: a machine described in a few words, on every command that
+takes ``--scenario`` (:func:`sacmodel.hardware.build.scenario` builds it; the command then runs on it as on a
+scenario file).
+"""
+from __future__ import annotations
+
+import argparse
+
+from .types import arg, count, number, tokens
+
+# flag -> keyword of sacmodel.scenario(); the flags a command already has for itself keep their meaning and
+# also size the built scenario's pools (--cxl-devices, --rdma-nics) or choose its model (--model)
+FLAGS = {
+    "--gpu": "gpu", "--gpus": "gpus", "--model": "model", "--weights": "weights", "--kv-dtype": "kv_dtype",
+    "--dp": "dp", "--tp": "tp", "--ep": "ep", "--mem-fraction": "mem_fraction",
+    "--chunked-prefill": "chunked_prefill", "--max-total-tokens": "max_total_tokens",
+    "--max-running-requests": "max_running_requests", "--pool": "pool", "--cxl-devices": "cxl_devices",
+    "--rdma-nics": "rdma_nics",
+}
+
+
+def _fraction(s: str) -> float:
+    return number(s, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+
+
+def add_machine(p: argparse.ArgumentParser) -> None:
+    """The machine options, on a command that takes ``--scenario`` (those it has already are left as they are)."""
+    have = set(p._option_string_actions)
+    g = p.add_argument_group("machine (instead of --scenario: build one from the GPU and model catalogs)")
+
+    def add(flag, **kw):
+        if flag not in have:
+            g.add_argument(flag, default=None, **kw)
+    add("--gpu", metavar="NAME", help="GPU of the catalog (h20, h100, h800, h200, b200; see `sacmodel gpus`): "
+                                      "build the scenario from it and SGLang's defaults")
+    add("--gpus", type=arg(count, hi=256), metavar="N", help="GPUs of the server (default 8)")
+    add("--model", metavar="NAME|CONFIG", help="catalog model or a Hugging Face config.json (default deepseek-v3.2)")
+    add("--weights", choices=("fp8", "bf16", "awq-int4", "fp4"), help="precision of the weights (default fp8)")
+    add("--kv-dtype", choices=("auto", "bf16", "fp8"), help="KV cache precision (default auto: SGLang's rule)")
+    add("--dp", type=arg(count, hi=256), metavar="N", help="data-parallel attention groups (default 1: "
+                                                              "tensor-parallel attention)")
+    add("--tp", type=arg(count, hi=256), metavar="N", help="tensor-parallel size (default: --gpus)")
+    add("--ep", type=arg(count, hi=256), metavar="N", help="expert-parallel size (default 1)")
+    add("--mem-fraction", type=arg(_fraction), metavar="F",
+        help="SGLang's mem_fraction_static (default: SGLang's rule for the GPU)")
+    add("--chunked-prefill", type=arg(tokens), metavar="TOKENS", help="SGLang's chunked_prefill_size (default: "
+                                                                      "SGLang's rule for the GPU)")
+    add("--max-total-tokens", type=arg(tokens), metavar="TOKENS", help="cap on the KV pool per rank (default: "
+                                                                       "what the memory holds)")
+    add("--max-running-requests", type=arg(count, hi=1 << 20), metavar="N", help="requests per rank at most")
+    add("--pool", metavar="LIST", help="KV pools to add: cxl and/or rdma, comma-separated (default: none)")
+    add("--cxl-devices", type=arg(count, hi=1024), metavar="N", help="CXL devices of the pool (default 2)")
+    add("--rdma-nics", type=arg(count, hi=1024), metavar="N", help="RDMA NICs of the pool (default 2)")
+
+
+def wants_machine(a) -> bool:
+    return getattr(a, "gpu", None) is not None
+
+
+def apply_machine(a) -> None:
+    """With ``--gpu``, build the scenario from the machine flags and run the command on it (by name)."""
+    if getattr(a, "command", None) == "scenarios":      # --build prints the machine instead of running on it
+        return
+    machine_only = [f for f, k in FLAGS.items()
+                    if f not in ("--model", "--cxl-devices", "--rdma-nics") and getattr(a, k, None) is not None]
+    if not wants_machine(a):
+        if machine_only:
+            raise ValueError(f"{machine_only[0]} describes a machine: give --gpu too (or use --scenario)")
+        return
+    if getattr(a, "scenario", "sac-testbed") not in (None, "sac-testbed"):
+        raise ValueError("give either --scenario or --gpu, not both")
+    from ..hardware.build import scenario
+    from ..hardware.scenarios import register_scenario
+    kw = {k: getattr(a, k) for f, k in FLAGS.items() if getattr(a, k, None) is not None}
+    topo = scenario(kw.pop("gpu"), **kw)
+    a.scenario = register_scenario(topo)
+    if hasattr(a, "model"):            # the built scenario holds the model; no second override
+        a.model = None

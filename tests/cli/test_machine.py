@@ -1,0 +1,77 @@
+"""``--gpu h200 --gpus 8 --weights fp8 --dp 8 ...`` on every command that takes ``--scenario``, and
+``scenarios --build``."""
+import json
+
+import pytest
+
+from sacmodel.cli.app import build_parser, main
+from sacmodel.cli.machine import FLAGS
+from sacmodel.hardware.scenarios import load_topology
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_every_command_with_a_scenario_takes_the_machine_flags():
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    with_scenario = [n for n, p in commands.items() if "--scenario" in p._option_string_actions]
+    assert {"predict", "compare", "plan", "sweep", "breakeven", "sensitivity", "winner-map"} <= set(with_scenario)
+    for name in with_scenario:
+        opts = commands[name]._option_string_actions
+        missing = [f for f in FLAGS if f not in opts]
+        assert not missing, (name, missing)
+
+
+def test_predict_on_a_described_machine(capsys):
+    rc, out, err = run(capsys, "predict", "--gpu", "h200", "--gpus", "8", "--weights", "fp8", "--dp", "8",
+                       "--system", "gpu", "--context", "32K", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["feasible"] and d["scenario"] == "h200x8-deepseek-v3.2-fp8-dp8"
+    assert d["config"]["dp"] == 8 and 0 < d["tbt_mean_ms"] < d["ttft_mean_ms"]
+
+
+def test_compare_and_sensitivity_on_a_described_machine(capsys):
+    rc, out, _ = run(capsys, "compare", "--gpu", "b200", "--dp", "8", "--pool", "cxl", "--systems", "gpu,cxl",
+                     "--contexts", "32K", "--json")
+    row = json.loads(out)[0]
+    assert rc == 0 and row["gpu"]["scenario"] == "b200x8-deepseek-v3.2-fp8-dp8" and row["cxl"]["feasible"]
+    rc, out, _ = run(capsys, "sensitivity", "--gpu", "h200", "--model", "deepseek-r1", "--system", "gpu",
+                     "--context", "8K", "--json")
+    names = [r["parameter"] for r in json.loads(out)["rows"]]
+    assert rc == 0 and "t_graph_kernel" in names and "node:gpu.hbm_bandwidth" in names
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["predict", "--system", "gpu", "--context", "8K", "--dp", "8"], "--dp describes a machine: give --gpu"),
+    (["predict", "--gpu", "h200", "--scenario", "sac-testbed.yaml", "--system", "gpu", "--context", "8K"],
+     "either --scenario or --gpu"),
+    (["predict", "--gpu", "a100", "--system", "gpu", "--context", "8K"], "unknown GPU 'a100'"),
+    (["predict", "--gpu", "h200", "--dp", "3", "--system", "gpu", "--context", "8K"], "dp=3 must divide tp=8"),
+    (["predict", "--gpu", "h200", "--weights", "int2", "--system", "gpu", "--context", "8K"], "invalid choice"),
+])
+def test_bad_machine_flags_exit_2_with_one_line(capsys, argv, msg):
+    rc, _, err = run(capsys, *argv)
+    assert rc == 2 and msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_scenarios_build_writes_a_scenario_that_loads(capsys, tmp_path):
+    rc, out, _ = run(capsys, "scenarios", "--build", "--gpu", "h200", "--dp", "8", "--weights", "fp8")
+    assert rc == 0 and out.startswith("# Built by sacmodel.scenario(")
+    path = tmp_path / "h200.yaml"
+    path.write_text(out)
+    t = load_topology(path)
+    assert t.param("dp") == 8 and t.serving["weights"].raw == "fp8"
+    rc, out, _ = run(capsys, "predict", "--scenario", str(path), "--system", "gpu", "--context", "16K", "--json")
+    assert rc == 0 and json.loads(out)["feasible"]
+    rc, _, err = run(capsys, "scenarios", "--build")
+    assert rc == 2 and "--build needs --gpu" in err
+
+
+def test_gpus_lists_the_catalog(capsys):
+    rc, out, _ = run(capsys, "gpus", "--json")
+    names = {r["name"] for r in json.loads(out)}
+    assert rc == 0 and {"h20", "h100", "h200", "b200"} <= names

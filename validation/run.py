@@ -24,7 +24,7 @@ from sacmodel.data.runs import load_runs  # noqa: E402
 from sacmodel.fit.calibrate import step_observations  # noqa: E402
 from sacmodel.fit.compare import compare_runs  # noqa: E402
 from sacmodel.hardware.scenarios import as_topology  # noqa: E402
-from sections import access, cluster, constants, cross_validation, microbench, runs, steps  # noqa: E402
+from sections import access, cluster, constants, cross_validation, external, microbench, runs, steps  # noqa: E402
 from sections.access import reference_vs_closed_form  # noqa: E402
 from sections.cross_validation import cross_validate  # noqa: E402
 from sections.microbench import microbench_case, plot_microbench  # noqa: E402
@@ -72,6 +72,7 @@ def write_markdown(rep):
     cl = HERE / "cluster_section.md"
     if cl.exists():
         L += ["## 9. " + cl.read_text().lstrip("# ")]
+    L += external.render(rep)
     (HERE / "report.md").write_text("\n".join(L))
 
 
@@ -118,6 +119,8 @@ def main():
         old.write_text(json.dumps({**prev, "cross_validation": rep["cross_validation"]}, indent=1, default=float))
         print("cluster section ...", flush=True)
         (HERE / "cluster_section.md").write_text(cluster.render(PLOTS) + "\n")
+    print("other machines ...", flush=True)
+    rep["external"] = external.external_case()
     print("elasticities ...", flush=True)
     rep["constants"] = constants.table_of(topo)
     rep["seconds"] = time.time() - t0

@@ -9,7 +9,7 @@
    the event engine, with the step constants fixed.
 4. Prefill efficiency (``fit_serving(..., PREFILL_PARAMS, ("ttft_mean_ms",))``): to the cold first rounds.
 
-Parameter names: a calibration/serving parameter (``t_layer``), every node of a kind (``node:rdma_nic.op_cost``)
+Parameter names: a calibration/serving parameter (``t_graph_kernel``), every node of a kind (``node:rdma_nic.op_cost``)
 or every link touching a GPU (``link:gpu.latency``). Residuals are relative errors (fetch latency) or log
 ratios (serving metrics), so every metric weighs alike. :func:`write_params` records the fitted values in
 the scenario file with a ``fitted:`` source.
@@ -38,7 +38,7 @@ PARAM_UNITS: dict[str, tuple[str, float, float, float]] = {
     "outstanding_lines": ("", 1.0, 10.0, 1e5),
     "link:gpu.latency": ("ns", 1e-9, 0.0, 1e4),
     "node:rdma_nic.op_cost": ("us", 1e-6, 0.0, 100.0),
-    "t_layer": ("ms", 1e-3, 0.01, 1.0),
+    "t_graph_kernel": ("us", 1e-6, 0.5, 30.0),
     "compute_eff": ("", 1.0, 0.05, 1.0),
     "t_hs": ("ms", 1e-3, 0.0, 40.0),
     "t_hs_req": ("ms", 1e-3, 0.0, 2.0),
@@ -47,13 +47,15 @@ PARAM_UNITS: dict[str, tuple[str, float, float, float]] = {
     "settling_steps": ("steps", 1.0, 10.0, 10000.0),
     "t_request": ("ms", 1e-3, 0.0, 500.0),
     "t_token": ("us", 1e-6, 0.01, 5.0),
-    "t_admit": ("ms", 1e-3, 0.0, 500.0),
+    "t_launch": ("us", 1e-6, 1.0, 200.0),
+    "t_hs_admit": ("ms", 1e-3, 0.0, 50.0),
     "stage_copy_bw": ("GB/s", 1e9, 1.0, 50.0),
     "prefill_eff": ("", 1.0, 0.05, 1.0),
 }
 # What a physically reasonable value looks like, and why (the validation report lists it next to each fit)
 PLAUSIBLE: dict[str, str] = {
-    "t_layer": "0.05-0.5 ms: kernel launches and two tensor-parallel collectives per layer",
+    "t_graph_kernel": "2-15 us: one small kernel of a CUDA-graph decode step (a 2-3 us launch gap and its work on "
+                      "the H20's 78 SMs)",
     "compute_eff": "0.15-0.6: small-batch decode kernels (projections, indexer, sparse attention)",
     "t_hs": "5-30 ms: HiSparse's blocking host syncs make the scheduler's per-step CPU work (Python) serial "
             "with the GPU",
@@ -64,7 +66,11 @@ PLAUSIBLE: dict[str, str] = {
     "t_request": "20-300 ms: HTTP, JSON, detokenisation and streaming outside the engine",
     "t_token": "0.2-2 us: the front end's serial work per prompt token (HTTP body, JSON, a fast tokenizer's "
                "0.5-5 M tokens/s)",
-    "t_admit": "5-100 ms: the scheduler's O(L) prefix lookup, tail restore and buffer allocation per request",
+    "t_launch": "5-80 us: the CPU's time to launch one kernel of an eager forward (PyTorch dispatch and SGLang's "
+                "Python; sgl-project/sglang#24047: eager DeepSeek decode about 3 ms per layer slower than its CUDA graph)",
+    "t_hs_admit": "1-20 ms: HiSparse's admission of a request on the scheduler's thread: 61 per-layer copies of the "
+                  "prefix's last page, 8-9 GPU synchronisations, three hashes of the prompt's token ids "
+                  "(hisparse_coordinator.py prepare_prefill_prefix_mappings, admit_request_into_staging)",
     "stage_copy_bw": "1-20 GB/s: one CPU thread copying into freshly allocated (page-faulting) buffers",
     "prefill_eff": "0.3-0.8 of peak FLOP/s in large prefill chunks",
 }
@@ -72,9 +78,9 @@ PLAUSIBLE: dict[str, str] = {
 # middle of the range (of 1 - phi for the correlation; the plain middle where the range starts at 0). It
 # uses no data, so a cross-validation fold that starts there learns nothing of the runs it leaves out.
 PLAUSIBLE_RANGE: dict[str, tuple[float, float]] = {
-    "t_layer": (0.05, 0.5), "compute_eff": (0.15, 0.6), "t_hs": (5.0, 30.0), "t_hs_req": (0.05, 1.0),
+    "t_graph_kernel": (2.0, 15.0), "compute_eff": (0.15, 0.6), "t_hs": (5.0, 30.0), "t_hs_req": (0.05, 1.0),
     "score_correlation": (0.95, 0.9999), "drift_settling": (0.0, 100.0), "settling_steps": (100.0, 3000.0),
-    "t_request": (20.0, 300.0), "t_token": (0.2, 2.0), "t_admit": (5.0, 100.0), "stage_copy_bw": (1.0, 20.0),
+    "t_request": (20.0, 300.0), "t_token": (0.2, 2.0), "t_launch": (5.0, 80.0), "t_hs_admit": (1.0, 20.0), "stage_copy_bw": (1.0, 20.0),
     "prefill_eff": (0.3, 0.8),
 }
 
@@ -97,9 +103,9 @@ def prior(name: str) -> float:
 
 
 MICROBENCH_PARAMS = ("t_kernel", "outstanding_lines", "link:gpu.latency", "node:rdma_nic.op_cost")
-STEP_PARAMS = ("t_layer", "compute_eff", "t_hs", "t_hs_req", "score_correlation", "drift_settling",
+STEP_PARAMS = ("t_graph_kernel", "compute_eff", "t_hs", "t_hs_req", "score_correlation", "drift_settling",
                "settling_steps")
-SERVING_PARAMS = ("t_request", "t_token", "t_admit", "stage_copy_bw")
+SERVING_PARAMS = ("t_request", "t_token", "t_launch", "t_hs_admit", "stage_copy_bw")
 SERVING_METRICS = ("ttft_mean_ms", "tbt_mean_ms", "output_throughput_tok_s")
 PREFILL_PARAMS = ("prefill_eff",)          # fitted to the cold round 1 TTFTs
 
@@ -251,9 +257,9 @@ def predicted_steps(topo: Topology, obs: list[StepObservation]) -> np.ndarray:
         a = int(o.age)
         c = mdl.misses(L0, max(o.run.output, a + 2))
         M = o.b * (c[a + 1] - c[a])
-        a0, a1, a2 = mdl.rank_coeffs(o.b, active, L0 > mdl.cfg.device_buffer)
         n_tok = o.b * active
-        out[j] = mdl.shared(n_tok, False, int(round(min(o.distinct, n_tok)))) + a0 + a1 * (L0 + a + 1) + a2 * M
+        out[j] = (mdl.shared(n_tok, False, int(round(min(o.distinct, n_tok))))
+                  + mdl.rank_time(o.b, active, L0 + a + 1, M, L0 > mdl.cfg.device_buffer))
     return out
 
 

@@ -48,11 +48,16 @@ def test_testbed_fit_is_physically_plausible(name):
 
 
 def test_carried_over_constants_match_the_testbed_fit(tmp_path):
-    """The H200 what-if and the scenario template copy the testbed's fitted constants (they have no runs of
-    their own): a refit of the testbed must reach every copy."""
+    """The scenario template copies the testbed's fitted constants, and the H200 what-if carries them over by
+    their transfer rules (it has no runs of its own): a refit of the testbed must reach every copy."""
+    from sacmodel.hardware.gpus import get_gpu
+    from sacmodel.hardware.transfer import transferred
     path = tmp_path / "template.yaml"
     path.write_text(TEMPLATE)
     base = load_topology("sac-testbed")
-    for other in (load_topology("h200-cxl-large"), load_topology(path)):
-        for name in (*MICROBENCH_PARAMS, *FITTED):
-            assert get_param(other, name) == pytest.approx(get_param(base, name), rel=1e-9), (other.name, name)
+    for name in (*MICROBENCH_PARAMS, *FITTED):
+        assert get_param(load_topology(path), name) == pytest.approx(get_param(base, name), rel=1e-9), name
+    carried = transferred(get_gpu("h200"), "fp8")
+    what_if = load_topology("h200-cxl-large")
+    for name in FITTED:
+        assert get_param(what_if, name) == pytest.approx(carried[name][0], rel=1e-5), name

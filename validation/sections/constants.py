@@ -1,32 +1,42 @@
-"""Section 6: every fitted constant with its bounds, plausible range, stage and elasticities."""
+"""Section 6: every constant of the testbed scenario that is not a datasheet number: its value, fit bounds and
+physical range, the stage that fits it (or "a priori"), the metric it carries (elasticities at two step sizes)
+and how it transfers to another machine (:mod:`sacmodel.hardware.transfer`)."""
 from __future__ import annotations
 
 import math
 
-from common import KEY, SYSTEMS, fmt, table
-from sacmodel.fit.calibrate import PARAM_UNITS, PLAUSIBLE, PREFILL_PARAMS, SERVING_PARAMS, STEP_PARAMS
+from common import KEY, LABEL, SYSTEMS, fmt, table
+from sacmodel.fit.calibrate import (MICROBENCH_PARAMS, PARAM_UNITS, PLAUSIBLE, PREFILL_PARAMS, SERVING_PARAMS,
+                                    STEP_PARAMS)
 from sacmodel.hardware.params import get_param, with_params
+from sacmodel.hardware.transfer import RULES
+from sacmodel.planning.sensitivity import SENSITIVITY_DRAWS
 from sacmodel.serving.predict import predict
 
+CASES = {"gpu": dict(context=32768, output=1024, concurrency=32),
+         "dram": dict(context=32768, output=1024, concurrency=64),
+         "cxl": dict(context=32768, output=1024, concurrency=64),
+         "rdma": dict(context=32768, output=1024, concurrency=64)}
+STEPS = (0.01, 0.05)
+A_PRIORI = ("hbm_eff", "moe_eff", "t_collective")
 
-def elasticities(topo, rel=0.05):
-    """d ln(metric) / d ln(constant) of every fitted constant at reference workloads (engine)."""
-    cases = {"gpu": dict(context=32768, output=1024, concurrency=32),
-             "dram": dict(context=32768, output=1024, concurrency=64),
-             "cxl": dict(context=32768, output=1024, concurrency=64),
-             "rdma": dict(context=32768, output=1024, concurrency=64)}
+
+def _moved(name: str, v0: float, rel: float) -> tuple[float, float]:
+    # a correlation near 1 is moved through its complement 1 - phi (the decorrelation per step)
+    if name == "score_correlation":
+        return 1 - (1 - v0) * (1 + rel), 1 - (1 - v0) / (1 + rel)
+    return v0 * (1 + rel), v0 / (1 + rel)
+
+
+def elasticities(topo, names, rel: float) -> dict:
+    """d ln(metric) / d ln(constant) of each constant at the reference workloads (engine, central differences)."""
     out = {}
-    for name in (*STEP_PARAMS, *SERVING_PARAMS, *PREFILL_PARAMS):
-        v0 = get_param(topo, name)
-        # a correlation near 1 is moved through its complement 1 - phi (the decorrelation per step)
-        if name == "score_correlation":
-            up_v, dn_v = 1 - (1 - v0) * (1 + rel), 1 - (1 - v0) / (1 + rel)
-        else:
-            up_v, dn_v = v0 * (1 + rel), v0 / (1 + rel)
+    for name in names:
+        up_v, dn_v = _moved(name, get_param(topo, name), rel)
         row = {}
-        for s, kw in cases.items():
-            up = predict(with_params(topo, {name: up_v}), s, requests=4 * kw["concurrency"], **kw)
-            dn = predict(with_params(topo, {name: dn_v}), s, requests=4 * kw["concurrency"], **kw)
+        for s, kw in CASES.items():
+            up = predict(with_params(topo, {name: up_v}), s, draws=SENSITIVITY_DRAWS, **kw)
+            dn = predict(with_params(topo, {name: dn_v}), s, draws=SENSITIVITY_DRAWS, **kw)
             for m in KEY:
                 a, b = getattr(up, m), getattr(dn, m)
                 row[f"{s} {m}"] = (math.log(a / b) / (2 * math.log(1 + rel))) if a > 0 and b > 0 else None
@@ -34,32 +44,69 @@ def elasticities(topo, rel=0.05):
     return out
 
 
-def render(rep) -> list[str]:
-    """The report's section 6 section (markdown lines)."""
-    L: list[str] = []
-    fc = rep["constants"]
-    L += ["## 6. Fitted constants", "",
-          "Stage 1 (micro-benchmark), stage 2 (decode steps of the server logs), stage 3 (runs' TTFT, TBT, "
-          "throughput), stage 4 (cold first rounds). Elasticity = d ln(metric) / d ln(constant) at 32K, "
-          "concurrency 64 (gpu: 32), by the engine; a constant that carries most of a metric would show an "
-          "elasticity near 1. For score_correlation the elasticity is with respect to its complement 1 - phi "
-          "(the decorrelation per step).", "",
-          table([[k, v["value"], v["bounds"], v["plausible"], v["stage"],
-                  " ".join(f"{s}:{fmt(v['elasticity'].get(f'{s} tbt_mean_ms'), 2)}" for s in SYSTEMS)
-                  if v.get("elasticity") else "-",
-                  " ".join(f"{s}:{fmt(v['elasticity'].get(f'{s} ttft_mean_ms'), 2)}" for s in SYSTEMS)
-                  if v.get("elasticity") else "-"] for k, v in fc.items()],
-                ["constant", "value", "fit bounds", "plausible range (why)", "stage", "elasticity of TBT",
-                 "elasticity of TTFT"]), ""]
-    return L
+def _carries(el: dict) -> str:
+    """The metric and system a constant moves most, with its elasticity."""
+    best = max(((abs(v), k) for k, v in el.items() if v is not None), default=(0.0, ""))
+    if not best[1]:
+        return "-"
+    s, m = best[1].split(" ", 1)
+    return f"{LABEL[m]} of {s} ({el[best[1]]:+.2f})"
 
 
 def table_of(topo) -> dict:
-    """Every fitted constant: value, fit bounds, plausible range, stage, elasticities."""
-    elast = elasticities(topo)
-    stage = {**{k: "2 (server logs)" for k in STEP_PARAMS}, **{k: "3 (runs)" for k in SERVING_PARAMS},
-             **{k: "4 (cold rounds)" for k in PREFILL_PARAMS}}
-    return {k: {"value": f"{get_param(topo, k) / PARAM_UNITS[k][1]:.4g} {PARAM_UNITS[k][0]}".strip(),
-                "bounds": f"{PARAM_UNITS[k][2]:g} .. {PARAM_UNITS[k][3]:g} {PARAM_UNITS[k][0]}".strip(),
-                "plausible": PLAUSIBLE.get(k, ""), "stage": stage[k], "elasticity": elast.get(k)}
-            for k in stage}
+    """Every fitted or a-priori constant: value, bounds, range, stage, transfer rule, elasticities at 1% and 5%."""
+    stage = {**{k: "1 (micro-benchmark)" for k in MICROBENCH_PARAMS if not k.startswith(("node:", "link:"))},
+             **{k: "2 (server logs)" for k in STEP_PARAMS}, **{k: "3 (runs)" for k in SERVING_PARAMS},
+             **{k: "4 (cold rounds)" for k in PREFILL_PARAMS}, **{k: "a priori" for k in A_PRIORI}}
+    names = [k for k in stage if topo.has_param(k)]
+    el = {rel: elasticities(topo, names, rel) for rel in STEPS}
+    out = {}
+    for k in names:
+        unit, scale = (PARAM_UNITS[k][0], PARAM_UNITS[k][1]) if k in PARAM_UNITS else ("", 1.0)
+        out[k] = {"value": f"{get_param(topo, k) / scale:.4g} {unit}".strip(),
+                  "bounds": f"{PARAM_UNITS[k][2]:g} .. {PARAM_UNITS[k][3]:g} {unit}".strip() if k in PARAM_UNITS else "-",
+                  "plausible": PLAUSIBLE.get(k, topo.calibration[k].source if k in topo.calibration else ""),
+                  "stage": stage[k], "transfer": RULES.get(k, ("", "carried over"))[1],
+                  "elasticity": el[STEPS[0]][k], "elasticity_5pct": el[STEPS[1]][k],
+                  "carries": _carries(el[STEPS[1]][k])}
+    return out
+
+
+def _pair(v: dict, s: str, m: str) -> str:
+    a, b = v["elasticity"].get(f"{s} {m}"), v["elasticity_5pct"].get(f"{s} {m}")
+    return f"{s}:{fmt(a, 2)}/{fmt(b, 2)}"
+
+
+def agreement(fc: dict) -> tuple[int, int]:
+    """(pairs of elasticities at 1% and 5% that agree in sign and within 20% or 0.02, pairs compared)."""
+    ok = n = 0
+    for v in fc.values():
+        for key, a in v["elasticity"].items():
+            b = v["elasticity_5pct"].get(key)
+            if a is None or b is None:
+                continue
+            n += 1
+            ok += abs(a - b) <= max(0.2 * max(abs(a), abs(b)), 0.02)
+    return ok, n
+
+
+def render(rep) -> list[str]:
+    """The report's section 6 (markdown lines)."""
+    fc = rep["constants"]
+    ok, n = agreement(fc)
+    L = ["## 6. Constants: fitted and a priori", "",
+         "Stage 1 (micro-benchmark), stage 2 (decode steps of the server logs), stage 3 (runs' TTFT, TBT, "
+         "throughput), stage 4 (cold first rounds); a-priori constants are cited, not fitted. Each fitted constant "
+         "is fitted within its bounds and compared with its physical range. *Carries*: the metric and system it "
+         "moves most (elasticity d ln(metric) / d ln(constant) at 32K, concurrency 64, gpu 32, by the engine, each "
+         f"prediction the mean of {SENSITIVITY_DRAWS} draws of the requests' randomness). "
+         "Elasticities are given at 1% / 5% steps: a smooth model gives the same number at both. For "
+         "score_correlation the elasticity is with respect to its complement 1 - phi. *Transfer*: how the constant "
+         "carries over to another machine (`sacmodel.hardware.transfer`).", "",
+         f"Agreement of the two step sizes: {ok} of {n} elasticities agree in sign and within 20% (or 0.02).", "",
+         table([[k, v["value"], v["bounds"], v["plausible"], v["stage"], v["carries"], v["transfer"],
+                 " ".join(_pair(v, s, "tbt_mean_ms") for s in SYSTEMS),
+                 " ".join(_pair(v, s, "ttft_mean_ms") for s in SYSTEMS)] for k, v in fc.items()],
+               ["constant", "value", "fit bounds", "physical range (why)", "stage", "carries", "transfer",
+                "elasticity of TBT (1% / 5%)", "elasticity of TTFT (1% / 5%)"]), ""]
+    return L

@@ -1,0 +1,96 @@
+"""Predicting measured runs of other machines, and fitting the one thing the testbed cannot tell: the kernel
+efficiencies of another GPU generation and weight format (:data:`sacmodel.hardware.transfer.KERNEL_EFFICIENCY`).
+
+:func:`predict_external` builds the machine with :func:`sacmodel.scenario` (the testbed's constants carried over
+by their transfer rules) and runs the run's own client workload through the engine; :func:`fit_kernel_efficiency`
+fits the efficiencies of one (architecture, weights) class to such runs (log ratios of TTFT and TPOT).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..data.external import ExternalRun
+
+EFFICIENCY_PARAMS = ("prefill_eff", "moe_eff", "t_graph_kernel_scale")
+# bounds of each (a fraction of a peak; a factor on the SM rule)
+EFFICIENCY_BOUNDS = {"prefill_eff": (0.2, 0.9), "moe_eff": (0.3, 0.95), "t_graph_kernel_scale": (0.5, 2.0)}
+
+
+def external_scenario(run: ExternalRun, *, transfer: str = "fitted", values: dict | None = None):
+    """The run's machine as a scenario; ``values`` replaces kernel efficiencies (``t_graph_kernel_scale``
+    multiplies the transferred ``t_graph_kernel``)."""
+    from ..hardware.build import scenario
+    from ..hardware.params import with_params
+    topo = scenario(run.gpu, transfer=transfer, **run.scenario_kwargs())
+    if not values:
+        return topo
+    vals = {k: v for k, v in values.items() if k != "t_graph_kernel_scale"}
+    if "t_graph_kernel_scale" in values:
+        vals["t_graph_kernel"] = topo.param("t_graph_kernel") * values["t_graph_kernel_scale"]
+    return with_params(topo, vals)
+
+
+def external_requests(run: ExternalRun, seed: int = 0):
+    """The client's requests: distinct random prompts, lengths uniform in [range_ratio x nominal, nominal]."""
+    from ..serving.engine.workload import Requests
+    rng = np.random.default_rng(seed)
+    n = run.requests
+
+    def lengths(nominal: int) -> np.ndarray:
+        lo = max(1, int(nominal * run.range_ratio))
+        return rng.integers(lo, nominal + 1, size=n)
+    return Requests(np.zeros(n), lengths(run.isl), np.maximum(lengths(run.osl), 2), np.zeros(n))
+
+
+def predict_external(run: ExternalRun, *, transfer: str = "fitted", values: dict | None = None,
+                     topo=None) -> dict:
+    """TTFT mean, TPOT mean (ms; the mean over requests, as the benchmarks report it) and output throughput of
+    the run on its machine, and whether it was served (``limit`` names what failed)."""
+    from ..serving.capacity import static_check
+    from ..serving.config import resolve
+    from ..serving.predict import simulate
+    topo = topo or external_scenario(run, transfer=transfer, values=values)
+    cfg = resolve(topo, "gpu")
+    cap = static_check(cfg, context=run.isl, output=run.osl, concurrency=1, prompts="distinct")
+    if not cap["feasible"]:
+        return {"feasible": False, "limit": cap["limit"], "ttft_mean_ms": math.nan, "tpot_mean_ms": math.nan,
+                "output_tok_s": math.nan}
+    reqs = external_requests(run)
+    p = simulate(cfg, reqs, run.concurrency)
+    tpot = p.per_request["tbt_ms"]
+    ok = p.per_request["completed"]
+    return {"feasible": p.feasible, "limit": p.limit, "ttft_mean_ms": p.ttft_mean_ms,
+            "tpot_mean_ms": float(np.nanmean(tpot[ok])) if ok.any() else math.nan,
+            "output_tok_s": p.output_throughput_tok_s}
+
+
+def errors(run: ExternalRun, pred: dict) -> dict:
+    """Relative errors (predicted - measured) / measured of TTFT, TPOT and (if measured) throughput."""
+    out = {"ttft": pred["ttft_mean_ms"] / run.ttft_mean_ms - 1, "tpot": pred["tpot_mean_ms"] / run.tpot_mean_ms - 1}
+    if math.isfinite(run.output_tok_s) and run.output_tok_s > 0:
+        out["throughput"] = pred["output_tok_s"] / run.output_tok_s - 1
+    return out
+
+
+def fit_kernel_efficiency(runs: list[ExternalRun], names=EFFICIENCY_PARAMS) -> dict[str, float]:
+    """The kernel efficiencies of the runs' machine class that fit their TTFT and TPOT best (log ratios, within
+    :data:`EFFICIENCY_BOUNDS`), starting from the transfer rules alone."""
+    from scipy.optimize import least_squares
+    lo = np.array([EFFICIENCY_BOUNDS[n][0] for n in names])
+    hi = np.array([EFFICIENCY_BOUNDS[n][1] for n in names])
+    base = external_scenario(runs[0], transfer="rules")
+    x0 = np.array([1.0 if n == "t_graph_kernel_scale" else base.param(n) for n in names])
+
+    def residuals(x):
+        vals = dict(zip(names, x))
+        out = []
+        for r in runs:
+            p = predict_external(r, transfer="rules", values=vals)
+            for key, meas in (("ttft_mean_ms", r.ttft_mean_ms), ("tpot_mean_ms", r.tpot_mean_ms)):
+                v = p[key]
+                out.append(math.log(v / meas) if p["feasible"] and v > 0 and math.isfinite(v) else 3.0)
+        return np.array(out)
+    res = least_squares(residuals, np.clip(x0, lo, hi), bounds=(lo, hi), diff_step=0.02, ftol=1e-4, xtol=1e-4)
+    return {n: float(v) for n, v in zip(names, res.x)}

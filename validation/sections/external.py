@@ -1,0 +1,110 @@
+"""Section 10: other machines. The measured runs of ``shared/data/external`` (8 x H200, DeepSeek-R1 FP8) predicted
+from the testbed's constants and their transfer rules alone (leave one machine out), then with the kernel
+efficiencies of Hopper FP8 fitted on those same runs (the only constants fitted there), and the public runs of
+``validation/data/external_checks.csv`` (H200 and B200, DeepSeek-R1 and V3.2, each with its source) as checks.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from common import HERE, fmt, table
+from sacmodel.data.external import load_external_runs
+from sacmodel.fit.transfer import errors, predict_external
+
+SHARED = HERE.parent.parent / "shared" / "data" / "external" / "h200-deepseek-r1-sglang-tp8.csv"
+CHECKS = HERE / "data" / "external_checks.csv"
+TARGET = {"ttft": 30.0, "tpot": 15.0, "throughput": 15.0}      # issue 20: % on runs the model was not fitted to
+
+
+def _rows(runs, transfer: str) -> list[dict]:
+    out = []
+    for r in runs:
+        p = predict_external(r, transfer=transfer)
+        e = errors(r, p)
+        out.append({"id": r.id, "group": r.group, "workload": f"{r.isl}/{r.osl} c{r.concurrency} n{r.requests}",
+                    "measured": {"ttft": r.ttft_mean_ms, "tpot": r.tpot_mean_ms, "throughput": r.output_tok_s},
+                    "predicted": {"ttft": p["ttft_mean_ms"], "tpot": p["tpot_mean_ms"], "throughput": p["output_tok_s"]},
+                    "error_pct": {k: 100 * v for k, v in e.items()}, "feasible": p["feasible"], "limit": p["limit"],
+                    "source": r.source})
+    return out
+
+
+def _mape(rows) -> dict:
+    out = {}
+    for k in ("ttft", "tpot", "throughput"):
+        e = [abs(r["error_pct"][k]) for r in rows if k in r["error_pct"] and math.isfinite(r["error_pct"][k])]
+        out[k] = float(np.mean(e)) if e else None
+    out["runs"] = len(rows)
+    out["served_but_predicted_infeasible"] = sum(not r["feasible"] for r in rows)
+    return out
+
+
+def external_case() -> dict | None:
+    """Predictions of the external runs: before / after the kernel-efficiency fit, and the checks."""
+    if not SHARED.exists():
+        return None
+    shared = load_external_runs(SHARED, source="shared/data/external/h200-deepseek-r1-sglang-tp8.csv "
+                                                "(aiconfigurator silicon_sample.csv, InferenceX client)")
+    checks = load_external_runs(CHECKS)
+    rep = {"before": _rows(shared, "rules"), "after": _rows(shared, "fitted"), "checks": _rows(checks, "fitted")}
+    rep["mape"] = {"before": _mape(rep["before"]), "after": _mape(rep["after"]), "checks": _mape(rep["checks"])}
+    groups = sorted({r["group"] for r in rep["checks"]})
+    rep["mape"]["by_group"] = {g: _mape([r for r in rep["checks"] if r["group"] == g]) for g in groups}
+    from sacmodel.hardware.transfer import KERNEL_EFFICIENCY
+    rep["kernel_efficiency"] = {f"{a} {w}": v for (a, w), v in KERNEL_EFFICIENCY.items()}
+    return rep
+
+
+def _table(rows) -> str:
+    return table([[r["id"], r["group"], r["workload"], fmt(r["measured"]["ttft"], 0), fmt(r["predicted"]["ttft"], 0),
+                   fmt(r["error_pct"]["ttft"]), fmt(r["measured"]["tpot"], 2), fmt(r["predicted"]["tpot"], 2),
+                   fmt(r["error_pct"]["tpot"]), fmt(r["error_pct"].get("throughput")),
+                   "yes" if r["feasible"] else f"no: {r['limit']}"] for r in rows],
+                 ["run", "group", "ISL/OSL conc requests", "TTFT ms", "model", "err %", "TPOT ms", "model", "err %",
+                  "throughput err %", "served"])
+
+
+def render(rep) -> list[str]:
+    ext = rep.get("external")
+    if not ext:
+        return ["## 10. Other machines", "", "Skipped: `../shared/data/external` is absent.", ""]
+    m = ext["mape"]
+    L = ["## 10. Other machines (DeepSeek-R1 and V3.2 on H200 and B200)", "",
+         "Every machine here is built with `sacmodel.scenario()` (GPU and model catalogs, SGLang 0.5.9's default "
+         "settings, the settings the benchmark changed), and every constant comes from the testbed fit through its "
+         "transfer rule (section 6). The client is each benchmark's own: the InferenceX client draws every "
+         "request's lengths in [0.8 x, 1 x] the nominal ones, sends 10 x concurrency prompts and keeps "
+         "`concurrency` in flight; gpustack's runs release all requests at once. TPOT is the mean over requests "
+         "of (E2E - TTFT) / (output - 1), as these clients report it.", "",
+         "**Leave one machine out** (fitted on the testbed only, predicted on 8 x H200): "
+         f"TTFT {fmt(m['before']['ttft'])}%, TPOT {fmt(m['before']['tpot'])}% over {m['before']['runs']} runs. "
+         "**After** fitting the Hopper FP8 kernel efficiencies to these same runs (prefill GEMM efficiency, grouped "
+         "MoE weight-read efficiency, a factor on the SM rule of the kernel floor; the only constants fitted on "
+         f"another machine): TTFT {fmt(m['after']['ttft'])}%, TPOT {fmt(m['after']['tpot'])}%. Fitted values: " +
+         ", ".join(f"{k}: " + ", ".join(f"{n} {v:.3g}" for n, v in d.items())
+                   for k, d in ext["kernel_efficiency"].items()) + ".", "",
+         f"**Checks, fitted on nothing** ({m['checks']['runs']} public runs, each cited below): TTFT "
+         f"{fmt(m['checks']['ttft'])}%, TPOT {fmt(m['checks']['tpot'])}%, throughput {fmt(m['checks']['throughput'])}%; "
+         f"served runs predicted infeasible: {m['checks']['served_but_predicted_infeasible']}. Targets of issue 20: "
+         f"TBT and throughput within {TARGET['tpot']:.0f}%, TTFT within {TARGET['ttft']:.0f}%.", "",
+         table([[g, d["runs"], fmt(d["ttft"]), fmt(d["tpot"]), fmt(d["throughput"])] for g, d in m["by_group"].items()],
+               ["group", "runs", "TTFT %", "TPOT %", "throughput %"]), "",
+         "What the errors say. TPOT and throughput carry over: they are set by the GPU's HBM and FLOP rates, "
+         "the kernel counts and the collectives. TTFT does not, for two reasons the model names rather than fits: "
+         "(1) `t_request`, the first-token latency the engine does not explain, was fitted on the testbed's "
+         "SGLang (a fork of upstream of 2026-04-01) and is carried as it is, but the published SGLang 0.5.12 runs "
+         "reach their first token about 100 ms sooner than 0.5.9 on the same machine (H200, c4: 158 ms against "
+         "260 ms), so runs of later versions are over-predicted at low concurrency; (2) B200's prefill is slower "
+         "than its FP8 peak with Hopper's efficiency implies (its TTFT grows to 1.2 s at concurrency 64 where "
+         "the model stays near 0.3 s, and its TPOT, which carries the prefills' stalls, is under-predicted by "
+         "about 10%): no B200 run is fitted, so Blackwell keeps the Hopper efficiencies.", "",
+         "### Fit set: shared/data/external (8 x H200, DeepSeek-R1 FP8, TP8, SGLang 0.5.9)", "",
+         "Before (testbed constants and transfer rules only):", "", _table(ext["before"]), "",
+         "After (Hopper FP8 kernel efficiencies fitted here):", "", _table(ext["after"]), "",
+         "### Checks (not fitted)", "", _table(ext["checks"]), "",
+         "Sources of the checks: " + "; ".join(sorted({f"{r['id']}: {r['source']}" for r in ext["checks"]})), ""]
+    return L
+
+

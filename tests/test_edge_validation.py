@@ -96,7 +96,7 @@ def test_units_memory_fraction_in_gb_refused(capsys, tmp_path):
     ("prefill_eff", -0.1, "must be positive"), ("score_correlation", 1.01, "must be in [0, 0.999999]"),
     ("tp", 2.5, "whole number"), ("dp", 0, "must be positive"), ("tp", 0, "must be positive"),
     ("max_total_tokens", 0, "must be positive"), ("max_total_tokens", 1000.5, "whole number"),
-    ("device_buffer", -4096, "must be positive"), ("t_layer", "-1 ms", "non-negative"),
+    ("device_buffer", -4096, "must be positive"), ("t_graph_kernel", "-1 ms", "non-negative"),
     ("stage_copy_bw", "0 GB/s", "must be positive"), ("cacheline", "0.5 B", "must be in [1 B"), ("cacheline", "1.5 B", "whole number"),
     ("kv_dtype", "int3", "must be one of"),
 ])

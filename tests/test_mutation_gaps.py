@@ -21,20 +21,23 @@ def test_static_check_rounds_requests_per_rank_up():
     """Bug caught: ``per_rank = concurrency // dp`` (rounded down). By hand, GPU-only, distinct prompts of
     4000 tokens and 96 output tokens on 64-token pages: one request holds ceil((4000 + 64 + 96) / 64) x 64 =
     4160 slots; 9 requests over dp = 8 ranks put 2 on rank 0, i.e. 8320 slots. A pool of 8320 slots holds
-    them, one of 8319 does not; 16 requests (2 per rank) still fit 8320, 17 (3 on rank 0) do not."""
+    them at once, one of 8319 does not (they queue: the run is still served); 16 requests (2 per rank) still fit
+    8320, 17 (3 on rank 0) do not."""
     def check(slots, concurrency):
         cfg = resolve("sac-testbed", "gpu", max_total_tokens=slots)
         assert cfg.dp == 8 and cfg.page == 64 and cfg.max_total_tokens == slots
         return static_check(cfg, context=4000, output=96, concurrency=concurrency, prompts="distinct")
 
     ok = check(8320, 9)
-    assert ok["requests_per_rank"] == 2 and ok["feasible"]
+    assert ok["requests_per_rank"] == 2 and ok["fits_at_once"] and ok["feasible"]
     assert ok["usage"]["max_total_tokens"]["used"] == 8320
     tight = check(8319, 9)
-    assert not tight["feasible"] and tight["limit"] == "max_total_tokens"
-    assert check(8320, 16)["feasible"] and check(8320, 8)["requests_per_rank"] == 1
+    assert not tight["fits_at_once"] and tight["feasible"] and tight["limit"] is None
+    assert check(8320, 16)["fits_at_once"] and check(8320, 8)["requests_per_rank"] == 1
     three = check(8320, 17)
-    assert three["requests_per_rank"] == 3 and not three["feasible"]
+    assert three["requests_per_rank"] == 3 and not three["fits_at_once"]
+    alone = check(4159, 1)                              # one request alone does not fit: no queueing helps
+    assert not alone["feasible"] and alone["limit"].startswith("max_total_tokens (one request alone needs 4,160")
     assert "host_pool" not in ok["usage"]              # the GPU-only system keeps no host pool
 
 
@@ -82,15 +85,21 @@ def test_static_check_pool_bytes_by_hand():
 
 
 def test_weights_and_slot_bytes_add_up():
-    """Conservation: over the tp GPUs the weights are every parameter once plus tp - 1 extra copies of the
-    replicated attention; a device-pool slot is one main entry plus one indexer key in every layer."""
+    """Conservation: over the tp GPUs of DP attention (one GPU per attention group) the quantised weights are
+    every parameter once plus tp - 1 extra copies of the attention; embeddings, LM head and router gates stay
+    BF16 (once over all GPUs), and every GPU keeps a BF16 copy of MLA's kv_b (w_kc, w_vc). A device-pool slot is
+    one main entry plus one indexer key in every layer."""
     from sacmodel.serving.capacity import device_token_bytes, weights_per_gpu
     cfg = resolve("sac-testbed", "dram")
     m, t = cfg.model, cfg.topo
     tp, wb = t.param("tp"), t.param("weight_bytes_per_param")
-    assert tp == 8
+    assert tp == 8 and cfg.attn_tp == 1
     attn = m.layers * m.attn_params()
-    assert tp * weights_per_gpu(cfg) == pytest.approx(wb * (m.params_total() + (tp - 1) * attn), rel=1e-12)
+    gates = m.moe_layers * m.hidden * m.routed_experts
+    head = 2 * m.vocab * m.hidden
+    kvb = m.layers * m.kv_lora_rank * m.heads * (m.qk_nope_dim + m.v_head_dim)
+    quantised = m.params_total() - head - gates + (tp - 1) * attn
+    assert tp * weights_per_gpu(cfg) == pytest.approx(wb * quantised + 2 * (head + gates) + tp * 2 * kvb, rel=1e-12)
     assert device_token_bytes(cfg) == pytest.approx(61 * (cfg.entry_bytes + m.index_key_bytes), rel=1e-12)
 
 
@@ -161,14 +170,20 @@ def test_water_fill_hand_computed_on_unit_capacities():
 def test_cxl_partition_caps_the_device_pool_by_hand():
     """By hand: each CXL device maps 256 GiB (the server's map_bytes, below its 1 TB), 8 ranks over 2 devices
     (4 per device), host pool 2 x device pool, a token is 1152 B x 61 layers: the partition holds
-    floor(2^38 / 4 / (2 x 1152 x 61)) slots. A setting up to that is kept as it is; one slot more is cut to
-    the partition rounded down to whole 64-token pages."""
+    floor(2^38 / 4 / (2 x 1152 x 61)) slots. A setting up to that is kept as it is (when the GPU's memory holds
+    it); one slot more is cut to the partition rounded down to whole 64-token pages. A setting above what the
+    memory holds is cut to that (SGLang takes the smaller)."""
+    from sacmodel.hardware.params import with_params
     cap = math.floor(2 ** 38 / 4 / (2 * 1152 * 61))
     cfg = resolve("sac-testbed", "cxl")
     assert cfg.token_bytes == 1152 * 61 and cfg.limits["cxl_partition"] == cap
     assert cfg.max_total_tokens == 200000                      # the setting, well inside the partition
-    assert resolve("sac-testbed", "cxl", max_total_tokens=cap).max_total_tokens == cap
-    assert resolve("sac-testbed", "cxl", max_total_tokens=cap + 1).max_total_tokens == cap // 64 * 64
+    big = with_params("sac-testbed", {"mem_fraction": 0.95})   # memory for more than the partition
+    assert resolve(big, "cxl").limits["profiled"] > cap
+    assert resolve(big, "cxl", max_total_tokens=cap).max_total_tokens == cap
+    assert resolve(big, "cxl", max_total_tokens=cap + 1).max_total_tokens == cap // 64 * 64
+    profiled = cfg.limits["profiled"]
+    assert cap > profiled and resolve("sac-testbed", "cxl", max_total_tokens=cap).max_total_tokens == profiled
 
 
 # ---- cost primitives -----------------------------------------------------------------------------------
@@ -358,18 +373,18 @@ def test_breakeven_finds_a_crossing_in_the_last_grid_interval(monkeypatch):
     import sympy as sp
 
     import sacmodel.planning.breakeven as solvers
-    x = sp.Symbol("t_layer", positive=True)
+    x = sp.Symbol("t_graph_kernel", positive=True)
     monkeypatch.setattr(solvers, "_free_form",
                         lambda system, metric, topo, name, fx, res: {"cxl": x, "dram": sp.Float(9.95)}[system])
     monkeypatch.setattr(solvers, "_symbolic_roots", lambda *args: None)     # the numeric path (brentq)
-    be = solvers.breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="t_layer", lo=1.0, hi=10.0,
+    be = solvers.breakeven("sac-testbed", "cxl", "dram", metric="tbt", vary="t_graph_kernel", lo=1.0, hi=10.0,
                            points=40, context=32768, output=64)
     assert be.method == "numeric" and be.values == pytest.approx([9.95], abs=1e-9)
 
 
 def test_loaded_sensitivity_is_sorted_by_the_size_of_the_elasticity(monkeypatch):
-    """TBT = t_layer^0.2 x t_kernel^-1.5 x t_admit^0 (a power law): elasticities 0.2, -1.5 and 0, listed by
-    magnitude: t_kernel, t_layer, t_admit, whatever the parameters' own values."""
+    """TBT = t_graph_kernel^0.2 x t_kernel^-1.5 x t_hs_admit^0 (a power law): elasticities 0.2, -1.5 and 0, listed by
+    magnitude: t_kernel, t_graph_kernel, t_hs_admit, whatever the parameters' own values."""
     import sacmodel.planning.sensitivity as solvers
     from sacmodel.hardware.scenarios import load_topology
 
@@ -380,12 +395,12 @@ def test_loaded_sensitivity_is_sorted_by_the_size_of_the_elasticity(monkeypatch)
             self.tbt_mean_ms = tbt
 
     def fake_predict(topo, system, **kw):
-        return P(topo.param("t_layer") ** 0.2 * topo.param("t_kernel") ** -1.5)
+        return P(topo.param("t_graph_kernel") ** 0.2 * topo.param("t_kernel") ** -1.5)
     monkeypatch.setattr(solvers, "predict", fake_predict)
     t = load_topology("sac-testbed")
-    rows = solvers.sensitivity_loaded(t, "cxl", "tbt_mean_ms", params=["t_admit", "t_layer", "t_kernel"],
+    rows = solvers.sensitivity_loaded(t, "cxl", "tbt_mean_ms", params=["t_hs_admit", "t_graph_kernel", "t_kernel"],
                                       context=32768)
-    assert [r[0] for r in rows] == ["t_kernel", "t_layer", "t_admit"]
+    assert [r[0] for r in rows] == ["t_kernel", "t_graph_kernel", "t_hs_admit"]
     assert [r[1] for r in rows] == pytest.approx([-1.5, 0.2, 0.0], abs=1e-9)
 
 

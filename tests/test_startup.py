@@ -179,11 +179,11 @@ def test_a_cluster_file_is_validated_again_when_its_host_scenario_changes(tmp_pa
     clus.write_text(cluster_text[:m.start(2)] + host.name + cluster_text[m.end(2):])
     first = load_topology(clus)
     assert first.cluster is not None and first.gpus
-    assert load_topology(clus).param("t_layer") == first.param("t_layer")        # from the cache
+    assert load_topology(clus).param("t_hs") == first.param("t_hs")              # from the cache
     text = host.read_text()
-    old = re.search(r"t_layer: \{value: ([0-9.]+) ms", text)
-    host.write_text(text.replace(old.group(0), "t_layer: {value: 0.5 ms", 1))
-    assert load_topology(clus).param("t_layer") == pytest.approx(0.5e-3)          # the host changed
+    old = re.search(r"t_hs: \{value: ([0-9.]+) ms", text)
+    host.write_text(text.replace(old.group(0), "t_hs: {value: 0.5 ms", 1))
+    assert load_topology(clus).param("t_hs") == pytest.approx(0.5e-3)             # the host changed
 
 
 def test_the_cache_stays_bounded(tmp_path, monkeypatch):

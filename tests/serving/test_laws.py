@@ -19,7 +19,7 @@ from sacmodel.hardware.params import get_param, with_params
 from sacmodel.hardware.scenarios import load_topology
 from sacmodel.serving.predict import predict
 
-LAWS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+LAWS = settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 TIME_CONSTANTS = ("t_graph_kernel", "t_collective", "t_launch", "t_hs", "t_hs_req", "t_hs_admit", "t_request",
                   "t_token", "t_kernel", "link:gpu.latency")

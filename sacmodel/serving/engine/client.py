@@ -27,6 +27,14 @@ class Client:
         self.slot_since = 0.0                   # since when the cap has let another request through
         self.stopped = False                    # the server failed: nothing more is sent
         self.delay = table.delay                # each request's network and HTTP delay to the front end (s)
+        self.listener = None                    # called (request, is its last token, when) on every delivery
+
+    def add(self) -> None:
+        """One more request in the table (appended by a cluster as it routes requests here)."""
+        self.n += 1
+        self.sent.append(math.nan)
+        self.first.append(math.nan)
+        self.done.append(math.nan)
 
     def send(self, now: float) -> None:
         """Send every request whose time has come and that the concurrency cap lets through."""
@@ -44,6 +52,8 @@ class Client:
     def deliver(self, payload: list, when: float) -> None:
         """Tokens reach the client at ``when``: ``payload`` holds (request, is its last token) pairs."""
         for i, last in payload:
+            if self.listener is not None:
+                self.listener(i, last, when)
             if last:
                 self.done[i] = when
                 if self.in_flight >= self.concurrency:

@@ -26,6 +26,7 @@ class IterationCost:
         self._prefill: dict = {}
         self._rank = model._rank_cache
         self._shared = model._shared_cache
+        self.misses = 0.0               # entries per layer the last priced iteration loads (all ranks, per step)
 
     def prefill_part(self, admits: list, prefilled: list[int]) -> float:
         """Seconds of the slowest rank's prefill batch (``admits``: [(rank, [(request, tokens)])])."""
@@ -67,7 +68,7 @@ class IterationCost:
             eager = self.t_eager if max(running[r] for r in decoding) > self.graph_bs else 0.0
         active = len(decoding)
         while True:
-            part, best, top = floor, None, -1.0
+            part, best, top, misses = floor, None, -1.0, 0.0
             half = (jump - 1) / 2.0
             for r in decoding:
                 b = running[r]
@@ -75,6 +76,7 @@ class IterationCost:
                 Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
                 ar = acc_at[r]
                 M = (ar[ck + jump] - ar[ck]) / jump
+                misses += M
                 lg = n_long[r] > 0
                 co = cache.get((b, active, lg))
                 if co is None:
@@ -95,6 +97,7 @@ class IterationCost:
             if top > part:
                 part = top
             T = shared + part + eager
+            self.misses = misses
             if jump == 1 or now + jump * T <= horizon + 1e-12:
                 return T, jump, shared, best
             jump = max(1, min(jump - 1, math.ceil((horizon - now) / T)))

@@ -63,6 +63,17 @@ def run_engine(cfg: Config, reqs: Requests, concurrency: int, *, model: Model | 
     return Engine(cfg, reqs, concurrency, model or Model(cfg), record, first_round).run()
 
 
+def open_engine(cfg: Config, *, model: Model | None = None, concurrency: int = 1 << 30,
+                max_output: int = 1) -> "Engine":
+    """An engine with no requests yet: a cluster adds them with :meth:`Engine.submit` as it routes them and
+    drives the clock with :meth:`Engine.step` (open loop: each request is sent at its arrival).
+    ``max_output``: the longest output to come (the horizon of the miss curves, as a whole run has it)."""
+    empty = Requests(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    eng = Engine(cfg, empty, concurrency, model or Model(cfg), False, 0)
+    eng.ranks.curves.max_out = max(eng.ranks.curves.max_out, int(max_output))
+    return eng
+
+
 def _memory(cfg: Config, table: RequestTable, prefix_pages: int) -> DeviceMemory:
     """HiSparse's device-buffer accounting for its pools (as the testbed's fork checks it), else SGLang's own."""
     if cfg.hisparse:
@@ -93,36 +104,73 @@ class Engine:
         self.timeline = Timeline(record, cfg.dp)
         self.t, self.it, self.finished = 0.0, 0, 0
         self.hold_next = 0.0            # GPU time the backups started last iteration hold in the next one
+        self.horizon = math.inf         # a cluster's next event: no jump of decode iterations goes past it
+        self.pool = None                # a cluster's shared pool: (engine, step s, entries loaded) -> step s
 
     def run(self) -> EngineResult:
-        n, fe, dispatch, memory, staging = self.table.n, self.frontend, self.dispatch, self.memory, self.staging
         self.client.send(0.0)
-        guard = 40 * n + 8 * self.table.max_out + 100000
-        while self.finished < n and memory.crash is None:
+        guard = 40 * self.table.n + 8 * self.table.max_out + 100000
+        while self.finished < self.table.n and self.memory.crash is None:
             guard -= 1
             if guard < 0:
                 raise RuntimeError("serving engine did not finish (internal error)")
-            if fe.msgs or fe.intake:
-                fe.run(self.t, dispatch.push, self.client.deliver)
-            if dispatch.pending:
-                dispatch.assign(self.t, self.ranks)
-            copy_t, copying = 0.0, 0
-            if staging.count:              # staged requests acknowledged now join decode (after their copies)
-                joined = staging.ready(self.it)
-                self.ranks.join(joined)
-                if staging.copies_prefix:
-                    copy_t = staging.copy_time(joined)
-                    copying = len(joined) if copy_t else 0
-            hold_t = self._send_first_tokens(copy_t) if self.emit.unsent or self.hold_next else 0.0
-            admits, decoding, n_tok, n_new = self.ranks.schedule(self.t)
-            if memory.crash is not None:
-                self.client.stopped = True
-                break
-            if admits or decoding:
-                self._iterate(admits, decoding, n_tok, n_new, copy_t, copying, hold_t)
-            else:
-                self._wait(copy_t, hold_t)
+            if not self.step() and self.memory.crash is None:
+                raise RuntimeError("serving engine stalled (internal error)")
         return self._result()
+
+    def step(self, horizon: float = math.inf) -> bool:
+        """One pass of the server's loop at ``self.t``: the front end's turns, dispatch, staged requests joining
+        decode, then an iteration (a jump of identical decode iterations ending by ``horizon`` at the latest),
+        or a wait for the next event. False when nothing is due (the engine idles until a request comes)."""
+        fe, dispatch, memory, staging = self.frontend, self.dispatch, self.memory, self.staging
+        self.horizon = horizon
+        if fe.msgs or fe.intake:
+            fe.run(self.t, dispatch.push, self.client.deliver)
+        if dispatch.pending:
+            dispatch.assign(self.t, self.ranks)
+        copy_t, copying = 0.0, 0
+        if staging.count:              # staged requests acknowledged now join decode (after their copies)
+            joined = staging.ready(self.it)
+            self.ranks.join(joined)
+            if staging.copies_prefix:
+                copy_t = staging.copy_time(joined)
+                copying = len(joined) if copy_t else 0
+        hold_t = self._send_first_tokens(copy_t) if self.emit.unsent or self.hold_next else 0.0
+        admits, decoding, n_tok, n_new = self.ranks.schedule(self.t)
+        if memory.crash is not None:
+            self.client.stopped = True
+            return False
+        if admits or decoding:
+            self._iterate(admits, decoding, n_tok, n_new, copy_t, copying, hold_t)
+            return True
+        return self._wait(copy_t, hold_t)
+
+    # ---- a cluster drives the engine: requests come one by one, the clock is shared ----------------------
+    def submit(self, arrival: float, L: int, out: int, cached: float = 0.0, rank: int | None = None) -> int:
+        """Add a request reaching the server at ``arrival`` (s); ``rank``: the data-parallel rank a router
+        chose (None: the server's round-robin). Returns its index in this engine."""
+        i = self.table.append(L, out, cached, arrival)
+        self.client.add()
+        self.ranks.add(i)
+        self.staging.add()
+        self.memory.add(i)
+        if rank is not None:
+            self.dispatch.fixed[i] = rank
+        self.client.send(max(self.t, arrival))     # the engine may be mid-iteration: it reaches the front end now
+        return i
+
+    def due(self) -> float:
+        """When the engine next has something to do (s; inf: nothing until a request comes)."""
+        ranks = self.ranks
+        if self.staging.count or self.emit.unsent or self.hold_next or any(ranks.running) or \
+                any(ranks.waiting):
+            return self.t
+        return max(self.t, self._next_event())
+
+    def release(self, r: int, i: int) -> None:
+        """Free the device memory of request ``i`` that a hook kept after its prefill (a disaggregated prefill
+        instance holds the KV until the decode instance has pulled it)."""
+        self.memory.free(r, (i,), running=False)
 
     def _send_first_tokens(self, copy_t: float) -> float:
         """The last batch's first tokens leave once this iteration is scheduled (after its copies); their cold
@@ -141,17 +189,18 @@ class Engine:
             self.stats.first_token_copy_wait_s += copy_t * n_first
         return hold_t
 
-    def _wait(self, copy_t: float, hold_t: float) -> None:
-        """Nothing to run: a copy-only iteration, or the clock moves to the next event."""
+    def _wait(self, copy_t: float, hold_t: float) -> bool:
+        """Nothing to run: a copy-only iteration, or the clock moves to the next event (False: none is due)."""
         if copy_t > 0 or self.staging.count or hold_t:
             self.t += copy_t + hold_t
             self.it += 1
-            return
+            return True
         nxt = self._next_event()
         if nxt == math.inf:
-            raise RuntimeError("serving engine stalled (internal error)")
+            return False
         self.t = max(self.t, nxt)
         self.client.send(self.t)
+        return True
 
     def _next_event(self) -> float:
         """The next dispatch, send or front-end turn (s; inf if none is due)."""
@@ -167,9 +216,11 @@ class Engine:
         n_distinct = self.distinct.count(decoding, ranks.clock) + n_new if self.distinct.on else n_tok
         dispatch = self.dispatch
         horizon = min(dispatch.pending[0][0] if dispatch.pending else math.inf, self.client.next_send(),
-                      self.frontend.next_busy_turn())          # the next dispatch, send or front-end turn
+                      self.frontend.next_busy_turn(), self.horizon)    # the next dispatch, send or front-end turn
         T, jump, shared, slowest = cost.iteration_time(ranks, admits, decoding, jump, n_tok, n_distinct, self.t,
                                                        horizon)
+        if self.pool is not None:      # a pool shared with other hosts: its devices may slow this host down
+            T = self.pool(self, T, cost.misses)
         self.t += copy_t + jump * T + hold_t
         self.it += jump
         self.stats.add_iteration(jump, T, shared, copy_t, bool(admits), len(decoding), slowest)
@@ -192,6 +243,10 @@ class Engine:
         if admits:            # only admissions take memory
             self.memory.note_peak()
         self.client.send(self.t)
+
+    def result(self) -> EngineResult:
+        """What the client has seen so far (a cluster calls it when its last request is done)."""
+        return self._result()
 
     def _result(self) -> EngineResult:
         """Flush what is still queued and collect the client's view (a token is seen ``t_request`` after the

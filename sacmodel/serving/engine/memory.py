@@ -32,6 +32,9 @@ class DeviceMemory:
         self.crash: Crash | None = None
         self.peak = 0.0
 
+    def add(self, i: int) -> None:
+        """Request ``i`` was appended to the table (its ``hold`` is the table's)."""
+
     def take(self, r: int, i: int, now: float) -> bool:
         """Give request ``i`` its slots on rank ``r``; False when they do not fit (it waits, or the server
         crashed: see ``crash``)."""
@@ -77,6 +80,7 @@ class SGLangMemory(DeviceMemory):
         # a request holds its whole prompt: the new tokens, and a cached prefix locked while it runs (a shared
         # prompt's prefix is held once, in ``prefix_pages``)
         held = table.todo if prefix_pages else table.L
+        self.hold_src, self.L, self.out = table.todo, table.L, table.out
         self.slots = [float(-(-t // page) * page) for t in held]
         self.clip = [float(min(o - 1, self.CLIP)) for o in table.out]         # output tokens it may still need
         self.init, self.floor, self.decay = ratio
@@ -84,6 +88,11 @@ class SGLangMemory(DeviceMemory):
         self.pending = [0.0] * dp             # clip of admitted requests not decoding yet
         self.running_clip = [0.0] * dp        # clip of decoding requests
         self.running = self.clock = self.sum_join = None      # the ranks' decode state (bind)
+
+    def add(self, i: int) -> None:
+        held = self.hold_src[i] if self.prefix_pages else self.L[i]
+        self.slots.append(float(-(-held // self.page) * self.page))
+        self.clip.append(float(min(self.out[i] - 1, self.CLIP)))
 
     def bind(self, running: list[int], clock: list[int], sum_join: list[int]) -> None:
         self.running, self.clock, self.sum_join = running, clock, sum_join

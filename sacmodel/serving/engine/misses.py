@@ -97,6 +97,9 @@ class MissCurves:
         try:
             return self._by_shape[shape]
         except KeyError:
+            if shape[1] > self.max_out:        # a request longer than any so far (a cluster adds them as they come)
+                self.max_out = max(shape[1], 2 * self.max_out)
+                self._by_context.clear()
             x = self.of_context(shape[0])[:shape[1] + 1]
             x = self._by_shape[shape] = x if x.any() else None
             return x

@@ -33,6 +33,7 @@ class Dispatch:
         self.dp = dp
         self.pending: list[tuple[float, int]] = []          # heap of (time handed on, request)
         self.counter = first_round % dp                     # the round-robin continues from earlier rounds
+        self.fixed: dict[int, int] = {}                     # requests sent to a given rank (a router chose it)
 
     def push(self, i: int, when: float) -> None:
         heapq.heappush(self.pending, (when, i))
@@ -42,10 +43,12 @@ class Dispatch:
         pending, waiting, rank_of = self.pending, ranks.waiting, ranks.rank_of
         while pending and pending[0][0] <= now + 1e-12:
             i = heapq.heappop(pending)[1]
-            r = self.counter % self.dp
+            r = self.fixed.pop(i, None) if self.fixed else None
+            if r is None:
+                r = self.counter % self.dp
+                self.counter += 1
             rank_of[i] = r
             waiting[r].append(i)
-            self.counter += 1
 
     def next_time(self) -> float:
         return self.pending[0][0] if self.pending else math.inf
@@ -58,7 +61,9 @@ class Ranks:
                  distinct: DistinctTokens, curves: MissCurves):
         self.dp, self.table, self.memory, self.staging = dp, table, memory, staging
         self.distinct = distinct
+        self.curves = curves
         self.curve = curves.per_request(table.shape)     # each request's miss curve over its life (None: none)
+        self.hooks = None                                 # a cluster's view of admissions, prefills and ends
         self.page, self.chunk, self.max_run = cfg.page, cfg.prefill_chunk, cfg.max_running_requests
         self.todo, self.pid, self.staged = table.todo, table.pid, staging.staged
         n = table.n
@@ -79,6 +84,13 @@ class Ranks:
         self.paged = isinstance(memory, SGLangMemory)        # SGLang's own admission and retraction
         if self.paged:
             memory.bind(self.running, self.clock, self.sum_join)
+
+    def add(self, i: int) -> None:
+        """Request ``i`` was appended to the table."""
+        self.rank_of.append(0)
+        self.prefilled.append(0)
+        self.joined.append(0)
+        self.curve.append(self.curves.over_life(self.table.shape[i]))
 
     # ---- admission -----------------------------------------------------------------------------------
     def schedule(self, now: float) -> tuple[list, list[int], int, int]:
@@ -113,9 +125,13 @@ class Ranks:
         while w and budget > 0 and len(batch) < room:
             i = w[0]
             if prefilled[i] == 0:                          # its memory is taken when it starts
+                if self.hooks is not None:                 # the rank's prefix cache as it is now
+                    self.hooks.lookup(r, i)
                 self.staging.on_admit(r, i)
                 if not self.memory.take(r, i, now):
                     break
+                if self.hooks is not None:
+                    self.hooks.started(r, i)
             take = min(todo[i] - prefilled[i], budget)
             batch.append((i, take))
             n_tok += take
@@ -132,15 +148,18 @@ class Ranks:
         """The batch's prefill ran: requests whose prompt is done (appended to ``done``, their first tokens to
         send) are staged to decode from iteration ``it`` on, or end (one output token). Returns how many
         ended."""
-        prefilled, todo, out = self.prefilled, self.table.todo, self.table.out
+        prefilled, todo, out, hooks = self.prefilled, self.table.todo, self.table.out, self.hooks
         ended = 0
         for i, take in batch:
             prefilled[i] += take
+            if hooks is not None:
+                hooks.prefilled(r, i, prefilled[i])
             if prefilled[i] < todo[i]:
                 continue
             done.append(i)
             if out[i] <= 1:                               # its first token ends it
-                self.memory.free(r, (i,), running=False)
+                if hooks is None or not hooks.ended(r, i):
+                    self.memory.free(r, (i,), running=False)
                 ended += 1
             else:
                 self.staging.stage(r, i, it)
@@ -243,6 +262,9 @@ class Ranks:
         if self.distinct.on:
             self.distinct.leave(r, gone, joined, ck)
         self.memory.free(r, gone)
+        if self.hooks is not None:
+            for i in gone:
+                self.hooks.ended(r, i)
         return len(gone)
 
     # ---- retraction (SGLang's accounting) ------------------------------------------------------------

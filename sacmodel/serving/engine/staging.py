@@ -36,6 +36,9 @@ class Staging:
         self.copies_prefix = cfg.system in FETCH_SYSTEMS
         self._copy_cache: dict = {}
 
+    def add(self) -> None:
+        self.cold.append(False)
+
     def on_admit(self, r: int, i: int) -> None:
         """Request ``i`` starts its prefill on rank ``r``: note whether it will be staged cold."""
         if self.hisparse and not self.table.hit[i]:

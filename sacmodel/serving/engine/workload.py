@@ -1,6 +1,7 @@
 """The engine's input: the requests of a workload, and the per-request numbers the scheduler reads."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +57,9 @@ class RequestTable:
 
     def __init__(self, cfg: Config, reqs: Requests):
         page = cfg.page
+        self.page = page
+        self._long_above = cfg.device_buffer if cfg.hisparse else math.inf     # HiSparse: longer holds the buffer
+        self._alloc = float(cfg.buffer_alloc)
         ctx, cached, outs = reqs.context, reqs.cached, reqs.output
         self.n = len(reqs)
         self.L = ctx.tolist()
@@ -75,3 +79,36 @@ class RequestTable:
         self.shape = list(zip(self.L, self.life))
         self.pid = reqs.prompt.tolist() if reqs.prompt is not None else None
         self.delay = reqs.delay.tolist() if reqs.delay is not None else None
+
+    def append(self, L: int, out: int, cached: float, arrival: float, tail: int | None = None) -> int:
+        """Add one request (a cluster routes requests to an engine as they come); returns its index."""
+        i = self.n
+        self.n += 1
+        self.L.append(int(L))
+        self.out.append(int(out))
+        self.arrival.append(float(arrival))
+        self.max_out = max(self.max_out, int(out))
+        self.long.append(L > self._long_above)
+        self.todo.append(int(L))
+        self.hit.append(False)
+        self.hold.append(0.0)
+        self.reserve.append(self.page + min(int(out), 4096))
+        self.life.append(int(out) - 1)
+        self.shape.append((int(L), int(out) - 1))
+        if self.pid is not None:
+            self.pid.append(-1 - i)                  # a prompt of its own
+        if self.delay is not None:
+            self.delay.append(0.0)
+        self.set_cached(i, cached, tail)
+        return i
+
+    def set_cached(self, i: int, cached: float, tail: int | None = None) -> None:
+        """Request ``i`` found ``cached`` prompt tokens in the prefix cache (set when it is admitted)."""
+        L, page = self.L[i], self.page
+        if cached > 0:
+            todo = L - (min(int(cached), L - 1) // page) * page if tail is None else min(int(tail), L)
+        else:
+            todo = L
+        self.todo[i] = todo
+        self.hit[i] = cached > 0
+        self.hold[i] = self._alloc if self.long[i] else float(-(-(todo + self.out[i]) // page) * page)

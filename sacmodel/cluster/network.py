@@ -1,65 +1,85 @@
-"""The cluster's network for transfers between tiers and hosts: the resources (NICs, PCIe to host DRAM, CXL
-adapters and devices, the store's NICs) and the flows a load, a write-through or a handoff puts on them."""
+"""The cluster's network: the resources transfers share (B/s each) and the resources each kind of transfer uses.
+
+Per host: every NIC's two directions (``h.nicJ.out`` / ``h.nicJ.in``, one Transfer Engine operation's rate),
+PCIe between host DRAM and the GPUs (``h.pcie``), the CXL adapters (``h.cxl_read`` / ``h.cxl_write``); per
+shared tier: the CXL pool's devices (``t.devices``) and a dedicated store's NICs (``t.rdma_out`` / ``t.rdma_in``).
+
+Mooncake's Transfer Engine posts each operation on one NIC, the one nearest the GPU whose memory it moves
+(topology-aware NIC selection), so one request's handoff moves at one NIC's rate; a model whose KV is split
+over tensor-parallel GPUs (or replicated on them, as MLA's latent under TP attention) moves one share per GPU,
+each on its own NIC.
+"""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ..hardware.cluster import ClusterSpec, TierSpec, TransferEngine
-from .transfer import Flow
 
-
-# RDMA handoff for clusters without a network section (version-1 scenarios): the testbed's two 100 Gb/s NICs
-# with the per-op cost and setup fitted to constants.md §3 (SGLang PD table, H20)
+# RDMA for clusters without a network section (version-1 scenarios): the testbed's two 100 Gb/s NICs with the
+# per-op cost and setup fitted to constants.md §3 (SGLang PD table, H20)
 DEFAULT_TE = TransferEngine(nics=2, nic_rate=12.5e9, op_cost=0.239e-6, setup=1.79e-3)
 
 
 class Network:
-    """Shared resources (B/s) of the cluster's transfers and the flows that use them."""
+    """Capacities (resource -> B/s) and the resource sets of loads, writes and handoffs."""
 
-    def __init__(self, cl: ClusterSpec, insts, system, host_topo):
+    def __init__(self, cl: ClusterSpec, hosts, host_topo):
         self.cl = cl
         self.te = cl.rdma or DEFAULT_TE
-        self.capacity: dict = {}
-        for h in {i.host for i in insts}:
-            self.capacity[f"{h}.rdma_out"] = self.capacity[f"{h}.rdma_in"] = self.te.rate
-            gpus = host_topo.gpus
-            self.capacity[f"{h}.pcie"] = sum(host_topo.bottleneck(host_topo.route(
-                host_topo.pool_for(r, "dram"), g)) for r, g in enumerate(gpus)) if host_topo.pools.get("dram") \
-                else math.inf
+        self.gpus = max(1, len(host_topo.gpus))
+        nic_rate = replace(self.te, nics=1).rate
+        cap: dict = {}
+        pcie = sum(host_topo.bottleneck(host_topo.route(host_topo.pool_for(r, "dram"), g))
+                   for r, g in enumerate(host_topo.gpus)) if host_topo.pools.get("dram") else math.inf
+        for h in hosts:
+            for j in range(self.te.nics):
+                cap[f"{h}.nic{j}.out"] = cap[f"{h}.nic{j}.in"] = nic_rate
+            cap[f"{h}.pcie"] = pcie
         for t in cl.tiers.values():
             p = t.params
             if t.kind == "cxl":
-                for h in {i.host for i in insts}:
-                    self.capacity[f"{h}.cxl_write"] = p.get("host_write_bandwidth", math.inf)
-                    self.capacity[f"{h}.cxl_read"] = p.get("host_read_bandwidth", math.inf)
-                self.capacity[f"{t.name}.devices"] = p.get("devices", 1) * p.get("device_bandwidth", math.inf)
+                for h in hosts:
+                    cap[f"{h}.cxl_write"] = p.get("host_write_bandwidth", math.inf)
+                    cap[f"{h}.cxl_read"] = p.get("host_read_bandwidth", math.inf)
+                cap[f"{t.name}.devices"] = p.get("devices", 1) * p.get("device_bandwidth", math.inf)
             if t.kind == "rdma":
-                ste = p.get("rdma", self.te)
-                self.capacity[f"{t.name}.rdma_out"] = self.capacity[f"{t.name}.rdma_in"] = ste.rate
-        # resources of unbounded capacity do not limit a flow
-        self.capacity = {k: v for k, v in self.capacity.items() if math.isfinite(v)}
+                cap[f"{t.name}.rdma_out"] = cap[f"{t.name}.rdma_in"] = p.get("rdma", self.te).rate
+        self.capacity = {k: v for k, v in cap.items() if math.isfinite(v)}
 
-    def _res(self, names):
-        return tuple(r for r in names if r in self.capacity)
+    def nic(self, gpu: int) -> int:
+        """The NIC nearest GPU ``gpu`` of a host."""
+        return (gpu % self.gpus) * self.te.nics // self.gpus
 
-    def load_flow(self, start, h, kind, nbytes) -> Flow:
-        """Move a cached prefix from a farther tier to the instance's home tier before it is served."""
-        if kind == "rdma":
-            store = next(t.name for t in self.cl.tiers.values() if t.kind == "rdma")
-            return Flow(start, nbytes, self.te.setup, self._res((f"{store}.rdma_out", f"{h}.rdma_in")))
-        if kind == "cxl":
-            pool = next(t.name for t in self.cl.tiers.values() if t.kind == "cxl")
-            return Flow(start, nbytes, 0.0, self._res((f"{pool}.devices", f"{h}.cxl_read")))
-        return Flow(start, nbytes, 0.0, self._res((f"{h}.pcie",)))
-
-    def write_flow(self, start, h, tier: TierSpec, nbytes) -> Flow:
-        """Write new KV once to a shared tier (every replica for a store)."""
+    def load(self, h: str, gpu: int, tier: TierSpec, nbytes: float, holders: dict | None = None) -> list[tuple]:
+        """(bytes, latency, resources) of bringing a far hit home to host ``h``; ``holders`` (host -> share of
+        the blocks) for a store whose segments are on the hosts (a replica on ``h`` is read locally)."""
+        if tier.kind == "host":
+            return [(nbytes, 0.0, (f"{h}.pcie",))]
         if tier.kind == "cxl":
-            return Flow(start, nbytes, 0.0, self._res((f"{h}.cxl_write", f"{tier.name}.devices")))
-        return Flow(start, nbytes * tier.replicas, self.te.setup, self._res((f"{h}.rdma_out", f"{tier.name}.rdma_in")))
+            return [(nbytes, 0.0, (f"{tier.name}.devices", f"{h}.cxl_read"))]
+        nin = f"{h}.nic{self.nic(gpu)}.in"
+        if not holders:
+            return [(nbytes, self.te.setup, (f"{tier.name}.rdma_out", nin))]
+        total = sum(holders.values())
+        out = []
+        for src, n in sorted(holders.items()):
+            res = (f"{h}.pcie",) if src == h else (f"{src}.nic{self.nic(gpu)}.out", nin)
+            out.append((nbytes * n / total, 0.0 if src == h else self.te.setup, res))
+        return out
 
-    def handoff_flow(self, start, src, dst, nbytes) -> Flow:
-        """Prefill host -> decode host over RDMA (Transfer Engine)."""
+    def write(self, h: str, gpu: int, tier: TierSpec, nbytes: float) -> list[tuple]:
+        """(bytes, latency, resources) of writing new KV from host ``h`` to a shared tier (every replica)."""
+        if tier.kind == "cxl":
+            return [(nbytes, 0.0, (f"{h}.cxl_write", f"{tier.name}.devices"))]
+        return [(nbytes * tier.replicas, self.te.setup, (f"{h}.nic{self.nic(gpu)}.out", f"{tier.name}.rdma_in"))]
+
+    def handoff(self, src: str, src_gpu: int, dst: str, dst_gpu: int, nbytes: float, lanes: int,
+                split: bool) -> list[tuple]:
+        """(bytes, latency, resources) of a prefill-to-decode KV handoff: ``lanes`` GPUs' shares, each on the
+        NICs nearest its GPUs; ``split``: the shares divide the KV (else each GPU needs all of it)."""
         if src == dst:
-            return Flow(start, 0.0, 0.0, ())
-        return Flow(start, nbytes, self.te.setup, self._res((f"{src}.rdma_out", f"{dst}.rdma_in")))
+            return []
+        share = nbytes / lanes if split else nbytes
+        return [(share, self.te.setup, (f"{src}.nic{self.nic(src_gpu + j)}.out", f"{dst}.nic{self.nic(dst_gpu + j)}.in"))
+                for j in range(lanes)]

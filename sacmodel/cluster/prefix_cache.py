@@ -289,6 +289,16 @@ def page_keys(blocks, input_len: int, trace_block: int, block_tokens: int) -> li
     return [int(blocks[min((g + 1) * m, len(blocks)) - 1]) for g in range(-(-len(blocks) // m))]
 
 
+def chain(keys) -> list[int]:
+    """Keys that name their whole prefix: the j-th is a hash of the (j-1)-th and block j (a block's id alone may
+    recur after another prefix; routers compare sets of these keys across instances)."""
+    out, h = [], 0
+    for k in keys:
+        h = hash((h, int(k)))
+        out.append(h)
+    return out
+
+
 def check_block_tokens(block_tokens, trace_block: int) -> int:
     if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1 or (
             trace_block % block_tokens and block_tokens % trace_block):

@@ -1,20 +1,30 @@
-"""Routers: which instance serves a request.
+"""Routers: which instance (and, for a router that addresses data-parallel ranks, which rank) serves a request.
 
-- ``round_robin``: instances in turn.
-- ``least_load``: fewest requests in flight (by the load estimate), then fewest KV blocks held.
-- ``prefix_affinity``: consistent choice by the request's leading blocks (a hash of the first
-  ``affinity_blocks``), so the turns of a conversation land where their prefix is cached; requests without
-  prefix information go to the least loaded instance.
-- ``kv``: KV-aware, after NVIDIA Dynamo's router: for every instance the cost
-  ``weight x prefill_blocks + decode_blocks``, where prefill blocks are the uncached prompt blocks of this
-  request on that instance (its prefix overlap taken off) plus the prompt blocks it is already prefilling,
-  and decode blocks the KV blocks it holds for requests in flight plus this request's. Temperature 0 takes the
-  cheapest (ties: fewer requests in flight, fewer assigned so far, lower index); a positive temperature samples a softmax of the
-  costs normalised to [0, 1] (seeded, so replays are reproducible).
+A router decides with what it can know: the requests it routed and the responses it has seen (its own
+bookkeeping, :class:`RouterState`, as Dynamo's active-sequence tracker and the SGLang gateway keep it) and, for
+a KV-aware router, the cache contents the engines report (KV events; ``overlap``).
+
+- ``round_robin``: instances in turn (inside an instance SGLang's data-parallel controller takes the ranks in
+  turn).
+- ``least_load``: fewest requests in flight, then fewest active blocks, then lowest index.
+- ``prefix_affinity``: a consistent choice by the request's first ``affinity_blocks`` blocks.
+- ``kv``: NVIDIA Dynamo's KV router (``lib/kv-router`` scheduling, v1.5.0 defaults), over (worker, data-parallel
+  rank) pairs: cost = ``weight`` x max(0, (prompt tokens the rank is prefilling + this prompt) / block -
+  overlap credit) + the rank's unique active blocks + this prompt's blocks not already active there; the
+  credit counts device-cache blocks fully, host-cache blocks ``host_weight`` (0.75) and disk-tier blocks
+  ``disk_weight`` (0.25), a shared tier ``shared_weight`` (0). The cheapest wins, ties broken at random
+  (seeded); ``temperature`` > 0 samples a softmax of the costs normalised to [0, 1]. ``queue_threshold``:
+  requests wait in the router while every rank prefills more than that many x ``batched_tokens`` prompt
+  tokens (Dynamo's ``router_queue_threshold``; off by default, as in Dynamo).
+- ``cache_aware``: the SGLang gateway's ``cache_aware`` policy (sgl-model-gateway ``policies/cache_aware.rs``):
+  when the load is imbalanced (max - min in-flight > ``balance_abs`` and max > ``balance_rel`` x min) the least
+  loaded instance; else the instance whose approximate tree (fed by the router's own decisions) matches more
+  than ``cache_threshold`` of the prompt, or the instance with the smallest tree.
 """
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 import numpy as np
 
@@ -25,13 +35,62 @@ class RouterError(ValueError):
     """Unknown router or bad router parameter."""
 
 
+class RouterState:
+    """A router's own view of its candidates: requests in flight and assigned, prompt tokens still before their
+    first token, and the prompt blocks of the requests in flight (each block once: unique active blocks)."""
+
+    def __init__(self, n: int):
+        self.in_flight = [0] * n
+        self.assigned = [0] * n
+        self.prefill_tokens = [0.0] * n
+        self.active: list[dict] = [{} for _ in range(n)]
+
+    def add(self, c: int, keys, n_in: int) -> None:
+        self.in_flight[c] += 1
+        self.assigned[c] += 1
+        self.prefill_tokens[c] += n_in
+        act = self.active[c]
+        for k in keys:
+            act[k] = act.get(k, 0) + 1
+
+    def first_token(self, c: int, n_in: int) -> None:
+        self.prefill_tokens[c] -= n_in
+
+    def finish(self, c: int, keys) -> None:
+        self.in_flight[c] -= 1
+        act = self.active[c]
+        for k in keys:
+            n = act[k] - 1
+            if n:
+                act[k] = n
+            else:
+                del act[k]
+
+    def new_blocks(self, c: int, keys) -> int:
+        """Blocks of ``keys`` not active on ``c`` (active blocks of a prompt are a prefix of it: a block key
+        names its whole prefix)."""
+        act, lo, hi = self.active[c], 0, len(keys)
+        while lo < hi:                      # the longest active prefix, by bisection
+            mid = (lo + hi + 1) // 2
+            if keys[mid - 1] in act:
+                lo = mid
+            else:
+                hi = mid - 1
+        return len(keys) - lo
+
+
 class Router:
     name = ""
+    rank_aware = False                       # chooses (instance, rank) pairs, not instances
 
-    def choose(self, cands: list[int], loads, overlap, input_tokens: int, blocks) -> int:
-        """One of ``cands`` (instance indices). ``loads[i]``: :class:`~.load.InstanceLoad`; ``overlap(i)``:
-        cached prefix blocks of this request on instance i; ``blocks``: the request's block keys."""
+    def choose(self, state: RouterState, overlap, n_in: int, keys) -> int:
+        """Index of the candidate to serve a request of ``n_in`` prompt tokens with block ``keys``;
+        ``overlap(c)`` -> (device, host, disk, shared) cached blocks of the prompt on candidate ``c``."""
         raise NotImplementedError
+
+    def waits(self, state: RouterState) -> bool:
+        """Whether a new request must wait in the router's queue."""
+        return False
 
 
 class RoundRobin(Router):
@@ -40,21 +99,22 @@ class RoundRobin(Router):
     def __init__(self):
         self.k = 0
 
-    def choose(self, cands, loads, overlap, input_tokens, blocks):
-        i = cands[self.k % len(cands)]
+    def choose(self, state, overlap, n_in, keys):
+        c = self.k % len(state.in_flight)
         self.k += 1
-        return i
+        return c
 
 
-def least_loaded(cands, loads) -> int:
-    return min(cands, key=lambda i: (loads[i].in_flight, loads[i].active_blocks, loads[i].assigned, i))
+def least_loaded(state: RouterState) -> int:
+    return min(range(len(state.in_flight)),
+               key=lambda c: (state.in_flight[c], len(state.active[c]), state.assigned[c], c))
 
 
 class LeastLoad(Router):
     name = "least_load"
 
-    def choose(self, cands, loads, overlap, input_tokens, blocks):
-        return least_loaded(cands, loads)
+    def choose(self, state, overlap, n_in, keys):
+        return least_loaded(state)
 
 
 class PrefixAffinity(Router):
@@ -65,45 +125,111 @@ class PrefixAffinity(Router):
             raise RouterError(f"affinity_blocks must be a positive integer, got {affinity_blocks!r}")
         self.k = int(affinity_blocks)
 
-    def choose(self, cands, loads, overlap, input_tokens, blocks):
-        if not len(blocks):
-            return least_loaded(cands, loads)
-        h = hash(tuple(int(b) for b in blocks[:self.k]))        # int tuples hash the same in every run
-        return cands[(h * 0x9E3779B97F4A7C15 >> 17) % len(cands)]
+    def choose(self, state, overlap, n_in, keys):
+        if not len(keys):
+            return least_loaded(state)
+        h = hash(tuple(int(b) for b in keys[:self.k]))        # int tuples hash the same in every run
+        return (h * 0x9E3779B97F4A7C15 >> 17) % len(state.in_flight)
 
 
 class KvRouter(Router):
     name = "kv"
+    rank_aware = True
 
-    def __init__(self, weight: float = 1.0, temperature: float = 0.0, seed: int = 0, block_tokens: int = 512):
-        for n, v in (("weight", weight), ("temperature", temperature)):
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+    def __init__(self, weight: float = 1.0, temperature: float = 0.0, seed: int = 0, block_tokens: int = 512,
+                 host_weight: float = 0.75, disk_weight: float = 0.25, shared_weight: float = 0.0,
+                 queue_threshold: float | None = None, batched_tokens: int = 16384):
+        for n, v in (("weight", weight), ("temperature", temperature), ("host_weight", host_weight),
+                     ("disk_weight", disk_weight), ("shared_weight", shared_weight)):
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise RouterError(f"kv router {n} must be a non-negative number, got {v!r}")
+        if queue_threshold is not None and not (isinstance(queue_threshold, (int, float)) and queue_threshold > 0):
+            raise RouterError(f"kv router queue_threshold must be a positive number, got {queue_threshold!r}")
         self.w, self.temp, self.bt = float(weight), float(temperature), block_tokens
+        self.tier_w = (1.0, float(host_weight), float(disk_weight), float(shared_weight))
+        self.queue = None if queue_threshold is None else float(queue_threshold) * batched_tokens
         self.rng = np.random.default_rng(seed)
 
-    def costs(self, cands, loads, overlap, input_tokens) -> list[float]:
-        bt, w = self.bt, self.w
-        own = math.ceil(input_tokens / bt)
-        return [w * (loads[i].pending_tokens + max(0.0, input_tokens - overlap(i) * bt)) / bt
-                + loads[i].active_blocks + own for i in cands]
+    def costs(self, state: RouterState, overlap, n_in: int, keys) -> list[float]:
+        bt, w, tw = self.bt, self.w, self.tier_w
+        out = []
+        for c in range(len(state.in_flight)):
+            credit = sum(x * y for x, y in zip(overlap(c), tw))
+            prefill = max(0.0, (state.prefill_tokens[c] + n_in) / bt - credit)
+            out.append(w * prefill + len(state.active[c]) + state.new_blocks(c, keys))
+        return out
 
-    def choose(self, cands, loads, overlap, input_tokens, blocks):
-        c = self.costs(cands, loads, overlap, input_tokens)
+    def choose(self, state, overlap, n_in, keys):
+        c = self.costs(state, overlap, n_in, keys)
         lo = min(c)
-        if self.temp == 0 or len(cands) == 1:
-            return min((i for i, x in zip(cands, c) if x == lo),
-                       key=lambda i: (loads[i].in_flight, loads[i].assigned, i))
+        if self.temp == 0 or len(c) == 1:
+            ties = [i for i, x in enumerate(c) if x == lo]
+            return ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
         c = np.array(c)
         span = c.max() - lo
         p = np.ones(len(c)) if span == 0 else np.exp(-(c - lo) / (span * self.temp))
-        return cands[int(self.rng.choice(len(c), p=p / p.sum()))]
+        return int(self.rng.choice(len(c), p=p / p.sum()))
+
+    def waits(self, state):
+        return self.queue is not None and min(state.prefill_tokens) > self.queue
+
+
+class CacheAware(Router):
+    """The SGLang gateway's approximate tree: for each block key the instances that were sent it, with the
+    time they were last sent it (its LRU)."""
+    name = "cache_aware"
+
+    def __init__(self, cache_threshold: float = 0.3, balance_abs: int = 64, balance_rel: float = 1.5,
+                 max_tree_tokens: float = 2 ** 26 / 4, block_tokens: int = 512):
+        for n, v in (("cache_threshold", cache_threshold), ("balance_abs", balance_abs),
+                     ("balance_rel", balance_rel), ("max_tree_tokens", max_tree_tokens)):
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and v >= 0):
+                raise RouterError(f"cache_aware router {n} must be a non-negative number, got {v!r}")
+        self.threshold, self.abs, self.rel = float(cache_threshold), balance_abs, float(balance_rel)
+        self.max_blocks = max(1, int(max_tree_tokens // block_tokens))
+        self.trees: list[OrderedDict] = []          # per instance: block key -> None, least recently sent first
+
+    def choose(self, state, overlap, n_in, keys):
+        n = len(state.in_flight)
+        if not self.trees:
+            self.trees = [OrderedDict() for _ in range(n)]
+        load = state.in_flight
+        hi, lo = max(load), min(load)
+        if hi - lo > self.abs and hi > self.rel * lo:
+            c = least_loaded(state)
+        else:
+            match = [self._match(t, keys) for t in self.trees]
+            best = max(range(n), key=lambda i: (match[i], -i))
+            if keys and match[best] / len(keys) > self.threshold:
+                c = best
+            else:
+                c = min(range(n), key=lambda i: (len(self.trees[i]), i))
+        self._insert(self.trees[c], keys)
+        return c
+
+    @staticmethod
+    def _match(tree: OrderedDict, keys) -> int:
+        n = 0
+        for k in keys:
+            if k not in tree:
+                break
+            n += 1
+        return n
+
+    def _insert(self, tree: OrderedDict, keys) -> None:
+        for k in keys:
+            tree[k] = None
+            tree.move_to_end(k)
+        while len(tree) > self.max_blocks:            # the gateway's periodic LRU pass, done at once
+            tree.popitem(last=False)
 
 
 def make_router(name: str, *, block_tokens: int = 512, **params) -> Router:
-    """A router by name; ``params``: weight, temperature, seed (kv), affinity_blocks (prefix_affinity)."""
+    """A router by name; ``params`` as each router's docstring lists them."""
     allowed = {"round_robin": (), "least_load": (), "prefix_affinity": ("affinity_blocks",),
-               "kv": ("weight", "temperature", "seed")}
+               "kv": ("weight", "temperature", "seed", "host_weight", "disk_weight", "shared_weight",
+                      "queue_threshold", "batched_tokens"),
+               "cache_aware": ("cache_threshold", "balance_abs", "balance_rel", "max_tree_tokens")}
     if name not in allowed:
         raise RouterError(f"unknown router {name!r}; known: {', '.join(ROUTERS)}")
     extra = set(params) - set(allowed[name])
@@ -115,4 +241,6 @@ def make_router(name: str, *, block_tokens: int = 512, **params) -> Router:
         return LeastLoad()
     if name == "prefix_affinity":
         return PrefixAffinity(**params)
+    if name == "cache_aware":
+        return CacheAware(block_tokens=block_tokens, **params)
     return KvRouter(block_tokens=block_tokens, **params)

@@ -8,18 +8,15 @@ each costing ``op_cost`` plus its bytes at the NIC's rate times ``efficiency``; 
     t(S) = setup + S / R,   R = nics x slice / (op_cost + slice / (efficiency x nic_rate))
 
 so the bandwidth grows with the slice (block) size and saturates at efficiency x line rate. Concurrent
-transfers share NICs, CXL adapters and pool devices max-min fairly (:func:`share_links`).
+transfers share NICs, CXL adapters and pool devices max-min fairly (:mod:`~sacmodel.cluster.fabric`).
 """
 from __future__ import annotations
 
-import math
-from array import array
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from ..hardware.cluster import KiB, TransferEngine
-from ..hardware.topology import water_fill
 
 # Measured transfer times vs size (constants.md §3): (bytes, seconds); line rates as the sources state them.
 TABLES = {
@@ -84,99 +81,3 @@ def table_error(name: str, te: TransferEngine) -> dict:
     err = pred / y - 1
     return {"table": name, "predicted": pred.tolist(), "measured": y.tolist(), "x": x.tolist(),
             "mape_pct": float(100 * np.mean(np.abs(err))), "max_err_pct": float(100 * np.max(np.abs(err)))}
-
-
-# ---- sharing over time ----------------------------------------------------------------------------
-@dataclass(slots=True)
-class Flow:
-    """``nbytes`` to move from ``start`` (s) after a fixed ``latency`` over the listed shared resources."""
-    start: float
-    nbytes: float
-    latency: float
-    resources: tuple
-
-
-class FlowSet:
-    """Many flows as columns (start, bytes, latency, resource set), the resource sets interned: a replay of
-    a million requests holds a few arrays, not a million objects."""
-
-    def __init__(self, flows=()):
-        self.start, self.nbytes, self.latency, self.res = array("d"), array("d"), array("d"), array("l")
-        self.sets: list[tuple] = []
-        self._ids: dict[tuple, int] = {}
-        for f in flows:
-            self.add(f.start, f.nbytes, f.latency, f.resources)
-
-    def add(self, start: float, nbytes: float, latency: float, resources: tuple) -> int:
-        rid = self._ids.get(resources)
-        if rid is None:
-            rid = self._ids[resources] = len(self.sets)
-            self.sets.append(resources)
-        self.start.append(start)
-        self.nbytes.append(nbytes)
-        self.latency.append(latency)
-        self.res.append(rid)
-        return len(self.res) - 1
-
-    def __len__(self) -> int:
-        return len(self.res)
-
-    def __getitem__(self, i: int) -> Flow:
-        return Flow(self.start[i], self.nbytes[i], self.latency[i], self.sets[self.res[i]])
-
-
-def share_links(flows, capacity: dict) -> np.ndarray:
-    """Finish time (s) of every flow (a list of :class:`Flow` or a :class:`FlowSet`) when concurrent flows
-    share ``capacity`` (resource -> B/s) max-min fairly.
-
-    A flow pays its latency first, then streams its bytes at the max-min fair rate of the moment; rates are
-    recomputed whenever a flow starts or ends (fluid model).
-    """
-    fs = flows if isinstance(flows, FlowSet) else FlowSet(flows)
-    n = len(fs)
-    done = np.full(n, math.nan)
-    ready = np.frombuffer(fs.start, float) + np.frombuffer(fs.latency, float) if n else np.zeros(0)
-    pending = np.argsort(ready, kind="stable")
-    nbytes, res, sets = fs.nbytes, fs.res, fs.sets
-    k, t = 0, 0.0
-    left: dict[int, float] = {}
-    cap = capacity.__getitem__
-    while k < n or left:
-        nxt = ready[pending[k]] if k < n else math.inf
-        if not left:
-            t = nxt
-        else:
-            act = list(left)
-            if len(act) == 1:             # alone: its bottleneck
-                rates = [min(capacity[r] for r in sets[res[act[0]]])]
-            else:
-                rates = water_fill([sets[res[i]] for i in act], [math.inf] * len(act), cap)
-            dt_end = min(left[i] / r for i, r in zip(act, rates))
-            dt = min(dt_end, nxt - t)
-            for i, r in zip(act, rates):
-                left[i] -= r * dt
-            t += dt
-            for i in act:
-                if left[i] <= 1e-9 * max(1.0, nbytes[i]):
-                    done[i] = t
-                    del left[i]
-        while k < n and ready[pending[k]] <= t + 1e-15:
-            i = int(pending[k])
-            k += 1
-            if nbytes[i] <= 0 or not sets[res[i]]:
-                done[i] = ready[i]
-            else:
-                left[i] = nbytes[i]
-    return done
-
-
-def link_bytes(flows) -> dict:
-    """Bytes that crossed each resource (flows: a list of :class:`Flow` or a :class:`FlowSet`)."""
-    fs = flows if isinstance(flows, FlowSet) else FlowSet(flows)
-    per_set = np.bincount(np.frombuffer(fs.res, np.int64) if len(fs) else np.zeros(0, int),
-                          weights=np.frombuffer(fs.nbytes, float) if len(fs) else None, minlength=len(fs.sets))
-    out: dict = {}
-    for rs, b in zip(fs.sets, per_set):
-        for r in rs:
-            out[r] = out.get(r, 0.0) + float(b)
-    return out

@@ -17,7 +17,7 @@ def test_builtin_cluster_and_version_1_files_load():
     # 2 TB of KV at 61 x (1152 + 132) B per token: the testbed's BF16 KV entries (server logs) + indexer keys
     assert kv_bytes_per_token(c.host) == 61 * (1152 + 132)
     assert c.tiers["cxl"].capacity_tokens == pytest.approx(2e12 / (61 * 1284))
-    assert c.tiers["hbm"].capacity_tokens == 200000
+    assert c.tiers["hbm"].capacity_tokens == 8 * 200000          # --max-total-tokens per rank, 8 ranks
     assert c.tiers["store"].watermark == 0.95 and c.rdma.nics == 2
     v1 = load_topology("sac-testbed")
     assert v1.cluster is None and sacmodel.load_cluster("sac-testbed").implicit

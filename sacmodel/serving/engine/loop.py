@@ -105,7 +105,7 @@ class Engine:
         self.t, self.it, self.finished = 0.0, 0, 0
         self.hold_next = 0.0            # GPU time the backups started last iteration hold in the next one
         self.horizon = math.inf         # a cluster's next event: no jump of decode iterations goes past it
-        self.pool = None                # a cluster's shared pool: (engine, step s, entries loaded) -> step s
+        self.pool = None                # a cluster's shared pool: (engine, step s, entries, steps) -> step s
 
     def run(self) -> EngineResult:
         self.client.send(0.0)
@@ -220,7 +220,7 @@ class Engine:
         T, jump, shared, slowest = cost.iteration_time(ranks, admits, decoding, jump, n_tok, n_distinct, self.t,
                                                        horizon)
         if self.pool is not None:      # a pool shared with other hosts: its devices may slow this host down
-            T = self.pool(self, T, cost.misses)
+            T = self.pool(self, T, cost.misses, jump)
         self.t += copy_t + jump * T + hold_t
         self.it += jump
         self.stats.add_iteration(jump, T, shared, copy_t, bool(admits), len(decoding), slowest)

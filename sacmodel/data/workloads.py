@@ -1,0 +1,96 @@
+"""Generated workloads, as traces (:class:`~sacmodel.data.traces.Trace`) a cluster replay takes.
+
+``shared_prefix`` rebuilds the shape of the common prefix-sharing benchmarks (inference-perf's
+``shared_prefix`` data, used by llm-d's scheduling benchmarks; SGLang's ``generated-shared-prefix``):
+``groups`` system prompts of ``system_tokens`` each, ``prompts_per_group`` questions of ``question_tokens``
+per group, every request one of these prompts followed by ``output_tokens`` of output. As inference-perf
+does, the groups x prompts prompts are shuffled once and the requests cycle through that fixed list, so after
+the first pass a prompt repeats whole. Arrivals are Poisson at ``rate`` requests/s, or a ladder of stages
+``[(rate, seconds), ...]`` run back to back (queues carry over from one stage to the next).
+
+Blocks: a prompt's KV blocks of ``block_tokens`` tokens are named by (group, block) while they hold system-prompt
+tokens only, and by (prompt, block) from the first block that holds question tokens on: two prompts share
+exactly their system prompt's whole blocks.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .records import DataError
+from .traces import Trace
+
+MAX_REQUESTS = 1_000_000
+
+
+def shared_prefix(groups: int, prompts_per_group: int, system_tokens: int, question_tokens: int,
+                  output_tokens: int, *, rate, requests: int | None = None, seed: int = 0,
+                  block_tokens: int = 64) -> Trace:
+    """The workload of a shared-prefix benchmark (see the module docstring). ``rate``: requests/s, or a list of
+    (requests/s, seconds) stages; ``requests``: how many at a single rate (default: each prompt once)."""
+    for name, v, lo in (("groups", groups, 1), ("prompts_per_group", prompts_per_group, 1),
+                        ("system_tokens", system_tokens, 0), ("question_tokens", question_tokens, 1),
+                        ("output_tokens", output_tokens, 1), ("block_tokens", block_tokens, 1)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo or v > 10 ** 7:
+            raise DataError(f"shared_prefix: {name} must be a whole number in {lo}..10,000,000, got {v!r}")
+    rng = np.random.default_rng(seed)
+    arrival = _arrivals(rate, requests, groups * prompts_per_group, rng)
+    n = len(arrival)
+    order = rng.permutation(groups * prompts_per_group)
+    prompt = order[np.arange(n) % len(order)]
+    L = system_tokens + question_tokens
+    n_blocks = -(-L // block_tokens)
+    shared = system_tokens // block_tokens                # whole blocks of system prompt only
+    g = prompt // prompts_per_group
+    j = np.arange(n_blocks)
+    ids = np.where(j[None, :] < shared, g[:, None] * n_blocks + j[None, :],
+                   (groups + prompt[:, None]) * n_blocks + j[None, :])
+    return Trace(f"shared_prefix-{groups}x{prompts_per_group}", arrival, np.full(n, L, np.int64),
+                 np.full(n, output_tokens, np.int64), _cached(ids, L, block_tokens), True,
+                 ids.ravel().astype(np.int64), np.arange(n + 1, dtype=np.int64) * n_blocks, block_tokens)
+
+
+def _arrivals(rate, requests, default: int, rng) -> np.ndarray:
+    """Poisson arrival times (s) at one rate, or over a ladder of (rate, seconds) stages."""
+    if isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        if not 0 < rate < 1e6:
+            raise DataError(f"shared_prefix: rate must be a positive number of requests/s, got {rate!r}")
+        n = default if requests is None else requests
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REQUESTS:
+            raise DataError(f"shared_prefix: requests must be a whole number in 1..{MAX_REQUESTS:,}, got {n!r}")
+        gaps = rng.exponential(1.0 / rate, n)
+        return np.cumsum(gaps) - gaps[0]
+    try:
+        stages = [(float(r), float(d)) for r, d in rate]
+    except (TypeError, ValueError):
+        raise DataError(f"shared_prefix: rate is requests/s or a list of (requests/s, seconds), got {rate!r}") from None
+    if not stages or any(not (0 < r < 1e6 and 0 < d < 1e7) for r, d in stages):
+        raise DataError("shared_prefix: every stage needs a positive rate and duration")
+    if sum(r * d for r, d in stages) > MAX_REQUESTS:
+        raise DataError(f"shared_prefix: the ladder holds more than {MAX_REQUESTS:,} requests")
+    out, t0 = [], 0.0
+    for r, d in stages:
+        t = t0 + rng.exponential(1.0 / r)
+        while t < t0 + d:
+            out.append(t)
+            t += rng.exponential(1.0 / r)
+        t0 += d
+    return np.array(out) if out else np.zeros(1)
+
+
+def _cached(ids: np.ndarray, L: int, bt: int) -> np.ndarray:
+    """Tokens of each prompt found in an unbounded prefix cache of the earlier ones (its leading blocks seen)."""
+    seen: set = set()
+    out = np.zeros(len(ids))
+    for i, row in enumerate(ids.tolist()):
+        k = 0
+        while k < len(row) and row[k] in seen:
+            k += 1
+        out[i] = min(k * bt, L - 1)
+        seen.update(row)
+    return out
+
+
+def stage_of(trace: Trace, stages) -> np.ndarray:
+    """The stage index of every request of a ladder trace (by arrival time)."""
+    ends = np.cumsum([d for _, d in stages])
+    return np.searchsorted(ends, trace.arrival, side="right")

@@ -9,7 +9,6 @@ from measured_data import SHARED, needs_shared
 
 from sacmodel import replay
 from sacmodel.cli import main
-from sacmodel.data.records import DataError
 from sacmodel.data.traces import load_trace
 from sacmodel.hardware.scenarios import TOPOLOGY_DIR, load_topology
 from sacmodel.serving.predict import ConfigError

@@ -4,7 +4,6 @@ addresses ranks, and Mooncake Store's eviction at its watermark."""
 import json
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from sacmodel import replay

@@ -5,7 +5,7 @@ bookkeeping, :class:`RouterState`, as Dynamo's active-sequence tracker and the S
 a KV-aware router, the cache contents the engines report (KV events; ``overlap``).
 
 - ``round_robin``: instances in turn (inside an instance SGLang's data-parallel controller takes the ranks in
-  turn).
+  turn); ``random``: one at random (seeded).
 - ``least_load``: fewest requests in flight, then fewest active blocks, then lowest index.
 - ``prefix_affinity``: a consistent choice by the request's first ``affinity_blocks`` blocks.
 - ``kv``: NVIDIA Dynamo's KV router (``lib/kv-router`` scheduling, v1.5.0 defaults), over (worker, data-parallel
@@ -16,6 +16,7 @@ a KV-aware router, the cache contents the engines report (KV events; ``overlap``
   (seeded); ``temperature`` > 0 samples a softmax of the costs normalised to [0, 1]. ``queue_threshold``:
   requests wait in the router while every rank prefills more than that many x ``batched_tokens`` prompt
   tokens (Dynamo's ``router_queue_threshold``; off by default, as in Dynamo).
+- ``llm_d``: llm-d's endpoint picker (:class:`LlmD`): weighted prefix, KV-use and queue scorers.
 - ``cache_aware``: the SGLang gateway's ``cache_aware`` policy (sgl-model-gateway ``policies/cache_aware.rs``):
   when the load is imbalanced (max - min in-flight > ``balance_abs`` and max > ``balance_rel`` x min) the least
   loaded instance; else the instance whose approximate tree (fed by the router's own decisions) matches more
@@ -108,6 +109,17 @@ class RoundRobin(Router):
 def least_loaded(state: RouterState) -> int:
     return min(range(len(state.in_flight)),
                key=lambda c: (state.in_flight[c], len(state.active[c]), state.assigned[c], c))
+
+
+class Random(Router):
+    """A uniformly random candidate (seeded): the cache-blind baseline of llm-d's and Dynamo's benchmarks."""
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def choose(self, state, overlap, n_in, keys):
+        return int(self.rng.integers(len(state.in_flight)))
 
 
 class LeastLoad(Router):
@@ -224,12 +236,71 @@ class CacheAware(Router):
             tree.popitem(last=False)
 
 
+class LlmD(Router):
+    """llm-d's inference scheduler (Gateway API Inference Extension endpoint picker): a weighted sum of scorer
+    values in [0, 1], the highest wins (ties at random, seeded). ``prefix``: 'precise' (the share of the prompt's
+    blocks in the pod's cache, from its KV events), 'estimated' (the share found in an LRU of blocks the
+    scheduler itself routed there, at most ``lru_tokens`` per pod, looking at the first ``match_tokens`` of the
+    prompt) or 'none'; kv-cache score = 1 - the pod's KV use; queue score = (longest - this pod's waiting queue)
+    / (longest - shortest), 1 when all are equal. Defaults: the precise configuration of llm-d's benchmark
+    (weights prefix 3, kv 2, queue 2); its 'estimated' one weighs all three 1, its 'load' one has no prefix."""
+    name = "llm_d"
+
+    def __init__(self, prefix: str = "precise", prefix_weight: float = 3.0, kv_weight: float = 2.0,
+                 queue_weight: float = 2.0, lru_tokens: float = 31250 * 16, match_tokens: int = 256 * 16,
+                 seed: int = 0, block_tokens: int = 512):
+        if prefix not in ("precise", "estimated", "none"):
+            raise RouterError(f"llm_d router prefix must be precise, estimated or none, got {prefix!r}")
+        for n, v in (("prefix_weight", prefix_weight), ("kv_weight", kv_weight), ("queue_weight", queue_weight)):
+            if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise RouterError(f"llm_d router {n} must be a non-negative number, got {v!r}")
+        self.mode, self.w = prefix, (float(prefix_weight), float(kv_weight), float(queue_weight))
+        self.lru_blocks = max(1, int(lru_tokens // block_tokens))
+        self.match_blocks = max(1, int(match_tokens // block_tokens))
+        self.rng = np.random.default_rng(seed)
+        self.metrics = None                   # candidate -> (waiting requests, KV use in [0, 1]); the co-simulation
+        self.trees: list[OrderedDict] = []
+
+    def choose(self, state, overlap, n_in, keys):
+        n = len(state.in_flight)
+        m = [self.metrics(c) if self.metrics else (state.in_flight[c], 0.0) for c in range(n)]
+        q = [x[0] for x in m]
+        qmax, qmin = max(q), min(q)
+        score = []
+        for c in range(n):
+            pre = self._prefix(c, overlap, keys, n) if self.w[0] else 0.0
+            qs = 1.0 if qmax == qmin else (qmax - q[c]) / (qmax - qmin)
+            score.append(self.w[0] * pre + self.w[1] * (1.0 - m[c][1]) + self.w[2] * qs)
+        hi = max(score)
+        ties = [c for c, x in enumerate(score) if x == hi]
+        c = ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
+        if self.mode == "estimated":
+            tree = self.trees[c]
+            for k in keys[:self.match_blocks]:
+                tree[k] = None
+                tree.move_to_end(k)
+            while len(tree) > self.lru_blocks:
+                tree.popitem(last=False)
+        return c
+
+    def _prefix(self, c: int, overlap, keys, n: int) -> float:
+        if not keys or self.mode == "none":
+            return 0.0
+        if self.mode == "precise":
+            return overlap(c)[0] / len(keys)
+        if not self.trees:
+            self.trees = [OrderedDict() for _ in range(n)]
+        head = keys[:self.match_blocks]
+        return CacheAware._match(self.trees[c], head) / len(head)
+
+
 def make_router(name: str, *, block_tokens: int = 512, **params) -> Router:
     """A router by name; ``params`` as each router's docstring lists them."""
-    allowed = {"round_robin": (), "least_load": (), "prefix_affinity": ("affinity_blocks",),
+    allowed = {"round_robin": (), "random": ("seed",), "least_load": (), "prefix_affinity": ("affinity_blocks",),
                "kv": ("weight", "temperature", "seed", "host_weight", "disk_weight", "shared_weight",
                       "queue_threshold", "batched_tokens"),
-               "cache_aware": ("cache_threshold", "balance_abs", "balance_rel", "max_tree_tokens")}
+               "cache_aware": ("cache_threshold", "balance_abs", "balance_rel", "max_tree_tokens"),
+               "llm_d": ("prefix", "prefix_weight", "kv_weight", "queue_weight", "lru_tokens", "match_tokens", "seed")}
     if name not in allowed:
         raise RouterError(f"unknown router {name!r}; known: {', '.join(ROUTERS)}")
     extra = set(params) - set(allowed[name])
@@ -239,8 +310,12 @@ def make_router(name: str, *, block_tokens: int = 512, **params) -> Router:
         return RoundRobin()
     if name == "least_load":
         return LeastLoad()
+    if name == "random":
+        return Random(**params)
     if name == "prefix_affinity":
         return PrefixAffinity(**params)
     if name == "cache_aware":
         return CacheAware(block_tokens=block_tokens, **params)
+    if name == "llm_d":
+        return LlmD(block_tokens=block_tokens, **params)
     return KvRouter(block_tokens=block_tokens, **params)

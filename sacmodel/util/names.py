@@ -11,7 +11,7 @@ from pathlib import Path
 SYSTEMS = ("gpu", "dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk")
 MAIN_SYSTEMS = ("gpu", "dram", "cxl", "rdma")
 BACKENDS = ("dram", "cxl", "rdma")
-ROUTERS = ("round_robin", "least_load", "prefix_affinity", "kv", "cache_aware")      # cluster routers (sacmodel.cluster)
+ROUTERS = ("round_robin", "random", "least_load", "prefix_affinity", "kv", "cache_aware", "llm_d")      # cluster routers (sacmodel.cluster)
 
 # Metrics. Unloaded: closed forms with one request alone (seconds; bytes for bytes_per_step).
 # Loaded: fields of a Prediction from the serving engine (ms, tokens/s, requests/s).

@@ -69,6 +69,7 @@ def test_demotion_and_promotion_in_a_replay_hand_computed(tmp_path):
         c["instances"] = [{"id": "n", "host": "h", "tiers": ["hbm", "host"]}]
         c["tiers"]["hbm"]["capacity"]["value"] = "8192 token"
         c["tiers"]["host"]["capacity"]["value"] = "8192 token"
+        c["tiers"]["host"]["inclusive"] = False          # write-back: the host tier holds what HBM evicted
         c["tiers"]["cxl"]["attached"] = ["h"]
     fill = lambda i: (100.0 * i, 600, 2, [1000 + i])  # noqa: E731
     rows = [(0, 1024, 2, [1, 2])] + [fill(i) for i in range(1, 8)] + [(800, 1024, 2, [5, 6])] + \

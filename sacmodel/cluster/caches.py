@@ -43,7 +43,8 @@ class ClusterCaches:
             n = self.ranks[k]
             for r in range(n):
                 if priv:
-                    blocks = [_blocks(caps[t] / n, bt) for t in priv]
+                    blocks = _inclusive([_blocks(caps[t] / n, bt) for t in priv],
+                                        [cl.tiers[t].params.get("inclusive", True) for t in priv])
                     if cl.tiers[priv[0]].kind == "hbm" and pools.get(k):     # the engine's own KV pool per rank
                         blocks[0] = min(blocks[0], _blocks(pools[k], bt))
                     self.private[(k, r)] = (RadixCache(blocks, priv), priv)
@@ -135,6 +136,13 @@ class ClusterCaches:
                 return c if isinstance(c, RadixCache) else None
         return None
 
+    def shared_in_use(self, k: int, r: int, keys, n: int) -> int:
+        """Blocks of the first ``n`` of ``keys`` that running requests already pin in the rank's home cache."""
+        c = self.home(k, r)
+        if c is None:
+            return 0
+        return sum(1 for node in c.match(keys[:n]) if c.ref[node] > 0)
+
     def pin(self, c: RadixCache, keys, n: int) -> list:
         """Pin (and insert) the first ``n`` blocks of ``keys`` in ``c``; returns the pinned path."""
         self._fit(c)
@@ -176,6 +184,16 @@ class ClusterCaches:
             for j, name in enumerate(names):
                 out[name] = out.get(name, 0) + int(c.evicted[j])
         return out
+
+
+def _inclusive(blocks: list, inclusive: list) -> list:
+    """Capacities of a private chain for distinct blocks: an inclusive tier (SGLang HiCache's write-through host
+    tier, the default) also holds a copy of the tier before it, so it adds only its surplus."""
+    out = list(blocks)
+    for j in range(1, len(out)):
+        if inclusive[j]:
+            out[j] = max(1.0, blocks[j] - blocks[j - 1])
+    return out
 
 
 def _blocks(tokens: float, bt: int) -> float:

@@ -46,6 +46,7 @@ class RadixCache:
         self.evicted = [0] * len(capacities)    # blocks that left each tier (demoted or dropped)
         self.promoted = 0
         self.pins = 0                            # paths admitted and not yet released
+        self.pinned = 0                          # nodes pinned by at least one path (in use by a request)
 
     # ---- queries ------------------------------------------------------------------------------
     def match(self, blocks) -> list[int]:
@@ -118,6 +119,7 @@ class RadixCache:
             ref[n] -= 1
             if ref[n] == 0:
                 order[tier[n]][n] = None
+                self.pinned -= 1
 
     def touch(self, blocks) -> int:
         """Admit and release at once (a request that takes no time); returns the cached blocks it found."""
@@ -177,6 +179,7 @@ class RadixCache:
         for n in path:
             if ref[n] == 0:
                 del order[n]
+                self.pinned += 1
             ref[n] += 1
         cap, used = self.cap[0], self.used[0]
         cur = path[-1] if path else 0
@@ -205,12 +208,14 @@ class RadixCache:
             used += 1
             path.append(n)
             cur = n
+            self.pinned += 1
         self.used[0] = used
         return path
 
     def _pin(self, n: int) -> None:
         if self.ref[n] == 0:
             del self.order[self.tier[n]][n]
+            self.pinned += 1
         self.ref[n] += 1
 
     def _new(self, parent: int, block) -> int:
@@ -225,6 +230,7 @@ class RadixCache:
             self.ref.append(1)
         self.trie[(parent, block)] = n
         self.used[0] += 1
+        self.pinned += 1
         return n
 
     def _room(self, t: int) -> bool:
@@ -269,6 +275,7 @@ class RadixCache:
             p = self.parent[n]
             assert p == 0 or (self.key[p] is not None and self.tier[p] <= self.tier[n])
             assert self.ref[n] >= 0 and ((self.ref[n] == 0) == (n in self.order[self.tier[n]]))
+        assert self.pinned == sum(1 for n in live if self.ref[n] > 0)
         for t in range(len(self.cap)):
             assert self.used[t] == sum(1 for n in live if self.tier[n] == t)
 

@@ -176,7 +176,8 @@ def _engine(raw, where) -> TransferEngine:
 
 
 TIER_FIELDS = {"kind", "capacity", "attached", "replicas", "watermark", "evict_ratio", "devices",
-               "device_bandwidth", "host_write_bandwidth", "host_read_bandwidth", "rdma", "description"}
+               "device_bandwidth", "host_write_bandwidth", "host_read_bandwidth", "rdma", "description",
+               "inclusive", "segments", "lease"}
 BANDWIDTHS = ("device_bandwidth", "host_write_bandwidth", "host_read_bandwidth")
 
 
@@ -280,7 +281,27 @@ def _parse_tier(tname: str, t, tw: str, bpt: float, hosts: list[str], groups: di
         if t["kind"] != "rdma":
             raise TopologyError(f"{tw}.rdma: only an rdma tier has its own NICs")
         spec.params["rdma"] = _engine(t["rdma"], f"{tw}.rdma")
+    _store_fields(spec, t, tw)
     return spec
+
+
+def _store_fields(spec: TierSpec, t: dict, tw: str) -> None:
+    """``inclusive`` (a host tier keeping a copy of what the GPU tier holds: SGLang HiCache's write-through,
+    the default), ``segments`` (a store's memory on the hosts themselves, or ``dedicated`` servers) and
+    ``lease`` (Mooncake Store's read lease)."""
+    if "inclusive" in t:
+        if spec.kind != "host" or not isinstance(t["inclusive"], bool):
+            raise TopologyError(f"{tw}.inclusive: true or false, for a host tier (whether it mirrors the GPU tier)")
+        spec.params["inclusive"] = t["inclusive"]
+    if "segments" in t:
+        if spec.kind != "rdma" or t["segments"] not in ("hosts", "dedicated"):
+            raise TopologyError(f"{tw}.segments: 'hosts' or 'dedicated', for an rdma store")
+        spec.params["segments"] = t["segments"]
+    if "lease" in t:
+        if spec.kind != "rdma":
+            raise TopologyError(f"{tw}.lease: only a store (rdma tier) leases its objects")
+        v, src, _ = _num(t["lease"], "time", f"{tw}.lease")
+        spec.params["lease"], spec.sources["lease"] = v, src
 
 
 def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dict) -> list[InstanceSpec]:

@@ -100,3 +100,33 @@ def test_a_full_mooncake_store_drops_writes_and_asks_for_eviction():
     assert st.evicted == 0
     st.match_len([], 10.05)                                  # leases over: the next pass frees 2
     assert st.evicted == 2 and st.used == 8
+
+
+def test_a_store_on_the_hosts_reads_a_local_replica_locally():
+    from sacmodel.cluster.network import Network
+    from sacmodel.hardware.scenarios import load_cluster
+    st = MooncakeStore(100, segments=["h0", "h1", "h2", "h3"], replicas=2, seed=5)
+    st.put_end(st.put_start([1, 2, 3, 4], 0.0, "h0"), 0.0)
+    held = st.holders([1, 2, 3, 4])
+    assert sum(held.values()) == 8 and set(held) <= {"h0", "h1", "h2", "h3"}      # two replicas each
+    cl = load_cluster("sac-cluster-4x")
+    net = Network(cl, cl.hosts, cl.host)
+    flows = net.load("h1", 0, cl.tiers["store"], 8e9, held)
+    assert len(flows) == len(held)
+    for (src, n), (nbytes, lat, res) in zip(sorted(held.items()), flows):
+        assert nbytes == pytest.approx(8e9 * n / 8)
+        if src == "h1":                     # its own replica: host memory, no NIC, no setup
+            assert res == ("h1.pcie",) and lat == 0
+        else:
+            assert res == (f"{src}.nic0.out", "h1.nic0.in") and lat == cl.rdma.setup
+
+
+def test_a_replay_takes_a_built_scenario_and_a_generated_workload():
+    from sacmodel import scenario
+    from sacmodel.workloads import shared_prefix
+    pod = scenario("h100", gpus=2, model="qwen3-32b", weights="bf16")
+    tr = shared_prefix(4, 2, 2048, 256, 16, rate=2.0, requests=16, seed=0)
+    p = replay(pod, "gpu", tr, instances=2, router="kv")
+    assert p.feasible and p.success_fraction == 1.0 and p.summary["instances"] == 2
+    # every prompt repeats once (8 prompts, 16 requests): at least the repeats find their prompt cached
+    assert p.summary["hit_rate_total"] >= 0.4

@@ -94,6 +94,11 @@ class SGLangMemory(DeviceMemory):
         self.slots.append(float(-(-held // self.page) * self.page))
         self.clip.append(float(min(self.out[i] - 1, self.CLIP)))
 
+    def set_held(self, i: int, tokens: float) -> None:
+        """Request ``i`` (not admitted yet) will hold ``tokens`` prompt slots (a cluster's prefix cache knows
+        how much of its prompt other running requests already hold)."""
+        self.slots[i] = float(-(-int(tokens) // self.page) * self.page)
+
     def bind(self, running: list[int], clock: list[int], sum_join: list[int]) -> None:
         self.running, self.clock, self.sum_join = running, clock, sum_join
 

@@ -89,8 +89,10 @@ class Fabric:
                     self._finish(fid, t)
                 else:
                     self.left[fid] = nbytes
-            size = self.size
-            for fid in [f for f, b in self.left.items() if b <= 1e-9 * size[f] + 1e-6]:
+            size, rate = self.size, self.rate
+            # done: (almost) nothing left, or less than a nanosecond of it (the clock's float cannot move less)
+            for fid in [f for f, b in self.left.items()
+                        if b <= 1e-9 * size[f] + 1e-6 or b <= rate.get(f, 0.0) * 1e-9]:
                 del self.left[fid]
                 self._finish(fid, t)
             self.dirty = True

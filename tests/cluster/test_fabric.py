@@ -45,3 +45,9 @@ def test_streams_get_their_demand_until_the_devices_saturate_then_a_fair_share()
     f.advance(0.0)                                            # it starts: four users of 45 B/s
     assert f.next_time() == pytest.approx(15.0 / (45.0 / 4))
     assert f.stream("h3", 0.0, 0.0, ("dev",)) == 0.0          # a stream that stops frees its share
+
+
+def test_a_transfer_shorter_than_the_clocks_resolution_still_ends():
+    # at t = 1e9 s a double cannot step by less than ~1e-7 s; a transfer needing 1e-12 s must end, not spin
+    done = _run(Fabric({"nic": 1e12}), [("x", 1e9, 1.0, 0.0, ("nic",))], until=2e9)
+    assert done["x"] == pytest.approx(1e9)

@@ -5,8 +5,9 @@ Public API (see README): scenarios and topology (:func:`load_topology`, :func:`r
 (:func:`get_model`), cost primitives, the fetch micro-benchmark model (:func:`fetch_latency_us`), the numpy
 reference (:mod:`sacmodel.serving.reference`) and its analytic counterpart (:func:`access_counts`), the serving
 model (:func:`predict`, :func:`compare`), the solvers (:func:`symbolic`, :func:`breakeven`, :func:`plan`,
-:func:`sensitivity`, :func:`sweep`), trace replay through one instance or a cluster (:func:`load_trace`,
-:func:`replay`, :func:`load_cluster`) and the prefix hit-rate fast path (:func:`prefix_hit_rate`).
+:func:`sensitivity`, :func:`sweep`), trace replay through one instance or a cluster on one clock (:func:`load_trace`,
+:func:`replay`, :func:`load_cluster`, generated workloads in :mod:`sacmodel.workloads`), the prefix hit-rate fast
+path (:func:`prefix_hit_rate`) and the hosts-per-CXL-pool study (:func:`hosts_per_pool`).
 
 Names are imported on first use (PEP 562), so ``import sacmodel`` and the command line start fast: sympy,
 pint and scipy load only when a function that needs them is called.
@@ -42,9 +43,11 @@ _EXPORTS = {
     "planning.sweep": ("sweep",),
     "cluster.hitrate": ("prefix_hit_rate",),
     "cluster.replay": ("ClusterPrediction", "replay"),
+    "cluster.pool": ("hosts_per_pool",),
+    "data.workloads": ("shared_prefix",),
 }
 _WHERE = {name: mod for mod, names in _EXPORTS.items() for name in names}
-_SUBMODULES = {"reference": "serving.reference"}      # public name -> module
+_SUBMODULES = {"reference": "serving.reference", "workloads": "workloads"}      # public name -> module
 
 __all__ = ["__version__", *_SUBMODULES, *_WHERE]
 

@@ -46,6 +46,19 @@ def _router_params(a) -> dict:
         kw["seed"] = a.router_seed
     if a.affinity_blocks is not None:
         kw["affinity_blocks"] = a.affinity_blocks
+    for item in _list(a.router_param or ""):
+        k, eq, v = item.partition("=")
+        k, v = k.strip(), v.strip()
+        if not eq or not k.isidentifier() or not v:
+            raise ConfigError(f"--router-param: write NAME=VALUE pairs such as queue_threshold=2, not {item!r}")
+        try:
+            num = float(v)
+        except ValueError:
+            kw[k] = v                                  # a word (llm_d prefix=estimated); the router checks it
+            continue
+        if not math.isfinite(num):
+            raise ConfigError(f"--router-param {k}: not a finite number: {v!r}")
+        kw[k] = int(num) if num.is_integer() and k in ("seed", "affinity_blocks", "balance_abs") else num
     return kw
 
 
@@ -146,7 +159,7 @@ def cmd_hitrate(a):
     for r in routers:
         t0 = time.perf_counter()
         rows[r] = hit_rates(tr, caps, block_tokens=a.block_tokens, instances=a.instances, router=r,
-                            **_router_params(a))
+                            ranks=a.ranks, **_router_params(a))
         for row in rows[r]:
             row["seconds"] = (time.perf_counter() - t0) / len(caps)
     if a.plot:
@@ -157,7 +170,8 @@ def cmd_hitrate(a):
     if a.json:
         print_json(rows, inf_as_text=True)
         return
-    t = Table(title=f"{tr.name}: prefix hit rate, {a.instances} instance(s), {a.block_tokens}-token blocks")
+    t = Table(title=f"{tr.name}: prefix hit rate, {a.instances} instance(s)"
+                    + (f" x {a.ranks} ranks" if a.ranks > 1 else "") + f", {a.block_tokens}-token blocks")
     for c in ("router", "capacity (tokens)", "hit rate", "evicted blocks", "seconds"):
         t.add_column(c, justify="right" if c != "router" else "left")
     for r, rs in rows.items():
@@ -245,6 +259,9 @@ def _router_options(p) -> None:
                    help="kv router: seed of its softmax draws (deterministic)")
     p.add_argument("--affinity-blocks", type=arg(count), default=None, metavar="N",
                    help="prefix_affinity: leading blocks hashed")
+    p.add_argument("--router-param", default=None, metavar="LIST",
+                   help="any router parameter as NAME=VALUE pairs, e.g. queue_threshold=2 (kv), cache_threshold=0.5 "
+                        "(cache_aware), prefix=estimated,prefix_weight=1 (llm_d)")
 
 
 def register(sub, add_scenario):
@@ -262,7 +279,9 @@ def _register_replay(sub, add_scenario) -> None:
                                "caches, P/D disaggregation)",
                 ["sacmodel replay trace.jsonl --limit 2000",
                  "sacmodel replay trace.jsonl --scenario sac-cluster-4x --router kv,round_robin --csv out.csv",
-                 "sacmodel replay trace.csv --cache none --time-scale 0.5 --systems cxl,rdma"])
+                 "sacmodel replay trace.csv --cache none --time-scale 0.5 --systems cxl,rdma",
+                 "sacmodel replay trace.jsonl --scenario sac-cluster-4x --system gpu --instances 8 --router kv "
+                 "--router-param queue_threshold=2"])
     add_scenario(p)
     p.add_argument("trace", type=arg(in_file), help=trace_help)
     p.add_argument("--systems", default=None, metavar="LIST", help="comma-separated systems (default dram,cxl,rdma)")
@@ -286,7 +305,7 @@ def _register_replay(sub, add_scenario) -> None:
                    help="cached prefixes: the prefix caches (Mooncake hash_ids; default when present), none, or "
                         "every prompt")
     p.add_argument("--concurrency", type=arg(count, hi=LIMITS["concurrency"]), default=None, metavar="N",
-                   help="in flight per instance (default: what its memory holds)")
+                   help="in flight per instance (default: as many as the server admits)")
     p.add_argument("--slo", default=None, metavar="SPEC", help="e.g. ttft=2s,tbt=100ms (default) for attainment "
                                                                "and goodput")
     add_resources(p)
@@ -304,13 +323,17 @@ def _register_hitrate(sub, add_scenario) -> None:
     trace_help = "Mooncake JSONL, Azure CSV or a testbed run JSON"
     p = _parser(sub, "hitrate", "prefix-cache hit rate of a trace vs capacity (fast path, no timing)",
                 ["sacmodel hitrate trace.jsonl --capacity 1M,3M,10M,inf",
-                 "sacmodel hitrate trace.jsonl --instances 4 --router prefix_affinity,round_robin --plot hit.png"])
+                 "sacmodel hitrate trace.jsonl --instances 4 --router prefix_affinity,round_robin --plot hit.png",
+                 "sacmodel hitrate trace.jsonl --capacity inf --ranks 8 --router round_robin,kv"])
     p.add_argument("trace", type=arg(in_file), help=trace_help)
     p.add_argument("--capacity", default="1M,3M,10M,inf", metavar="LIST", help="tokens per instance, comma-separated")
     p.add_argument("--block-tokens", type=arg(tokens), default=512, metavar="TOKENS",
                    help="cache block/page size in tokens (default 512, the trace's; 64: SGLang pages)")
     p.add_argument("--instances", type=arg(count, hi=LIMITS["instances"]), default=1, metavar="N",
                    help="instances, each with its own cache of --capacity tokens (default 1)")
+    p.add_argument("--ranks", type=arg(count, hi=64), default=1, metavar="N",
+                   help="data-parallel ranks per instance, each with its own share of the cache, taken in turn "
+                        "(SGLang DP attention; default 1)")
     _router_options(p)
     p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
                    help="read the first N requests only")

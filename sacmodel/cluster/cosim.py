@@ -128,6 +128,20 @@ class CoSim:
         self.state_pre = RouterState(len(self.cands_pre))
         self.state_dec = RouterState(len(self.cands_dec)) if s.split else None
         self.cand_of: dict = {}
+        for router, cands in ((s.router, self.cands_pre), (s.router_dec, self.cands_dec)):
+            if hasattr(router, "metrics"):
+                router.metrics = self._metrics(cands)
+
+    def _metrics(self, cands):
+        """What a pod exports to a scheduler that scrapes metrics: waiting requests and KV use (0-1)."""
+        def of(c):
+            k, r = cands[c]
+            eng = self.servers[k].engine
+            ranks = range(eng.cfg.dp) if r is None else (r,)
+            wait = sum(len(eng.ranks.waiting[j]) for j in ranks) + len(eng.dispatch.pending) + len(eng.frontend.intake)
+            use = sum(eng.memory.used[j] for j in ranks) / (len(ranks) * eng.memory.max_total)
+            return wait, min(1.0, use)
+        return of
 
     def _candidates(self, ks, router) -> list[tuple]:
         if router.rank_aware:
@@ -301,6 +315,9 @@ class CoSim:
         n, by = s.caches.near(srv.k, r, self.keys[g], srv.engine.t)
         self.found[g] = (n, by)
         tb.set_cached(i, min(n * s.bt, L - 1))
+        mem = srv.engine.memory
+        if hasattr(mem, "set_held") and n:          # the prefix other running requests hold is not held twice
+            mem.set_held(i, L - s.caches.shared_in_use(srv.k, r, self.keys[g], n) * s.bt)
 
     def on_started(self, srv: Server, r: int, i: int) -> None:
         """The request's prefill starts: pin its cached prefix; its new and generated tokens take room."""

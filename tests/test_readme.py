@@ -60,5 +60,9 @@ def test_readme_python_runs(code, monkeypatch):
         p, q = ns["p"], ns["q"]
         assert (round(p.ttft_mean_ms), round(p.tbt_mean_ms, 1), round(p.output_throughput_tok_s)) == (1568, 83.5, 754)
         assert (q.feasible, round(q.success_fraction, 3)) == (False, 0.266) and "6208 slots" in q.limit
-    if "sacmodel.scenario(" in code:                        # the machines it builds are served
+    if "r1 = sacmodel.scenario(" in code:                   # the machines it builds are served
         assert ns["p"].feasible and ns["q"].feasible and ns["q"].tbt_mean_ms > 0
+    if "shared_prefix(" in code:                            # llm-d's shape: every request served, prefixes found
+        r, hosts = ns["r"], ns["hosts"]
+        assert r.success_fraction == 1.0 and r.summary["hit_rate_total"] > 0.5
+        assert [row["hosts"] for row in hosts["rows"]] == [1, 4, 8]

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..util.names import ROUTERS, SYSTEMS
 from ..util.files import write_text
-from .common import print_json
+from .common import plain, print_json
 
 
 class ConfigError(ValueError):
@@ -118,6 +118,7 @@ def cmd_replay(a):
         print_json({k: p.to_dict() for k, p in runs.items()}, inf_as_text=True)
         return
     con = Console(width=max(Console().width, 110))
+    _print_health(con, runs)
     p0 = next(iter(runs.values()))
     t = Table(title=f"replay of {tr.name} ({len(tr)} requests, arrivals x {a.time_scale:g}) on {p0.scenario}: "
                     f"{p0.summary['instances']} instances" + (f", P:D {p0.summary['pd']}" if p0.summary["pd"] else "")
@@ -128,13 +129,10 @@ def cmd_replay(a):
     for label, p in runs.items():
         s = p.summary
         t.add_row(label, f"{100 * s['hit_rate_total']:.1f}",
-                  "/".join(f"{s[f'ttft_{q}_ms'] / 1e3:,.1f}" for q in ("p50", "p90", "p99")),
-                  f"{s['tbt_p50_ms']:,.0f}/{s['tbt_p99_ms']:,.0f}", f"{s['queue_p50_s']:,.1f}",
+                  "/".join(_sec(s[f"ttft_{q}_ms"] / 1e3) for q in ("p50", "p90", "p99")),
+                  f"{_ms(s['tbt_p50_ms'])}/{_ms(s['tbt_p99_ms'])}", _sec(s["queue_p50_s"]),
                   f"{100 * s['slo_attainment']:.1f}%", f"{s['goodput_req_s']:.3f}")
     con.print(t)
-    for label, p in runs.items():
-        if not p.feasible:
-            con.print(f"[bold red]{label}: incomplete[/] ({p.limit})")
     for label, p in runs.items():
         s = p.summary
         tiers = ", ".join(f"{k} {100 * v:.1f}%" for k, v in s["hit_rate"].items())
@@ -144,6 +142,27 @@ def cmd_replay(a):
         con.print(f"per-request results written to {a.csv}")
     if a.plot:
         con.print(f"TTFT CDF written to {a.plot}")
+
+
+def _sec(v: float) -> str:
+    return "unfin." if v == math.inf else f"{v:,.1f}"
+
+
+def _ms(v: float) -> str:
+    return "unfin." if v == math.inf else f"{v:,.0f}"
+
+
+def _print_health(con, runs: dict) -> None:
+    """Before any table: requests that did not finish, and load the configuration does not keep up with."""
+    for label, p in runs.items():
+        s, load = p.summary, p.summary["load"]
+        if not p.feasible:
+            con.print(f"[bold red]{label}: incomplete[/]: {100 * s['success_fraction']:.1f}% of "
+                      f"{s['requests']:,} requests finished ({p.limit}); {s['unfinished_note']}")
+        if load["overloaded"]:
+            con.print(f"[bold yellow]{label}: overloaded[/]: offered {load['offered_req_s']:.3g} req/s, served "
+                      f"{load['served_req_s']:.3g} req/s; queueing grows {load['queue_growth_s_per_s']:.2f} s per s "
+                      "of arrivals (add instances, or slow the arrivals with --time-scale)")
 
 
 def cmd_hitrate(a):
@@ -214,7 +233,7 @@ def cmd_cluster_plan(a, fallback):
     for c in dict.fromkeys(cols):
         t.add_column(c, justify="right")
     for row in r.tried:
-        t.add_row(*[f"{row.get(c):.4g}" if isinstance(row.get(c), float) else str(row.get(c))
+        t.add_row(*[plain(row.get(c))
                     for c in dict.fromkeys(cols)])
     con.print(t)
     for h in r.hit_rates:

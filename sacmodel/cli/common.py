@@ -14,7 +14,8 @@ import math
 import sys
 
 from ..util.names import SYSTEMS
-from .types import LIMITS, RATE_RANGE, arg, count, number, out_file, path_text, plot_file, system_list, tokens
+from .types import (LIMITS, RATE_RANGE, arg, count, number, out_file, output_range, path_text, plot_file, system_list,
+                    tokens)
 
 DEFAULT_CONTEXTS = "16K,32K,64K,128K"
 
@@ -26,6 +27,18 @@ def _fmt(v, nd=1):
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
     return f"{v:,.{nd}f}"
+
+
+def plain(v) -> str:
+    """A table cell: whole numbers with separators, others with 0-3 decimals by size, never 1e+06."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return "-" if v is None else str(v)
+    if isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer() and abs(v) >= 1):
+        return f"{int(v):,}"
+    if not math.isfinite(v):
+        return "-"
+    a = abs(v)
+    return f"{v:,.{0 if a >= 1000 else 1 if a >= 100 else 2 if a >= 1 else 3}f}"
 
 
 def jsonable(obj, inf_as_text: bool = False):
@@ -100,7 +113,7 @@ def _workload(a):
     """predict() keyword arguments from the workload options (``prompts`` only when given)."""
     kw = dict(context=getattr(a, "context", None), output=a.output, concurrency=a.concurrency,
               requests=a.requests, cxl_devices=a.cxl_devices, device_buffer=a.device_buffer, rdma_nics=a.rdma_nics,
-              rate=a.rate, prefix_cached=not a.cold, method=a.method)
+              rate=a.rate, prefix_cached=not a.cold, method=a.method, **server_limits(a))
     if not getattr(a, "cold_staging", True):
         kw["cold_staging"] = False
     if getattr(a, "prompts", None):
@@ -179,12 +192,32 @@ def add_resources(p):
                         "(default: the scenario's device_buffer)")
 
 
+def add_output(p):
+    p.add_argument("--output", type=arg(output_range), default=1024, metavar="TOKENS|MIN:MAX",
+                   help="output tokens per request, or MIN:MAX drawn uniformly per request (e.g. 0:1024); "
+                        "default 1024")
+
+
+def add_server_limits(p):
+    """The server's own caps (SGLang --max-total-tokens, --max-running-requests), in place of the scenario's."""
+    p.add_argument("--max-total-tokens", type=arg(tokens), default=None, metavar="TOKENS",
+                   help="token slots per rank the server may hold (SGLang --max-total-tokens; default: from memory)")
+    p.add_argument("--max-running-requests", type=arg(count, hi=LIMITS["concurrency"]), default=None, metavar="N",
+                   help="requests running at once per server (SGLang --max-running-requests; default: the "
+                        "scenario's)")
+    p.set_defaults(_server_limits=True)
+
+
+def server_limits(a) -> dict:
+    """The given --max-total-tokens / --max-running-requests as predict() keywords."""
+    return {k: getattr(a, k) for k in ("max_total_tokens", "max_running_requests") if getattr(a, k, None)}
+
+
 def add_workload(p, context=True, concurrency_help=None):
     if context:
         p.add_argument("--context", type=arg(tokens), required=True, metavar="TOKENS",
                        help="prompt tokens per request, e.g. 32768 or 32K (K = 1024)")
-    p.add_argument("--output", type=arg(tokens), default=1024, metavar="TOKENS",
-                   help="output tokens per request (default 1024)")
+    add_output(p)
     p.add_argument("--concurrency", type=arg(count, hi=LIMITS["concurrency"]), default=DEFAULT_CONCURRENCY,
                    metavar="N", help=concurrency_help or f"requests in flight at most (default {DEFAULT_CONCURRENCY})")
     p.add_argument("--requests", type=arg(count, hi=LIMITS["requests"]), default=None, metavar="N",
@@ -194,6 +227,7 @@ def add_workload(p, context=True, concurrency_help=None):
                    metavar="REQ/S", help="open loop: Poisson arrivals at this many requests/s (default: all "
                                          "requests released at once, closed loop); overload is reported")
     add_resources(p)
+    add_server_limits(p)
     p.add_argument("--cold", action="store_true",
                    help="uncached prompts: every request is prefilled (default: the prompt's KV is cached in the pool)")
     p.add_argument("--no-cold-staging", dest="cold_staging", action="store_false",

@@ -61,8 +61,9 @@ def apply_machine(a) -> None:
     """With ``--gpu``, build the scenario from the machine flags and run the command on it (by name)."""
     if getattr(a, "command", None) == "scenarios":      # --build prints the machine instead of running on it
         return
-    machine_only = [f for f, k in FLAGS.items()
-                    if f not in ("--model", "--cxl-devices", "--rdma-nics") and getattr(a, k, None) is not None]
+    shared = ("--model", "--cxl-devices", "--rdma-nics") + (      # workload commands take these on any scenario
+        ("--max-total-tokens", "--max-running-requests") if getattr(a, "_server_limits", False) else ())
+    machine_only = [f for f, k in FLAGS.items() if f not in shared and getattr(a, k, None) is not None]
     if not wants_machine(a):
         if machine_only:
             raise ValueError(f"{machine_only[0]} describes a machine: give --gpu too (or use --scenario)")

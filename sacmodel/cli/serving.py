@@ -8,7 +8,7 @@ from ..util.names import MAIN_SYSTEMS, SYSTEMS
 from .common import (DEFAULT_CONTEXTS, LIMITS_TEXT, _fmt, _model_name, _parser, _scenario, _workload, add_json,
                      add_model_options, add_plot, add_scenario, add_systems, add_workload, console, print_json, table,
                      write_csv)
-from .types import LIMITS, arg, byte_size, count, token_list
+from .types import LIMITS, arg, byte_size, count, setting, token_list
 
 
 def cmd_microbench(a):
@@ -57,18 +57,20 @@ def _describe(p, a) -> str:
     cold = "cold prompts (prefilled)" if not p.config.get("prefix_cached", not a.cold) else "cached prompt"
     prompts = f", {a.prompts} prompts" if getattr(a, "prompts", None) else ""
     rate = f", Poisson {p.config['rate']:g} req/s" if p.config.get("rate") else ""
-    tok = lambda n: f"{n // 1024}K" if n % 1024 == 0 else f"{n:,}"  # noqa: E731
-    return (f"{p.system} on {p.scenario} ({_model_name(a)}): context {tok(p.context)}, output {tok(p.output)}, "
+    tok = lambda n: f"{n // 1024}K" if n and n % 1024 == 0 else f"{n:,}"  # noqa: E731
+    out = p.output if isinstance(p.output, int) else None
+    out_text = tok(out) if out is not None else "{}:{} uniform".format(*map(tok, a.output))
+    return (f"{p.system} on {p.scenario} ({_model_name(a)}): context {tok(p.context)}, output {out_text}, "
             f"concurrency {p.concurrency}, {p.requests:,} requests{rate}, {cold}{prompts}")
 
 
 def cmd_predict(a):
     from ..serving.predict import predict
-    scenario = _scenario(a)
+    scenario, wl = _with_settings(_scenario(a), a.set or [], _workload(a))
     from ..util.progress import status
     with status(f"predict {a.system}"):
-        p = predict(scenario, a.system, **_workload(a))
-    load = _load_report(scenario, a, p) if p.feasible and a.rate else None
+        p = predict(scenario, a.system, **wl)
+    load = _load_report(scenario, a, p, wl) if p.feasible and a.rate else None
     if a.json:
         print_json({**p.to_dict(), **({"load": load} if load else {})})
         return
@@ -106,7 +108,22 @@ def cmd_predict(a):
         _print_load(con, load)
 
 
-def _load_report(scenario, a, p) -> dict:
+def _with_settings(scenario, settings, wl: dict):
+    """The scenario and workload with each ``--set NAME=VALUE`` applied as ``plan --vary NAME`` applies it."""
+    if not settings:
+        return scenario, wl
+    from ..planning.closed_forms import _check_vary
+    from ..planning.common import _topology, _with_value
+    from .types import value_of
+    topo = _topology(scenario)
+    for name, text in settings:
+        _check_vary(topo, name)
+        topo, kw = _with_value(topo, name, value_of(text, name, f"--set {name}"))
+        wl = {**wl, **kw}
+    return topo, wl
+
+
+def _load_report(scenario, a, p, wl: dict) -> dict:
     """Offered vs served load of an open-loop run; overloaded when arrivals outpace what the system serves.
 
     Uses the engine's ``offered_req_s``/``served_req_s`` when it reports them; otherwise compares the offered
@@ -119,7 +136,7 @@ def _load_report(scenario, a, p) -> dict:
         over = bool(b.get("overloaded", served < 0.95 * offered))
     else:
         from ..serving.predict import predict
-        cap = predict(scenario, a.system, **{**_workload(a), "rate": None}).request_throughput_req_s
+        cap = predict(scenario, a.system, **{**wl, "rate": None}).request_throughput_req_s
         served, over = min(offered, cap), offered > cap
     return {"offered_req_s": offered, "served_req_s": served, "overloaded": over}
 
@@ -215,6 +232,9 @@ def _register_predict(sub) -> None:
                         "(RDMA pool, prefix copied first), cxl-prefetch, rdma-topk")
     add_model_options(p)
     add_workload(p)
+    p.add_argument("--set", action="append", type=arg(setting), default=None, metavar="NAME=VALUE",
+                   help="size what `plan --vary` sizes: dp=4, topk=1024, t_graph_kernel='30 us', "
+                        "node:cxl_device.bandwidth='36 GB/s' (repeat for more)")
     add_json(p, csv_=False)
     p.set_defaults(func=cmd_predict)
 

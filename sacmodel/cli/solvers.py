@@ -14,13 +14,17 @@ from .common import (
     LIMITS_TEXT,
     _workload,
     add_json,
+    add_output,
     add_plot,
     add_resources,
     add_scenario,
+    add_server_limits,
     add_systems,
     add_workload,
     console,
+    plain,
     print_json,
+    server_limits,
     table,
     write_csv,
 )
@@ -67,13 +71,16 @@ def _loaded_workload(a) -> dict:
     res = {k: v for k, v in dict(cxl_devices=a.cxl_devices, rdma_nics=a.rdma_nics,
                                  device_buffer=a.device_buffer).items() if v is not None}
     if a.unloaded:
-        given = [f"--{k}" for k in ("concurrency", "requests", "rate") if getattr(a, k, None) is not None]
+        given = [f"--{k.replace('_', '-')}" for k in ("concurrency", "requests", "rate", "max_total_tokens",
+                                                      "max_running_requests") if getattr(a, k, None) is not None]
+        if isinstance(a.output, tuple):
+            given.append("--output MIN:MAX")
         if given or getattr(a, "cold", False):
             raise ValueError(f"{', '.join(given) or '--cold'}: no effect with --unloaded (one request alone, cached "
                              "prompt); drop --unloaded for the loaded engine")
         return {**{k: v for k, v in dict(context=a.context, output=a.output).items() if v is not None}, **res}
     kw = dict(context=a.context, output=a.output, concurrency=a.concurrency or DEFAULT_CONCURRENCY,
-              requests=a.requests, rate=a.rate, **res)
+              requests=a.requests, rate=a.rate, **res, **server_limits(a))
     if getattr(a, "cold", False):
         kw["prefix_cached"] = False
     return {k: v for k, v in kw.items() if v is not None}
@@ -173,6 +180,15 @@ def _value(s: str, name: str, what: str) -> float:
     return positive_value(s, name, f"{what} ({name})")
 
 
+def _whole(v):
+    """A grid value as written: 16384, not 16384.0."""
+    return int(v) if float(v).is_integer() else float(v)
+
+
+def _at_concurrency(wl: dict, *axes) -> str:
+    return "concurrency varied" if "concurrency" in axes else f"concurrency {wl['concurrency']}"
+
+
 def cmd_winner_map(a):
     from sacmodel.planning.sweep import winner_map
     m = _metric_for(a)
@@ -187,18 +203,18 @@ def cmd_winner_map(a):
     name = lambda i: systems[i] if i >= 0 else None  # noqa: E731
     counts = {s: int((wm["winner"] == i).sum()) for i, s in enumerate(systems)}
     none = int((wm["winner"] < 0).sum())
-    model = _model_line(a, {**wl, "concurrency": wl.get("concurrency", DEFAULT_CONCURRENCY)})
+    model = _model_line(a, wl)
     from ..plots.serving import metric_axis
     label = metric_axis(m)[0].split(" (")[0].replace("unloaded ", "")
     title = (f"{'highest' if m in HIGHER_IS_BETTER else 'lowest'} {label} on {a.scenario}, " +
              ("unloaded (closed form, one request alone)" if a.unloaded else
-              f"loaded (engine, concurrency {wl['concurrency']})"))
+              f"loaded (engine, {_at_concurrency(wl, xn, yn)})"))
     if a.plot:
         from ..plots.serving import plot_winner_map
         plot_winner_map(wm["x"], wm["y"], wm["winner"], systems, a.plot, xn, yn, title=title)
     if a.csv:
         write_csv(a.csv, [xn, yn, "best", *[f"{m}_{s}" for s in systems]],
-                  [[x, y, name(wm["winner"][i, j]), *wm["values"][:, i, j]]
+                  [[_whole(x), _whole(y), name(wm["winner"][i, j]), *wm["values"][:, i, j]]
                    for i, x in enumerate(wm["x"]) for j, y in enumerate(wm["y"])])
     if a.json:
         print_json({"metric": m, "model": "unloaded" if a.unloaded else "loaded", "workload": wl, "x_name": xn,
@@ -242,10 +258,48 @@ def cmd_plan(a):
         cols = ["value", "meets", "feasible", *slos]
         t = table(f"tried {r.vary}", cols, right=cols)
         for row in r.tried:
-            t.add_row(*[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in cols])
+            t.add_row(*[plain(row[c]) for c in cols])
         con.print(t)
     if r.cost_usd_per_hour:
-        con.print("cost (USD/hour): " + ", ".join(f"{k} {v:.2f}" for k, v in r.cost_usd_per_hour.items()))
+        per_m = r.cost_usd_per_million_tokens
+        con.print("cost (USD/hour): " + ", ".join(f"{k} {v:.2f}" for k, v in r.cost_usd_per_hour.items())
+                  + (f"; {per_m:.2f} USD per million output tokens" if per_m else ""), highlight=False)
+        con.print("prices: " + ("your table " + a.prices if a.prices else "the built-in table (sacmodel/data/"
+                                "prices.yaml; override with --prices FILE)") + ": "
+                  + "; ".join(f"{k} {v['usd_per_hour']:g}/h ({v.get('source', 'no source given')})"
+                              for k, v in (r.prices or {}).items()), highlight=False, markup=False)
+    if r.found and not a.max_load:
+        con.print("check it: " + predict_command(a, {a.vary: r.value}), highlight=False, soft_wrap=True)
+
+
+def predict_command(a, settings: dict) -> str:
+    """The `sacmodel predict` command that reproduces a plan's answer: the plan's scenario (or machine flags),
+    system and workload options, and the sized setting (--cxl-devices N, --rdma-nics N, --device-buffer N or
+    --set NAME=VALUE)."""
+    import shlex
+
+    from .machine import FLAGS
+    words = ["sacmodel", "predict", "--system", a.system]
+    if getattr(a, "gpu", None):
+        words += [x for f, k in FLAGS.items() if getattr(a, k, None) is not None
+                  and f not in ("--cxl-devices", "--rdma-nics") for x in (f, str(getattr(a, k)))]
+    elif a.scenario != "sac-testbed":
+        words += ["--scenario", a.scenario]
+    opts = {"--context": a.context, "--concurrency": a.concurrency, "--requests": a.requests, "--rate": a.rate,
+            "--output": "{}:{}".format(*a.output) if isinstance(a.output, tuple) else a.output,
+            "--cxl-devices": a.cxl_devices, "--rdma-nics": a.rdma_nics, "--device-buffer": a.device_buffer,
+            "--max-total-tokens": a.max_total_tokens, "--max-running-requests": a.max_running_requests,
+            "--draws": getattr(a, "draws", None), "--prompts": getattr(a, "prompts", None),
+            "--model": getattr(a, "model", None), "--method": None if a.method == "engine" else a.method}
+    for name, v in settings.items():
+        flag = "--" + name.replace("_", "-")
+        if flag in ("--cxl-devices", "--rdma-nics", "--device-buffer"):
+            opts[flag] = v
+        else:
+            words += ["--set", f"{name}={v}"]
+    words += [x for f, v in opts.items() if v is not None for x in (f, str(v))]
+    words += ["--cold"] * bool(a.cold) + ["--no-cold-staging"] * (not getattr(a, "cold_staging", True))
+    return shlex.join(words)
 
 
 def cmd_sensitivity(a):
@@ -294,7 +348,8 @@ def cmd_sweep(a):
     if a.full:
         fixed = {k: v for k, v in dict(context=a.context, output=a.output, concurrency=a.concurrency,
                                        requests=a.requests, rate=a.rate, cxl_devices=a.cxl_devices,
-                                       rdma_nics=a.rdma_nics, device_buffer=a.device_buffer).items()
+                                       rdma_nics=a.rdma_nics, device_buffer=a.device_buffer,
+                                       **server_limits(a)).items()
                  if v is not None and k not in grid}
         fixed.setdefault("concurrency", DEFAULT_CONCURRENCY)
         if a.cold:
@@ -309,9 +364,9 @@ def cmd_sweep(a):
         cols = {h: [row[i] for row in body] for i, h in enumerate(header)}
         model = "loaded: serving engine at every point"
     else:
-        if a.concurrency or a.requests or a.rate or a.cold:
-            raise ValueError("--concurrency/--requests/--rate/--cold need --full (the vectorised sweep is the "
-                             "unloaded closed form)")
+        if a.concurrency or a.requests or a.rate or a.cold or server_limits(a) or isinstance(a.output, tuple):
+            raise ValueError("--concurrency/--requests/--rate/--cold/--max-total-tokens/--max-running-requests and "
+                             "--output MIN:MAX need --full (the vectorised sweep is the unloaded closed form)")
         out = sweep(a.scenario, a.system, grid, a.metric, context=a.context, output=a.output,
                     **{k: v for k, v in dict(cxl_devices=a.cxl_devices, rdma_nics=a.rdma_nics,
                                              device_buffer=a.device_buffer).items() if v is not None})
@@ -345,8 +400,7 @@ def _solver_workload(p, context_required=False, unloaded_flag=False):
     and --unloaded if asked."""
     p.add_argument("--context", type=arg(tokens), required=context_required, default=None, metavar="TOKENS",
                    help="prompt tokens per request, e.g. 32K" + ("" if context_required else " (unless varied)"))
-    p.add_argument("--output", type=arg(tokens), default=1024, metavar="TOKENS",
-                   help="output tokens per request (default 1024)")
+    add_output(p)
     p.add_argument("--concurrency", type=arg(count, hi=LIMITS["concurrency"]), default=None, metavar="N",
                    help=f"requests in flight for the loaded model (default {DEFAULT_CONCURRENCY})")
     p.add_argument("--requests", type=arg(count, hi=LIMITS["requests"]), default=None, metavar="N",
@@ -355,6 +409,7 @@ def _solver_workload(p, context_required=False, unloaded_flag=False):
                    metavar="REQ/S", help="open loop: Poisson arrivals per second (default: closed loop)")
     p.add_argument("--cold", action="store_true", help="uncached prompts: every request is prefilled")
     add_resources(p)
+    add_server_limits(p)
     if unloaded_flag:
         p.add_argument("--unloaded", action="store_true",
                        help="use the closed form with one request alone on the system (fast, symbolic) instead of "

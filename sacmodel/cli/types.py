@@ -81,6 +81,20 @@ def tokens(s: str, what: str | None = None) -> int:
     return int(v)
 
 
+def output_range(s: str, what: str | None = None):
+    """Output tokens: one length ('1024', '1K') or 'MIN:MAX', lengths drawn uniformly per request ('0:1024';
+    MIN may be 0, MAX at least 1)."""
+    text = str(s).strip()
+    if ":" not in text:
+        return tokens(text, what)
+    lo_s, _, hi_s = text.partition(":")
+    lo = 0 if lo_s.strip() == "0" else tokens(lo_s, what)
+    hi = tokens(hi_s, what)
+    if lo > hi:
+        raise _bad(what, f"MIN:MAX needs MIN <= MAX, got {s!r}")
+    return (lo, hi)
+
+
 def value_of(s: str, name: str, what: str | None = None) -> float:
     """A value of the named quantity (see :func:`sacmodel.util.names.kind_of`) as an SI float.
 
@@ -267,6 +281,15 @@ def names_list(s: str, what: str | None = None) -> list[str]:
         if not re.fullmatch(r"[A-Za-z_][\w.:-]{0,99}", x):
             raise _bad(what, f"not a parameter name: {x!r}")
     return out
+
+
+def setting(s: str) -> tuple[str, str]:
+    """NAME=VALUE of ``predict --set``: a quantity ``plan --vary`` sizes (dp, topk, a scenario parameter,
+    node:KIND.FIELD) and its value with a unit where it has one; the value is read once the name is known."""
+    name, eq, value = str(s).partition("=")
+    if not eq or not value.strip():
+        raise Bad(f"--set: write NAME=VALUE, e.g. dp=4 or node:cxl_device.bandwidth='36 GB/s', not {s!r}")
+    return vary_name(name.strip()), value.strip()
 
 
 def vary_name(s: str) -> str:

@@ -101,7 +101,12 @@ def _point(job) -> dict:
     s = p.summary
     pool = None if params.get("pool") is None else \
         parse_capacity(params["pool"], "pool", kv_bytes_per_token(cluster_of(scenario).host))
-    row = {**params, "feasible": True, "limit": None, **{m: s[m] for m in ROW_METRICS},
+    load = s["load"]
+    why = p.limit or (f"overloaded: offered {load['offered_req_s']:.3g} req/s, served {load['served_req_s']:.3g}"
+                      if load["overloaded"] else None)
+    row = {**params, "feasible": why is None, "limit": why, **{m: s[m] for m in ROW_METRICS},
+           "success_fraction": s["success_fraction"], "overloaded": load["overloaded"],
+           "offered_req_s": load["offered_req_s"], "served_req_s": load["served_req_s"],
            "hit_rate": s["hit_rate"], "instances": s["instances"],
            "cost_usd_per_hour": cost_per_hour(scenario, system, s["instances"], pool)["total"]}
     return row
@@ -152,6 +157,20 @@ def meets(row: dict, slo: dict) -> bool:
     return True
 
 
+def _none_meets(scenario, system, trace, slo, vary, vals, rows, fixed) -> str:
+    """The message of a plan that found nothing: what fails at every size, or which requests no size helps."""
+    from .why import why_not
+    from .workload import load_workload
+    msg = f"no {vary} among {', '.join(map(str, vals))} meets the SLO"
+    if rows and all(r.get("overloaded") for r in rows):
+        msg += "; every one is overloaded (arrivals outpace what it serves)"
+    elif rows and all(r.get("success_fraction", 1.0) < 1.0 for r in rows):
+        msg += f"; requests fail in every one ({rows[-1].get('limit')})"
+    tr, _ = load_workload(trace, (fixed or {}).get("limit"))
+    why = why_not(cluster_of(scenario).host, system, tr, slo)
+    return f"{msg}. {why}" if why else msg
+
+
 @dataclass
 class ClusterPlan:
     vary: str
@@ -191,7 +210,7 @@ def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instan
                          workers=workers, progress=progress)
     ok = [r for r in rows if meets(r, slo)]
     if not ok:
-        return ClusterPlan(vary, None, f"no {vary} among {', '.join(map(str, vals))} meets the SLO", rows, hit)
+        return ClusterPlan(vary, None, _none_meets(scenario, system, trace, slo, vary, vals, rows, fixed), rows, hit)
     best = min(ok, key=lambda r: (r["cost_usd_per_hour"], rows.index(r)))
     msg = (f"cheapest {vary} meeting the SLO: {best[vary]} "
            f"({best['cost_usd_per_hour']:.2f} USD/hour, goodput {best['goodput_req_s']:.3g} req/s)")

@@ -150,10 +150,51 @@ def _capacities(cl: ClusterSpec, used: set, system: str, cache_capacity, bpt: fl
 
 
 def _percentiles(x: np.ndarray) -> dict:
-    x = x[np.isfinite(x)]
+    """Mean over the finite values (the requests that finished); percentiles over every value, an unfinished
+    request counting as +inf (so a p99 that falls among them is inf: "unfinished")."""
+    fin = x[np.isfinite(x)]
+    x = x[~np.isnan(x)]
     if not len(x):
         return {k: math.nan for k in ("mean", "p50", "p90", "p99")}
-    return {"mean": float(x.mean()), **{f"p{q}": float(np.percentile(x, q)) for q in (50, 90, 99)}}
+    big = np.where(np.isinf(x), 1e300, x)               # linear interpolation next to inf would give nan
+    pct = {f"p{q}": float(np.percentile(big, q)) for q in (50, 90, 99)}
+    return {"mean": float(fin.mean()) if len(fin) else math.nan,
+            **{k: (math.inf if v >= 1e299 else v) for k, v in pct.items()}}
+
+
+OVERLOAD_GROWTH = 0.05   # s of extra queueing per s of arrivals: served below ~95% of offered
+OVERLOAD_MIN_QUEUE_S = 1.0
+
+
+def load_report(arrival_s: np.ndarray, queue_s: np.ndarray, completed: np.ndarray, duration_s: float,
+                closed_loop: bool) -> dict:
+    """Offered vs served load and queue growth of an open-loop replay.
+
+    Offered: requests / arrival span (req/s); served: completed requests / duration. The queue grows when the
+    median wait of the last quarter of arrivals exceeds the first quarter's by ``OVERLOAD_GROWTH`` s per s
+    between them (an M/G/c queue with arrivals above capacity: wait(t) grows as t (offered/served - 1)) and is
+    over ``OVERLOAD_MIN_QUEUE_S``. A request never admitted waits forever. Closed loop: never overloaded (the
+    client waits for a free slot).
+    """
+    n = len(arrival_s)
+    span = float(arrival_s.max() - arrival_s.min()) if n > 1 else 0.0
+    served = float(completed.sum() / duration_s) if duration_s and math.isfinite(duration_s) else 0.0
+    out = {"offered_req_s": n / span if span > 0 and not closed_loop else None, "served_req_s": served,
+           "queue_growth_s_per_s": 0.0, "overloaded": False}
+    if closed_loop or n < 8 or span <= 0:
+        return out
+    seen = np.isfinite(queue_s)          # requests a failed instance never admitted are counted as failures
+    order = np.argsort(arrival_s[seen], kind="stable")
+    t, q = arrival_s[seen][order], queue_s[seen][order]
+    k = len(t) // 4
+    if k < 2:
+        return out
+    first, last = np.median(q[:k]), np.median(q[-k:])
+    dt = float(np.median(t[-k:]) - np.median(t[:k]))
+    growth = (last - first) / dt if dt > 0 else 0.0
+    out["queue_growth_s_per_s"] = float(growth) if math.isfinite(growth) else math.inf
+    out["overloaded"] = bool(growth > OVERLOAD_GROWTH and last > OVERLOAD_MIN_QUEUE_S)
+    return out
 
 
 # ---- replay ---------------------------------------------------------------------------------------
@@ -346,6 +387,11 @@ def prediction(setup: Setup, sim: CoSim) -> ClusterPrediction:
     tbt = np.where(out > 1, (done - first) / np.maximum(out - 1, 1) * 1e3, math.nan)
     queue = np.array(sim.admit_t) - np.array(sim.submit_t)
     completed = np.isfinite(done)
+    # unfinished requests count as +inf in the percentiles (never nan: a nan is "not applicable")
+    ttft = np.where(np.isnan(ttft) & ~completed, math.inf, ttft)
+    e2e = np.where(completed, e2e, math.inf)
+    tbt = np.where(completed, tbt, math.inf)
+    queue = np.where(np.isnan(queue) & ~completed, math.inf, queue)
     ok = completed.copy()
     for k, arr in (("ttft", ttft), ("e2e", e2e)):
         if k in setup.slo_s:
@@ -364,6 +410,8 @@ def prediction(setup: Setup, sim: CoSim) -> ClusterPrediction:
     summary = _summary(setup, sim, per, duration, failed)
     limits = failed + [f"{sum(1 for v in sim.rejected.values() if v == why)} request(s) refused: {why}"
                        for why in summary["rejected_reasons"]]
+    if not completed.all() and not limits:
+        limits = [f"{int((~completed).sum())} request(s) unfinished"]
     pred = ClusterPrediction(setup.system, setup.cl.name, int(tr.input_len.mean()), int(out.mean()),
                              setup.concurrency or 0, len(tr), not limits, "; ".join(limits) if limits else None,
                              config={"trace": tr.name, "time_scale": setup.time_scale, "cache": setup.cache,
@@ -380,6 +428,12 @@ def prediction(setup: Setup, sim: CoSim) -> ClusterPrediction:
     pred.success_fraction = float(completed.mean()) if len(completed) else 1.0
     pred.duration_s = duration
     return pred
+
+
+def _unfinished_note(completed: np.ndarray) -> str | None:
+    n = int((~completed).sum())
+    return None if not n else (f"{n:,} of {len(completed):,} requests unfinished: percentiles count them as "
+                               "inf, means are over the finished ones")
 
 
 def _summary(setup: Setup, sim: CoSim, per: dict, duration: float, failed: list) -> dict:
@@ -400,6 +454,8 @@ def _summary(setup: Setup, sim: CoSim, per: dict, duration: float, failed: list)
         **{f"queue_{k}_s": v for k, v in _percentiles(per["queue_s"]).items()},
         "slo": dict(setup.slo_s), "slo_attainment": float(ok.mean()),
         "success_fraction": float(completed.mean()) if len(completed) else 1.0,
+        "unfinished_requests": int((~completed).sum()), "unfinished_note": _unfinished_note(completed),
+        "load": load_report(per["arrival"], per["queue_s"], completed, duration, bool(setup.closed_loop)),
         "rejected_requests": len(sim.rejected), "rejected_reasons": rejected,
         "closed_loop": setup.closed_loop or None,
         "goodput_req_s": float(ok.sum() / duration) if duration else math.nan,

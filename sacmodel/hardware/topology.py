@@ -386,3 +386,25 @@ def water_fill(uses: list[list], demand: list[float], capacity) -> list[float]:
         active = {i for i in active if (math.isinf(demand[i]) or demand[i] - rate[i] > 1e-12 * max(1.0, demand[i]))
                   and not (set(uses[i]) & saturated)}
     return rate
+
+
+def with_pool_size(topo: Topology, pool: str, n: int) -> Topology:
+    """A copy of ``topo`` whose ``pool`` has ``n`` members (extra ones cloned from the first, with the same links:
+    planned additions to the pool, as `plan` and `predict --cxl-devices N` size it)."""
+    import copy
+    t = copy.deepcopy(topo)
+    members = t.pools.get(pool)
+    if not members:
+        raise TopologyError(f"{t.name}: no {pool} pool to grow")
+    proto = members[0]
+    base = proto.split("[")[0]
+    while len(t.pools[pool]) < n:
+        new = f"{base}[+{len(t.pools[pool])}]"
+        t.graph.add_node(new, **copy.deepcopy(t.graph.nodes[proto]))
+        for u, _, d in list(t.graph.in_edges(proto, data=True)):
+            t.graph.add_edge(u, new, **copy.deepcopy(d))
+        for _, v, d in list(t.graph.out_edges(proto, data=True)):
+            t.graph.add_edge(new, v, **copy.deepcopy(d))
+        t.pools[pool].append(new)
+    t._routes.clear()
+    return t

@@ -133,7 +133,7 @@ def _check_arguments(scenario, a, b, metric, vary, lo, hi, ratio, points, fixed)
     if lo < 0 or (lo == 0 and kind_of(vary) not in ("time", "number")):
         raise SolverError(f"{vary} must stay positive: lo = {fmt_value(lo, kind_of(vary))}")
     for k in ("context", "output"):
-        _positive_tokens(k, fixed.get(k), required=False)
+        _positive_tokens(k, fixed.get(k), required=False, allow_range=True)
     kind = _metric_kind(metric)
     for k in ("context", "output"):
         if k not in fixed and vary != k:

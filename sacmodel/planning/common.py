@@ -10,7 +10,7 @@ import numpy as np
 
 from ..hardware.params import set_param
 from ..hardware.scenarios import as_topology
-from ..hardware.topology import Topology
+from ..hardware.topology import Topology, with_pool_size  # noqa: F401  (re-exported)
 from ..util.names import LIMITS, LOADED, UNLOADED
 
 METRIC_ALIASES = {"ttft": "ttft", "ttft_mean_ms": "ttft", "tbt": "tbt", "tbt_mean_ms": "tbt", "e2e": "e2e",
@@ -36,10 +36,15 @@ def _topology(scenario) -> Topology:
                           f"got a {type(scenario).__name__}") from None
 
 
-def _positive_tokens(name: str, v, required: bool = True):
-    """A workload length: a positive whole number of tokens (at most LIMITS['tokens'])."""
+def _positive_tokens(name: str, v, required: bool = True, allow_range: bool = False):
+    """A workload length: a positive whole number of tokens (at most LIMITS['tokens']); with ``allow_range``
+    an output may be a (min, max) pair drawn per request, as predict() takes it."""
     if v is None and not required:
         return None
+    if allow_range and name == "output" and isinstance(v, tuple):
+        from ..serving.predict import output_spec
+        output_spec(v)
+        return v
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v) \
             or v < 1 or v > LIMITS["tokens"]:
         raise SolverError(f"{name} must be a positive number of tokens up to {LIMITS['tokens']:,}, got {v!r}"
@@ -94,27 +99,6 @@ def _with_value(topo: Topology, vary: str, value: float) -> tuple[Topology, dict
     else:
         set_param(t, vary, value)
     return t, kw
-
-
-def with_pool_size(topo: Topology, pool: str, n: int) -> Topology:
-    """A copy of ``topo`` whose ``pool`` has ``n`` members (extra ones cloned from the first, same links)."""
-    t = copy.deepcopy(topo)
-    members = t.pools.get(pool)
-    if not members:
-        raise SolverError(f"{t.name}: no {pool} pool to grow")
-    proto = members[0]
-    base = proto.split("[")[0]
-    while len(t.pools[pool]) < n:
-        new = f"{base}[+{len(t.pools[pool])}]"
-        t.graph.add_node(new, **copy.deepcopy(t.graph.nodes[proto]))
-        for u, _, d in list(t.graph.in_edges(proto, data=True)):
-            t.graph.add_edge(u, new, **copy.deepcopy(d))
-        for _, v, d in list(t.graph.out_edges(proto, data=True)):
-            t.graph.add_edge(new, v, **copy.deepcopy(d))
-        t.pools[pool].append(new)
-    t._routes.clear()
-    return t
-
 
 
 def hardware_parameters(scenario) -> list[str]:

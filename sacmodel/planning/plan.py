@@ -61,6 +61,8 @@ class PlanResult:
     prediction: dict | None = None           # at the chosen value
     prediction_one_less: dict | None = None  # at one step less (misses the SLO)
     cost_usd_per_hour: dict | None = None
+    cost_usd_per_million_tokens: float | None = None   # total cost per hour / output tokens per hour x 1e6
+    prices: dict | None = None                         # part -> {usd_per_hour, source} of the parts priced
     message: str = ""
     tried: list = field(default_factory=list)
 
@@ -121,12 +123,50 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
             if vary == "dp":
                 kwc["dp"] = v
             res.cost_usd_per_hour = configuration_cost(t, system, price_table=price_table, **kwc)
+            res.cost_usd_per_million_tokens = per_million_tokens(res.cost_usd_per_hour["total"],
+                                                                 p.output_throughput_tok_s)
+            table = prices(price_table)
+            res.prices = {k: dict(table[k]) for k in res.cost_usd_per_hour if k in table}
             res.message = (f"smallest {vary} meeting the SLO: {v}" +
                            ("" if prev is None else f" ({vary} = {v - step} misses it)"))
             return res
         prev = p
-    res.message = f"no {vary} in [{min_value}, {max_value}] meets the SLO"
+    res.message = f"no {vary} in [{min_value}, {max_value}] meets the SLO. " + why_not(topo, system, workload, slo, prev)
     return res
+
+
+def per_million_tokens(usd_per_hour: float, tok_s: float) -> float | None:
+    """USD per million output tokens at ``tok_s`` output tokens/s."""
+    return usd_per_hour / (tok_s * 3600) * 1e6 if tok_s and math.isfinite(tok_s) and tok_s > 0 else None
+
+
+def why_not(topo, system: str, workload: dict, slo: dict, last) -> str:
+    """Why the largest configuration tried misses the SLO: the limit it hits, the metrics against their targets,
+    and for TTFT/E2E targets whether one request alone on the machine already misses them (then no resource
+    count helps)."""
+    if last is None:
+        return ""
+    if not last.feasible:
+        return f"At the largest value the workload does not fit: {last.limit}."
+    miss = [f"{m} {getattr(last, m):,.1f} against {t:,g}" for m, t in slo.items()
+            if not _meets_one(getattr(last, m, None), m, t)]
+    out = "At the largest value: " + ", ".join(miss) + "."
+    lat = {m: t for m, t in slo.items() if m.startswith(("ttft", "e2e"))}
+    if lat:
+        alone = predict(topo, system, **{**workload, "concurrency": 1, "requests": 1, "rate": None, "draws": 1})
+        worse = [f"{m.split('_')[0].upper()} {getattr(alone, m.replace('p50', 'mean').replace('p99', 'mean')):,.1f}"
+                 for m, t in lat.items() if alone.feasible and
+                 not _meets_one(getattr(alone, m.replace("p50", "mean").replace("p99", "mean")), m, t)]
+        if worse:
+            out += (f" One request alone already takes {', '.join(worse)} ms (its prompt's prefill and its "
+                    "decode on an idle machine): no resource count reaches the target.")
+    return out
+
+
+def _meets_one(v, m: str, target: float) -> bool:
+    if v is None or not math.isfinite(v):
+        return False
+    return v >= target if m in HIGHER_IS_BETTER else v <= target
 
 
 def max_load(scenario, system: str, *, workload: dict, slo: dict, vary: str = "concurrency",
@@ -163,7 +203,7 @@ def _check_workload(workload) -> None:
     if not isinstance(workload, dict):
         raise SolverError(f"workload must be a dict of predict() arguments, got {type(workload).__name__}")
     for k in ("context", "output"):
-        _positive_tokens(k, workload.get(k), required=False)
+        _positive_tokens(k, workload.get(k), required=False, allow_range=True)
 
 
 def _check_range(vary: str, lo, hi, step) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..hardware.models import ModelSpec, entry_bytes, model_of
 from ..hardware.sizing import HEAD_BYTES, attention_split, collectives, decode_kernels, gemm_precision
 from ..hardware.scenarios import as_topology
-from ..hardware.topology import Topology, TopologyError
+from ..hardware.topology import Topology, TopologyError, with_pool_size
 from .systems import check_system, swap_paths
 
 POOL_SYSTEMS = ("dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk")
@@ -114,17 +114,21 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
         return int(n)
 
     def count(v, name, pool):
+        nonlocal topo
         n = positive(v, name, int(topo.param(name)) if topo.has_param(name) else 1)
         have = len(topo.pools.get(pool, []))
         if system_uses(system, pool) and n > have:
-            raise ConfigError(f"{name}={n} but the scenario has {have} {pool} pool member(s)")
+            if not have:
+                raise ConfigError(f"{name}={n} but the scenario has no {pool} pool")
+            topo = with_pool_size(topo, pool, n)     # planned additions, cloned from the first member
         return n
     buf = positive(device_buffer, "device_buffer", int(_setting(topo, "device_buffer", 4096)))
     if system in POOL_SYSTEMS and buf < model.topk:
         raise ConfigError(f"device_buffer={buf} is smaller than the top-k ({model.topk}): one step's selection "
                           "must fit the GPU buffer")
     page = int(_setting(topo, "page_tokens", 64))
-    cfg = Config(topo, model, system, count(cxl_devices, "cxl_devices", "cxl"), count(rdma_nics, "rdma_nics", "rdma"),
+    n_cxl, n_rdma = count(cxl_devices, "cxl_devices", "cxl"), count(rdma_nics, "rdma_nics", "rdma")
+    cfg = Config(topo, model, system, n_cxl, n_rdma,
                  buf, dp, (None if max_total_tokens is None and not topo.has_param("max_total_tokens")
                       else positive(max_total_tokens, "max_total_tokens", _setting_int(topo, "max_total_tokens"))),
                  positive(max_running_requests, "max_running_requests",

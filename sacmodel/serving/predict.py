@@ -227,7 +227,8 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     pred = Prediction(system, cfg.topo.name, context, out_field, concurrency, n_req, True, None,
                       config={"cxl_devices": cfg.cxl_devices, "rdma_nics": cfg.rdma_nics,
                               "device_buffer": cfg.device_buffer, "dp": cfg.dp, "rate": rate,
-                              "max_total_tokens": cfg.max_total_tokens, "prompts": prompts,
+                              "max_total_tokens": cfg.max_total_tokens,
+                              "max_running_requests": cfg.max_running_requests, "prompts": prompts,
                               "prefix_cached": prefix_cached, "cold_staging": cold_staging})
     cap = static_check(cfg, context=context, output=hi, concurrency=concurrency, prompts=prompts)
     pred.capacity = cap

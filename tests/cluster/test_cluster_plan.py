@@ -8,10 +8,11 @@ from sacmodel.cluster.plan import cluster_plan, cluster_sweep, cost_per_hour
 from sacmodel.cluster.replay import replay
 
 
-def burst(tmp_path, n=24):
-    """n prompts of 6K-9K tokens within a few seconds, sharing a system prompt: one host queues them."""
+def burst(tmp_path, n=24, gap_ms=200):
+    """n prompts of 6K-9K tokens ``gap_ms`` apart (a few seconds in all by default), sharing a system prompt: one
+    host queues them."""
     p = tmp_path / "burst.jsonl"
-    p.write_text("".join(json.dumps({"timestamp": 200 * i, "input_length": 6000 + 130 * i, "output_length": 16,
+    p.write_text("".join(json.dumps({"timestamp": gap_ms * i, "input_length": 6000 + 130 * i, "output_length": 16,
                                      "hash_ids": [1, 2] + [100 * i + j for j in range(3, 13 + i // 8)]}) + "\n"
                          for i in range(n)))
     return p
@@ -53,13 +54,19 @@ def test_plan_finds_the_smallest_instance_count_that_meets_the_slo(tmp_path):
     assert 1 < n <= 4
     # checked independently: the chosen count meets the bound, the one below does not
     assert replay("sac-cluster-4x", "cxl", tr, instances=n).summary["ttft_p99_ms"] <= bound
-    assert replay("sac-cluster-4x", "cxl", tr, instances=n - 1).summary["ttft_p99_ms"] > bound
+    below = replay("sac-cluster-4x", "cxl", tr, instances=n - 1).summary
+    assert below["ttft_p99_ms"] > bound or below["load"]["overloaded"]     # a queue that grows is no answer
+    assert [r["overloaded"] for r in plan.tried] == [
+        replay("sac-cluster-4x", "cxl", tr, instances=k).summary["load"]["overloaded"] for k in (1, 2, 3, 4)]
     none = cluster_plan("sac-cluster-4x", "cxl", tr, {"ttft_p99_ms": 1.0}, vary="instances", values="1:2", workers=1)
     assert none.best is None and "no instances" in none.message
+    over = cluster_plan("sac-cluster-4x", "cxl", burst(tmp_path, 24, gap_ms=50), {"ttft_p99_ms": 1e9},
+                        vary="instances", values="1", workers=1)
+    assert over.best is None and over.tried[0]["overloaded"] and "overloaded" in over.tried[0]["limit"]
 
 
 def test_cluster_plan_and_sweep_cli(tmp_path, capsys):
-    tr = burst(tmp_path, 10)
+    tr = burst(tmp_path, 10, gap_ms=10_000)             # spread out: one host keeps up
     out = tmp_path / "sweep.csv"
     assert main(["sweep", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(tr),
                  "--grid", "instances=1,2", "--grid", "pool=1M,inf", "--workers", "1", "--csv", str(out)]) == 0
@@ -70,6 +77,7 @@ def test_cluster_plan_and_sweep_cli(tmp_path, capsys):
                  "--values", "1,2", "--slo", "ttft_p99_ms=1e9", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["best"] == 1 and len(d["tried"]) == 2
+    assert all(r["success_fraction"] == 1.0 and r["overloaded"] is False for r in d["tried"])
     assert main(["plan", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(tr), "--values", "1",
                  "--slo", "latency=3"]) == 2
     assert "unknown SLO metric 'latency'" in capsys.readouterr().err

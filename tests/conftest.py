@@ -11,6 +11,7 @@ def pytest_configure(config):
     import tempfile
     # the scenario cache of this run (inherited by the CLI subprocesses), not the user's ~/.cache
     os.environ.setdefault("SACMODEL_CACHE_DIR", tempfile.mkdtemp(prefix="sacmodel-test-cache-"))
+    os.environ.setdefault("SACMODEL_PROGRESS", "0")      # no progress lines in the tests' captured output
     config.addinivalue_line("markers", "fuzz: hostile-input fuzzing in a sandbox (tests/fuzz)")
     if config.getoption("--fuzz-long"):
         os.environ["SACMODEL_FUZZ_EXAMPLES"] = os.environ.get("SACMODEL_FUZZ_LONG_EXAMPLES", "2000")

@@ -98,7 +98,7 @@ def cmd_replay(a):
                                  time_scale=a.time_scale, concurrency=a.concurrency, cache=cache, slo=slo,
                                  router_params=_router_params(a), block_tokens=a.block_tokens,
                                  tiers=_list(a.tiers) if a.tiers else None,
-                                 progress=not a.quiet and sys.stderr.isatty(),
+                                 progress=not a.quiet,
                                  **{k: v for k, v in res.items() if v is not None})
     if a.csv:
         buf = io.StringIO()
@@ -222,7 +222,7 @@ def cmd_cluster_plan(a, fallback):
     if values is None:
         raise ConfigError(f"--values: list the {vary} values to try")
     r = cluster_plan(a.scenario, a.system, a.trace, slo, vary=vary, values=values, fixed=_cluster_workload(a),
-                     scheduler=getattr(a, "scheduler", None), progress=sys.stderr.isatty())
+                     scheduler=getattr(a, "scheduler", None), progress=True)
     if a.json:
         print_json(r.to_dict(), inf_as_text=True)
         return
@@ -251,7 +251,7 @@ def cmd_cluster_sweep(a, fallback):
             raise ConfigError(f"--grid {g!r}: write AXIS=V1,V2 (axes: instances, pool, router, pd)")
         grid[name.strip()] = vals
     rows = cluster_sweep(a.scenario, a.system, a.trace, grid, fixed=_cluster_workload(a), scheduler=a.scheduler,
-                         workers=a.workers, progress=sys.stderr.isatty())
+                         workers=a.workers, progress=True)
     keys = list(dict.fromkeys(k for r in rows for k in r if k != "hit_rate"))
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")

@@ -82,13 +82,19 @@ def table(title: str | None, columns, right=()):
     from rich.table import Table
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for i, c in enumerate(columns):
-        t.add_column(c, justify="right" if c in right else "left", no_wrap=i == 0, overflow="fold")
+        t.add_column(c, justify="right" if c in right else "left", no_wrap=i == 0, overflow="fold",
+                     min_width=len(c))          # a header is never cut
     return t
 
 
 def console():
+    """Rich console on standard output; piped or redirected, 120 columns (not rich's 80) so wide tables keep
+    their headers whole."""
+    import os
+
     from rich.console import Console
-    return Console()
+    c = Console()
+    return c if c.is_terminal or os.environ.get("COLUMNS") else Console(width=120)
 
 
 def _scenario(a):

@@ -170,7 +170,12 @@ def _register_validate(sub) -> None:
 def _register_calibrate(sub) -> None:
     p = _parser(sub, "calibrate", "fit the free parameters to measured runs and write them into a scenario",
                 ["sacmodel calibrate --dry-run", "sacmodel calibrate --microbench --out mine.yaml",
-                 "sacmodel calibrate my_runs/ --params t_graph_kernel,compute_eff --out mine.yaml"])
+                 "sacmodel calibrate my_runs/ --params t_graph_kernel,compute_eff --out mine.yaml"],
+                "Fit constants to measured runs. A folder of runs is read with its manifest.csv (in the folder or "
+                "its parent, also through a symbolic link) and each run's SGLang server log (the manifest's "
+                "log column): the decode-step constants are fitted to the logs' step times, so runs without "
+                "their logs can fit only the front-end and admission constants (--round 2 with --params naming "
+                "those) or be validated (`sacmodel validate`).")
     add_scenario(p)
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="run files or folders (default: the shared calibration runs, ../shared/data)")
@@ -200,7 +205,7 @@ def _register_trace_stats(sub) -> None:
     trace_help = ("request trace: Mooncake JSONL (timestamp, input_length, output_length, hash_ids) or Azure LLM "
                   "inference CSV (TIMESTAMP, ContextTokens, GeneratedTokens)")
     p = _parser(sub, "trace-stats", "summary of a request trace (Mooncake JSONL or Azure CSV)",
-                ["sacmodel trace-stats ../shared/data/traces/conversation_trace.jsonl --limit 1000"])
+                ["sacmodel trace-stats ../shared/data/traces/mooncake_conversation_trace.jsonl --limit 1000"])
     p.add_argument("trace", type=arg(in_file), help=trace_help)
     p.add_argument("--limit", type=arg(count, hi=LIMITS["trace_requests"]), default=None, metavar="N",
                    help=f"read the first N requests only (at most {LIMITS['trace_requests']:,})")

@@ -80,6 +80,8 @@ def cmd_predict(a):
         _usage_table(con, p)
         return
     con.print(_describe(p, a), highlight=False)
+    if load:                                  # before the tables: an overloaded run's latencies mean little
+        _print_load(con, load)
     spread = p.spread if p.spread.get("draws", 1) > 1 else {}
     cols = ("metric", "value", "unit") + (("range",) if spread else ())
     t = table("predicted metrics" + (f" (mean of {spread['draws']} draws; range over them)" if spread else ""),
@@ -104,8 +106,6 @@ def cmd_predict(a):
         con.print("method: analytic steady state (requests out of phase; no first-wave transient, no "
                   "percentiles). The engine (default) reproduces benchmark waves; the two differ most in TTFT "
                   "at long contexts.")
-    if load:
-        _print_load(con, load)
 
 
 def _with_settings(scenario, settings, wl: dict):
@@ -175,7 +175,11 @@ def cmd_compare(a):
     scenario, systems = _scenario(a), a.systems
     rows = [(L, compare(scenario, systems, **{**_workload(a), "context": L}))
             for L in track(a.contexts, f"compare {len(systems)} systems")]
-    kind = "cold prompts" if a.cold else "cached prompt"
+    n = a.requests or 8 * a.concurrency
+    prompts = getattr(a, "prompts", None) or "shared"
+    kind = ("cold prompts (each prefilled)" if a.cold else
+            f"{n:,} requests sharing one cached prompt" if prompts == "shared" else
+            f"{n:,} requests, each with its own cached prompt")
     title = f"{a.scenario} ({_model_name(a)}): output {a.output} tokens, concurrency {a.concurrency}, {kind}"
     if a.plot:
         from ..plots.serving import plot_compare
@@ -206,11 +210,34 @@ def cmd_compare(a):
     con = console()
     con.print(title, highlight=False)
     con.print(t)
+    _explain_limits(con, rows)
     if a.plot:
         print(f"plot written to {a.plot}", file=sys.stderr)
 
 
 # ---- command-line options -----------------------------------------------------------------------
+FIXES = {"host_pool": "a larger HiSparse host pool (the scenario's host_pool setting) or fewer requests in flight "
+                      "(--concurrency)",
+         "cxl_pool": "more CXL devices (--cxl-devices N)", "remote_pool": "more remote memory or --prompts shared",
+         "max_total_tokens": "--max-total-tokens, or fewer requests in flight (--concurrency)",
+         "hbm": "more GPUs or fewer requests in flight (--concurrency)",
+         "device_pool": "fewer requests in flight (--concurrency) or a smaller --device-buffer"}
+
+
+def _explain_limits(con, rows) -> None:
+    """Under a compare table: each limit that made a system infeasible, its use, and the setting that fixes it."""
+    seen = {}
+    for L, res in rows:
+        for s, p in res.items():
+            if not p.feasible and p.limit and (p.limit, s) not in seen:
+                seen[(p.limit, s)] = (L, p)
+    for (limit, s), (L, p) in seen.items():
+        u = p.capacity.get("usage", {}).get(limit, {})
+        use = f" ({u['used'] / u['capacity']:.0%} of capacity)" if u.get("capacity") else ""
+        fix = next((v for k, v in FIXES.items() if k in limit), None)
+        con.print(f"({limit}): {s} first at {L:,} tokens{use}" + (f"; try {fix}" if fix else ""), highlight=False)
+
+
 def register(sub) -> None:
     """Add ``predict`` and ``compare`` (``microbench`` comes after the catalog commands: see
     :func:`register_microbench`)."""

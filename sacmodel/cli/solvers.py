@@ -168,6 +168,8 @@ def cmd_breakeven(a):
     if a.csv == "-":
         return
     print(be.message)
+    if be.range_note:
+        print(be.range_note)
     print(model)
     if be.found:
         res = "-" if be.residual is None else f"{be.residual:.1e}"

@@ -130,19 +130,24 @@ def cluster_sweep(scenario, system: str, trace, grid: dict, *, fixed: dict | Non
             raise ConfigError("--scheduler needs dask.distributed: pip install 'sacmodel[dask]'") from None
         with Client(scheduler, timeout="10s") as client:
             return client.gather(client.map(_point, jobs, pure=False))
+    from ..util.progress import counter
     workers = workers or min(len(jobs), os.cpu_count() or 1)
-    if workers <= 1 or len(jobs) < 2:
-        return [_point(j) for j in jobs]
-    from concurrent.futures import ProcessPoolExecutor
-
-    from rich.progress import Progress
+    bar = counter(len(jobs), f"cluster replays ({system})", on=progress)
     out = [None] * len(jobs)
-    with ProcessPoolExecutor(workers) as ex, Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"cluster replays ({system})", total=len(jobs))
-        for i, r in enumerate(ex.map(_point, jobs)):
-            out[i] = r
-            bar.advance(task)
-    return out
+    try:
+        if workers <= 1 or len(jobs) < 2:
+            for i, j in enumerate(jobs):
+                out[i] = _point(j)
+                bar.update(i + 1)
+            return out
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(workers) as ex:
+            for i, r in enumerate(ex.map(_point, jobs)):
+                out[i] = r
+                bar.update(i + 1)
+        return out
+    finally:
+        bar.stop()
 
 
 def meets(row: dict, slo: dict) -> bool:

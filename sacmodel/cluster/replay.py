@@ -499,24 +499,18 @@ def _in_chunks(order: np.ndarray, *cols, size: int = 1 << 16):
         yield from zip(idx.tolist(), *(np.asarray(c)[idx].tolist() for c in cols))
 
 
-class _Bar:
-    """A progress bar of requests finished (rich, on standard error)."""
-
-    def __init__(self, n: int):
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-        self.p = Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          transient=True, console=Console(stderr=True))
-        self.task = self.p.add_task("replay", total=n)
-        self.p.start()
-
-    def update(self, finished: int) -> None:
-        if finished % 64 == 0:
-            self.p.update(self.task, completed=finished)
-
-    def stop(self) -> None:
-        self.p.stop()
-
-
 def _progress(on: bool, n: int):
-    return _Bar(n) if on else None
+    """Requests finished, every 64 (a bar on a terminal, a line every few seconds otherwise)."""
+    if not on:
+        return None
+    from ..util.progress import counter
+    c = counter(n, "replay")
+
+    class _Every64:
+        def update(self, finished: int) -> None:
+            if finished % 64 == 0:
+                c.update(finished)
+
+        def stop(self) -> None:
+            c.stop()
+    return _Every64()

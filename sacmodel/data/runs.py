@@ -115,8 +115,11 @@ def _manifest_file(path: str, mtime: float) -> dict[str, ManifestRow]:
 
 
 def _manifest(dirpath: Path) -> tuple[dict[str, ManifestRow], Path | None]:
-    """The manifest rows of the runs in ``dirpath`` (its ``manifest.csv`` or its parent's) and its folder."""
-    for cand in (dirpath / "manifest.csv", dirpath.parent / "manifest.csv"):
+    """The manifest rows of the runs in ``dirpath`` (its ``manifest.csv`` or its parent's) and its folder; a
+    folder reached through a symbolic link is looked up where it really is too (``my_runs -> .../runs``)."""
+    real = dirpath.resolve()
+    for cand in dict.fromkeys((dirpath / "manifest.csv", dirpath.parent / "manifest.csv", real / "manifest.csv",
+                               real.parent / "manifest.csv")):
         if cand.is_file():
             return _manifest_file(str(cand), cand.stat().st_mtime), cand.parent
     return {}, None

@@ -38,6 +38,8 @@ class BreakEven:
     winner: str | None = None                 # winner throughout, when nothing crosses
     ratio: float = 1.0
     curve: dict = field(default_factory=dict, repr=False)
+    searched: tuple | None = None        # (lo, hi) of the grid points where both systems have a value
+    range_note: str = ""                 # says so when that is narrower than [lo, hi], and why
     message: str = ""
 
     def to_dict(self) -> dict:
@@ -60,6 +62,10 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     grid of ``points``); every crossing in the range is reported.
     """
     topo, kind = _check_arguments(scenario, a, b, metric, vary, lo, hi, ratio, points, fixed)
+    asked = (lo, hi)
+    hi = _position_cap(topo, vary, hi, fixed)
+    if hi <= lo:
+        raise SolverError(f"{vary}: the model's positions end at {hi:,.0f}, below --lo {lo:,.0f}")
     discrete = vary in DISCRETE
     fast = {s: _unloaded_fn(topo, s, metric, vary, fixed) for s in (a, b)} if kind == "unloaded" else {}
 
@@ -89,11 +95,13 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     if not ok.any():
         res.message = "both systems are infeasible over the whole range"
         return res
+    res.searched = (float(xs[ok].min()), float(xs[ok].max()))
     if sym_roots is not None:
         roots, res.method = sym_roots, "symbolic"
     else:
         roots = _grid_roots(d, xs, diff, ok, discrete)
     at = lambda x: fmt_value(x, kind_of(vary))  # noqa: E731
+    res.range_note = _range_note(topo, vary, *asked, res.searched, at)
     if not roots:
         w = {_better(metric, x, y, ratio, a, b) for x, y in zip(fa[ok], fb[ok])}
         res.winner = w.pop() if len(w) == 1 else None
@@ -249,3 +257,27 @@ def _symbolic_roots(topo, a, b, metric, vary, lo, hi, ratio, fixed):
     roots = [float(sp.re(r)) for r in sp.solve(poly.as_expr(), x)
              if abs(complex(r).imag) < 1e-12 * max(1.0, abs(complex(r).real)) and lo <= float(sp.re(r)) <= hi]
     return sorted(roots)
+
+
+def _position_cap(topo, vary: str, hi: float, fixed: dict) -> float:
+    """``hi``, or for a context range past the model's positions the longest prompt it takes (context +
+    output <= max_position)."""
+    if vary != "context":
+        return hi
+    from ..hardware.models import model_of
+    mp = model_of(topo).max_position
+    out = fixed.get("output", 1)
+    out = max(out) if isinstance(out, tuple) else out
+    return min(hi, mp - out) if mp else hi
+
+
+def _range_note(topo, vary: str, lo: float, hi: float, searched: tuple, at) -> str:
+    """'' when the grid's finite points span the asked [lo, hi]; else the range actually searched and why."""
+    if searched[0] <= lo and searched[1] >= hi:
+        return ""
+    from ..hardware.models import model_of
+    m = model_of(topo)
+    why = (f"{m.name} has {m.max_position:,} positions (context + output at most that)"
+           if vary == "context" and m.max_position and hi + 1 > m.max_position else
+           "outside it neither system has a value (infeasible)")
+    return f"searched {vary} in [{at(searched[0])}, {at(searched[1])}] of the asked [{at(lo)}, {at(hi)}]: {why}"

@@ -166,7 +166,8 @@ def test_load_report_prefers_the_engines_figures():
 
     class A:
         rate, system = 4.0, "cxl"
-    assert cli_serving._load_report("sac-testbed", A, P) == {"offered_req_s": 4.0, "served_req_s": 1.0, "overloaded": True}
+    assert cli_serving._load_report("sac-testbed", A, P, {}) == {"offered_req_s": 4.0, "served_req_s": 1.0,
+                                                                 "overloaded": True}
 
 
 # ---- files only where asked; --json and --csv ----------------------------------------------------------
@@ -296,6 +297,27 @@ def test_validation_scatter_shows_every_system(figures):
 
 
 # ---- helpers --------------------------------------------------------------------------------------------
+def test_progress_prints_a_line_every_few_seconds_when_not_a_terminal(monkeypatch, capsys):
+    """Piped: a long loop reports on standard error (one line per LINE_EVERY_S), a short one prints nothing."""
+    import time
+    monkeypatch.setenv("SACMODEL_PROGRESS", "1")
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.05)
+    for _ in progress.track(range(3), "slow loop"):
+        time.sleep(0.12)
+    err = capsys.readouterr().err
+    assert "slow loop: " in err and "/3" in err
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 60.0)
+    list(progress.track(range(3), "quick"))
+    with progress.status("quick status"):
+        pass
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("SACMODEL_PROGRESS", "0")
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.01)
+    for _ in progress.track(range(2), "off"):
+        time.sleep(0.03)
+    assert capsys.readouterr().err == ""
+
+
 def test_progress_passes_every_item_and_nests(monkeypatch):
     assert list(progress.track(range(5), "x")) == [0, 1, 2, 3, 4]         # not a terminal: no display
     monkeypatch.setattr(progress, "enabled", lambda: True)

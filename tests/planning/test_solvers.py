@@ -153,12 +153,13 @@ def test_vectorised_sweep_equals_pointwise():
 
 
 def test_a_sweep_point_the_configuration_cannot_take_is_an_infeasible_row():
+    """A point past the model's positions is an infeasible row; more devices than the file lists are added."""
     rows = sweep_predict("sac-testbed", "cxl", {"context": [16384, 196608], "cxl_devices": [2, 3]},
                          fixed={"output": 64, "concurrency": 8}, workers=1, progress=False)
     ok = [(r["context"], r["config"]["cxl_devices"]) for r in rows if r["feasible"]]
-    assert ok == [(16384, 2)]
+    assert ok == [(16384, 2), (16384, 3)]        # a third device is a planned addition (issue 22), not an error
     bad = {(r["context"], r["config"]["cxl_devices"]): r["limit"] for r in rows if not r["feasible"]}
-    assert "maximum position" in bad[(196608, 2)] and "cxl_devices=3" in bad[(16384, 3)]
+    assert "maximum position" in bad[(196608, 2)] and "maximum position" in bad[(196608, 3)]
     assert all(r["success_fraction"] == 0.0 and r["tbt_mean_ms"] is None for r in rows if not r["feasible"])
 
 

@@ -58,7 +58,7 @@ def test_oversubscribed_prediction_is_served_by_queueing(capsys):
 
 @pytest.mark.parametrize("args,msg", [
     (["predict", "--system", "cxl", "--context", "32K", "--scenario", "nope"], "unknown scenario"),
-    (["predict", "--system", "cxl", "--context", "32K", "--cxl-devices", "5"], "cxl_devices=5"),
+    (["predict", "--system", "cxl", "--context", "32K", "--device-buffer", "1024"], "device_buffer=1024"),
     (["validate", "/no/such/run.json"], "no such file"),
 ])
 def test_bad_input_exit_2_with_message(capsys, args, msg):

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..util.names import ROUTERS, SYSTEMS
 from ..util.files import write_text
-from .common import plain, print_json
+from .common import console, plain, print_json, table
 
 
 class ConfigError(ValueError):
@@ -144,6 +144,15 @@ def cmd_replay(a):
         con.print(f"TTFT CDF written to {a.plot}")
 
 
+def _cell(col: str, v) -> str:
+    """A cluster plan cell: shares in %, unfinished percentiles as 'unfin.'."""
+    if col in ("success_fraction", "hit_rate_total") and isinstance(v, float):
+        return f"{100 * v:.1f}"
+    if isinstance(v, float) and v == math.inf:
+        return "unfin."
+    return plain(v)
+
+
 def _sec(v: float) -> str:
     return "unfin." if v == math.inf else f"{v:,.1f}"
 
@@ -226,16 +235,20 @@ def cmd_cluster_plan(a, fallback):
     if a.json:
         print_json(r.to_dict(), inf_as_text=True)
         return
-    con = Console()
-    con.print(r.message)
-    t = Table(title="tried (one cluster replay each)")
-    cols = [vary, "feasible", *slo, "goodput_req_s", "hit_rate_total", "cost_usd_per_hour"]
-    for c in dict.fromkeys(cols):
-        t.add_column(c, justify="right")
+    con = console()
+    con.print(r.message, highlight=False)
+    names = {"success_fraction": "finished %", "overloaded": "overloaded", "goodput_req_s": "goodput req/s",
+             "hit_rate_total": "hit %", "cost_usd_per_hour": "USD/h", "cost_usd_per_million_tokens": "USD/M tok"}
+    cols = list(dict.fromkeys([vary, "success_fraction", "overloaded", *slo, "goodput_req_s", "hit_rate_total",
+                               "cost_usd_per_hour", "cost_usd_per_million_tokens"]))
+    t = table("tried (one cluster replay each)", [names.get(c, c) for c in cols],
+              right=[names.get(c, c) for c in cols[1:]])
     for row in r.tried:
-        t.add_row(*[plain(row.get(c))
-                    for c in dict.fromkeys(cols)])
+        t.add_row(*[_cell(c, row.get(c)) for c in cols])
     con.print(t)
+    for row in r.tried:
+        if row.get("limit"):
+            con.print(f"{vary} {row[vary]}: {row['limit']}", highlight=False)
     for h in r.hit_rates:
         con.print(f"pool {h['pool']}: fast-path hit rate {100 * h['hit_rate_fast_path']:.1f}%")
 

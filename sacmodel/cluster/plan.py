@@ -104,11 +104,15 @@ def _point(job) -> dict:
     load = s["load"]
     why = p.limit or (f"overloaded: offered {load['offered_req_s']:.3g} req/s, served {load['served_req_s']:.3g}"
                       if load["overloaded"] else None)
+    tok_s = s["output_throughput_tok_s"]
     row = {**params, "feasible": why is None, "limit": why, **{m: s[m] for m in ROW_METRICS},
+           "output_throughput_tok_s": tok_s,
            "success_fraction": s["success_fraction"], "overloaded": load["overloaded"],
            "offered_req_s": load["offered_req_s"], "served_req_s": load["served_req_s"],
            "hit_rate": s["hit_rate"], "instances": s["instances"],
            "cost_usd_per_hour": cost_per_hour(scenario, system, s["instances"], pool)["total"]}
+    row["cost_usd_per_million_tokens"] = (row["cost_usd_per_hour"] / (tok_s * 3600) * 1e6
+                                          if tok_s and math.isfinite(tok_s) and tok_s > 0 else None)
     return row
 
 
@@ -167,10 +171,11 @@ def _none_meets(scenario, system, trace, slo, vary, vals, rows, fixed) -> str:
     from .why import why_not
     from .workload import load_workload
     msg = f"no {vary} among {', '.join(map(str, vals))} meets the SLO"
-    if rows and all(r.get("overloaded") for r in rows):
-        msg += "; every one is overloaded (arrivals outpace what it serves)"
-    elif rows and all(r.get("success_fraction", 1.0) < 1.0 for r in rows):
-        msg += f"; requests fail in every one ({rows[-1].get('limit')})"
+    failing = [r for r in rows if r.get("success_fraction", 1.0) < 1.0]
+    if rows and len(failing) == len(rows):
+        msg += f"; requests fail in every one (largest: {rows[-1].get('limit')})"
+    elif rows and all(r.get("overloaded") or r in failing for r in rows):
+        msg += "; each one fails requests or is overloaded (arrivals outpace what it serves)"
     tr, _ = load_workload(trace, (fixed or {}).get("limit"))
     why = why_not(cluster_of(scenario).host, system, tr, slo)
     return f"{msg}. {why}" if why else msg

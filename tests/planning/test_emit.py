@@ -8,6 +8,7 @@ import pytest
 from measured_data import SHARED, needs_shared
 
 import sacmodel
+from sacmodel.cli import main
 from sacmodel.data.server_logs import parse_server_args
 from sacmodel.planning.common import SolverError
 from sacmodel.planning.emit import sglang_command
@@ -155,3 +156,19 @@ def test_the_testbed_command_reproduces_the_server_args_of_every_run():
             assert json.loads(args["--hisparse-config"]) == sa["hisparse_config"], path.name
     assert seen == {"gpu", "dram", "cxl", "rdma"}
 
+
+def test_plan_emits_the_command_of_its_answer(capsys):
+    rc = main(["plan", "--system", "cxl", "--context", "128K", "--slo", "tbt_mean_ms=80", "--emit", "sglang",
+               "--json"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    d = json.loads(out)
+    assert d["found"] and d["value"] > 2                 # more devices than the testbed's pool holds
+    args = parse(d["sglang_command"])
+    assert len(json.loads(args["--hisparse-config"])["cxl"]["dev_paths"]) == d["value"]
+    assert d["prediction"]["config"]["cxl_devices"] == d["value"]
+    rc = main(["plan", "--system", "cxl", "--context", "32K", "--slo", "tbt_mean_ms=80", "--emit", "sglang"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "smallest cxl_devices meeting the SLO: 1" in out
+    args = parse(out[out.index("# sacmodel: cxl"):])
+    check_against_config(args, sacmodel.load_topology("sac-testbed"), "cxl", cxl_devices=1)

@@ -81,7 +81,8 @@ def _table(res, pts, every: bool) -> None:
     con.print(f"x: tok/s/user = 1000 / mean TBT (1 / TPOT); y: output tok/s per GPU ({gpus} GPUs)", highlight=False)
     con.print(t)
     con.print(("rows: every configuration" if every else "rows: each system's frontier (--all: every configuration)")
-              + f"\nacross: on the frontier across systems ({len(res.frontier)} points)", highlight=False)
+              + f"\nacross: on the frontier across systems ({len(res.frontier)} "
+              + ("point)" if len(res.frontier) == 1 else "points)"), highlight=False)
 
 
 def _csv_value(v):

@@ -77,9 +77,10 @@ def sglang_args(scenario, system: str, **settings) -> tuple[dict, list[str]]:
     t = _topology(scenario)
     if settings.get("dp") is not None:
         t = with_dp(t, settings["dp"])
-    n = settings.get("cxl_devices")
-    if n is not None and n > len(t.pools.get("cxl", [])):
-        t, _ = _with_value(t, "cxl_devices", n)            # a larger pool, as plan and pareto grow it
+    for key, pool in (("cxl_devices", "cxl"), ("rdma_nics", "rdma")):   # a larger pool, grown as plan does
+        n = settings.get(key)
+        if isinstance(n, int) and not isinstance(n, bool) and len(t.pools.get(pool, [])) < n <= 1024:
+            t, _ = _with_value(t, key, n)
     cfg = resolve(t, system, **{k: settings.get(k) for k in ("cxl_devices", "rdma_nics", "device_buffer",
                                                              "max_total_tokens", "max_running_requests")})
     path, notes = _model_path(t, cfg, settings.get("model_path"))

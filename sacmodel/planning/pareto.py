@@ -178,9 +178,9 @@ def _lists(scenario, systems, concurrencies, cxl_devices, dps):
                 raise SolverError(f"{s} needs a {pool} pool and {t.name} has none (a built machine adds one "
                                   f"with pool='{pool}', --pool {pool})")
     conc = _counts("concurrency", concurrencies or DEFAULT_CONCURRENCIES, LIMITS["concurrency"])
-    devs = _counts("cxl_devices", cxl_devices, 1024) if cxl_devices else \
+    devs = _counts("cxl_devices", cxl_devices, 1024) if cxl_devices is not None else \
         list(range(1, len(t.pools.get("cxl", [])) + 1)) or [1]
-    dps = _counts("dp", dps, 256) if dps else dp_choices(t)
+    dps = _counts("dp", dps, 256) if dps is not None else dp_choices(t)
     n = len(conc) * len(dps) * sum(len(devs) if system_uses(s, "cxl") else 1 for s in systems)
     if n > LIMITS["predictions"]:
         raise SolverError(f"{n:,} configurations: at most {LIMITS['predictions']:,} predictions (a documented "
@@ -189,7 +189,12 @@ def _lists(scenario, systems, concurrencies, cxl_devices, dps):
 
 
 def _counts(name: str, values, hi: int) -> list[int]:
-    vals = [values] if isinstance(values, (int, np.integer)) else list(values)
+    try:
+        vals = [values] if isinstance(values, (int, np.integer)) else list(values)
+    except TypeError:
+        raise SolverError(f"{name}: give a whole number or a list of them, got {values!r}") from None
+    if not vals:
+        raise SolverError(f"{name}: give at least one value")
     for v in vals:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
             raise SolverError(f"{name} must be whole numbers from 1 to {hi:,}, got {v!r}")

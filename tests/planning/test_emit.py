@@ -96,6 +96,8 @@ def test_other_machines_and_parallelisms():
     args = parse(sglang_command("sac-testbed", "cxl", cxl_devices=4, model_path="/models/DeepSeek-V3.2-AWQ"))
     assert len(json.loads(args["--hisparse-config"])["cxl"]["dev_paths"]) == 4       # the pool grown, as plan does
     assert args["--model-path"] == "/models/DeepSeek-V3.2-AWQ"
+    args = parse(sglang_command("sac-testbed", "rdma", rdma_nics=4))
+    assert json.loads(args["--hisparse-config"])["rdma_pool"]["ib_devs"] == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
 
 
 def test_what_ifs_and_unknown_settings_are_refused():

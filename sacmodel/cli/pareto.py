@@ -25,10 +25,10 @@ def count_list(s: str, what: str | None = None, hi: int = LIMITS["concurrency"])
     return sorted({count(x, what, hi=hi) for x in items})
 
 
-def add_emit(p) -> None:
+def add_emit(p, what: str = "the answer's configuration") -> None:
     p.add_argument("--emit", choices=("sglang",), default=None,
-                   help="also print the SGLang launch command (flags and HiSparse/CXL/RDMA settings) of the "
-                        "configuration, from the settings the model used")
+                   help=f"also print the SGLang launch command (flags and HiSparse/CXL/RDMA settings) of {what}, "
+                        "from the settings the model used")
 
 
 def emit_plan(a, r, workload: dict) -> str:
@@ -154,7 +154,7 @@ def register(sub) -> None:
                    help="engine (default): the event-driven serving engine; analytic: its steady state, faster")
     p.add_argument("--all", action="store_true",
                    help="list every configuration, infeasible ones too (default: each system's frontier)")
-    add_emit(p)
+    add_emit(p, "each point on the frontier across systems")
     add_plot(p, "draw the chart (every configuration, each system's frontier, the frontier across systems)")
     add_json(p)
     p.set_defaults(func=cmd_pareto)

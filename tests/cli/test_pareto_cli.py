@@ -91,3 +91,11 @@ def test_bad_input_is_one_line_and_status_2(args, word, capsys):
     rc, out, err = run(capsys, "pareto", "--context", "32K", "--system", "cxl", *args) if "--system" not in args \
         else run(capsys, "pareto", "--context", "32K", *args)
     assert rc == 2 and err.count("\n") == 1 and word in err, err
+
+
+def test_plan_emit_is_refused_for_cluster_plans(capsys, tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 3000, "output_length": 8, "hash_ids": [1, 2, 3]}\n')
+    rc, out, err = run(capsys, "plan", "--system", "cxl", "--scenario", "sac-cluster-4x", "--trace", str(trace),
+                       "--slo", "ttft_p99_ms=7000", "--emit", "sglang")
+    assert rc == 2 and err.count("\n") == 1 and "--emit sglang" in err and "--trace" in err

@@ -5,9 +5,11 @@ Public API (see README): scenarios and topology (:func:`load_topology`, :func:`r
 (:func:`get_model`), cost primitives, the fetch micro-benchmark model (:func:`fetch_latency_us`), the numpy
 reference (:mod:`sacmodel.serving.reference`) and its analytic counterpart (:func:`access_counts`), the serving
 model (:func:`predict`, :func:`compare`), the solvers (:func:`symbolic`, :func:`breakeven`, :func:`plan`,
-:func:`sensitivity`, :func:`sweep`), trace replay through one instance or a cluster on one clock (:func:`load_trace`,
-:func:`replay`, :func:`load_cluster`, generated workloads in :mod:`sacmodel.workloads`), the prefix hit-rate fast
-path (:func:`prefix_hit_rate`) and the hosts-per-CXL-pool study (:func:`hosts_per_pool`).
+:func:`sensitivity`, :func:`sweep`), the throughput-per-GPU vs interactivity frontier (:func:`pareto`), the SGLang
+launch command of a configuration (:func:`sglang_command`), trace replay through one instance or a cluster on
+one clock (:func:`load_trace`, :func:`replay`, :func:`load_cluster`, generated workloads in
+:mod:`sacmodel.workloads`), the prefix hit-rate fast path (:func:`prefix_hit_rate`) and the hosts-per-CXL-pool
+study (:func:`hosts_per_pool`).
 
 Names are imported on first use (PEP 562), so ``import sacmodel`` and the command line start fast: sympy,
 pint and scipy load only when a function that needs them is called.
@@ -39,6 +41,8 @@ _EXPORTS = {
     "planning.breakeven": ("breakeven",),
     "planning.closed_forms": ("symbolic",),
     "planning.plan": ("max_load", "plan"),
+    "planning.pareto": ("ParetoPoint", "ParetoResult", "pareto", "pareto_front"),
+    "planning.emit": ("sglang_command",),
     "planning.sensitivity": ("sensitivity",),
     "planning.sweep": ("sweep",),
     "cluster.hitrate": ("prefix_hit_rate",),

@@ -224,6 +224,8 @@ def _cluster_workload(a) -> dict:
 def cmd_cluster_plan(a, fallback):
     if not a.trace:
         return fallback(a)
+    if getattr(a, "emit", None):
+        raise ConfigError("--emit sglang prints one server's launch command; a cluster plan (--trace) has none yet")
     from ..cluster.plan import cluster_plan
     slo = dict(a.slo)                     # (metric, target) pairs, parsed by the plan command's --slo
     vary = a.vary if a.vary in ("instances", "pool", "router", "pd") else "instances"

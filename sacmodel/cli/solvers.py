@@ -246,11 +246,13 @@ def cmd_plan(a):
         wl.pop(a.vary, None)
         r = plan(a.scenario, a.system, workload=wl, slo=slos, vary=a.vary, max_value=a.max or 16,
                  min_value=a.min or 1, price_table=a.prices)
+    from .pareto import emit_plan
+    sglang = emit_plan(a, r, wl)          # --emit sglang: the answer's launch command ("" without it)
     if a.csv:
         cols = ["value", "meets", "feasible", "limit", *slos]
         write_csv(a.csv, cols, [[row.get(c) for c in cols] for row in r.tried])
     if a.json:
-        print_json(r.to_dict())
+        print_json({**r.to_dict(), **({"sglang_command": sglang} if sglang else {})})
         return
     if a.csv == "-":
         return
@@ -272,6 +274,8 @@ def cmd_plan(a):
                               for k, v in (r.prices or {}).items()), highlight=False, markup=False)
     if r.found and not a.max_load:
         con.print("check it: " + predict_command(a, {a.vary: r.value}), highlight=False, soft_wrap=True)
+    if sglang:
+        print("\n" + sglang)
 
 
 def predict_command(a, settings: dict) -> str:
@@ -429,6 +433,8 @@ def register(sub):
     _register_plan(sub)
     _register_sensitivity(sub)
     _register_sweep(sub)
+    from . import pareto as pareto_cli          # pareto and its --emit sglang (plan's --emit too)
+    pareto_cli.register(sub)
 
 
 def _register_expr(sub) -> None:
@@ -516,7 +522,8 @@ def _register_plan(sub) -> None:
     p = _parser(sub, "plan", "smallest resource meeting an SLO, or the largest load within it",
                 ["sacmodel plan --system cxl --context 128K --slo tbt_mean_ms=80 --slo output_throughput_tok_s=750",
                  "sacmodel plan --system rdma --vary rdma_nics --max 8 --context 64K --slo ttft_mean_ms=5000",
-                 "sacmodel plan --system cxl --context 128K --slo tbt_mean_ms=80 --max-load concurrency"])
+                 "sacmodel plan --system cxl --context 128K --slo tbt_mean_ms=80 --max-load concurrency",
+                 "sacmodel plan --system cxl --context 32K --slo tbt_mean_ms=80 --emit sglang"])
     add_scenario(p)
     p.add_argument("--system", choices=SYSTEMS, required=True, help="system to plan")
     p.add_argument("--slo", action="append", required=True, type=slo, metavar="METRIC=VALUE",
@@ -534,6 +541,8 @@ def _register_plan(sub) -> None:
                    help="price table: 'parts: {gpu: {usd_per_hour: 2.0}, ...}' (default: the built-in one)")
     add_workload(p)
     add_json(p)
+    from .pareto import add_emit
+    add_emit(p)
     p.set_defaults(func=cmd_plan)
 
 

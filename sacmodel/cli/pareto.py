@@ -7,7 +7,8 @@ from __future__ import annotations
 import sys
 
 from ..util.names import LIMITS, SYSTEMS
-from .common import add_json, add_plot, add_scenario, console, print_json, table, write_csv
+from .common import (add_json, add_output, add_plot, add_scenario, add_server_limits, console, print_json,
+                     server_limits, table, write_csv)
 from .types import Bad, arg, count, system_list, tokens
 
 CSV_COLUMNS = ("system", "concurrency", "dp", "tp", "cxl_devices", "rdma_nics", "tok_s_per_user", "tok_s_per_gpu",
@@ -76,7 +77,7 @@ def _table(res, pts, every: bool) -> None:
     bad = sum(not p.feasible for p in res.points)
     gpus = "/".join(str(g) for g in sorted({p.gpus for p in res.points}))
     tok = lambda v: f"{v // 1024}K" if v % 1024 == 0 else f"{v:,}"  # noqa: E731
-    con.print(f"{res.scenario}, context {tok(res.context)}, output {tok(res.output)}: {len(res.points)} "
+    con.print(f"{res.scenario}, context {tok(res.context)}, output {_out(res.output, tok)}: {len(res.points)} "
               f"configurations, {bad} infeasible", highlight=False)
     con.print(f"x: tok/s/user = 1000 / mean TBT (1 / TPOT); y: output tok/s per GPU ({gpus} GPUs)", highlight=False)
     con.print(t)
@@ -90,11 +91,15 @@ def _csv_value(v):
     return round(v, 4) if isinstance(v, float) and v == v else v
 
 
+def _out(output, fmt) -> str:
+    return "{}:{}".format(*map(fmt, output)) if isinstance(output, tuple) else fmt(output)
+
+
 def cmd_pareto(a):
     from sacmodel.planning.pareto import pareto
     if a.emit and a.csv == "-":
         raise ValueError("--emit with --csv -: both write to standard output; write the CSV to a file")
-    kw = {"requests": a.requests} if a.requests else {}
+    kw = {"requests": a.requests, **server_limits(a)} if a.requests else dict(server_limits(a))
     if a.draws:
         kw["draws"] = a.draws
     res = pareto(a.scenario, a.systems, context=a.context, output=a.output, concurrencies=a.concurrencies,
@@ -102,7 +107,7 @@ def cmd_pareto(a):
     pts = _rows(res, a.all)
     if a.plot:
         from ..plots.pareto import plot_pareto
-        plot_pareto(res.points, a.plot, title=f"{res.scenario}: context {res.context:,}, output {res.output:,}")
+        plot_pareto(res.points, a.plot, title=f"{res.scenario}: context {res.context:,}, output {_out(res.output, '{:,}'.format)}")
     if a.csv:
         write_csv(a.csv, list(CSV_COLUMNS), [[_csv_value(getattr(p, c)) for c in CSV_COLUMNS] for p in pts])
     cmds = _commands(res) if a.emit else []
@@ -134,8 +139,8 @@ def register(sub) -> None:
                    metavar="LIST", help=f"comma-separated systems from {', '.join(SYSTEMS)} (default gpu,dram,cxl,rdma)")
     p.add_argument("--context", type=arg(tokens), required=True, metavar="TOKENS",
                    help="prompt tokens per request, e.g. 64K (K = 1024)")
-    p.add_argument("--output", type=arg(tokens), default=1024, metavar="TOKENS",
-                   help="output tokens per request (default 1024)")
+    add_output(p)
+    add_server_limits(p)
     p.add_argument("--concurrency", dest="concurrencies", type=arg(count_list), default=None, metavar="LIST",
                    help="client concurrencies (requests in flight), e.g. 8,32,128 (default 4,8,16,32,64,128,256)")
     p.add_argument("--cxl-devices", dest="cxl_device_list", type=arg(count_list, hi=1024), default=None,

@@ -75,7 +75,7 @@ class ParetoResult:
     """Every configuration tried (``points``) and the frontier across them (``frontier``, by interactivity)."""
     scenario: str
     context: int
-    output: int
+    output: int | tuple             # tokens per request, or (min, max) drawn uniformly per request
     points: list[ParetoPoint]
     topology: Topology | None = field(default=None, repr=False)     # the scenario the settings apply to
 
@@ -215,7 +215,7 @@ def pareto(scenario, systems, *, context: int, output: int = 1024, concurrencies
     :func:`predict` unchanged. ``method="analytic"`` uses the steady state instead of the engine.
     """
     _positive_tokens("context", context)
-    _positive_tokens("output", output)
+    _positive_tokens("output", output, allow_range=True)
     systems, conc, devs, dps = _lists(scenario, systems, concurrencies, cxl_devices, dp)
     base = _topology(scenario)
     server = {k: v for k, v in dict(device_buffer=device_buffer, max_total_tokens=max_total_tokens,
@@ -233,7 +233,7 @@ def pareto(scenario, systems, *, context: int, output: int = 1024, concurrencies
         points.append(_point(p, s, c, d, tp, n, {**server, **kw},
                              {"context": context, "output": output, **workload}))
     _mark(points)
-    return ParetoResult(base.name, int(context), int(output), points, base)
+    return ParetoResult(base.name, int(context), output if isinstance(output, tuple) else int(output), points, base)
 
 
 def _point(p, system, concurrency, dp, tp, devices, server, workload) -> ParetoPoint:

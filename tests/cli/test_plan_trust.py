@@ -77,11 +77,12 @@ def test_plan_explains_a_target_one_request_alone_misses(capsys):
     ["plan", "--system", "cxl", "--context", "8K", "--slo", "tbt_mean_ms=1e6", "--max", "1"],
     ["sensitivity", "--system", "cxl", "--context", "8K", "--top", "2"],
     ["sweep", "--system", "cxl", "--full", "--grid", "context=8K", "--workers", "1"],
+    ["pareto", "--system", "cxl", "--context", "8K", "--dp", "8", "--cxl-devices", "2"],
 ])
 def test_every_workload_command_takes_output_ranges_and_server_caps(capsys, cmd):
     """--output MIN:MAX, --max-total-tokens and --max-running-requests on every command that takes a workload."""
     flags = ["--output", "0:64", "--max-total-tokens", "100K", "--max-running-requests", "4", "--requests", "8"]
-    if cmd[0] != "winner-map":
+    if cmd[0] not in ("winner-map", "pareto"):
         flags += ["--concurrency", "4"]
     assert main([*cmd, *flags]) == 0, capsys.readouterr().err
 

@@ -266,12 +266,14 @@ def cmd_plan(a):
         con.print(t)
     if r.cost_usd_per_hour:
         per_m = r.cost_usd_per_million_tokens
-        con.print("cost (USD/hour): " + ", ".join(f"{k} {v:.2f}" for k, v in r.cost_usd_per_hour.items())
-                  + (f"; {per_m:.2f} USD per million output tokens" if per_m else ""), highlight=False)
-        con.print("prices: " + ("your table " + a.prices if a.prices else "the built-in table (sacmodel/data/"
-                                "prices.yaml; override with --prices FILE)") + ": "
-                  + "; ".join(f"{k} {v['usd_per_hour']:g}/h ({v.get('source', 'no source given')})"
-                              for k, v in (r.prices or {}).items()), highlight=False, markup=False)
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in r.cost_usd_per_hour.items() if k != "total")
+        con.print(f"cost: {r.cost_usd_per_hour['total']:.2f} USD/hour ({parts})"
+                  + (f", {per_m:.2f} USD per million output tokens" if per_m else ""), highlight=False)
+        con.print("prices from " + (a.prices if a.prices else "the built-in table (sacmodel/data/prices.yaml; "
+                                    "--prices FILE for yours)") + ":", highlight=False)
+        for k, v in (r.prices or {}).items():
+            con.print(f"  {k:<12} {v['usd_per_hour']:6.2f} USD/h  {v.get('source', 'no source given')}",
+                      highlight=False, markup=False, soft_wrap=True)
     if r.found and not a.max_load:
         con.print("check it: " + predict_command(a, {a.vary: r.value}), highlight=False, soft_wrap=True)
     if sglang:

@@ -106,3 +106,30 @@ def test_winner_map_over_concurrency_runs(tmp_path, capsys):
 def test_plain_numbers_never_scientific():
     assert plain(7000000.0) == "7,000,000" and plain(1234.5) == "1,234" and plain(0.0123) == "0.012"
     assert plain(82.125) == "82.12" and plain(3) == "3" and plain(float("nan")) == "-" and plain(True) == "True"
+
+
+def test_compare_names_the_setting_that_fixes_an_infeasible_system():
+    import io
+
+    from rich.console import Console
+
+    from sacmodel.cli.serving import _explain_limits
+
+    class P:
+        feasible, limit = False, "host_pool"
+        capacity = {"usage": {"host_pool": {"used": 264.0, "capacity": 100.0}}}
+
+    class Q:
+        feasible, limit, capacity = True, None, {}
+    con = Console(file=io.StringIO(), width=200)
+    _explain_limits(con, [(131072, {"dram": P(), "gpu": Q()}), (262144, {"dram": P(), "gpu": Q()})])
+    out = con.file.getvalue()
+    assert out.count("(host_pool)") == 1 and "dram first at 131,072 tokens (264% of capacity)" in out
+    assert "--concurrency" in out
+
+
+def test_predict_reports_overload_before_the_tables(capsys):
+    assert main(["predict", "--system", "cxl", "--context", "32K", "--rate", "50", "--requests", "64",
+                 "--output", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "overloaded" in out and out.index("overloaded") < out.index("predicted metrics")

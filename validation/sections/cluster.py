@@ -44,7 +44,21 @@ def _pct(x) -> str:
 
 
 def _s(ms) -> str:
+    """Seconds from ms; an unfinished percentile (inf) as 'unfin.'."""
+    if ms == math.inf:
+        return "unfin."
     return "-" if ms is None or not math.isfinite(ms) else f"{ms / 1e3:,.1f}"
+
+
+def _ms(ms) -> str:
+    if ms == math.inf:
+        return "unfin."
+    return "-" if ms is None or not math.isfinite(ms) else f"{ms:,.0f}"
+
+
+def _health(s) -> str:
+    """Finished share, and 'overloaded' when the queue grows over the trace."""
+    return f"{_pct(s['success_fraction'])}" + (" overloaded" if s["load"]["overloaded"] else "")
 
 
 def hit_rate_part(out_dir: Path, traces: dict) -> list[str]:
@@ -134,12 +148,12 @@ def transfer_part(out_dir: Path) -> list[str]:
 def _row(label, p) -> str:
     s = p.summary
     return (f"| {label} | {_pct(s['hit_rate_total'])} | {_s(s['ttft_p50_ms'])} / {_s(s['ttft_p90_ms'])} / "
-            f"{_s(s['ttft_p99_ms'])} | {s['tbt_p50_ms']:,.0f} / {s['tbt_p99_ms']:,.0f} | {_pct(s['slo_attainment'])} "
-            f"| {s['goodput_req_s']:.3f} | {s['duration_s']:,.0f} |" + ("" if p.feasible else " incomplete"))
+            f"{_s(s['ttft_p99_ms'])} | {_ms(s['tbt_p50_ms'])} / {_ms(s['tbt_p99_ms'])} | {_pct(s['slo_attainment'])} "
+            f"| {s['goodput_req_s']:.3f} | {s['duration_s']:,.0f} | {_health(s)} |")
 
 
 HEADER = ["| configuration | hit | TTFT p50 / p90 / p99 (s) | TBT p50 / p99 (ms) | SLO met | goodput (req/s) | "
-          "last token (s) |", "|---|---|---|---|---|---|---|"]
+          "last token (s) | finished |", "|---|---|---|---|---|---|---|---|"]
 
 
 def replay_part(out_dir: Path, trace: Path, limit: int | None) -> list[str]:
@@ -210,16 +224,18 @@ def plan_part(trace: Path, limit: int | None) -> list[str]:
         p = replay(CLUSTER, "cxl", trace, router="kv", instances=n, pd=pd, slo=SLO, limit=limit)
         s = p.summary
         rows.append(f"| {n} | {pd or 'co-located'} | {_s(s['ttft_p50_ms'])} / {_s(s['ttft_p99_ms'])} | "
-                    f"{s['tbt_p50_ms']:,.0f} / {s['tbt_p99_ms']:,.0f} | {_pct(s['slo_attainment'])} | "
-                    f"{s['duration_s']:,.0f} |")
+                    f"{_ms(s['tbt_p50_ms'])} / {_ms(s['tbt_p99_ms'])} | {_pct(s['slo_attainment'])} | "
+                    f"{s['duration_s']:,.0f} | {_health(s)} |")
     return ["### How many hosts the recorded rate needs", "",
             "The conversation trace at its recorded rate (x1, 3.4 req/s over 3,537 s) on hosts like the testbed "
             "sharing the CXL pool, kv router. Co-located, every prefill chunk (8K tokens, seconds on an H20 rank) "
             "holds up the decode steps of all the host's data-parallel ranks, so TBT stays in seconds however "
             "many hosts share the load; disaggregated, decode hosts never wait for prefill and the prefill hosts "
             "set the TTFT:", "",
-            "| hosts | P:D | TTFT p50 / p99 (s) | TBT p50 / p99 (ms) | SLO met | last token (s) |",
-            "|---|---|---|---|---|---|", *rows, ""]
+            "| hosts | P:D | TTFT p50 / p99 (s) | TBT p50 / p99 (ms) | SLO met | last token (s) | finished |",
+            "|---|---|---|---|---|---|---|", *rows, "",
+            "Percentiles count unfinished requests as infinite ('unfin.'); 'finished' is the share of the trace's "
+            "requests that completed, 'overloaded' that the queue grew over the trace (offered above served).", ""]
 
 
 def cosim_part(trace: Path) -> list[str]:

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .bands import error_band
 from .binding import what_binds
 from .capacity import static_check
 from .config import Config, ConfigError, PositionError, resolve, static_values, swap_route
@@ -233,6 +234,9 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
                               "device_buffer": cfg.device_buffer, "dp": cfg.dp, "rate": rate,
                               "max_total_tokens": cfg.max_total_tokens, "prompts": prompts,
                               "prefix_cached": prefix_cached, "cold_staging": cold_staging})
+    pred.band, pred.band_basis = error_band(cfg, context=context, output=hi, concurrency=concurrency)
+    if method == "analytic":
+        pred.band_basis += "; measured for the engine, not for the analytic steady state"
     cap = static_check(cfg, context=context, output=hi, concurrency=concurrency, prompts=prompts)
     pred.capacity = cap
     if not cap["feasible"]:

@@ -49,7 +49,7 @@ def band_text(band: dict) -> str:
 def print_band(con, p) -> None:
     """One line: the prediction's expected error and where it comes from."""
     if p.band:
-        con.print(f"expected error: {band_text(p.band)} ({p.band_basis})", highlight=False)
+        con.print(f"expected error: {band_text(p.band)}, from {p.band_basis}", highlight=False)
 
 
 def print_compare_bands(con, rows) -> None:
@@ -71,5 +71,5 @@ def print_compare_bands(con, rows) -> None:
              for s, w in widest.items()]
     rest = sorted({b.split("; ", 1)[1] for b in basis.values() if "; " in b})
     con.print("expected error (TTFT/TBT/throughput, the widest over the contexts): " + ", ".join(parts)
-              + " (held-out testbed runs of each system and its nearest categories, validation/report.md section 5"
-              + "".join(f"; {r}" for r in rest) + ")", highlight=False)
+              + ", from held-out testbed runs of each system and its nearest categories, validation/report.md section 5"
+              + "".join(f"; {r}" for r in rest), highlight=False)

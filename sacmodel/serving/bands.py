@@ -149,7 +149,7 @@ def error_band(cfg, *, context: int, output: int, concurrency: int) -> tuple[dic
                       cxl_devices=cfg.cxl_devices, device_buffer=cfg.device_buffer)
     band, used = testbed_band(system, cats)
     who = system if system == cfg.system else f"{system}, the nearest measured system to the what-if {cfg.system}"
-    basis = f"held-out testbed runs of {who}" + (f", {', '.join(used)}" if used else "") + \
+    basis = f"held-out testbed runs of {who}" + (f" (categories {', '.join(used)})" if used else "") + \
         ", validation/report.md section 5"
     prov = provenance(cfg.topo)
     if not prov.testbed_class and prov.from_testbed:

@@ -67,8 +67,8 @@ def elasticities(fn, names: tuple, values: dict, symbols) -> tuple[float, dict[s
 
 
 def term_binding(fn, names: tuple, values: dict, routes: dict, labels: dict) -> dict | None:
-    """What binds one term: its most elastic rate or constant (``routes``: route symbol -> :class:`Share` of
-    the busiest flow and its path's latencies; ``labels``: names of the GPU's resources)."""
+    """What binds one term: its most elastic rate or constant (``routes``: route symbol -> (:class:`Share` of
+    the busiest flow, the element adding most to its round trip); ``labels``: names of the GPU's resources)."""
     t, el = elasticities(fn, names, values, (*RATES, *CONSTANTS, *EFFICIENCIES))
     if t <= 0 or not el:
         return None
@@ -79,14 +79,13 @@ def term_binding(fn, names: tuple, values: dict, routes: dict, labels: dict) -> 
         return {"resource": CONSTANT_NAMES[const], "kind": "constant", "utilisation": min(1.0, consts)}
     if rate is None or abs(el[rate]) <= 1e-9:
         return None
-    best = rate
-    e = abs(el[best])
+    best, e = rate, abs(el[rate])
     kind = RATES[best]
     if kind in ("hbm", "flops"):
         eff = next((values[x] for x in EFFICIENCIES if x in el and abs(el[x] - el[best]) < 1e-6), 1.0)
         return {"resource": labels[best], "kind": kind, "utilisation": min(1.0, e * eff)}
     if kind == "route":
-        share, path_lat = routes[best]
+        share = routes[best][0]
         out = {"resource": resource_name(share.binding, labels["topo"]),
                "kind": "device" if share.binding[0] == "node" else "link",
                "utilisation": min(1.0, e * share.utilisation)}

@@ -8,6 +8,7 @@ from ..util.names import MAIN_SYSTEMS, SYSTEMS
 from .common import (DEFAULT_CONTEXTS, LIMITS_TEXT, _fmt, _model_name, _parser, _scenario, _workload, add_json,
                      add_model_options, add_plot, add_scenario, add_systems, add_workload, console, print_json, table,
                      write_csv)
+from .trust import print_band, print_binding, print_compare_bands
 from .types import LIMITS, arg, byte_size, count, setting, token_list
 
 
@@ -94,6 +95,7 @@ def cmd_predict(a):
             row.append(f"{_fmt(lo, nd)}-{_fmt(hi, nd)}" if lo is not None else "")
         t.add_row(*row)
     con.print(t)
+    print_band(con, p)
     _usage_table(con, p)
     b = table("where the time goes", ("component", "value", "unit"), right=("value",))
     for k, v in p.breakdown.items():
@@ -102,6 +104,7 @@ def cmd_predict(a):
     con.print(b)
     con.print("step_*: one decode step of the busiest rank (the first draw); prefix_*: once per request",
               highlight=False)
+    print_binding(con, p)
     if a.method == "analytic":
         con.print("method: analytic steady state (requests out of phase; no first-wave transient, no "
                   "percentiles). The engine (default) reproduces benchmark waves; the two differ most in TTFT "
@@ -211,6 +214,7 @@ def cmd_compare(a):
     con.print(title, highlight=False)
     con.print(t)
     _explain_limits(con, rows)
+    print_compare_bands(con, rows)
     if a.plot:
         print(f"plot written to {a.plot}", file=sys.stderr)
 

@@ -318,8 +318,10 @@ def cmd_sensitivity(a):
         rows = sensitivity(a.scenario, a.system, m, **wl)
         kind = symbol_kind
     else:
-        rows = sensitivity_loaded(a.scenario, a.system, m, **wl)
-        kind = lambda n: "hardware" if n.startswith(("node:", "link:")) else "software"  # noqa: E731
+        from sacmodel.planning.common import hardware_parameters
+        rows = sensitivity_loaded(a.scenario, a.system, m, params=hardware_parameters(a.scenario) if a.hardware
+                                  else None, **wl)
+        kind = lambda n: "hardware" if n.startswith(("node:", "link:", "node@", "link@")) else "software"  # noqa: E731
         rows = [(n, e, v, "") for n, e, v, _ in rows]
     if a.hardware:
         rows = [r for r in rows if kind(r[0]) == "hardware"]

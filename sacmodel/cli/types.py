@@ -293,9 +293,11 @@ def setting(s: str) -> tuple[str, str]:
 
 
 def vary_name(s: str) -> str:
-    """A quantity to vary: a workload name, a scenario parameter or ``node:KIND.FIELD``/``link:KIND.FIELD``."""
+    """A quantity to vary: a workload name, a scenario parameter, ``node:KIND.FIELD``/``link:KIND.FIELD`` or one
+    element's ``node@ID.FIELD``/``link@FROM->TO.FIELD``."""
     s = str(s).strip()
-    if not re.fullmatch(r"(?:(?:node|link):[a-z_0-9]+\.[a-z_0-9]+|[A-Za-z_][A-Za-z_0-9]{0,63})", s):
+    if not re.fullmatch(r"(?:(?:node|link):[a-z_0-9]+\.[a-z_0-9]+|(?:node|link)@\S{1,400}\.[a-z_0-9]+"
+                        r"|[A-Za-z_][A-Za-z_0-9]{0,63})", s):
         raise Bad(f"--vary: not a quantity name: {s!r} (e.g. context, cxl_devices, t_graph_kernel, "
                   "node:cxl_device.bandwidth)")
     return s

@@ -365,6 +365,18 @@ def max_min_share(topo: Topology, flows: list[tuple[str, str]] | list[tuple[str,
 
 def water_fill(uses: list[list], demand: list[float], capacity) -> list[float]:
     """Max-min fair rates for flows using the listed resources (``capacity(resource)`` -> B/s)."""
+    return _fill(uses, demand, capacity, None)
+
+
+def water_fill_binding(uses: list[list], demand: list[float], capacity) -> tuple[list[float], list]:
+    """Max-min fair rates (B/s), and for each flow what froze it: the resource that saturated (the first one
+    along its list when several saturate at once), or None when the flow reached its demand."""
+    frozen: list = [None] * len(uses)
+    return _fill(uses, demand, capacity, frozen), frozen
+
+
+def _fill(uses: list[list], demand: list[float], capacity, frozen: list | None) -> list[float]:
+    """Progressive filling; ``frozen`` (if given) receives the saturated resource that froze each flow."""
     n = len(uses)
     rate = [0.0] * n
     active = {i for i in range(n) if demand[i] > 0}
@@ -382,9 +394,13 @@ def water_fill(uses: list[list], demand: list[float], capacity) -> list[float]:
             rate[i] += inc
         for r, us in users.items():
             remaining[r] -= inc * len(us)
-        saturated = {r for r, us in users.items() if remaining[r] <= 1e-9 * capacity(r)}
-        active = {i for i in active if (math.isinf(demand[i]) or demand[i] - rate[i] > 1e-12 * max(1.0, demand[i]))
-                  and not (set(uses[i]) & saturated)}
+        saturated = {r for r, us in users.items() if remaining[r] <= 1e-9 * capacity(r) < math.inf}
+        still = {i for i in active if (math.isinf(demand[i]) or demand[i] - rate[i] > 1e-12 * max(1.0, demand[i]))
+                 and not (set(uses[i]) & saturated)}
+        if frozen is not None:
+            for i in active - still:
+                frozen[i] = next((r for r in uses[i] if r in saturated), None)
+        active = still
     return rate
 
 
@@ -408,3 +424,65 @@ def with_pool_size(topo: Topology, pool: str, n: int) -> Topology:
         t.pools[pool].append(new)
     t._routes.clear()
     return t
+
+
+@dataclass(frozen=True)
+class Share:
+    """One flow's max-min share and what sets it.
+
+    ``rate``: B/s; ``binding``: the resource that saturated (``("link", u, v)`` or ``("node", n)``), or
+    ``("flow_cap", u, v)`` when the flow runs at the per-flow cap of link u->v; ``utilisation``: the share of the
+    binding resource's capacity all flows through it use (0-1); ``next_binding`` and ``headroom``: what would bind
+    if the binding resource were unbounded, and how much faster (relative) the flow would then run."""
+    rate: float
+    binding: tuple
+    utilisation: float
+    next_binding: tuple | None
+    headroom: float
+
+
+def max_min_binding(topo: Topology, flows: list[tuple[str, str]]) -> list[Share]:
+    """:func:`max_min_share` of concurrent flows ``(src, dst)``, with the resource that binds each flow and what
+    would bind next if every resource that binds a flow now were unbounded (symmetric resources, such as the
+    devices of a pool, bind together and are lifted together)."""
+    return paths_binding(topo, [topo.route(f[0], f[1]) for f in flows])
+
+
+def paths_binding(topo: Topology, paths: list[list[str]]) -> list[Share]:
+    """:func:`max_min_binding` of flows along the given paths (lists of nodes)."""
+    uses = [topo.resources(p) for p in paths]
+    rates, frozen = _binding_fill(topo, paths, uses, topo.capacity, set())
+    lifted = {b for b in frozen if b[0] != "flow_cap"}
+    capped = {i for i, b in enumerate(frozen) if b[0] == "flow_cap"}
+    try:
+        rates2, frozen2 = _binding_fill(topo, paths, uses, _lifted(topo.capacity, lifted), capped)
+    except TopologyError:                         # nothing else bounds a flow
+        rates2, frozen2 = [math.inf] * len(paths), [None] * len(paths)
+    out = []
+    for i, p in enumerate(paths):
+        b = frozen[i]
+        if b[0] == "flow_cap":
+            use = 1.0
+        else:
+            use = sum(r for r, u in zip(rates, uses) if b in u) / topo.capacity(b)
+        head = rates2[i] / rates[i] - 1.0 if rates[i] > 0 else math.inf
+        out.append(Share(rates[i], b, use, frozen2[i], head))
+    return out
+
+
+def _lifted(capacity, lifted: set):
+    """``capacity`` with the resources in ``lifted`` unbounded."""
+    return lambda r: math.inf if r in lifted else capacity(r)
+
+
+def _binding_fill(topo: Topology, paths: list, uses: list, capacity, uncapped: set) -> tuple[list, list]:
+    """Water-fill with per-flow caps as demands (none for the flows in ``uncapped``); a flow frozen at its cap
+    is bound by ``("flow_cap", u, v)``, the link with the smallest per-flow bandwidth on its path."""
+    demand = [math.inf if i in uncapped else topo.flow_cap(p) for i, p in enumerate(paths)]
+    frozen = [None] * len(uses)
+    rates = _fill(uses, demand, capacity, frozen)
+    for i, p in enumerate(paths):
+        if frozen[i] is None:
+            u, v = min(zip(p, p[1:]), key=lambda e: topo._edges[e].get("per_flow_bandwidth", math.inf))
+            frozen[i] = ("flow_cap", u, v)
+    return rates, frozen

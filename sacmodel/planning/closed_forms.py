@@ -189,7 +189,7 @@ def _check_vary(topo: Topology, vary: str, kind: str = "loaded", systems=(), met
     if vary in ("context", "output", "concurrency", "requests", "rate", "cxl_devices", "rdma_nics",
                 "device_buffer", "topk", "dp"):
         return
-    if vary.startswith(("node:", "link:")):
+    if vary.startswith(("node:", "link:", "node@", "link@")):
         try:
             v = get_param(topo, vary)
         except (KeyError, IndexError, ValueError, StopIteration, TopologyError):

@@ -101,14 +101,25 @@ def _with_value(topo: Topology, vary: str, value: float) -> tuple[Topology, dict
     return t, kw
 
 
+# fields of a node or link the model reads as a rate or a time (sizes are capacities, not speeds; a link's
+# granularity is read by no mechanism; bandwidth_reverse is the bandwidth of the link's other direction)
+RATE_DIMENSIONS = ("bandwidth", "time", "flops", "count")
+LINK_PARAMETERS = ("bandwidth", "per_flow_bandwidth", "latency")
+
+
 def hardware_parameters(scenario) -> list[str]:
-    """Every rate/latency number of the scenario's nodes and GPU links, as ``node:KIND.FIELD`` names."""
+    """Every rate and latency of the scenario's nodes and links: ``node:gpu.FIELD`` for the GPUs (the step model
+    takes one GPU for all ranks, so their numbers move together), ``node@ID.FIELD`` for each other node and
+    ``link@FROM->TO.FIELD`` for each direction of each link; fields at zero (no latency given) are left out."""
+    from ..hardware.topology import LINK_FIELDS, NODE_FIELDS
     t = as_topology(scenario)
     names = set()
-    for _, d in t.graph.nodes(data=True):
-        for fld in d.get("sources", {}):
-            if "capacity" not in fld:
-                names.add(f"node:{d['kind']}.{fld}")
-    for fld in ("latency", "bandwidth"):
-        names.add(f"link:gpu.{fld}")
+    for n, d in t.graph.nodes(data=True):
+        for fld, (dim, _) in NODE_FIELDS[d["kind"]].items():
+            if dim in RATE_DIMENSIONS and d.get(fld):
+                names.add(f"node:gpu.{fld}" if d["kind"] == "gpu" else f"node@{n}.{fld}")
+    for u, v, d in t.graph.edges(data=True):
+        for fld in LINK_PARAMETERS:
+            if fld in LINK_FIELDS and d.get(fld):
+                names.add(f"link@{u}->{v}.{fld}")
     return sorted(names)

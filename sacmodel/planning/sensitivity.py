@@ -7,7 +7,7 @@ import math
 
 import sympy as sp
 
-from ..hardware.params import get_param, set_param
+from ..hardware.params import get_param, link_of, set_param
 from ..hardware.topology import TopologyError
 from ..serving.config import resolve
 from ..serving.costs import SYMBOLS
@@ -124,6 +124,7 @@ def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, re
     base = predict(topo, system, **workload)
     if not base.feasible:
         raise SolverError(f"the configuration is infeasible ({base.limit}): no sensitivity to report")
+    used = links_used(topo, system, workload) if any(p.startswith("link@") for p in params) else set()
     out = []
     for name in track(params, f"sensitivity of {metric} ({system})"):
         try:
@@ -131,6 +132,9 @@ def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, re
         except (TopologyError, IndexError, StopIteration, KeyError):
             continue
         if not v0:
+            continue
+        if name.startswith("link@") and link_of(topo, name) not in used:
+            out.append((name, 0.0, v0, "loaded: on no route the prediction uses"))
             continue
         vals = []
         for fac in (1 + rel, 1 / (1 + rel)):
@@ -142,3 +146,15 @@ def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, re
             v > 0 for v in vals) else math.nan
         out.append((name, el, v0, "loaded, numeric"))
     return sorted(out, key=lambda r: -abs(r[1]) if math.isfinite(r[1]) else 0)
+
+
+def links_used(topo, system: str, workload: dict) -> set[tuple[str, str]]:
+    """The directed links on the routes a prediction of ``system`` at ``workload`` computes (one draw, on a copy
+    whose routes start empty). A link on none of them cannot change the prediction: routes are chosen by the
+    weights set when the scenario was loaded, and a link's numbers are read only along routes."""
+    probe = copy.deepcopy(topo)
+    probe._routes.clear()
+    predict(probe, system, **{**workload, "draws": 1})
+    return {(u, v) for k, path in probe._routes.items()
+            if len(k) == 2 and all(isinstance(x, str) for x in k) and isinstance(path, list)
+            for u, v in zip(path, path[1:])}

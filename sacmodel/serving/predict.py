@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from .bands import error_band
+from .binding import what_binds
 from .capacity import static_check
 from .config import Config, ConfigError, PositionError, resolve, static_values, swap_route
 from sacmodel.serving.engine.stepmodel import Model
@@ -63,6 +65,9 @@ class Prediction:
     spread: dict = field(default_factory=dict)
     capacity: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)
+    binding: dict = field(default_factory=dict)
+    band: dict = field(default_factory=dict)
+    band_basis: str = ""
     per_request: dict = field(default_factory=dict, repr=False)
 
     def to_dict(self, per_request: bool = False) -> dict:
@@ -230,6 +235,9 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
                               "max_total_tokens": cfg.max_total_tokens,
                               "max_running_requests": cfg.max_running_requests, "prompts": prompts,
                               "prefix_cached": prefix_cached, "cold_staging": cold_staging})
+    pred.band, pred.band_basis = error_band(cfg, context=context, output=hi, concurrency=concurrency)
+    if method == "analytic":
+        pred.band_basis += "; measured for the engine, not for the analytic steady state"
     cap = static_check(cfg, context=context, output=hi, concurrency=concurrency, prompts=prompts)
     pred.capacity = cap
     if not cap["feasible"]:
@@ -251,14 +259,17 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     # the server's warm-up request and the first round went round-robin before: round 2 starts one rank on
     first_round = cfg.dp + 1 if prefix_cached else 1
     model = Model(cfg)
-    runs = []
+    runs, first = [], None
     if exact_prompt or not prefix_cached or cfg.page <= 1:       # nothing drawn: every draw is the same
         draws = 1
     for d in range(draws):
         reqs = requests_of(d)
         res = run_engine(cfg, reqs, concurrency, model=model, record=record and d == 0, first_round=first_round)
+        first = first or (res, reqs)
         runs.append(fill(copy.copy(pred) if d else pred, cfg, reqs, res))
-    return _average(pred, runs)
+    pred = _average(pred, runs)
+    pred.binding = what_binds(cfg, model, first[0].stats, first[1], pred)
+    return pred
 
 
 def _average(pred: Prediction, runs: list[Prediction]) -> Prediction:

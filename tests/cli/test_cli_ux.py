@@ -129,7 +129,7 @@ def test_loaded_and_unloaded_sensitivity_differ_and_say_which(capsys):
                      "--hardware", "--json")
     loaded = json.loads(out)
     assert rc == 0 and loaded["model"] == "loaded" and loaded["workload"]["concurrency"] == 32
-    assert all(r["parameter"].startswith(("node:", "link:")) for r in loaded["rows"])
+    assert all(r["parameter"].startswith(("node:", "link:", "node@", "link@")) for r in loaded["rows"])
     rc, out, _ = run(capsys, "sensitivity", "--system", "cxl", "--context", "64K", "--unloaded", "--json")
     assert rc == 0 and json.loads(out)["model"] == "unloaded"
 

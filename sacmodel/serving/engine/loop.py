@@ -223,7 +223,7 @@ class Engine:
             T = self.pool(self, T, cost.misses, jump)
         self.t += copy_t + jump * T + hold_t
         self.it += jump
-        self.stats.add_iteration(jump, T, shared, copy_t, bool(admits), len(decoding), slowest)
+        self.stats.add_iteration(jump, T, shared, copy_t, bool(admits), len(decoding), slowest, n_tok, n_distinct)
         if decoding:                 # the decoding ranks advance; their tokens and the ended requests' go out
             ended: list[tuple[int, bool]] = []
             self.finished += ranks.advance(decoding, jump, ended)

@@ -20,11 +20,14 @@ class Stats:
     # (batch, active ranks, has long requests) -> [steps, steps x mean context, steps x misses] of the
     # slowest rank, for the step breakdown
     swap_states: dict = field(default_factory=dict)
+    decode_tokens: float = 0.0            # decode steps x tokens of the step (all ranks), for the shared part
+    decode_distinct: float = 0.0          # decode steps x distinct tokens of the step
 
     def add_iteration(self, jump: int, step: float, shared: float, copy_t: float, prefill: bool, active: int,
-                      slowest: tuple | None) -> None:
+                      slowest: tuple | None, n_tok: int = 0, n_distinct: int = 0) -> None:
         """Account ``jump`` iterations of ``step`` s each (``active``: decoding ranks; ``slowest``: the slowest
-        decoding rank's state)."""
+        decoding rank's state; ``n_tok``, ``n_distinct``: the iteration's tokens over all ranks, and how many of
+        them are distinct)."""
         self.iterations += jump
         self.fetch_s += copy_t
         if prefill:
@@ -34,6 +37,8 @@ class Stats:
         self.decode_steps += jump
         self.decode_s += jump * step
         self.shared_s += jump * shared
+        self.decode_tokens += jump * n_tok
+        self.decode_distinct += jump * n_distinct
         b, Lm, M, lg = slowest
         sw = self.swap_states.setdefault((b, active, lg), [0.0, 0.0, 0.0])
         sw[0] += jump
@@ -45,7 +50,8 @@ class Stats:
                 "prefill_iterations": self.prefill_iterations, "fetch_s": self.fetch_s, "decode_s": self.decode_s,
                 "prefill_s": self.prefill_s, "shared_s": self.shared_s, "peak_used": peak_used,
                 "peak_rank_requests": self.peak_rank_requests, "swap_states": self.swap_states,
-                "first_token_copy_wait_s": self.first_token_copy_wait_s, "cold_backup_s": self.cold_backup_s}
+                "first_token_copy_wait_s": self.first_token_copy_wait_s, "cold_backup_s": self.cold_backup_s,
+                "decode_tokens": self.decode_tokens, "decode_distinct": self.decode_distinct}
 
 
 class Timeline:

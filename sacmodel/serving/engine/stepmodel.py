@@ -114,11 +114,15 @@ class Model:
         a, c, g, k, d, h = self.rank_coeffs(b, active, swap)
         return a + c * L + max(g * M, h * M_max) - (d * (k - L) if L < k else 0.0)
 
+    def rank_values(self, b: int, active: int, L: float, M: float, swap: bool = True,
+                    M_max: float = 0.0) -> dict[str, float]:
+        """Symbol values of a rank's decode part (the arguments of :meth:`rank_terms`)."""
+        return dict(self._rank_values(b, active, swap), L=float(L), M=float(M), M_max=float(M_max),
+                    k_attn=min(self.k, L) if self.k else L)
+
     def rank_terms(self, b: int, active: int, L: float, M: float, swap: bool = True,
                    M_max: float = 0.0) -> dict[str, float]:
-        v = dict(self._rank_values(b, active, swap), L=float(L), M=float(M), M_max=float(M_max),
-                 k_attn=min(self.k, L) if self.k else L)
-        a = self.rank_c.args(v)
+        a = self.rank_c.args(self.rank_values(b, active, L, M, swap, M_max))
         return {k: f(*a) for k, f in self.rank_c.funcs.items()}
 
     def shared(self, n_tokens: int, prefill: bool, distinct: int | None = None, seqs: int | None = None) -> float:
@@ -139,11 +143,15 @@ class Model:
             self._shared_cache[key] = s
         return s
 
+    def shared_values(self, n_tokens: float, prefill: bool, distinct: float | None = None,
+                      seqs: float | None = None) -> dict[str, float]:
+        """Symbol values of the shared part (the arguments of :meth:`shared_terms`)."""
+        return dict(self.v, N=float(max(n_tokens, 1)), N_d=float(max(distinct or n_tokens, 1)),
+                    S=float(max(seqs or n_tokens, 1)), mlp_eff=self.v["prefill_eff" if prefill else "compute_eff"])
+
     def shared_terms(self, n_tokens: int, prefill: bool, distinct: int | None = None,
                      seqs: int | None = None) -> dict[str, float]:
-        v = dict(self.v, N=float(max(n_tokens, 1)), N_d=float(max(distinct or n_tokens, 1)),
-                 S=float(max(seqs or n_tokens, 1)), mlp_eff=self.v["prefill_eff" if prefill else "compute_eff"])
-        a = self.shared_c.args(v)
+        a = self.shared_c.args(self.shared_values(n_tokens, prefill, distinct, seqs))
         return {k: f(*a) for k, f in self.shared_c.funcs.items()}
 
     def prefill_values(self, P: float, H: float, first: bool = False) -> dict:

@@ -1,0 +1,109 @@
+"""How sure: the error band of a prediction comes from the validation report and cannot silently go stale."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sacmodel.serving.bands import METRICS, band_table, categories, error_band, provenance
+from sacmodel.serving.config import resolve
+
+REPORT = Path(__file__).resolve().parents[2] / "validation" / "report.json"
+KEY = ("ttft_mean_ms", "tbt_mean_ms", "output_throughput_tok_s")
+
+
+@pytest.fixture(scope="module")
+def report():
+    if not REPORT.exists():
+        pytest.skip("validation/report.json is absent")
+    return json.loads(REPORT.read_text())
+
+
+def close(a, b):
+    """A figure of the band file (one decimal, as the report prints it) against the report's number."""
+    return (a is None and b is None) or (a is not None and b is not None and abs(a - b) <= 0.05 + 1e-9)
+
+
+def test_testbed_bands_agree_with_the_report(report):
+    cv = report["cross_validation"]
+    pooled: dict = {}
+    for d in cv.values():                     # the report's section 5: every held-out prediction, by system
+        for r in d["runs"]:
+            for m in KEY:
+                if r[f"{m}_error_pct"] is not None:
+                    pooled.setdefault(r["system"], {k: [] for k in KEY})[m].append(abs(r[f"{m}_error_pct"]))
+    systems = band_table()["testbed"]["systems"]
+    assert set(pooled) == set(systems) - {"source"}
+    for s, v in pooled.items():
+        for short, m in zip(METRICS, KEY):
+            assert close(systems[s][short], float(np.mean(v[m]))), (s, m)
+        assert systems[s]["predictions"] == len(v["ttft_mean_ms"])
+    cats = band_table()["testbed"]["categories"]
+    assert set(cats) - {"source"} == set(cv)
+    for name, d in cv.items():
+        want = {s: [d["mape_pct"][s][m] for m in KEY] for s in d["mape_pct"] if s != "all"}
+        assert set(cats[name]) == set(want), name
+        for s, cell in cats[name].items():
+            assert all(close(a, b) for a, b in zip(cell, want[s])), (name, s)
+
+
+def test_external_bands_agree_with_the_report(report):
+    mape = report["external"]["mape"]
+    ex = band_table()["external"]
+    for name, key in (("rules_only", "before"), ("checks", "checks")):
+        for short, m in (("ttft", "ttft"), ("tbt", "tpot"), ("throughput", "throughput")):
+            assert close(ex[name][short], mape[key][m]), (name, short)
+        assert ex[name]["runs"] == mape[key]["runs"]
+    groups = {k: v for k, v in ex["groups"].items() if k != "source"}
+    assert set(groups) == set(mape["by_group"])
+    for g, v in groups.items():
+        for short, m in (("ttft", "ttft"), ("tbt", "tpot"), ("throughput", "throughput")):
+            assert close(v[short], mape["by_group"][g][m]), (g, short)
+
+
+def test_testbed_band_is_the_nearest_category():
+    cfg = resolve("sac-testbed", "cxl")
+    band, basis = error_band(cfg, context=131072, output=1024, concurrency=64)
+    assert band == pytest.approx({"ttft_mean_ms": 0.170, "tbt_mean_ms": 0.064, "output_throughput_tok_s": 0.061})
+    assert "context 128K" in basis and "held-out" in basis and "carried" not in basis
+    band, basis = error_band(cfg, context=32768, output=1024, concurrency=64)
+    assert band == pytest.approx({"ttft_mean_ms": 0.073, "tbt_mean_ms": 0.083, "output_throughput_tok_s": 0.084})
+    assert categories("cxl", context=100_000, output=2048, concurrency=128, cxl_devices=1, device_buffer=4096) == [
+        "context 128K", "concurrency > 96", "output > 1024", "one CXL device"]
+
+
+def test_transferred_constants_widen_the_band():
+    """h200-cxl-large keeps the testbed's (H20-fitted) step constants: its band is the testbed's widened by
+    the error measured on other machines, and it says so."""
+    test = error_band(resolve("sac-testbed", "cxl"), context=131072, output=1024, concurrency=64)
+    big = error_band(resolve("h200-cxl-large", "cxl"), context=131072, output=1024, concurrency=64)
+    assert all(big[0][m] > test[0][m] for m in test[0])
+    assert "carried to H200" in big[1] and "widened" in big[1] and "section 10" in big[1]
+    # TBT: the testbed's 6.4% and the H200 DeepSeek-V3.2 DP8 checks' 16.4%, in quadrature
+    assert big[0]["tbt_mean_ms"] == pytest.approx(np.hypot(6.4, 16.4) / 100)
+    prov = provenance(resolve("h200-cxl-large", "cxl").topo)
+    assert prov.gpu == "h200" and not prov.testbed_class
+    assert "prefill_eff" not in prov.from_testbed and "t_hs" in prov.from_testbed    # fitted on the H200 runs
+
+
+def test_a_built_scenario_and_the_template_carry_their_bands():
+    import sacmodel
+    from sacmodel.hardware.scenarios import as_topology
+    from sacmodel.hardware.template import TEMPLATE
+    b200 = sacmodel.scenario("b200", dp=8, pool="cxl")
+    band, basis = error_band(resolve(b200, "cxl"), context=65536, output=1024, concurrency=64)
+    assert "B200" in basis and band["ttft_mean_ms"] > 0.39
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "t.yaml"
+        p.write_text(TEMPLATE)
+        band, basis = error_band(resolve(as_topology(str(p)), "dram"), context=65536, output=1024, concurrency=64)
+    assert "carried" not in basis and band["ttft_mean_ms"] == pytest.approx(0.203)     # dram, context 64K
+
+
+def test_every_prediction_carries_its_band():
+    from sacmodel.serving.predict import predict
+    p = predict("sac-testbed", "rdma-topk", context=16384, output=64, concurrency=8, draws=1)
+    d = p.to_dict()
+    assert set(d["band"]) == set(KEY) and all(0 < x < 1 for x in d["band"].values())
+    assert "what-if rdma-topk" in d["band_basis"]

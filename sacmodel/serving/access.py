@@ -300,13 +300,29 @@ def steady_state(*, context, topk, buffer_slots, correlation, need_fill: bool = 
     return m, tc
 
 
+def _enter_next(phi: float, theta: float) -> float:
+    """P(s_1 <= theta < s_2) for the stationary AR(1) score: the share of tokens a step selects anew,
+    = s int_0^inf pdf(theta - s u) P(N(0, 1) > (theta (1 - phi) + phi s u) / s) du, u = (theta - s_1) / s,
+    by Gauss-Legendre on [0, 12] (where it lives as phi -> 1) and on [12, (theta + 9) / s]."""
+    s = math.sqrt(1.0 - phi * phi)
+    total = 0.0
+    for a, b in ((0.0, 12.0), (12.0, max(12.0, (theta + 9.0) / s))):
+        if b <= a:
+            continue
+        g, w = _leggauss(200)
+        u = a + (g + 1.0) * (b - a) / 2.0
+        f = np.exp(-0.5 * (theta - s * u) ** 2) / math.sqrt(2.0 * math.pi) * ndtr(-(theta * (1.0 - phi) + phi * s * u) / s)
+        total += float((f * w).sum()) * (b - a) / 2.0
+    return s * total
+
+
 def top_k_overlap(*, context: float, topk: float, correlation: float) -> float:
     """Expected share of a step's top-k already selected at the previous step: P(s' > theta | s > theta)."""
     L, k = float(context), float(min(topk, context))
     if k >= L:
         return 1.0
-    d = distinct_selected(np.array([1.0, 2.0]), context=L, topk=k, correlation=correlation)
-    return float(1.0 - (d[1] - d[0]) / k)
+    theta = float(ndtri(1.0 - k / L))
+    return float(1.0 - L * _enter_next(float(correlation), theta) / k)
 
 
 def correlation_for_overlap(overlap: float, *, context: float, topk: float) -> float:
@@ -318,6 +334,9 @@ def correlation_for_overlap(overlap: float, *, context: float, topk: float) -> f
     f = lambda p: top_k_overlap(context=context, topk=topk, correlation=p) - overlap  # noqa: E731
     if f(lo) >= 0:
         return 0.0
+    if f(hi) < 0:
+        raise ValueError(f"an overlap of {overlap} at a context of {context} tokens and a top-k of {topk} needs a "
+                         f"score correlation above {hi}")
     return float(brentq(f, lo, hi, xtol=1e-10))
 
 

@@ -245,8 +245,9 @@ def add_workload(p, context=True, concurrency_help=None):
                         "averages, reporting their range (default 4)")
     p.add_argument("--method", choices=("engine", "analytic"), default="engine",
                    help="engine (default): event-driven run of the benchmark, with waves and percentiles; "
-                        "analytic: steady-state fixed point, faster, no percentiles, assumes requests out of "
-                        "phase (differs most in TTFT at long contexts)")
+                        "analytic: the engine's long-run limit under steady load, without the event loop (no "
+                        "first wave or end of run, no percentiles; identical outputs released at once move in "
+                        "waves, as in the engine)")
 
 
 def add_model_options(p):

@@ -106,9 +106,9 @@ def cmd_predict(a):
               highlight=False)
     print_binding(con, p)
     if a.method == "analytic":
-        con.print("method: analytic steady state (requests out of phase; no first-wave transient, no "
-                  "percentiles). The engine (default) reproduces benchmark waves; the two differ most in TTFT "
-                  "at long contexts.")
+        con.print("method: analytic steady state, the engine's long-run limit (no first wave or end of run, "
+                  "no percentiles; TBT and throughput within 10% of the engine's steady state under steady "
+                  "load). The engine (default) gives TTFT and the transients; see docs/model.md.")
 
 
 def _with_settings(scenario, settings, wl: dict):

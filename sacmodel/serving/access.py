@@ -11,15 +11,19 @@ most recently selected tokens (LRU) and starts **empty** when a request is admit
 
 **Closed forms** (Che's approximation for LRU, exact for the fill phase). ``D(T) = L (1 - P(T))`` is the
 expected number of distinct tokens selected in ``T`` consecutive steps, where ``P(T)`` is the probability
-that an AR(1) score stays below ``theta`` for ``T`` steps, computed from the spectrum of the kernel
-restricted to ``(-inf, theta]`` (Gauss-Legendre quadrature). While ``D`` is below ``B`` nothing is evicted,
+that an AR(1) score stays below ``theta`` for ``T`` steps. The AR(1) kernel restricted to ``(-inf, theta]``
+(Gauss-Legendre quadrature) is reversible, so its symmetrised matrix has an exact eigendecomposition and
+``P(T)`` is a sum of geometric terms: any ``T`` costs the same. While ``D`` is below ``B`` nothing is evicted,
 so step ``a`` loads ``D(a+1) - D(a)`` entries; the buffer is full after ``T_C`` steps (``D(T_C) = B``), and
 from then on a selected token is resident iff it was selected within the last ``T_C`` steps, so a step loads
 ``m = D(T_C + 1) - D(T_C)`` entries (the steady state). The top-k overlap between consecutive steps,
 ``1 - (D(2) - D(1)) / k``, follows from ``phi`` and ``k / L``: longer contexts churn more at the same
-correlation. Everything depends only on ``(phi, L / k, B / k)``; :func:`steady_state` interpolates a
-precomputed table of that function (``sacmodel/data/access_table.npz``, rebuilt by :func:`build_table`),
-:func:`exact_steady_state` computes it directly.
+correlation. Everything depends only on ``(phi, L / k, B / k)`` with ``k = min(topk, L)``: a context within
+the top-k is selected whole, and one that fits the buffer (``B >= L``) is loaded once and then only hits.
+:func:`steady_state` interpolates a precomputed table of ``m / (L - B)`` and ``T_C / -ln(1 - B / L)``
+(``sacmodel/data/access_table.npz``, rebuilt by :func:`build_table` in about two minutes), which are smooth
+over the whole domain, their limits as ``B -> L`` included (the principal mode alone: ``1 - lam_1`` and
+``-1 / ln lam_1``); :func:`exact_steady_state` computes it directly, in bounded time, memoised per kernel.
 """
 from __future__ import annotations
 
@@ -36,9 +40,11 @@ from .reference import KEYS, lines_touched
 
 TABLE_PATH = Path(__file__).resolve().parents[1] / "data" / "access_table.npz"
 # table axes: log(1 - phi), log2(L / k), B / k
-TABLE_LOG_ONE_MINUS_PHI = np.linspace(math.log(5e-4), math.log(0.5), 64)
-TABLE_LOG2_L_OVER_K = np.arange(0.0, 14.01, 0.25)
-TABLE_B_OVER_K = np.array([1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0])
+TABLE_LOG_ONE_MINUS_PHI = np.concatenate([np.linspace(math.log(5e-4), math.log(0.5), 64),
+                                          np.linspace(math.log(0.5), 0.0, 8)[1:]])        # phi 0.9995 .. 0
+TABLE_LOG2_L_OVER_K = np.concatenate([[1 / 16], np.arange(0.25, 14.01, 0.25), np.arange(14.5, 25.01, 0.5)])
+TABLE_B_OVER_K = np.concatenate([[1.0, 1.03125, 1.0625, 1.125, 1.1875, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0],
+                                 8.0 * 2.0 ** np.arange(0, 23)])                          # .. 2^25
 
 
 # The normal CDF and its inverse from the standard library, and a 3-D linear interpolation in numpy:
@@ -91,50 +97,77 @@ def check_process(context, topk, buffer_slots, correlation) -> None:
                          f"(min(topk, context) = {min(topk, context)})")
 
 
-# ---- exact evaluation -----------------------------------------------------------------------------
-@lru_cache(maxsize=256)
+# ---- exact evaluation: the spectrum of the AR(1) kernel killed above theta ------------------------------
+LO_FLOOR = -6.0     # the quadrature grid reaches down to here: 1e-9 of the scores start below it
+N_MAX = 1600        # quadrature nodes at most (an eigendecomposition of about a second on one core)
+
+
 @lru_cache(maxsize=64)
 def _leggauss(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.polynomial.legendre.leggauss(n)
 
 
-def _kernel(phi: float, theta: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """Quadrature of the AR(1) kernel restricted to scores <= theta.
+@lru_cache(maxsize=256)
+def _spectrum(phi: float, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """(lam, w): modes of an AR(1) score killed when it exceeds ``theta``; P(it first exceeds theta at step
+    t) = sum_j w_j lam_j^(t - 2) for t >= 2 (step 1 is the stationary start).
 
-    Gauss-Legendre nodes on ``[theta - span, theta]``; ``move[i, j]`` carries probability mass from node i to
-    node j in one step, ``leak[i]`` the mass that drifts below the grid, which is counted as never exceeding
-    ``theta`` (the span is wide enough that it cannot come back within the horizons that matter).
+    Nystrom discretisation on Gauss-Legendre nodes of [lo, theta], lo = min(theta - 4, LO_FLOOR); mass that
+    drifts below lo is counted as never exceeding theta. n = 3 (theta - lo) / s nodes resolve the kernel's
+    width s = sqrt(1 - phi^2) (the values converge to 1e-9 there); beyond ``N_MAX`` nodes the grid is cut to
+    N_MAX s / 3 below theta. The kernel is reversible under N(0, 1), so its symmetrised matrix has an exact
+    eigendecomposition: every horizon costs O(n), whatever the number of steps.
     """
     s = math.sqrt(1.0 - phi * phi)
-    span = min(9.0, max(4.0, 80.0 * s))
-    n = int(min(400, max(64, 6.0 * span / max(s, 1e-9))))
+    span = max(4.0, theta - LO_FLOOR)
+    n = int(max(64, math.ceil(3.0 * span / s)))
+    if n > N_MAX:
+        n, span = N_MAX, N_MAX * s / 3.0
     g, wg = _leggauss(n)
     lo = theta - span
     x = lo + (g + 1.0) * (span / 2.0)
     w = wg * (span / 2.0)
+    pi = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
     z = (x[None, :] - phi * x[:, None]) / s
-    move = np.exp(-0.5 * z * z) / (s * math.sqrt(2.0 * math.pi)) * w[None, :]
+    # sqrt(w_i w_j) K(x_i, x_j) sqrt(pi_i / pi_j): symmetric since pi_i K(x_i, x_j) = pi_j K(x_j, x_i)
+    sym = np.exp(-0.5 * z * z + 0.25 * (x[None, :] ** 2 - x[:, None] ** 2)) / (s * math.sqrt(2.0 * math.pi))
+    sym = np.sqrt(w)[:, None] * sym * np.sqrt(w)[None, :]
+    lam, U = np.linalg.eigh(0.5 * (sym + sym.T))
+    lam = np.clip(lam, 0.0, np.nextafter(1.0, 0.0))
+    a = np.sqrt(pi * w)                                   # the stationary start, in the symmetric basis
     leak = ndtr((lo - phi * x) / s)
-    mass0 = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi) * w
-    return move, leak, mass0, float(ndtr(lo))
+    alpha = U.T @ a
+    return lam, alpha * alpha * (1.0 - lam) - alpha * (U.T @ (a * leak))
+
+
+def _geometric(lam: np.ndarray, t) -> np.ndarray:
+    """sum_{u=0}^{t-1} lam^u for each t (rows) and mode (columns), stable as lam -> 1."""
+    t = np.asarray(t, dtype=float)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = t * np.log(lam)
+    return np.where(lam > 0.0, -np.expm1(q) / (1.0 - lam), np.minimum(t, 1.0))
+
+
+def _distinct(spec, L: float, k: float, t) -> np.ndarray:
+    """D(t): expected distinct tokens selected in t >= 1 steps (D(1) = k)."""
+    lam, w = spec
+    return k + L * (_geometric(lam, np.asarray(t, dtype=float) - 1.0) @ w)
+
+
+def _new_at(spec, L: float, k: float, t) -> np.ndarray:
+    """D(t) - D(t - 1), t >= 1: tokens selected at step t for the first time."""
+    lam, w = spec
+    t = np.asarray(t, dtype=float)
+    return np.where(t <= 1.0, k, L * (np.power(lam, np.maximum(t - 2.0, 0.0)[..., None]) @ w))
 
 
 def stay_below(phi: float, theta: float, steps) -> np.ndarray:
     """P(an AR(1) N(0, 1) sequence with lag-1 correlation ``phi`` stays <= theta for ``steps`` steps)."""
-    steps = np.atleast_1d(np.asarray(steps, dtype=int))
+    steps = np.atleast_1d(np.asarray(steps, dtype=float))
     if phi == 0.0:
         return ndtr(theta) ** steps
-    move, leak, mass, below = _kernel(float(phi), float(theta))
-    out = np.empty(len(steps))
-    want = {int(t): [] for t in steps}
-    for i, t in enumerate(steps):
-        want[int(t)].append(i)
-    for t in range(1, int(steps.max()) + 1):
-        if t in want:
-            out[want[t]] = below + mass.sum()
-        below += mass @ leak
-        mass = mass @ move
-    return np.clip(out, 0.0, 1.0)
+    below = float(ndtr(theta))
+    return np.clip(1.0 - _distinct(_spectrum(float(phi), float(theta)), 1.0, 1.0 - below, steps), 0.0, 1.0)
 
 
 def distinct_selected(steps, *, context: float, topk: float, correlation: float) -> np.ndarray:
@@ -146,72 +179,83 @@ def distinct_selected(steps, *, context: float, topk: float, correlation: float)
     return L * (1.0 - stay_below(correlation, theta, steps))
 
 
-def _crossing(d: np.ndarray, B: float) -> tuple[float, float]:
-    """(misses per step, T_C) from d[t] = D(t), t = 0, 1, ... (D(0) = 0), once D has passed B.
+def _fill(phi: float, L: float, k: float, B) -> tuple[np.ndarray, np.ndarray]:
+    """(misses per step once the buffer is full, fill steps T_C) for buffers ``B`` (array, k <= B < L).
 
-    T_C interpolates where D crosses B between consecutive integers; the misses are the slope of D there,
-    interpolated between the steps on either side.
-    """
-    t = int(np.searchsorted(d, B))           # d[t - 1] < B <= d[t]
-    t = max(t, 1)
-    lo, hi = d[t - 1], d[t]
-    t_c = (t - 1) + (B - lo) / max(hi - lo, 1e-12)
-    nxt = d[t + 1] if t + 1 < len(d) else hi + (hi - lo)
-    frac = t_c - (t - 1)
-    return float((1.0 - frac) * (hi - lo) + frac * (nxt - hi)), float(max(t_c, 1.0))
-
-
-def _distinct_until(phi: float, L: float, k: float, B: float, max_steps: int) -> np.ndarray:
-    """D(t) for t = 0, 1, ... until two steps past the first D(t) >= B (or ``max_steps``)."""
-    theta = float(ndtri(1.0 - k / L))
-    d = [0.0]
-    if phi == 0.0:
-        p = float(ndtr(theta))
-        while len(d) < max_steps and (len(d) < 3 or d[-2] < B):
-            d.append(L * (1.0 - p ** len(d)))
-        return np.array(d)
-    move, leak, mass, below = _kernel(float(phi), theta)
-    while len(d) < max_steps and (len(d) < 3 or d[-2] < B):
-        d.append(L * (1.0 - below - mass.sum()))
-        below += mass @ leak
-        mass = mass @ move
-    return np.array(d)
+    T_C interpolates where D crosses B between consecutive integers t - 1 and t (found by bisection on the
+    spectrum's closed form, so any T_C costs the same); the misses are the slope of D there, interpolated
+    between the steps on either side. A B that D never reaches (the scores counted below the grid) gives
+    (0, inf)."""
+    B = np.atleast_1d(np.asarray(B, dtype=float))
+    if phi == 0.0:                       # independent steps: P(t) = q^t, q = 1 - k/L
+        q = 1.0 - k / L
+        spec = (np.array([q]), np.array([q * (1.0 - q)]))
+    else:
+        spec = _spectrum(float(phi), float(ndtri(1.0 - k / L)))
+    reach = _distinct(spec, L, k, np.array([2.0 ** 62]))[0]
+    ok = B < reach * (1.0 - 1e-12)
+    lo, hi = np.ones(B.shape), np.ones(B.shape)      # D(lo) < B <= D(hi) once found (D(1) = k <= B)
+    while True:
+        short = ok & (_distinct(spec, L, k, hi) < B)
+        if not short.any():
+            break
+        lo, hi = np.where(short, hi, lo), np.where(short, 2.0 * hi, hi)
+    while np.any(hi - lo > 1.0):
+        mid = np.floor((lo + hi) / 2.0)
+        up = _distinct(spec, L, k, mid) < B
+        lo, hi = np.where(up & (hi - lo > 1), mid, lo), np.where(~up & (hi - lo > 1), mid, hi)
+    t = np.where(B <= k, 1.0, hi)                    # d(t - 1) < B <= d(t); d(0) = 0
+    d_prev = np.where(t > 1, _distinct(spec, L, k, np.maximum(t - 1.0, 1.0)), 0.0)
+    step_t, step_next = _new_at(spec, L, k, t), _new_at(spec, L, k, t + 1.0)
+    frac = (B - d_prev) / np.maximum(step_t, 1e-300)
+    m = (1.0 - frac) * step_t + frac * step_next
+    return np.where(ok, m, 0.0), np.where(ok, np.maximum(t - 1.0 + frac, 1.0), np.inf)
 
 
 def exact_steady_state(*, context: float, topk: float, buffer_slots: float, correlation: float,
-                       max_steps: int = 200_000) -> tuple[float, float]:
-    """(misses per step once the buffer is full, steps to fill it T_C), computed directly."""
+                       max_steps: float = math.inf) -> tuple[float, float]:
+    """(misses per step once the buffer is full, steps to fill it T_C), computed directly in bounded time
+    (one eigendecomposition, memoised per (correlation, k/L), and a bisection). ``max_steps``: a T_C beyond
+    it is reported as ``inf`` (the misses are still given)."""
     L, k, B = float(context), float(min(topk, context)), float(buffer_slots)
     if not 0.0 <= correlation < 1.0:
         raise ValueError(f"score correlation must be in [0, 1), got {correlation}")
     if B >= L:
         return 0.0, 1.0
-    d = _distinct_until(correlation, L, k, B, max_steps)
-    if d[-2] < B:
-        return 0.0, math.inf
-    return _crossing(d, B)
+    m, tc = (float(v[0]) for v in _fill(float(correlation), L, k, B))
+    return m, (tc if tc <= max_steps else math.inf)
 
 
-def build_table(path: str | Path = TABLE_PATH, max_steps: int = 400_000) -> Path:
-    """Compute the (phi, L/k, B/k) table of steady-state misses / k and fill steps (a few minutes)."""
-    k = 1.0
+def _table_cell(phi: float, r: float) -> tuple[np.ndarray, np.ndarray]:
+    """log(m / (L - B)) and log(T_C / -ln(1 - B/L)) at k = 1, L = r and every B/k node. Nodes with B >= L
+    (nothing swaps there) hold the limit B -> L, where T_C grows without bound and the principal mode alone
+    is left: m / (L - B) = 1 - lam_1 and T_C / -ln(1 - B/L) = -1 / ln(lam_1); interpolation next to them is
+    then smooth."""
+    b = TABLE_B_OVER_K
+    lam1 = 1.0 - 1.0 / r if phi == 0.0 else float(_spectrum(float(phi), float(ndtri(1.0 - 1.0 / r)))[0][-1])
+    g, tau = np.full(b.shape, math.log(1.0 - lam1)), np.full(b.shape, -math.log(-math.log(lam1)))
+    swap = b < r * (1.0 - 1e-9)
+    if swap.any():
+        m, tc = _fill(phi, r, 1.0, b[swap])
+        g[swap] = np.log(np.maximum(m, 1e-300) / (r - b[swap]))
+        tau[swap] = np.log(tc / -np.log1p(-b[swap] / r))
+    return g, tau
+
+
+def build_table(path: str | Path = TABLE_PATH) -> Path:
+    """Compute the (phi, L/k, B/k) table of steady-state misses and fill steps (about two minutes on one core)."""
     shape = (len(TABLE_LOG_ONE_MINUS_PHI), len(TABLE_LOG2_L_OVER_K), len(TABLE_B_OVER_K))
-    m = np.zeros(shape)
-    tc = np.ones(shape)
+    g, tau = np.zeros(shape), np.zeros(shape)
     for i, x in enumerate(TABLE_LOG_ONE_MINUS_PHI):
-        phi = 1.0 - math.exp(x)
-        for j, r in enumerate(TABLE_LOG2_L_OVER_K):
-            L = 2.0 ** r
-            bs = [(b, bk) for b, bk in enumerate(TABLE_B_OVER_K) if bk < L]
-            if not bs:
-                continue
-            d = _distinct_until(phi, L, k, max(bk for _, bk in bs), max_steps)
-            for b, bk in bs:
-                m[i, j, b], tc[i, j, b] = _crossing(d, bk) if d[-2] >= bk else (0.0, float(max_steps))
+        phi = max(0.0, -math.expm1(x))
+        for j, rho in enumerate(TABLE_LOG2_L_OVER_K):
+            g[i, j], tau[i, j] = _table_cell(phi, 2.0 ** rho)
+        _spectrum.cache_clear()
     path = Path(path)
     tmp = path.with_name(path.stem + ".tmp.npz")
     np.savez_compressed(tmp, log_one_minus_phi=TABLE_LOG_ONE_MINUS_PHI, log2_l_over_k=TABLE_LOG2_L_OVER_K,
-                        b_over_k=TABLE_B_OVER_K, misses_over_k=m, log_fill_steps=np.log(tc))
+                        b_over_k=TABLE_B_OVER_K, log_miss_share=g.astype(np.float32),
+                        log_fill_scale=tau.astype(np.float32))
     tmp.replace(path)
     return path
 
@@ -220,22 +264,18 @@ def build_table(path: str | Path = TABLE_PATH, max_steps: int = 400_000) -> Path
 def _table():
     z = np.load(TABLE_PATH)
     axes = (z["log_one_minus_phi"], z["log2_l_over_k"], z["b_over_k"])
-    m = z["misses_over_k"]
-    ok = m > 0                      # cells where the context fits the buffer have no steady state: NaN,
-    with np.errstate(divide="ignore"):   # so that interpolating next to them falls back to the exact form
-        return (GridInterpolator(axes, np.where(ok, np.log(np.where(ok, m, 1.0)), np.nan)),
-                GridInterpolator(axes, np.where(ok, z["log_fill_steps"], np.nan)), axes,
-                # next to those cells (a context just past the buffer) the misses go to 0: linear in m there
-                GridInterpolator(axes, np.where(ok, m, 0.0)))
+    return GridInterpolator(axes, z["log_miss_share"]), GridInterpolator(axes, z["log_fill_scale"]), axes
 
 
 def steady_state(*, context, topk, buffer_slots, correlation, need_fill: bool = True,
-                 max_steps: int = 200_000) -> tuple[np.ndarray, np.ndarray]:
-    """(misses per step in steady state, fill steps T_C), vectorised, from the precomputed table.
+                 max_steps: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
+    """(misses per step in steady state, fill steps T_C), vectorised, from the precomputed table; k = min(topk,
+    context) (a context shorter than the top-k is selected whole).
 
-    Outside the table's range (correlation above 1 - 5e-4 or below 0.5, L/k beyond 16384) it falls back to
-    :func:`exact_steady_state` (counting at most ``max_steps`` steps of the fill: ``inf`` if the buffer is not
-    full by then). A context that fits the buffer has no steady-state misses. ``need_fill=False``: the caller
+    The table holds m / (L - B) and T_C / -ln(1 - B/L), smooth over the whole domain (their limits as B -> L
+    included), so every point is a lookup: a context that fits the buffer has no steady-state misses; B/k
+    and L/k beyond the table (2^25) are clipped; a correlation above its top (1 - 5e-4) follows the table's
+    power law in 1 - phi at the top. A T_C beyond ``max_steps`` is ``inf``; ``need_fill=False``: the caller
     uses the misses only (the fill steps are then NaN).
     """
     L, k, B, phi = np.broadcast_arrays(*(np.atleast_1d(np.asarray(v, dtype=float)) for v in (
@@ -246,76 +286,34 @@ def steady_state(*, context, topk, buffer_slots, correlation, need_fill: bool = 
     swap = B < L
     if not swap.any():
         return m, tc
-    f_m, f_tc, axes, f_lin = _table()
-    x = np.log(np.maximum(1.0 - phi, 1e-300))
-    r = np.log2(L / k)
-    bk = B / k
-    eps = 1e-9                      # rounding at the table's edges (a fitted correlation at its bound)
-    inside = swap.copy()
-    for v, ax in zip((x, r, bk), axes):
-        inside &= (v >= ax[0] - eps) & (v <= ax[-1] + eps)
-    if inside.any():
-        pts = np.stack([np.clip(v[inside], ax[0], ax[-1]) for v, ax in zip((x, r, bk), axes)], axis=-1)
-        mi = np.exp(f_m(pts))
-        edge = ~np.isfinite(mi)
-        if edge.any():
-            mi[edge] = f_lin(pts[edge])
-        m[inside] = mi * k[inside]
-        tc[inside] = np.exp(f_tc(pts)) if need_fill else np.nan
-        # at the edge the misses come from the linear table; its fill time is taken from the exact form
-        # unless the caller does not need it
-        inside[inside] = np.isfinite(m[inside]) & (np.isfinite(tc[inside]) | (not need_fill))
-    todo = list(zip(*np.nonzero(swap & ~inside)))
-    for idx, (mi, ti) in zip(todo, _exact_points(todo, L, k, B, phi, max_steps)):
-        m[idx], tc[idx] = mi, ti
+    f_g, f_tau, axes = _table()
+    Ls, Bs, ks = L[swap], B[swap], k[swap]
+    pts = np.stack([np.minimum(np.log1p(-phi[swap]), axes[0][-1]),        # no clip below: extrapolated
+                    np.clip(np.log2(Ls / ks), axes[1][0], axes[1][-1]),
+                    np.clip(Bs / ks, axes[2][0], axes[2][-1])], axis=-1)
+    m[swap] = np.exp(f_g(pts)) * (Ls - Bs)
+    if need_fill:
+        t = np.maximum(np.exp(f_tau(pts)) * -np.log1p(-Bs / Ls), 1.0)
+        tc[swap] = np.where(t <= max_steps, t, np.inf)
+    else:
+        tc[swap] = np.nan
     return m, tc
 
 
-EXACT_STEPS = 1_000_000     # steps of the score process the exact fallback may take in one call (20-80 s)
-
-
-class AccessError(ValueError):
-    """A top-k access process outside the precomputed table whose exact evaluation would take too long."""
-
-
-def _exact_points(todo, L, k, B, phi, max_steps: int) -> list[tuple[float, float]]:
-    """:func:`exact_steady_state` at each point of ``todo`` (indices into the arrays), within :data:`EXACT_STEPS`
-    steps in all: the first, middle and last points, each cut at three times its share of the budget, tell
-    whether the rest fits; if not, :class:`AccessError` says so at once instead of running for minutes."""
-    n, used, out = len(todo), 0, {}
-    if not n:
-        return []
-    cap = int(min(max_steps, 3 * EXACT_STEPS // n + 3))
-    for j in list(dict.fromkeys((0, n // 2, n - 1))) + list(range(n)):
-        if j in out:
+def _enter_next(phi: float, theta: float) -> float:
+    """P(s_1 <= theta < s_2) for the stationary AR(1) score: the share of tokens a step selects anew,
+    = s int_0^inf pdf(theta - s u) P(N(0, 1) > (theta (1 - phi) + phi s u) / s) du, u = (theta - s_1) / s,
+    by Gauss-Legendre on [0, 12] (where it lives as phi -> 1) and on [12, (theta + 9) / s]."""
+    s = math.sqrt(1.0 - phi * phi)
+    total = 0.0
+    for a, b in ((0.0, 12.0), (12.0, max(12.0, (theta + 9.0) / s))):
+        if b <= a:
             continue
-        idx = todo[j]
-        sample = len(out) < min(3, n)
-        steps_max = cap if sample else max_steps
-        out[j] = exact_steady_state(context=L[idx], topk=k[idx], buffer_slots=B[idx], correlation=phi[idx],
-                                    max_steps=steps_max)
-        tc = out[j][1]
-        used += math.ceil(tc) + 2 if math.isfinite(tc) else steps_max
-        cut = sample and not math.isfinite(tc) and steps_max < max_steps
-        if cut or used > EXACT_STEPS or (len(out) == min(3, n) and used / len(out) * n > EXACT_STEPS):
-            raise AccessError(_too_slow(L[idx], k[idx], B[idx], phi[idx]))
-    return [out[j] for j in range(n)]
-
-
-def _too_slow(L: float, k: float, B: float, phi: float) -> str:
-    """Why a point needs the exact evaluation, and what to change."""
-    b_max, r_max = TABLE_B_OVER_K[-1], 2.0 ** TABLE_LOG2_L_OVER_K[-1]
-    if B / k > b_max:
-        why = (f"a GPU buffer of {B:,.0f} slots is {B / k:,.4g} x the top-k of {k:,.0f} (the access model's table "
-               f"covers up to {b_max:g} x); give a device buffer of at most {b_max * k:,.0f} slots "
-               "(--device-buffer) or a model with a larger index_topk")
-    elif L / k > r_max:
-        why = (f"a context of {L:,.0f} tokens is {L / k:,.4g} x the top-k of {k:,.0f} (the table covers up to "
-               f"{r_max:,.0f} x); use a shorter context or a larger index_topk")
-    else:
-        why = f"a score correlation of {phi:.6g} is outside the table's range; change score_correlation"
-    return (f"the top-k access model cannot be evaluated quickly here: {why} (its exact form would take more "
-            f"than {EXACT_STEPS:,} steps)")
+        g, w = _leggauss(200)
+        u = a + (g + 1.0) * (b - a) / 2.0
+        f = np.exp(-0.5 * (theta - s * u) ** 2) / math.sqrt(2.0 * math.pi) * ndtr(-(theta * (1.0 - phi) + phi * s * u) / s)
+        total += float((f * w).sum()) * (b - a) / 2.0
+    return s * total
 
 
 def top_k_overlap(*, context: float, topk: float, correlation: float) -> float:
@@ -323,8 +321,8 @@ def top_k_overlap(*, context: float, topk: float, correlation: float) -> float:
     L, k = float(context), float(min(topk, context))
     if k >= L:
         return 1.0
-    d = distinct_selected(np.array([1.0, 2.0]), context=L, topk=k, correlation=correlation)
-    return float(1.0 - (d[1] - d[0]) / k)
+    theta = float(ndtri(1.0 - k / L))
+    return float(1.0 - L * _enter_next(float(correlation), theta) / k)
 
 
 def correlation_for_overlap(overlap: float, *, context: float, topk: float) -> float:
@@ -336,6 +334,9 @@ def correlation_for_overlap(overlap: float, *, context: float, topk: float) -> f
     f = lambda p: top_k_overlap(context=context, topk=topk, correlation=p) - overlap  # noqa: E731
     if f(lo) >= 0:
         return 0.0
+    if f(hi) < 0:
+        raise ValueError(f"an overlap of {overlap} at a context of {context} tokens and a top-k of {topk} needs a "
+                         f"score correlation above {hi}")
     return float(brentq(f, lo, hi, xtol=1e-10))
 
 

@@ -252,7 +252,7 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
         return r
     if method == "analytic":
         from .analytic import steady_state
-        res = steady_state(cfg, requests_of(0), concurrency)
+        res = steady_state(cfg, requests_of(0), concurrency, rate)
         for k, v in res.items():
             setattr(pred, k, v)
         return pred

@@ -1,8 +1,8 @@
 """Scenario files, cluster host references and Hugging Face config.json through the reading layer and their
 range checks: a FIFO or /dev/zero is refused by name (before: blocked or read until memory ran out), a
-config.json with an infinite layer count, a negative indexer dimension, more dense layers than layers or a
-top-k the access model cannot evaluate quickly is a one-line error (before: a traceback, a negative step
-time, negative weights per GPU, or a prediction that never finished)."""
+config.json with an infinite layer count, a negative indexer dimension or more dense layers than layers is a
+one-line error, and one with a tiny top-k predicts quickly (before: a traceback, a negative step time,
+negative weights per GPU, or a prediction that never finished)."""
 import json
 import math
 import os
@@ -97,27 +97,25 @@ def test_config_json_file_errors_name_the_file(tmp_path):
     assert get_model("deepseek-v3.2").layers == 61
 
 
-def test_a_tiny_index_topk_is_refused_quickly(tmp_path):
-    """index_topk 16 with the testbed's 4096-slot buffer (256 x the top-k, beyond the access table's 8 x) ran the
-    exact access process at every decode age: minutes per prediction. Now a clear error in well under a minute;
-    a buffer the table covers still predicts."""
+def test_a_tiny_index_topk_predicts_quickly(tmp_path):
+    """index_topk 16 with the testbed's 4096-slot buffer (256 x the top-k) ran the exact access process at every
+    decode age for minutes, then was refused; the access table now covers every buffer / top-k ratio, so it
+    predicts in well under a minute, with a finite positive TBT, as do a short prompt and a tiny buffer."""
     (tmp_path / "config.json").write_text(json.dumps({**V32, "index_topk": 16}))
     scen = yaml.safe_load((TOPOLOGY_DIR / "sac-testbed.yaml").read_text())
     scen["model"] = str(tmp_path / "config.json")
     (tmp_path / "k16.yaml").write_text(yaml.safe_dump(scen))
     r = bounded(f"""
+        import math, time
         from sacmodel import predict
         scen = {str(tmp_path / "k16.yaml")!r}
-        try:
-            predict(scen, "cxl", context=8192, output=1024, concurrency=8, requests=8)
-            print("PREDICTED")
-        except ValueError as exc:
-            print(exc)
-        p = predict(scen, "cxl", context=8192, output=64, concurrency=4, requests=4, device_buffer=128)
-        print(p.feasible, p.tbt_mean_ms > 0)
+        t = time.perf_counter()
+        for kw in (dict(context=8192, output=1024, concurrency=8, requests=8),
+                   dict(context=300, output=4000, concurrency=1, requests=1),
+                   dict(context=8192, output=64, concurrency=4, requests=4, device_buffer=128)):
+            p = predict(scen, "cxl", **kw)
+            print(p.feasible, math.isfinite(p.tbt_mean_ms) and p.tbt_mean_ms > 0)
+        print(time.perf_counter() - t < 20)
     """, seconds=60)
     assert r.returncode == 0, r.stderr[-2000:]
-    lines = r.stdout.splitlines()
-    assert "GPU buffer of 4,096 slots is 256 x the top-k of 16" in lines[0], lines
-    assert "at most 128 slots (--device-buffer)" in lines[0]
-    assert lines[1] == "True True"
+    assert r.stdout.splitlines() == ["True True"] * 3 + ["True"], r.stdout

@@ -51,11 +51,12 @@ def _swaps(cfg: Config, context: int, max_age: int) -> bool:
 
 def _per_step(cfg: Config, context: int, ages: np.ndarray, first_fill: bool = True) -> np.ndarray:
     """Entries loaded per layer at each age (decode steps since admission): the top-k into an empty buffer at
-    age 0, the buffer's fill over ``T_C`` steps, then the steady misses at the age's correlation."""
-    k = float(min(cfg.model.topk, context))
+    age 0, the buffer's fill over ``T_C`` steps, then the steady misses at the age's correlation and context
+    (the top-k is min(index_topk, context + age): a context shorter than the top-k is selected whole)."""
     B = float(cfg.device_buffer)
     phi = score_correlation(cfg, ages)
-    m, _ = steady_state(context=context + ages, topk=k, buffer_slots=B, correlation=phi, need_fill=False)
+    m, _ = steady_state(context=context + ages, topk=cfg.model.topk, buffer_slots=B, correlation=phi,
+                        need_fill=False)
     if B >= context:            # fits the buffer at first: loaded whole once, misses only as it grows past B
         per = np.where(context + ages > B, m, 0.0)
         if first_fill:
@@ -63,6 +64,7 @@ def _per_step(cfg: Config, context: int, ages: np.ndarray, first_fill: bool = Tr
         return per
     if not first_fill:
         return m
+    k = float(min(cfg.model.topk, context))
     # just past the buffer it may take longer than the request's life to fill: count that life at most
     t_fill = float(steady_state(context=context, topk=k, buffer_slots=B, correlation=score_correlation(cfg, np.zeros(1)),
                                 max_steps=len(ages) + 2)[1][0])

@@ -501,7 +501,7 @@ def _register_breakeven(sub) -> None:
 def _register_winner_map(sub) -> None:
     from .common import _parser
     p = _parser(sub, "winner-map", "which system is best over two parameters (a map; --plot draws it)",
-                ["sacmodel winner-map --x context=8K:256K:12 --y output=256:16K:8 --plot map.png",
+                ["sacmodel winner-map --x context=8K:128K:5 --y output=256:8K:6 --plot map.png",
                  "sacmodel winner-map --systems cxl,cxl-prefetch --metric e2e --unloaded "
                  "--x context=8K:256K:48 --y output=64:32K:48 --plot map.png",
                  "sacmodel winner-map --x context=16K:128K:8 --y concurrency=8:128:8 --csv map.csv"],
@@ -553,7 +553,7 @@ def _register_plan(sub) -> None:
 def _register_sensitivity(sub) -> None:
     from .common import _parser
     p = _parser(sub, "sensitivity", "elasticities of a metric to every hardware number and fitted constant",
-                ["sacmodel sensitivity --system cxl --context 128K --top 8 --plot tornado.png",
+                ["sacmodel sensitivity --system cxl --context 128K --concurrency 16 --top 8 --plot tornado.png",
                  "sacmodel sensitivity --system rdma --context 32K --metric ttft --hardware",
                  "sacmodel sensitivity --system cxl --context 128K --unloaded --metric tbt"],
                 "d ln(metric) / d ln(parameter) at one point, largest first. Loaded by default (serving engine "

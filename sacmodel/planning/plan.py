@@ -71,7 +71,7 @@ class PlanResult:
 
 
 def _meets(pred, slo: dict) -> bool:
-    if not pred.feasible:
+    if not pred.feasible or pred.success_fraction < 1.0:
         return False
     for m, target in slo.items():
         v = getattr(pred, m, None)
@@ -113,8 +113,10 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
         v = int(v) if float(v).is_integer() else float(v)
         t, kw = _with_value(topo, vary, v)
         p = predict(t, system, **{**workload, **kw})
-        ok = _meets(p, slo)
+        over = overloaded(t, system, {**workload, **kw}, p)
+        ok = _meets(p, slo) and not over
         res.tried.append({"value": v, "meets": ok, "feasible": p.feasible, "limit": p.limit,
+                          "success_fraction": p.success_fraction, "overloaded": over,
                           **{m: getattr(p, m) for m in slo}})
         if ok:
             res.found, res.value, res.prediction = True, v, p.to_dict()
@@ -131,8 +133,22 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
                            ("" if prev is None else f" ({vary} = {v - step} misses it)"))
             return res
         prev = p
-    res.message = f"no {vary} in [{min_value}, {max_value}] meets the SLO. " + why_not(topo, system, workload, slo, prev)
+    last = res.tried[-1] if res.tried else {}
+    res.message = f"no {vary} in [{min_value}, {max_value}] meets the SLO. " + (
+        f"At the largest value Poisson arrivals at {workload['rate']:g} req/s outpace what it serves: the queue "
+        "grows without bound (lower the rate or raise --max)." if last.get("overloaded")
+        else why_not(topo, system, workload, slo, prev))
     return res
+
+
+def overloaded(topo, system: str, workload: dict, pred) -> bool:
+    """Open loop only: True when the Poisson rate exceeds what the configuration serves at the same concurrency
+    (its closed-loop request throughput), so the queue grows without bound over a long run."""
+    rate = workload.get("rate")
+    if not rate or not pred.feasible:
+        return False
+    cap = predict(topo, system, **{**workload, "rate": None}).request_throughput_req_s
+    return bool(rate > cap)
 
 
 def per_million_tokens(usd_per_hour: float, tok_s: float) -> float | None:
@@ -150,6 +166,8 @@ def why_not(topo, system: str, workload: dict, slo: dict, last) -> str:
         return f"At the largest value the workload does not fit: {last.limit}."
     miss = [f"{m} {getattr(last, m):,.1f} against {t:,g}" for m, t in slo.items()
             if not _meets_one(getattr(last, m, None), m, t)]
+    if last.success_fraction < 1.0:
+        miss.append(f"only {last.success_fraction:.0%} of the requests complete ({last.limit})")
     out = "At the largest value: " + ", ".join(miss) + "."
     lat = {m: t for m, t in slo.items() if m.startswith(("ttft", "e2e"))}
     if lat:

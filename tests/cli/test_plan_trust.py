@@ -133,3 +133,20 @@ def test_predict_reports_overload_before_the_tables(capsys):
                  "--output", "64"]) == 0
     out = capsys.readouterr().out
     assert "overloaded" in out and out.index("overloaded") < out.index("predicted metrics")
+
+
+def test_plan_never_answers_with_an_overloaded_configuration(capsys):
+    """Poisson arrivals above what any size serves: no answer, each try marked overloaded, and the reason."""
+    d = _json(capsys, ["plan", "--system", "cxl", "--context", "32K", "--concurrency", "8", "--requests", "32",
+                       "--output", "64", "--rate", "50", "--max", "2", "--slo", "tbt_mean_ms=1e6", "--json"])
+    assert not d["found"] and all(r["overloaded"] and r["success_fraction"] == 1.0 for r in d["tried"])
+    assert "outpace" in d["message"]
+
+
+def test_compare_header_and_breakeven_range_say_what_was_computed(capsys):
+    assert main(["compare", "--contexts", "8K", "--systems", "cxl", "--concurrency", "4", "--output", "16"]) == 0
+    assert "32 requests sharing one cached prompt" in capsys.readouterr().out
+    assert main(["breakeven", "--a", "cxl", "--b", "dram", "--metric", "tbt", "--vary", "context", "--lo", "64K",
+                 "--hi", "256K", "--points", "3", "--concurrency", "4", "--requests", "4", "--output", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "of the asked [65,536 tokens, 262,144 tokens]" in out and "163,840 positions" in out

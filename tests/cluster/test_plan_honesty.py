@@ -45,3 +45,17 @@ def test_why_not_names_the_longest_cold_prompt():
     msg = why_not("sac-testbed", "cxl", tr, {"ttft_p99_ms": 50.0})
     assert msg and "request 2 (31,000 prompt tokens" in msg
     assert why_not("sac-testbed", "cxl", tr, {"ttft_p99_ms": 1e9}) is None
+
+
+def test_replay_says_overloaded_before_any_table(tmp_path, capsys):
+    import json
+
+    from sacmodel.cli import main
+    p = tmp_path / "burst.jsonl"
+    p.write_text("".join(json.dumps({"timestamp": 50 * i, "input_length": 6000 + 130 * i, "output_length": 16,
+                                     "hash_ids": [1, 2] + [100 * i + j for j in range(3, 14)]}) + "\n"
+                         for i in range(24)))
+    assert main(["replay", str(p), "--scenario", "sac-cluster-4x", "--system", "cxl", "--instances", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "overloaded" in out and out.index("overloaded") < out.index("replay of burst")
+    assert "offered" in out and "served" in out

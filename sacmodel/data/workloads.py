@@ -24,16 +24,20 @@ MAX_REQUESTS = 1_000_000
 
 def shared_prefix(groups: int, prompts_per_group: int, system_tokens: int, question_tokens: int,
                   output_tokens: int, *, rate, requests: int | None = None, seed: int = 0,
-                  block_tokens: int = 64) -> Trace:
+                  block_tokens: int = 64, arrivals: str = "poisson") -> Trace:
     """The workload of a shared-prefix benchmark (see the module docstring). ``rate``: requests/s, or a list of
-    (requests/s, seconds) stages; ``requests``: how many at a single rate (default: each prompt once)."""
+    (requests/s, seconds) stages; ``requests``: how many at a single rate (default: each prompt once);
+    ``arrivals``: "poisson" (inference-perf's ``load.type: poisson``) or "constant" (``load.type: constant``:
+    evenly spaced at 1 / rate)."""
+    if arrivals not in ("poisson", "constant"):
+        raise DataError(f"shared_prefix: arrivals is 'poisson' or 'constant', got {arrivals!r}")
     for name, v, lo in (("groups", groups, 1), ("prompts_per_group", prompts_per_group, 1),
                         ("system_tokens", system_tokens, 0), ("question_tokens", question_tokens, 1),
                         ("output_tokens", output_tokens, 1), ("block_tokens", block_tokens, 1)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo or v > 10 ** 7:
             raise DataError(f"shared_prefix: {name} must be a whole number in {lo}..10,000,000, got {v!r}")
     rng = np.random.default_rng(seed)
-    arrival = _arrivals(rate, requests, groups * prompts_per_group, rng)
+    arrival = _arrivals(rate, requests, groups * prompts_per_group, rng, arrivals == "constant")
     n = len(arrival)
     order = rng.permutation(groups * prompts_per_group)
     prompt = order[np.arange(n) % len(order)]
@@ -49,15 +53,17 @@ def shared_prefix(groups: int, prompts_per_group: int, system_tokens: int, quest
                  ids.ravel().astype(np.int64), np.arange(n + 1, dtype=np.int64) * n_blocks, block_tokens)
 
 
-def _arrivals(rate, requests, default: int, rng) -> np.ndarray:
-    """Poisson arrival times (s) at one rate, or over a ladder of (rate, seconds) stages."""
+def _arrivals(rate, requests, default: int, rng, constant: bool = False) -> np.ndarray:
+    """Arrival times (s), Poisson or evenly spaced (``constant``), at one rate or over a ladder of (rate,
+    seconds) stages."""
+    gap = (lambda r: 1.0 / r) if constant else (lambda r: rng.exponential(1.0 / r))
     if isinstance(rate, (int, float)) and not isinstance(rate, bool):
         if not 0 < rate < 1e6:
             raise DataError(f"shared_prefix: rate must be a positive number of requests/s, got {rate!r}")
         n = default if requests is None else requests
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_REQUESTS:
             raise DataError(f"shared_prefix: requests must be a whole number in 1..{MAX_REQUESTS:,}, got {n!r}")
-        gaps = rng.exponential(1.0 / rate, n)
+        gaps = np.full(n, 1.0 / rate) if constant else rng.exponential(1.0 / rate, n)
         return np.cumsum(gaps) - gaps[0]
     try:
         stages = [(float(r), float(d)) for r, d in rate]
@@ -69,10 +75,10 @@ def _arrivals(rate, requests, default: int, rng) -> np.ndarray:
         raise DataError(f"shared_prefix: the ladder holds more than {MAX_REQUESTS:,} requests")
     out, t0 = [], 0.0
     for r, d in stages:
-        t = t0 + rng.exponential(1.0 / r)
+        t = t0 + (0.0 if constant else gap(r))
         while t < t0 + d:
             out.append(t)
-            t += rng.exponential(1.0 / r)
+            t += gap(r)
         t0 += d
     return np.array(out) if out else np.zeros(1)
 

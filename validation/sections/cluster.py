@@ -342,7 +342,8 @@ def render(out_dir: Path, quick: bool = False) -> str:
         md += [f"(traces not found at {tdir}: hit-rate and replay parts skipped)", ""]
         return "\n".join(md)
     md += hit_rate_part(out_dir, {n: load_trace(tdir / f"{n}.jsonl") for n in names})
-    md += published_routers.markdown(published_routers.reproduce())
+    md += published_routers.markdown_all([published_routers.reproduce(b)
+                                           for b in published_routers.BENCHES.values()])
     md += pool_part(out_dir)
     conv = tdir / "mooncake_conversation_trace.jsonl"
     if conv.exists():

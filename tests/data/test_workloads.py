@@ -50,3 +50,15 @@ def test_bad_parameters_are_refused(kw, msg):
     args.update(kw)
     with pytest.raises(DataError, match=msg):
         shared_prefix(**args)
+
+
+def test_constant_arrivals_are_evenly_spaced_per_stage():
+    """inference-perf's load.type constant: 1 / rate apart, each stage starting on its boundary."""
+    from sacmodel.workloads import shared_prefix
+    t = shared_prefix(2, 2, 100, 50, 10, rate=[(2, 2), (4, 1)], arrivals="constant")
+    assert t.arrival.tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 2.25, 2.5, 2.75]
+    import pytest
+
+    from sacmodel.data.records import DataError
+    with pytest.raises(DataError, match="arrivals"):
+        shared_prefix(2, 2, 100, 50, 10, rate=2.0, arrivals="bursty")

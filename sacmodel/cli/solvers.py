@@ -274,8 +274,9 @@ def cmd_plan(a):
         for k, v in (r.prices or {}).items():
             con.print(f"  {k:<12} {v['usd_per_hour']:6.2f} USD/h  {v.get('source', 'no source given')}",
                       highlight=False, markup=False, soft_wrap=True)
-    if r.found and not a.max_load:
-        con.print("check it: " + predict_command(a, {a.vary: r.value}), highlight=False, soft_wrap=True)
+    if r.found:
+        con.print("check it: " + predict_command(a, {a.max_load or a.vary: r.value}), highlight=False,
+                  soft_wrap=True)
     if sglang:
         print("\n" + sglang)
 
@@ -301,7 +302,7 @@ def predict_command(a, settings: dict) -> str:
             "--model": getattr(a, "model", None), "--method": None if a.method == "engine" else a.method}
     for name, v in settings.items():
         flag = "--" + name.replace("_", "-")
-        if flag in ("--cxl-devices", "--rdma-nics", "--device-buffer"):
+        if flag in opts:                     # a workload or resource flag of predict's own
             opts[flag] = v
         else:
             words += ["--set", f"{name}={v}"]

@@ -150,3 +150,14 @@ def test_compare_header_and_breakeven_range_say_what_was_computed(capsys):
                  "--hi", "256K", "--points", "3", "--concurrency", "4", "--requests", "4", "--output", "16"]) == 0
     out = capsys.readouterr().out
     assert "of the asked [65,536 tokens, 262,144 tokens]" in out and "163,840 positions" in out
+
+
+def test_max_load_prints_a_checkable_predict_command_too(capsys):
+    base = ["plan", "--system", "cxl", "--context", "32K", "--requests", "64", "--output", "64",
+            "--slo", "tbt_mean_ms=60", "--max-load", "concurrency", "--max", "64"]
+    d = _json(capsys, [*base, "--json"])
+    assert main(base) == 0
+    argv = _check_line(capsys.readouterr().out)
+    assert argv[argv.index("--concurrency") + 1] == str(d["value"])
+    p = _json(capsys, ["predict", *argv, "--json"])
+    assert p["tbt_mean_ms"] == pytest.approx(d["prediction"]["tbt_mean_ms"], rel=1e-12) and p["tbt_mean_ms"] <= 60

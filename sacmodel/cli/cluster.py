@@ -253,6 +253,22 @@ def cmd_cluster_plan(a, fallback):
             con.print(f"{vary} {row[vary]}: {row['limit']}", highlight=False)
     for h in r.hit_rates:
         con.print(f"pool {h['pool']}: fast-path hit rate {100 * h['hit_rate_fast_path']:.1f}%")
+    if r.best is not None:
+        con.print("check it: " + replay_command(a, vary, r.best), highlight=False, soft_wrap=True)
+
+
+def replay_command(a, vary: str, value) -> str:
+    """The `sacmodel replay` command that reproduces a cluster plan's answer (the plan's trace, scenario,
+    system and fixed settings, and the chosen value of what it varied)."""
+    import shlex
+    flag = {"instances": "--instances", "pool": "--cache-capacity", "router": "--router", "pd": "--pd"}[vary]
+    words = ["sacmodel", "replay", a.trace, "--scenario", a.scenario, "--system", a.system, flag, str(value)]
+    for f, v in (("--time-scale", a.time_scale if a.time_scale != 1.0 else None), ("--limit", a.limit),
+                 ("--slo", a.slo_window), ("--cxl-devices", getattr(a, "cxl_devices", None)),
+                 ("--rdma-nics", getattr(a, "rdma_nics", None)), ("--device-buffer", getattr(a, "device_buffer", None))):
+        if v is not None:
+            words += [f, f"{v:g}" if isinstance(v, float) else str(v)]
+    return shlex.join(words)
 
 
 def cmd_cluster_sweep(a, fallback):

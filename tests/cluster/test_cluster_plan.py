@@ -78,6 +78,15 @@ def test_cluster_plan_and_sweep_cli(tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["best"] == 1 and len(d["tried"]) == 2
     assert all(r["success_fraction"] == 1.0 and r["overloaded"] is False for r in d["tried"])
+    assert main(["plan", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(tr), "--vary", "instances",
+                 "--values", "1,2", "--slo", "ttft_p99_ms=1e9"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("check it: "))
+    import shlex
+    argv = shlex.split(line[len("check it: "):])[1:]
+    assert argv[:2] == ["replay", str(tr)] and argv[argv.index("--instances") + 1] == "1"
+    assert main([*argv, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)["cxl"]["summary"]
+    assert again["ttft_p99_ms"] == pytest.approx(d["tried"][0]["ttft_p99_ms"], rel=1e-12)
     assert main(["plan", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(tr), "--values", "1",
                  "--slo", "latency=3"]) == 2
     assert "unknown SLO metric 'latency'" in capsys.readouterr().err

@@ -24,7 +24,8 @@ from sacmodel.data.runs import load_runs  # noqa: E402
 from sacmodel.fit.calibrate import step_observations  # noqa: E402
 from sacmodel.fit.compare import compare_runs  # noqa: E402
 from sacmodel.hardware.scenarios import as_topology  # noqa: E402
-from sections import access, cluster, constants, cross_validation, external, microbench, runs, steps  # noqa: E402
+from sections import (access, bands, cluster, constants, cross_validation, external, microbench, runs,  # noqa: E402
+                      steps)
 from sections.access import reference_vs_closed_form  # noqa: E402
 from sections.cross_validation import cross_validate  # noqa: E402
 from sections.microbench import microbench_case, plot_microbench  # noqa: E402
@@ -128,6 +129,8 @@ def main():
     rep["full_seconds"] = prev.get("full_seconds") if a.quick else rep["seconds"]
     old.write_text(json.dumps(rep, indent=1, default=float))
     write_markdown(rep)
+    if rep["cross_validation"]:
+        bands.write(old)                  # every prediction's error band, from the figures just measured
     print(f"wrote {HERE / 'report.md'} ({rep['seconds']:.0f} s)")
 
 

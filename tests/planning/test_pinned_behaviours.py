@@ -118,6 +118,7 @@ class FakePrediction:
     feasible: bool
     tbt_mean_ms: float
     output_throughput_tok_s: float = 1.0
+    success_fraction: float = 1.0           # every request completes (plan refuses part-failing answers)
 
     def to_dict(self):
         return asdict(self)

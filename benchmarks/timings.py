@@ -33,6 +33,12 @@ COMMANDS = [
             "--lo", "8", "--hi", "256", "--context", "64K"], False),
     ("sacmodel replay mooncake_conversation_trace.jsonl --system cxl (12,031 requests, one instance)",
      SAC + ["replay", str(TRACE), "--systems", "cxl"], True),
+    ("sacmodel pareto --system cxl,dram,rdma --context 64K --csv - (issue 22: under 30 s)",
+     SAC + ["pareto", "--system", "cxl,dram,rdma", "--context", "64K", "--csv", "-"], False),
+    ("sacmodel replay mooncake_conversation_trace.jsonl --scenario sac-cluster-4x --system gpu --instances 8 "
+     "--router kv (issue 21: under 20 s)",
+     SAC + ["replay", str(TRACE), "--scenario", "sac-cluster-4x", "--systems", "gpu", "--instances", "8",
+            "--router", "kv"], True),
     ("sacmodel calibrate --dry-run (stages 2 and 3 on the 66 runs)", SAC + ["calibrate", "--dry-run"], True),
     ("python validation/run.py --quick", [sys.executable, str(ROOT / "validation" / "run.py"), "--quick"], True),
 ]

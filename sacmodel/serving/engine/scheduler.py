@@ -81,6 +81,9 @@ class Ranks:
         self.newest_at = [None] * dp          # the miss curve of a request of the latest join (its busiest)
         self.acc = [np.zeros(max(4096, 4 * table.max_out)) for _ in range(dp)]
         self.acc_at = [memoryview(a) for a in self.acc]    # the same memory, read as Python floats (quicker)
+        # a configuration whose requests never load entries (no HiSparse buffer, or dense attention) keeps its
+        # accumulators at zero: they are neither grown nor read
+        self.swaps = bool(cfg.hisparse and cfg.model.sparse)
         self.paged = isinstance(memory, SGLangMemory)        # SGLang's own admission and retraction
         if self.paged:
             memory.bind(self.running, self.clock, self.sum_join)
@@ -96,10 +99,12 @@ class Ranks:
     def schedule(self, now: float) -> tuple[list, list[int], int, int]:
         """Each rank admits a prefill batch (prefill has priority) or decodes: (admits [(rank, batch)], decoding
         ranks, tokens of the forward pass, tokens of distinct new prefill chunks). Stops at a crash."""
-        waiting, running, memory = self.waiting, self.running, self.memory
-        admits, decoding, n_tok, n_new, chunks = [], [], 0, 0, set()
+        waiting, running, memory, paged = self.waiting, self.running, self.memory, self.paged
+        admits, decoding, n_tok, n_new, chunks = [], [], 0, 0, None
         for r in range(self.dp):
             if waiting[r]:
+                if chunks is None:
+                    chunks = set()
                 batch, k, new = self.prefill_batch(r, now, chunks)
                 n_tok, n_new = n_tok + k, n_new + new
                 if memory.crash is not None:
@@ -108,12 +113,14 @@ class Ranks:
                     admits.append((r, batch))
                     continue
             if running[r]:
-                if self.paged and memory.steps_fit(r) < 1:
-                    self._retract(r)
                 decoding.append(r)
-                n_tok += running[r]
-            elif self.paged and not waiting[r]:
+            elif paged and not waiting[r]:
                 memory.idle(r)
+        if paged and decoding:        # a rank's retraction touches only that rank: checked after the batches
+            for r in memory.full(decoding):
+                self._retract(r)
+        for r in decoding:
+            n_tok += running[r]
         return admits, decoding, n_tok, n_new
 
     def prefill_batch(self, r: int, now: float, chunks: set) -> tuple[list, int, int]:
@@ -168,50 +175,59 @@ class Ranks:
     # ---- decode --------------------------------------------------------------------------------------
     def join(self, joined: list[tuple[int, list[int]]]) -> None:
         """Staged requests join their rank's decode batch at its current clock (``joined``: (rank, requests))."""
-        tb, distinct, curve = self.table, self.distinct, self.curve
-        life, L, long_, shape = tb.life, tb.L, tb.long, tb.shape
-        joined_at, ends, clock, acc = self.joined, self.ends, self.clock, self.acc
+        tb, distinct, paged = self.table, self.distinct, self.paged
+        life, L, long_ = tb.life, tb.L, tb.long
+        joined_at, ends, clock, push = self.joined, self.ends, self.clock, heapq.heappush
         for r, ready in joined:
             j = clock[r]
-            shapes: dict[tuple[int, int], list] = {}     # requests of one shape add one curve: [count, one]
-            longest, sum_l, n_long = 0, 0, 0
+            sum_l, n_long = 0, 0
             e = ends[r]
             for i in ready:
                 joined_at[i] = j
-                heapq.heappush(e, (j + life[i] - 1, i))      # clock of its last step
+                push(e, (j + life[i] - 1, i))      # clock of its last step
                 sum_l += L[i]
                 n_long += long_[i]
-                sh = shape[i]
-                if sh in shapes:
-                    shapes[sh][0] += 1
-                else:
-                    shapes[sh] = [1, i]
-                if life[i] > longest:
-                    longest = life[i]
             if distinct.on:
                 distinct.join(r, ready, j)
-            if self.paged:
+            if paged:
                 self.memory.joined(r, ready)
-            a = acc[r] if j + longest + 1 <= len(acc[r]) else self._grow(r, j + longest + 1)
-            busiest = None
-            for sh, (cnt, one) in shapes.items():
-                cl = curve[one]
-                if cl is not None:
-                    seg = a[j:j + sh[1] + 1]
-                    seg += cl if cnt == 1 else cnt * cl
-                    if busiest is None or cl[1] > busiest[1]:
-                        busiest = cl
-            self.newest_at[r] = memoryview(busiest) if busiest is not None and len(busiest) > 1 else None
+            if self.swaps:
+                self._add_misses(r, j, ready)
             self.sum_l[r] += sum_l
             self.n_long[r] += n_long
             self.sum_join[r] += j * len(ready)
             self.newest[r] = j
             self.running[r] += len(ready)
 
+    def _add_misses(self, r: int, j: int, ready: list[int]) -> None:
+        """The miss curves of requests joining rank ``r`` at clock ``j``, added into its accumulator (requests of
+        one shape add one curve times their count); the busiest of them is the rank's newest."""
+        shape, life, curve = self.table.shape, self.table.life, self.curve
+        shapes: dict[tuple[int, int], list] = {}         # shape -> [count, one request of it]
+        longest = 0
+        for i in ready:
+            sh = shape[i]
+            if sh in shapes:
+                shapes[sh][0] += 1
+            else:
+                shapes[sh] = [1, i]
+            if life[i] > longest:
+                longest = life[i]
+        a = self.acc[r] if j + longest + 1 <= len(self.acc[r]) else self._grow(r, j + longest + 1)
+        busiest = None
+        for sh, (cnt, one) in shapes.items():
+            cl = curve[one]
+            if cl is not None:
+                seg = a[j:j + sh[1] + 1]
+                seg += cl if cnt == 1 else cnt * cl
+                if busiest is None or cl[1] > busiest[1]:
+                    busiest = cl
+        self.newest_at[r] = memoryview(busiest) if busiest is not None and len(busiest) > 1 else None
+
     def _grow(self, r: int, size: int) -> np.ndarray:
         """Rank ``r``'s miss accumulator, grown to hold ``size`` clocks."""
         a = self.acc[r]
-        a = self.acc[r] = np.concatenate([a, np.zeros(max(size, 2 * len(a)) - len(a))])
+        a = self.acc[r] = np.concatenate([a, np.zeros(max(size, 4 * len(a)) - len(a))])
         self.acc_at[r] = memoryview(a)
         return a
 
@@ -224,7 +240,7 @@ class Ranks:
         youngest = min(clock[r] - newest[r] for r in decoding)
         jump = min(jump, 256 if youngest >= 512 else 2 * youngest + 1)
         if self.paged:                               # until the first pool fills up
-            jump = min(jump, min(self.memory.steps_fit(r) for r in decoding))
+            jump = min(jump, self.memory.fewest_steps(decoding))
         return max(1, jump)
 
     def advance(self, decoding: list[int], jump: int, ended: list) -> int:
@@ -233,8 +249,7 @@ class Ranks:
         clock, ends = self.clock, self.ends
         k = 0
         if self.paged:
-            for r in decoding:
-                self.memory.advance(r, jump)
+            self.memory.advance(decoding, jump)
         for r in decoding:
             clock[r] += jump
             ck = clock[r]

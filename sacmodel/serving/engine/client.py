@@ -38,15 +38,17 @@ class Client:
 
     def send(self, now: float) -> None:
         """Send every request whose time has come and that the concurrency cap lets through."""
-        while self.next_req < self.n and self.in_flight < self.concurrency and \
-                self.arrival[self.next_req] <= now + 1e-12 and not self.stopped:
-            i = self.next_req
+        i, n, arrival, limit = self.next_req, self.n, self.arrival, now + 1e-12
+        if self.stopped or i >= n or self.in_flight >= self.concurrency or arrival[i] > limit:
+            return
+        while i < n and self.in_flight < self.concurrency and arrival[i] <= limit:
             # sent at its arrival, or when the cap let it through (the client does not wait for the server's
             # iterations, which only decide when this call comes)
-            r = max(self.arrival[i], self.slot_since)
+            r = max(arrival[i], self.slot_since)
             self.sent[i] = r
             self.frontend.arrive(r + self.delay[i] if self.delay else r, i, self.t_token * self.L[i])
-            self.next_req += 1
+            i += 1
+            self.next_req = i
             self.in_flight += 1
 
     def deliver(self, payload: list, when: float) -> None:

@@ -35,12 +35,14 @@ class IterationCost:
         for _, batch in admits:
             p = 0.0
             for i, take in batch:
-                key = (take, L[i] - todo[i] + prefilled[i], prefilled[i] == 0)
+                done = prefilled[i]
+                key = (take, L[i] - todo[i] + done, done == 0)
                 x = cache.get(key)
                 if x is None:
                     x = cache[key] = self.model.prefill(*key)
                 p += x
-            part = max(part, p)
+            if p > part:
+                part = p
         return part
 
     def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,

@@ -37,5 +37,7 @@ class DistinctTokens:
 
     def count(self, decoding: list[int], clock: list[int]) -> int:
         """Distinct decode tokens of the ranks in ``decoding``: the groups of identical requests of each rank."""
-        groups = self.groups
-        return sum(len(groups[r]) for r in decoding)
+        groups, n = self.groups, 0
+        for r in decoding:
+            n += len(groups[r])
+        return n

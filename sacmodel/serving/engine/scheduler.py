@@ -40,10 +40,11 @@ class Dispatch:
 
     def assign(self, now: float, ranks: "Ranks") -> None:
         """Send every request handed on by ``now`` to the next rank's waiting queue, in turn."""
-        pending, waiting, rank_of = self.pending, ranks.waiting, ranks.rank_of
-        while pending and pending[0][0] <= now + 1e-12:
-            i = heapq.heappop(pending)[1]
-            r = self.fixed.pop(i, None) if self.fixed else None
+        pending, waiting, rank_of, fixed, pop = self.pending, ranks.waiting, ranks.rank_of, self.fixed, heapq.heappop
+        limit = now + 1e-12
+        while pending and pending[0][0] <= limit:
+            i = pop(pending)[1]
+            r = fixed.pop(i, None) if fixed else None
             if r is None:
                 r = self.counter % self.dp
                 self.counter += 1
@@ -127,19 +128,23 @@ class Ranks:
         """Rank ``r``'s prefill batch: [(request, tokens)], its tokens, and the tokens of chunks not seen in
         ``chunks`` (distinct (prompt, position, length) chunks of the iteration, added to it)."""
         w, prefilled, todo, pid, page = self.waiting[r], self.prefilled, self.todo, self.pid, self.page
+        hooks, staging = self.hooks, self.staging
         batch, budget, n_tok, n_new = [], self.chunk, 0, 0
         room = self.max_run - self.running[r] - len(self.staged[r])
         while w and budget > 0 and len(batch) < room:
             i = w[0]
             if prefilled[i] == 0:                          # its memory is taken when it starts
-                if self.hooks is not None:                 # the rank's prefix cache as it is now
-                    self.hooks.lookup(r, i)
-                self.staging.on_admit(r, i)
+                if hooks is not None:                      # the rank's prefix cache as it is now
+                    hooks.lookup(r, i)
+                if staging.hisparse:
+                    staging.on_admit(r, i)
                 if not self.memory.take(r, i, now):
                     break
-                if self.hooks is not None:
-                    self.hooks.started(r, i)
-            take = min(todo[i] - prefilled[i], budget)
+                if hooks is not None:
+                    hooks.started(r, i)
+            take = todo[i] - prefilled[i]
+            if take > budget:
+                take = budget
             batch.append((i, take))
             n_tok += take
             if pid is not None and (pid[i], prefilled[i], take) not in chunks:
@@ -203,6 +208,16 @@ class Ranks:
         """The miss curves of requests joining rank ``r`` at clock ``j``, added into its accumulator (requests of
         one shape add one curve times their count); the busiest of them is the rank's newest."""
         shape, life, curve = self.table.shape, self.table.life, self.curve
+        if len(ready) == 1:                              # the usual case: one request joins
+            i = ready[0]
+            top = j + (life[i] if life[i] > 0 else 0) + 1
+            a = self.acc[r] if top <= len(self.acc[r]) else self._grow(r, top)
+            cl = curve[i]
+            if cl is not None:
+                seg = a[j:j + shape[i][1] + 1]
+                seg += cl
+            self.newest_at[r] = memoryview(cl) if cl is not None and len(cl) > 1 else None
+            return
         shapes: dict[tuple[int, int], list] = {}         # shape -> [count, one request of it]
         longest = 0
         for i in ready:
@@ -236,9 +251,14 @@ class Ranks:
         misses still change at most doubling its age (a jump's rank parts are exact averages over it; only
         which rank is slowest may change inside it)."""
         clock, ends, newest = self.clock, self.ends, self.newest
-        jump = min(ends[r][0][0] - clock[r] for r in decoding) + 1
-        youngest = min(clock[r] - newest[r] for r in decoding)
-        jump = min(jump, 256 if youngest >= 512 else 2 * youngest + 1)
+        to_end = youngest = math.inf
+        for r in decoding:
+            ck = clock[r]
+            if ends[r][0][0] - ck < to_end:
+                to_end = ends[r][0][0] - ck
+            if ck - newest[r] < youngest:
+                youngest = ck - newest[r]
+        jump = min(to_end + 1, 256 if youngest >= 512 else 2 * youngest + 1)
         if self.paged:                               # until the first pool fills up
             jump = min(jump, self.memory.fewest_steps(decoding))
         return max(1, jump)
@@ -260,19 +280,22 @@ class Ranks:
 
     def _end(self, r: int, ck: int, ended: list) -> int:
         """Requests of rank ``r`` whose last step came before clock ``ck`` end; returns how many."""
-        tb, curve, joined = self.table, self.curve, self.joined
+        tb, curve, joined, pop = self.table, self.curve, self.joined, heapq.heappop
+        life, L, long_ = tb.life, tb.L, tb.long
         e, acc_at = self.ends[r], self.acc_at[r]
+        sum_l, sum_join, n_long = self.sum_l[r], self.sum_join[r], self.n_long[r]
         gone = []
         while e and e[0][0] < ck:
-            i = heapq.heappop(e)[1]
+            i = pop(e)[1]
             cl = curve[i]
             if cl is not None:
-                acc_at[joined[i] + tb.life[i]] -= cl[-1]
-            self.sum_l[r] -= tb.L[i]
-            self.sum_join[r] -= joined[i]
-            self.n_long[r] -= tb.long[i]
+                acc_at[joined[i] + life[i]] -= cl[-1]
+            sum_l -= L[i]
+            sum_join -= joined[i]
+            n_long -= long_[i]
             ended.append((i, True))
             gone.append(i)
+        self.sum_l[r], self.sum_join[r], self.n_long[r] = sum_l, sum_join, n_long
         self.running[r] -= len(gone)
         if self.distinct.on:
             self.distinct.leave(r, gone, joined, ck)

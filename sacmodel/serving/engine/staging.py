@@ -59,14 +59,12 @@ class Staging:
         out = []
         for r, st in enumerate(self.staged):
             if st and st[0][0] <= it:
-                ready = []
-                for j, i in st:
-                    if j > it:
-                        break
-                    ready.append(i)
-                self.staged[r] = st[len(ready):]
-                self.count -= len(ready)
-                out.append((r, ready))
+                k = 1
+                while k < len(st) and st[k][0] <= it:
+                    k += 1
+                out.append((r, [i for _, i in st[:k]]))
+                del st[:k]
+                self.count -= k
         return out
 
     def copy_time(self, joined: list[tuple[int, list[int]]]) -> float:
@@ -92,12 +90,14 @@ class Staging:
     def backups(self, first: list[int], rank_of: list[int]) -> tuple[float, int]:
         """Seconds the cold backups of the requests in ``first`` (their first tokens just computed) hold the
         GPU in the next iteration, and how many ranks back up (HiSparse only)."""
-        backing: dict[int, int] = {}
-        L = self.table.L
+        backing: dict[int, int] | None = None
+        L, cold = self.table.L, self.cold
         for i in first:
-            if self.cold[i]:
+            if cold[i]:
+                if backing is None:
+                    backing = {}
                 backing[rank_of[i]] = backing.get(rank_of[i], 0) + L[i]
-        if not backing:
+        if backing is None:
             return 0.0, 0
         bws = backup_bandwidth(self.cfg, tuple(backing))
         return max(self.model.backup(tok, bws[r]) for r, tok in backing.items()), len(backing)

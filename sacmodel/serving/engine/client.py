@@ -38,9 +38,10 @@ class Client:
 
     def send(self, now: float) -> None:
         """Send every request whose time has come and that the concurrency cap lets through."""
-        i, n, arrival, limit = self.next_req, self.n, self.arrival, now + 1e-12
-        if self.stopped or i >= n or self.in_flight >= self.concurrency or arrival[i] > limit:
+        i, n = self.next_req, self.n
+        if i >= n or self.in_flight >= self.concurrency or self.stopped:
             return
+        arrival, limit = self.arrival, now + 1e-12
         while i < n and self.in_flight < self.concurrency and arrival[i] <= limit:
             # sent at its arrival, or when the cap let it through (the client does not wait for the server's
             # iterations, which only decide when this call comes)

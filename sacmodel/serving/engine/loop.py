@@ -216,7 +216,7 @@ class Engine:
         if decoding and not admits and not copy_t and not self.staging.count and not hold_t:
             jump = ranks.max_jump(decoding)
         distinct = self.distinct
-        n_distinct = distinct.count(decoding, ranks.clock) + n_new if distinct.on else n_tok
+        n_distinct = distinct.count_except(admits) + n_new if distinct.on else n_tok
         pending = self.dispatch.pending
         horizon = min(pending[0][0] if pending else math.inf, self.client.next_send(),
                       self.frontend.next_busy_turn(), self.horizon)    # the next dispatch, send or front-end turn

@@ -152,7 +152,8 @@ class SGLangMemory(DeviceMemory):
         """The ``ranks`` decoded ``steps`` steps without retracting: their ratios decay."""
         ratio, floor, fall = self.ratio, self.floor, self.decay * steps
         for r in ranks:
-            ratio[r] = max(floor, ratio[r] - fall)
+            x = ratio[r] - fall
+            ratio[r] = x if x > floor else floor
 
     def idle(self, r: int) -> None:
         self.ratio[r] = self.init

@@ -101,7 +101,7 @@ class Ranks:
         """Each rank admits a prefill batch (prefill has priority) or decodes: (admits [(rank, batch)], decoding
         ranks, tokens of the forward pass, tokens of distinct new prefill chunks). Stops at a crash."""
         waiting, running, memory, paged = self.waiting, self.running, self.memory, self.paged
-        admits, decoding, n_tok, n_new, chunks = [], [], 0, 0, None
+        admits, decoding, n_tok, n_new, n_dec, chunks = [], [], 0, 0, 0, None
         for r in range(self.dp):
             if waiting[r]:
                 if chunks is None:
@@ -115,14 +115,16 @@ class Ranks:
                     continue
             if running[r]:
                 decoding.append(r)
+                n_dec += running[r]
             elif paged and not waiting[r]:
                 memory.idle(r)
         if paged and decoding:        # a rank's retraction touches only that rank: checked after the batches
-            for r in memory.full(decoding):
+            full = memory.full(decoding)
+            for r in full:
+                n_dec -= running[r]
                 self._retract(r)
-        for r in decoding:
-            n_tok += running[r]
-        return admits, decoding, n_tok, n_new
+                n_dec += running[r]
+        return admits, decoding, n_tok + n_dec, n_new
 
     def prefill_batch(self, r: int, now: float, chunks: set) -> tuple[list, int, int]:
         """Rank ``r``'s prefill batch: [(request, tokens)], its tokens, and the tokens of chunks not seen in

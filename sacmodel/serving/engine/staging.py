@@ -29,6 +29,7 @@ class Staging:
         dp = cfg.dp
         self.staged: list[list[tuple[int, int]]] = [[] for _ in range(dp)]   # (iteration it may decode from, i)
         self.count = 0
+        self.holding: set[int] = set()             # ranks with staged requests
         self.hisparse = cfg.hisparse
         self.first_hits = bool(cfg.hisparse) and table.pid is not None and cold_staging
         self.cold_seen: list[set] = [set() for _ in range(dp)]
@@ -52,19 +53,23 @@ class Staging:
         a step later (its backup is still running when that iteration acknowledges staged requests, and the
         rank's later ones wait behind it)."""
         self.staged[r].append((it + 2 if self.cold[i] else it + 1, i))
+        self.holding.add(r)
         self.count += 1
 
     def ready(self, it: int) -> list[tuple[int, list[int]]]:
         """(rank, requests) acknowledged at iteration ``it``, in order: a later one waits for an earlier one."""
-        out = []
-        for r, st in enumerate(self.staged):
-            if st and st[0][0] <= it:
+        out, staged = [], self.staged
+        for r in sorted(self.holding):
+            st = staged[r]
+            if st[0][0] <= it:
                 k = 1
                 while k < len(st) and st[k][0] <= it:
                     k += 1
                 out.append((r, [i for _, i in st[:k]]))
                 del st[:k]
                 self.count -= k
+                if not st:
+                    self.holding.discard(r)
         return out
 
     def copy_time(self, joined: list[tuple[int, list[int]]]) -> float:

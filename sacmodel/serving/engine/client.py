@@ -54,16 +54,17 @@ class Client:
 
     def deliver(self, payload: list, when: float) -> None:
         """Tokens reach the client at ``when``: ``payload`` holds (request, is its last token) pairs."""
+        listener, first = self.listener, self.first
         for i, last in payload:
-            if self.listener is not None:
-                self.listener(i, last, when)
+            if listener is not None:
+                listener(i, last, when)
             if last:
                 self.done[i] = when
                 if self.in_flight >= self.concurrency:
                     self.slot_since = when
                 self.in_flight -= 1
-            elif self.first[i] != self.first[i]:      # NaN: its first token (a retracted request's re-prefill
-                self.first[i] = when                   # sends another, which is not its first)
+            elif first[i] != first[i]:                # NaN: its first token (a retracted request's re-prefill
+                first[i] = when                        # sends another, which is not its first)
         self.send(when)
 
     def next_send(self) -> float:

@@ -54,7 +54,7 @@ class IterationCost:
         (batch, mean context, misses, has long requests))."""
         running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
         acc_at, n_long, model = ranks.acc_at, ranks.n_long, self.model
-        newest_at, newest, swaps = ranks.newest_at, ranks.newest, ranks.swaps
+        newest_at, swaps = ranks.newest_at, ranks.swaps
         if admits:
             floor = self.prefill_part(admits, ranks.prefilled)
             seqs = n_tok
@@ -99,10 +99,10 @@ class IterationCost:
                     co = cache[b + b + lg] = model.rank_coeffs(b, active, lg)
                 a, c, g, k, d, h = co
                 q = g * M
-                nc = newest_at[r]
-                if nc is not None and h:            # the busiest block: the newest request's misses
-                    age = ck - newest[r]
-                    last = len(nc) - 1
+                nb = newest_at[r]
+                if nb is not None and h:            # the busiest block: the newest request's misses
+                    nc, last, born = nb
+                    age = ck - born
                     hi = age + jump
                     s = h * (nc[hi if hi < last else last] - nc[age if age < last else last]) / jump
                     if s > q:

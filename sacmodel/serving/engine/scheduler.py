@@ -79,7 +79,8 @@ class Ranks:
         self.sum_l = [0.0] * dp               # sum of the running requests' prompt lengths
         self.sum_join = [0] * dp              # sum of their join clocks
         self.newest = [0] * dp                # clock of the latest join
-        self.newest_at = [None] * dp          # the miss curve of a request of the latest join (its busiest)
+        # the miss curve of a request of the latest join (its busiest): (curve, its last index, join clock)
+        self.newest_at: list[tuple | None] = [None] * dp
         self.acc = [np.zeros(max(4096, 4 * table.max_out)) for _ in range(dp)]
         self.acc_at = [memoryview(a) for a in self.acc]    # the same memory, read as Python floats (quicker)
         # a configuration whose requests never load entries (no HiSparse buffer, or dense attention) keeps its
@@ -149,9 +150,11 @@ class Ranks:
                 take = budget
             batch.append((i, take))
             n_tok += take
-            if pid is not None and (pid[i], prefilled[i], take) not in chunks:
-                chunks.add((pid[i], prefilled[i], take))
-                n_new += take
+            if pid is not None:
+                chunk = (pid[i], prefilled[i], take)
+                if chunk not in chunks:
+                    chunks.add(chunk)
+                    n_new += take
             budget -= -(-take // page) * page
             if prefilled[i] + take < todo[i]:
                 break                                      # a chunked prompt fills the batch
@@ -218,7 +221,7 @@ class Ranks:
             if cl is not None:
                 seg = a[j:j + shape[i][1] + 1]
                 seg += cl
-            self.newest_at[r] = memoryview(cl) if cl is not None and len(cl) > 1 else None
+            self.newest_at[r] = (memoryview(cl), len(cl) - 1, j) if cl is not None and len(cl) > 1 else None
             return
         shapes: dict[tuple[int, int], list] = {}         # shape -> [count, one request of it]
         longest = 0
@@ -239,7 +242,8 @@ class Ranks:
                 seg += cl if cnt == 1 else cnt * cl
                 if busiest is None or cl[1] > busiest[1]:
                     busiest = cl
-        self.newest_at[r] = memoryview(busiest) if busiest is not None and len(busiest) > 1 else None
+        self.newest_at[r] = (memoryview(busiest), len(busiest) - 1, j) if busiest is not None and len(busiest) > 1 \
+            else None
 
     def _grow(self, r: int, size: int) -> np.ndarray:
         """Rank ``r``'s miss accumulator, grown to hold ``size`` clocks."""

@@ -104,7 +104,10 @@ class IterationCost:
                     nc, last, born = nb
                     age = ck - born
                     hi = age + jump
-                    s = h * (nc[hi if hi < last else last] - nc[age if age < last else last]) / jump
+                    if hi < last:                   # still young (the usual case): no clamping to its end
+                        s = h * (nc[hi] - nc[age]) / jump
+                    else:
+                        s = h * (nc[last] - nc[age if age < last else last]) / jump
                     if s > q:
                         q = s
                 p = a + c * Lm + q

@@ -277,10 +277,8 @@ class Ranks:
         if self.paged:
             self.memory.advance(decoding, jump)
         for r in decoding:
-            clock[r] += jump
-            ck = clock[r]
-            e = ends[r]
-            if e[0][0] < ck:
+            ck = clock[r] = clock[r] + jump
+            if ends[r][0][0] < ck:
                 k += self._end(r, ck, ended)
         return k
 

@@ -124,12 +124,19 @@ def route_shares(cfg: Config, active: int) -> dict:
     """The routes of the step's and the first token's transfers when ``active`` ranks move data at once: the
     swap-in (pool to GPU), the cold backup (GPU to pool) and the RDMA prefix fetch (remote memory to host DRAM
     through the rank's NIC)."""
+    ranks = range(max(1, min(active, cfg.dp)))
+    key = ("binding routes", cfg.system, cfg.cxl_devices, cfg.rdma_nics, len(ranks))   # kept with the routes
+    if key not in cfg.topo._routes:
+        cfg.topo._routes[key] = _route_shares(cfg, ranks)
+    return dict(cfg.topo._routes[key])
+
+
+def _route_shares(cfg: Config, ranks: range) -> dict:
     t, out = cfg.topo, {}
     pool = SWAP_POOL.get(cfg.system)
     if pool is None:
         return out
     n = cfg.cxl_devices if pool == "cxl" else None
-    ranks = range(max(1, min(active, cfg.dp)))
     out["sw_bw"] = _route(t, [t.route(t.pool_for(r, pool, n), t.gpus[r]) for r in ranks])
     out["bk_bw"] = _route(t, [t.route(t.gpus[r], t.pool_for(r, pool, n)) for r in ranks])
     if cfg.system == "rdma":

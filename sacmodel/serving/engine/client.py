@@ -38,29 +38,33 @@ class Client:
 
     def send(self, now: float) -> None:
         """Send every request whose time has come and that the concurrency cap lets through."""
-        while self.next_req < self.n and self.in_flight < self.concurrency and \
-                self.arrival[self.next_req] <= now + 1e-12 and not self.stopped:
-            i = self.next_req
+        i, n = self.next_req, self.n
+        if i >= n or self.in_flight >= self.concurrency or self.stopped:
+            return
+        arrival, limit = self.arrival, now + 1e-12
+        while i < n and self.in_flight < self.concurrency and arrival[i] <= limit:
             # sent at its arrival, or when the cap let it through (the client does not wait for the server's
             # iterations, which only decide when this call comes)
-            r = max(self.arrival[i], self.slot_since)
+            r = max(arrival[i], self.slot_since)
             self.sent[i] = r
             self.frontend.arrive(r + self.delay[i] if self.delay else r, i, self.t_token * self.L[i])
-            self.next_req += 1
+            i += 1
+            self.next_req = i
             self.in_flight += 1
 
     def deliver(self, payload: list, when: float) -> None:
         """Tokens reach the client at ``when``: ``payload`` holds (request, is its last token) pairs."""
+        listener, first = self.listener, self.first
         for i, last in payload:
-            if self.listener is not None:
-                self.listener(i, last, when)
+            if listener is not None:
+                listener(i, last, when)
             if last:
                 self.done[i] = when
                 if self.in_flight >= self.concurrency:
                     self.slot_since = when
                 self.in_flight -= 1
-            elif self.first[i] != self.first[i]:      # NaN: its first token (a retracted request's re-prefill
-                self.first[i] = when                   # sends another, which is not its first)
+            elif first[i] != first[i]:                # NaN: its first token (a retracted request's re-prefill
+                first[i] = when                        # sends another, which is not its first)
         self.send(when)
 
     def next_send(self) -> float:

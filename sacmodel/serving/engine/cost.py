@@ -24,7 +24,7 @@ class IterationCost:
         self.model, self.table = model, table
         self.t_eager, self.graph_bs = model.t_eager, model.graph_bs
         self._prefill: dict = {}
-        self._rank = model._rank_cache
+        self._by_active: dict[int, dict] = {}      # rank coefficients by active ranks, then batch and long requests
         self._shared = model._shared_cache
         self.misses = 0.0               # entries per layer the last priced iteration loads (all ranks, per step)
 
@@ -35,12 +35,14 @@ class IterationCost:
         for _, batch in admits:
             p = 0.0
             for i, take in batch:
-                key = (take, L[i] - todo[i] + prefilled[i], prefilled[i] == 0)
+                done = prefilled[i]
+                key = (take, L[i] - todo[i] + done, done == 0)
                 x = cache.get(key)
                 if x is None:
                     x = cache[key] = self.model.prefill(*key)
                 p += x
-            part = max(part, p)
+            if p > part:
+                part = p
         return part
 
     def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,
@@ -51,11 +53,15 @@ class IterationCost:
         arrival or front-end turn). Returns (step time, jump, shared part, the slowest decoding rank's state
         (batch, mean context, misses, has long requests))."""
         running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
-        acc_at, n_long, cache, model = ranks.acc_at, ranks.n_long, self._rank, self.model
-        newest_at, newest = ranks.newest_at, ranks.newest
+        acc_at, n_long, model = ranks.acc_at, ranks.n_long, self.model
+        newest_at, swaps = ranks.newest_at, ranks.swaps
         if admits:
             floor = self.prefill_part(admits, ranks.prefilled)
-            seqs = n_tok - sum(take for _, batch in admits for _, take in batch) + sum(len(b) for _, b in admits)
+            seqs = n_tok
+            for _, batch in admits:             # sequences whose next token is computed: one per request
+                seqs += len(batch)
+                for _, take in batch:
+                    seqs -= take
             shared = self._shared.get((n_tok, n_distinct, True, seqs))
             if shared is None:
                 shared = model.shared(n_tok, True, n_distinct, seqs)
@@ -65,8 +71,15 @@ class IterationCost:
             shared = self._shared.get((n_tok, n_distinct, False, n_tok))
             if shared is None:
                 shared = model.shared(n_tok, False, n_distinct)
-            eager = self.t_eager if max(running[r] for r in decoding) > self.graph_bs else 0.0
+            eager, graph_bs = 0.0, self.graph_bs
+            for r in decoding:
+                if running[r] > graph_bs:
+                    eager = self.t_eager
+                    break
         active = len(decoding)
+        cache = self._by_active.get(active)          # (b << 1 | has long requests) -> coefficients
+        if cache is None:
+            cache = self._by_active[active] = {}
         while True:
             part, best, top, misses = floor, None, -1.0, 0.0
             half = (jump - 1) / 2.0
@@ -74,24 +87,32 @@ class IterationCost:
                 b = running[r]
                 ck = clock[r]
                 Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
-                ar = acc_at[r]
-                M = (ar[ck + jump] - ar[ck]) / jump
+                if swaps:
+                    ar = acc_at[r]
+                    M = (ar[ck + jump] - ar[ck]) / jump
+                else:
+                    M = 0.0                          # nothing loaded: the accumulator stays at zero
                 misses += M
                 lg = n_long[r] > 0
-                co = cache.get((b, active, lg))
+                co = cache.get(b + b + lg)
                 if co is None:
-                    co = model.rank_coeffs(b, active, lg)
-                q = co[2] * M
-                nc = newest_at[r]
-                if nc is not None and co[5]:            # the busiest block: the newest request's misses
-                    age = ck - newest[r]
-                    last = len(nc) - 1
-                    s = co[5] * (nc[min(age + jump, last)] - nc[min(age, last)]) / jump
+                    co = cache[b + b + lg] = model.rank_coeffs(b, active, lg)
+                a, c, g, k, d, h = co
+                q = g * M
+                nb = newest_at[r]
+                if nb is not None and h:            # the busiest block: the newest request's misses
+                    nc, last, born = nb
+                    age = ck - born
+                    hi = age + jump
+                    if hi < last:                   # still young (the usual case): no clamping to its end
+                        s = h * (nc[hi] - nc[age]) / jump
+                    else:
+                        s = h * (nc[last] - nc[age if age < last else last]) / jump
                     if s > q:
                         q = s
-                p = co[0] + co[1] * Lm + q
-                if Lm < co[3]:
-                    p -= co[4] * (co[3] - Lm)
+                p = a + c * Lm + q
+                if Lm < k:
+                    p -= d * (k - Lm)
                 if p > top:
                     top, best = p, (b, Lm, M, lg)
             if top > part:

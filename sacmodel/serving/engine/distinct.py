@@ -18,13 +18,17 @@ class DistinctTokens:
         self.on = pid is not None
         self.pid = pid
         self.groups: list[dict] = [{} for _ in range(dp)]   # (prompt, join clock) -> requests
+        self.total = 0                                        # groups over all ranks
 
     def join(self, r: int, requests: list[int], clock: int) -> None:
         """``requests`` join rank ``r``'s decode batch at decode clock ``clock``."""
         g, pid = self.groups[r], self.pid
         for i in requests:
             key = (pid[i], clock)
-            g[key] = g.get(key, 0) + 1
+            n = g.get(key, 0)
+            if not n:
+                self.total += 1
+            g[key] = n + 1
 
     def leave(self, r: int, requests: list[int], joined: list[int], clock: int) -> None:
         """The ``requests`` (joined at ``joined[i]``) leave rank ``r``."""
@@ -34,8 +38,19 @@ class DistinctTokens:
             g[key] -= 1
             if not g[key]:
                 del g[key]
+                self.total -= 1
 
     def count(self, decoding: list[int], clock: list[int]) -> int:
         """Distinct decode tokens of the ranks in ``decoding``: the groups of identical requests of each rank."""
-        groups = self.groups
-        return sum(len(groups[r]) for r in decoding)
+        groups, n = self.groups, 0
+        for r in decoding:
+            n += len(groups[r])
+        return n
+
+    def count_except(self, admits: list) -> int:
+        """:meth:`count` over every rank but those prefilling (``admits``: (rank, batch) pairs): every rank with
+        running requests decodes or prefills, and a rank without any has no groups."""
+        groups, n = self.groups, self.total
+        for r, _ in admits:
+            n -= len(groups[r])
+        return n

@@ -57,8 +57,13 @@ class FrontEnd:
 
     def next_busy_turn(self) -> float:
         """:meth:`next_turn` while the loop can still dispatch or deliver a request (:meth:`busy`), else inf."""
-        if self.intake or self.payloads > 0:
-            return self.next_turn()
+        intake = self.intake
+        if intake or self.payloads > 0:         # next_turn(), inlined: it runs every iteration
+            msgs = self.msgs
+            nxt = intake[0][0] if intake else math.inf
+            if msgs and msgs[0][0] < nxt:
+                nxt = msgs[0][0]
+            return nxt if nxt > self.free else self.free
         return math.inf
 
     def run(self, until: float, dispatch: Callable[[int, float], None],
@@ -68,7 +73,11 @@ class FrontEnd:
         add intakes or messages; they are served by later turns."""
         msgs, intake, inf = self.msgs, self.intake, math.inf
         while intake or msgs:
-            s = max(self.free, min(intake[0][0] if intake else inf, msgs[0][0] if msgs else inf))   # next_turn()
+            s = intake[0][0] if intake else inf           # next_turn(), inlined
+            if msgs and msgs[0][0] < s:
+                s = msgs[0][0]
+            if self.free > s:
+                s = self.free
             if s > until:
                 return
             if intake and intake[0][0] <= s:

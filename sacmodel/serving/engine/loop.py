@@ -109,12 +109,13 @@ class Engine:
 
     def run(self) -> EngineResult:
         self.client.send(0.0)
-        guard = 40 * self.table.n + 8 * self.table.max_out + 100000
-        while self.finished < self.table.n and self.memory.crash is None:
+        n, memory, step = self.table.n, self.memory, self.step      # no request is added during a run
+        guard = 40 * n + 8 * self.table.max_out + 100000
+        while self.finished < n and memory.crash is None:
             guard -= 1
             if guard < 0:
                 raise RuntimeError("serving engine did not finish (internal error)")
-            if not self.step() and self.memory.crash is None:
+            if not step() and memory.crash is None:
                 raise RuntimeError("serving engine stalled (internal error)")
         return self._result()
 
@@ -122,21 +123,22 @@ class Engine:
         """One pass of the server's loop at ``self.t``: the front end's turns, dispatch, staged requests joining
         decode, then an iteration (a jump of identical decode iterations ending by ``horizon`` at the latest),
         or a wait for the next event. False when nothing is due (the engine idles until a request comes)."""
-        fe, dispatch, memory, staging = self.frontend, self.dispatch, self.memory, self.staging
+        fe, dispatch, memory, staging, t = self.frontend, self.dispatch, self.memory, self.staging, self.t
         self.horizon = horizon
         if fe.msgs or fe.intake:
-            fe.run(self.t, dispatch.push, self.client.deliver)
+            fe.run(t, dispatch.push, self.client.deliver)
         if dispatch.pending:
-            dispatch.assign(self.t, self.ranks)
+            dispatch.assign(t, self.ranks)
         copy_t, copying = 0.0, 0
         if staging.count:              # staged requests acknowledged now join decode (after their copies)
             joined = staging.ready(self.it)
-            self.ranks.join(joined)
+            if joined:
+                self.ranks.join(joined)
             if staging.copies_prefix:
                 copy_t = staging.copy_time(joined)
                 copying = len(joined) if copy_t else 0
         hold_t = self._send_first_tokens(copy_t) if self.emit.unsent or self.hold_next else 0.0
-        admits, decoding, n_tok, n_new = self.ranks.schedule(self.t)
+        admits, decoding, n_tok, n_new = self.ranks.schedule(t)
         if memory.crash is not None:
             self.client.stopped = True
             return False
@@ -209,40 +211,45 @@ class Engine:
     def _iterate(self, admits: list, decoding: list[int], n_tok: int, n_new: int, copy_t: float, copying: int,
                  hold_t: float) -> None:
         """Run one iteration (or a jump of identical decode iterations) and what follows from it."""
-        ranks, cost = self.ranks, self.cost
+        ranks, stats, timeline = self.ranks, self.stats, self.timeline
         jump = 1
         if decoding and not admits and not copy_t and not self.staging.count and not hold_t:
             jump = ranks.max_jump(decoding)
-        n_distinct = self.distinct.count(decoding, ranks.clock) + n_new if self.distinct.on else n_tok
-        dispatch = self.dispatch
-        horizon = min(dispatch.pending[0][0] if dispatch.pending else math.inf, self.client.next_send(),
+        distinct = self.distinct
+        n_distinct = distinct.count_except(admits) + n_new if distinct.on else n_tok
+        pending = self.dispatch.pending
+        horizon = min(pending[0][0] if pending else math.inf, self.client.next_send(),
                       self.frontend.next_busy_turn(), self.horizon)    # the next dispatch, send or front-end turn
-        T, jump, shared, slowest = cost.iteration_time(ranks, admits, decoding, jump, n_tok, n_distinct, self.t,
-                                                       horizon)
+        T, jump, shared, slowest = self.cost.iteration_time(ranks, admits, decoding, jump, n_tok, n_distinct,
+                                                            self.t, horizon)
         if self.pool is not None:      # a pool shared with other hosts: its devices may slow this host down
-            T = self.pool(self, T, cost.misses, jump)
-        self.t += copy_t + jump * T + hold_t
+            T = self.pool(self, T, self.cost.misses, jump)
+        self.t = t = self.t + (copy_t + jump * T + hold_t)
         self.it += jump
-        self.stats.add_iteration(jump, T, shared, copy_t, bool(admits), len(decoding), slowest, n_tok, n_distinct)
+        stats.add_iteration(jump, T, shared, copy_t, bool(admits), len(decoding), slowest, n_tok, n_distinct)
         if decoding:                 # the decoding ranks advance; their tokens and the ended requests' go out
             ended: list[tuple[int, bool]] = []
             self.finished += ranks.advance(decoding, jump, ended)
-            if self.timeline.on:
+            if timeline.on:
                 for r in decoding:
-                    self.timeline.decode(self.t, r, jump, ranks.running[r], self.memory.used[r])
-            self.emit.decode_tokens(self.t, decoding, jump, ended)
-        if self.timeline.on:
+                    timeline.decode(t, r, jump, ranks.running[r], self.memory.used[r])
+            self.emit.decode_tokens(t, decoding, jump, ended)
+        if timeline.on:
             for r, batch in admits:
-                self.timeline.event(self.t, r, "prefill", len(batch), ranks.running[r])
+                timeline.event(t, r, "prefill", len(batch), ranks.running[r])
             if copy_t:
-                self.timeline.event(self.t, -1, "fetch", copy_t, copying)
+                timeline.event(t, -1, "fetch", copy_t, copying)
+        if admits:
+            self._admitted(admits)
+        self.client.send(t)
+
+    def _admitted(self, admits: list) -> None:
+        """The iteration's prefill batches ran: their requests stage to decode (or end); memory peaks noted."""
+        ranks, stats, staged = self.ranks, self.stats, self.staging.staged
         for r, batch in admits:
             self.finished += ranks.finish_prefill(r, batch, self.it, self.emit.unsent)
-            self.stats.peak_rank_requests = max(self.stats.peak_rank_requests,
-                                                ranks.running[r] + len(self.staging.staged[r]))
-        if admits:            # only admissions take memory
-            self.memory.note_peak()
-        self.client.send(self.t)
+            stats.peak_rank_requests = max(stats.peak_rank_requests, ranks.running[r] + len(staged[r]))
+        self.memory.note_peak()       # only admissions take memory
 
     def result(self) -> EngineResult:
         """What the client has seen so far (a cluster calls it when its last request is done)."""

@@ -133,12 +133,27 @@ class SGLangMemory(DeviceMemory):
                 self.pending[r] -= self.clip[i]
 
     def steps_fit(self, r: int) -> int:
-        """Decode steps rank ``r`` can run before its pool is full."""
-        return int(self.free_slots(r) // max(self.running[r], 1))
+        """Decode steps rank ``r`` can run before its pool is full (``free_slots`` over the batch, inlined: it
+        runs for every decoding rank every iteration)."""
+        b = self.running[r]
+        return int((self.max_total - self.used[r] - float(b * self.clock[r] - self.sum_join[r])) // (b if b > 1 else 1))
 
-    def advance(self, r: int, steps: int) -> None:
-        """Rank ``r`` decoded ``steps`` steps without retracting: the ratio decays."""
-        self.ratio[r] = max(self.floor, self.ratio[r] - self.decay * steps)
+    def full(self, ranks: list[int]) -> list[int]:
+        """Those of the decoding ``ranks`` whose next decode step does not fit their pool (``steps_fit`` < 1,
+        that is, fewer free slots than requests)."""
+        running, clock, sum_join, used, top = self.running, self.clock, self.sum_join, self.used, self.max_total
+        return [r for r in ranks if top - used[r] - float(running[r] * clock[r] - sum_join[r]) < running[r]]
+
+    def fewest_steps(self, ranks: list[int]) -> int:
+        """The fewest decode steps any of the ``ranks`` can run before its pool is full."""
+        return min(self.steps_fit(r) for r in ranks)
+
+    def advance(self, ranks: list[int], steps: int) -> None:
+        """The ``ranks`` decoded ``steps`` steps without retracting: their ratios decay."""
+        ratio, floor, fall = self.ratio, self.floor, self.decay * steps
+        for r in ranks:
+            x = ratio[r] - fall
+            ratio[r] = x if x > floor else floor
 
     def idle(self, r: int) -> None:
         self.ratio[r] = self.init

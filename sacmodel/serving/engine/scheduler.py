@@ -40,10 +40,11 @@ class Dispatch:
 
     def assign(self, now: float, ranks: "Ranks") -> None:
         """Send every request handed on by ``now`` to the next rank's waiting queue, in turn."""
-        pending, waiting, rank_of = self.pending, ranks.waiting, ranks.rank_of
-        while pending and pending[0][0] <= now + 1e-12:
-            i = heapq.heappop(pending)[1]
-            r = self.fixed.pop(i, None) if self.fixed else None
+        pending, waiting, rank_of, fixed, pop = self.pending, ranks.waiting, ranks.rank_of, self.fixed, heapq.heappop
+        limit = now + 1e-12
+        while pending and pending[0][0] <= limit:
+            i = pop(pending)[1]
+            r = fixed.pop(i, None) if fixed else None
             if r is None:
                 r = self.counter % self.dp
                 self.counter += 1
@@ -78,9 +79,13 @@ class Ranks:
         self.sum_l = [0.0] * dp               # sum of the running requests' prompt lengths
         self.sum_join = [0] * dp              # sum of their join clocks
         self.newest = [0] * dp                # clock of the latest join
-        self.newest_at = [None] * dp          # the miss curve of a request of the latest join (its busiest)
+        # the miss curve of a request of the latest join (its busiest): (curve, its last index, join clock)
+        self.newest_at: list[tuple | None] = [None] * dp
         self.acc = [np.zeros(max(4096, 4 * table.max_out)) for _ in range(dp)]
         self.acc_at = [memoryview(a) for a in self.acc]    # the same memory, read as Python floats (quicker)
+        # a configuration whose requests never load entries (no HiSparse buffer, or dense attention) keeps its
+        # accumulators at zero: they are neither grown nor read
+        self.swaps = bool(cfg.hisparse and cfg.model.sparse)
         self.paged = isinstance(memory, SGLangMemory)        # SGLang's own admission and retraction
         if self.paged:
             memory.bind(self.running, self.clock, self.sum_join)
@@ -96,10 +101,12 @@ class Ranks:
     def schedule(self, now: float) -> tuple[list, list[int], int, int]:
         """Each rank admits a prefill batch (prefill has priority) or decodes: (admits [(rank, batch)], decoding
         ranks, tokens of the forward pass, tokens of distinct new prefill chunks). Stops at a crash."""
-        waiting, running, memory = self.waiting, self.running, self.memory
-        admits, decoding, n_tok, n_new, chunks = [], [], 0, 0, set()
+        waiting, running, memory, paged = self.waiting, self.running, self.memory, self.paged
+        admits, decoding, n_tok, n_new, n_dec, chunks = [], [], 0, 0, 0, None
         for r in range(self.dp):
             if waiting[r]:
+                if chunks is None:
+                    chunks = set()
                 batch, k, new = self.prefill_batch(r, now, chunks)
                 n_tok, n_new = n_tok + k, n_new + new
                 if memory.crash is not None:
@@ -108,36 +115,46 @@ class Ranks:
                     admits.append((r, batch))
                     continue
             if running[r]:
-                if self.paged and memory.steps_fit(r) < 1:
-                    self._retract(r)
                 decoding.append(r)
-                n_tok += running[r]
-            elif self.paged and not waiting[r]:
+                n_dec += running[r]
+            elif paged and not waiting[r]:
                 memory.idle(r)
-        return admits, decoding, n_tok, n_new
+        if paged and decoding:        # a rank's retraction touches only that rank: checked after the batches
+            full = memory.full(decoding)
+            for r in full:
+                n_dec -= running[r]
+                self._retract(r)
+                n_dec += running[r]
+        return admits, decoding, n_tok + n_dec, n_new
 
     def prefill_batch(self, r: int, now: float, chunks: set) -> tuple[list, int, int]:
         """Rank ``r``'s prefill batch: [(request, tokens)], its tokens, and the tokens of chunks not seen in
         ``chunks`` (distinct (prompt, position, length) chunks of the iteration, added to it)."""
         w, prefilled, todo, pid, page = self.waiting[r], self.prefilled, self.todo, self.pid, self.page
+        hooks, staging = self.hooks, self.staging
         batch, budget, n_tok, n_new = [], self.chunk, 0, 0
         room = self.max_run - self.running[r] - len(self.staged[r])
         while w and budget > 0 and len(batch) < room:
             i = w[0]
             if prefilled[i] == 0:                          # its memory is taken when it starts
-                if self.hooks is not None:                 # the rank's prefix cache as it is now
-                    self.hooks.lookup(r, i)
-                self.staging.on_admit(r, i)
+                if hooks is not None:                      # the rank's prefix cache as it is now
+                    hooks.lookup(r, i)
+                if staging.hisparse:
+                    staging.on_admit(r, i)
                 if not self.memory.take(r, i, now):
                     break
-                if self.hooks is not None:
-                    self.hooks.started(r, i)
-            take = min(todo[i] - prefilled[i], budget)
+                if hooks is not None:
+                    hooks.started(r, i)
+            take = todo[i] - prefilled[i]
+            if take > budget:
+                take = budget
             batch.append((i, take))
             n_tok += take
-            if pid is not None and (pid[i], prefilled[i], take) not in chunks:
-                chunks.add((pid[i], prefilled[i], take))
-                n_new += take
+            if pid is not None:
+                chunk = (pid[i], prefilled[i], take)
+                if chunk not in chunks:
+                    chunks.add(chunk)
+                    n_new += take
             budget -= -(-take // page) * page
             if prefilled[i] + take < todo[i]:
                 break                                      # a chunked prompt fills the batch
@@ -168,50 +185,70 @@ class Ranks:
     # ---- decode --------------------------------------------------------------------------------------
     def join(self, joined: list[tuple[int, list[int]]]) -> None:
         """Staged requests join their rank's decode batch at its current clock (``joined``: (rank, requests))."""
-        tb, distinct, curve = self.table, self.distinct, self.curve
-        life, L, long_, shape = tb.life, tb.L, tb.long, tb.shape
-        joined_at, ends, clock, acc = self.joined, self.ends, self.clock, self.acc
+        tb, distinct, paged = self.table, self.distinct, self.paged
+        life, L, long_ = tb.life, tb.L, tb.long
+        joined_at, ends, clock, push = self.joined, self.ends, self.clock, heapq.heappush
         for r, ready in joined:
             j = clock[r]
-            shapes: dict[tuple[int, int], list] = {}     # requests of one shape add one curve: [count, one]
-            longest, sum_l, n_long = 0, 0, 0
+            sum_l, n_long = 0, 0
             e = ends[r]
             for i in ready:
                 joined_at[i] = j
-                heapq.heappush(e, (j + life[i] - 1, i))      # clock of its last step
+                push(e, (j + life[i] - 1, i))      # clock of its last step
                 sum_l += L[i]
                 n_long += long_[i]
-                sh = shape[i]
-                if sh in shapes:
-                    shapes[sh][0] += 1
-                else:
-                    shapes[sh] = [1, i]
-                if life[i] > longest:
-                    longest = life[i]
             if distinct.on:
                 distinct.join(r, ready, j)
-            if self.paged:
+            if paged:
                 self.memory.joined(r, ready)
-            a = acc[r] if j + longest + 1 <= len(acc[r]) else self._grow(r, j + longest + 1)
-            busiest = None
-            for sh, (cnt, one) in shapes.items():
-                cl = curve[one]
-                if cl is not None:
-                    seg = a[j:j + sh[1] + 1]
-                    seg += cl if cnt == 1 else cnt * cl
-                    if busiest is None or cl[1] > busiest[1]:
-                        busiest = cl
-            self.newest_at[r] = memoryview(busiest) if busiest is not None and len(busiest) > 1 else None
+            if self.swaps:
+                self._add_misses(r, j, ready)
             self.sum_l[r] += sum_l
             self.n_long[r] += n_long
             self.sum_join[r] += j * len(ready)
             self.newest[r] = j
             self.running[r] += len(ready)
 
+    def _add_misses(self, r: int, j: int, ready: list[int]) -> None:
+        """The miss curves of requests joining rank ``r`` at clock ``j``, added into its accumulator (requests of
+        one shape add one curve times their count); the busiest of them is the rank's newest."""
+        shape, life, curve = self.table.shape, self.table.life, self.curve
+        if len(ready) == 1:                              # the usual case: one request joins
+            i = ready[0]
+            top = j + (life[i] if life[i] > 0 else 0) + 1
+            a = self.acc[r] if top <= len(self.acc[r]) else self._grow(r, top)
+            cl = curve[i]
+            if cl is not None:
+                seg = a[j:j + shape[i][1] + 1]
+                seg += cl
+            self.newest_at[r] = (memoryview(cl), len(cl) - 1, j) if cl is not None and len(cl) > 1 else None
+            return
+        shapes: dict[tuple[int, int], list] = {}         # shape -> [count, one request of it]
+        longest = 0
+        for i in ready:
+            sh = shape[i]
+            if sh in shapes:
+                shapes[sh][0] += 1
+            else:
+                shapes[sh] = [1, i]
+            if life[i] > longest:
+                longest = life[i]
+        a = self.acc[r] if j + longest + 1 <= len(self.acc[r]) else self._grow(r, j + longest + 1)
+        busiest = None
+        for sh, (cnt, one) in shapes.items():
+            cl = curve[one]
+            if cl is not None:
+                seg = a[j:j + sh[1] + 1]
+                seg += cl if cnt == 1 else cnt * cl
+                if busiest is None or cl[1] > busiest[1]:
+                    busiest = cl
+        self.newest_at[r] = (memoryview(busiest), len(busiest) - 1, j) if busiest is not None and len(busiest) > 1 \
+            else None
+
     def _grow(self, r: int, size: int) -> np.ndarray:
         """Rank ``r``'s miss accumulator, grown to hold ``size`` clocks."""
         a = self.acc[r]
-        a = self.acc[r] = np.concatenate([a, np.zeros(max(size, 2 * len(a)) - len(a))])
+        a = self.acc[r] = np.concatenate([a, np.zeros(max(size, 4 * len(a)) - len(a))])
         self.acc_at[r] = memoryview(a)
         return a
 
@@ -220,11 +257,16 @@ class Ranks:
         misses still change at most doubling its age (a jump's rank parts are exact averages over it; only
         which rank is slowest may change inside it)."""
         clock, ends, newest = self.clock, self.ends, self.newest
-        jump = min(ends[r][0][0] - clock[r] for r in decoding) + 1
-        youngest = min(clock[r] - newest[r] for r in decoding)
-        jump = min(jump, 256 if youngest >= 512 else 2 * youngest + 1)
+        to_end = youngest = math.inf
+        for r in decoding:
+            ck = clock[r]
+            if ends[r][0][0] - ck < to_end:
+                to_end = ends[r][0][0] - ck
+            if ck - newest[r] < youngest:
+                youngest = ck - newest[r]
+        jump = min(to_end + 1, 256 if youngest >= 512 else 2 * youngest + 1)
         if self.paged:                               # until the first pool fills up
-            jump = min(jump, min(self.memory.steps_fit(r) for r in decoding))
+            jump = min(jump, self.memory.fewest_steps(decoding))
         return max(1, jump)
 
     def advance(self, decoding: list[int], jump: int, ended: list) -> int:
@@ -233,31 +275,31 @@ class Ranks:
         clock, ends = self.clock, self.ends
         k = 0
         if self.paged:
-            for r in decoding:
-                self.memory.advance(r, jump)
+            self.memory.advance(decoding, jump)
         for r in decoding:
-            clock[r] += jump
-            ck = clock[r]
-            e = ends[r]
-            if e[0][0] < ck:
+            ck = clock[r] = clock[r] + jump
+            if ends[r][0][0] < ck:
                 k += self._end(r, ck, ended)
         return k
 
     def _end(self, r: int, ck: int, ended: list) -> int:
         """Requests of rank ``r`` whose last step came before clock ``ck`` end; returns how many."""
-        tb, curve, joined = self.table, self.curve, self.joined
+        tb, curve, joined, pop = self.table, self.curve, self.joined, heapq.heappop
+        life, L, long_ = tb.life, tb.L, tb.long
         e, acc_at = self.ends[r], self.acc_at[r]
+        sum_l, sum_join, n_long = self.sum_l[r], self.sum_join[r], self.n_long[r]
         gone = []
         while e and e[0][0] < ck:
-            i = heapq.heappop(e)[1]
+            i = pop(e)[1]
             cl = curve[i]
             if cl is not None:
-                acc_at[joined[i] + tb.life[i]] -= cl[-1]
-            self.sum_l[r] -= tb.L[i]
-            self.sum_join[r] -= joined[i]
-            self.n_long[r] -= tb.long[i]
+                acc_at[joined[i] + life[i]] -= cl[-1]
+            sum_l -= L[i]
+            sum_join -= joined[i]
+            n_long -= long_[i]
             ended.append((i, True))
             gone.append(i)
+        self.sum_l[r], self.sum_join[r], self.n_long[r] = sum_l, sum_join, n_long
         self.running[r] -= len(gone)
         if self.distinct.on:
             self.distinct.leave(r, gone, joined, ck)

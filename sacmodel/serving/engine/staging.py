@@ -29,6 +29,7 @@ class Staging:
         dp = cfg.dp
         self.staged: list[list[tuple[int, int]]] = [[] for _ in range(dp)]   # (iteration it may decode from, i)
         self.count = 0
+        self.holding: set[int] = set()             # ranks with staged requests
         self.hisparse = cfg.hisparse
         self.first_hits = bool(cfg.hisparse) and table.pid is not None and cold_staging
         self.cold_seen: list[set] = [set() for _ in range(dp)]
@@ -52,21 +53,23 @@ class Staging:
         a step later (its backup is still running when that iteration acknowledges staged requests, and the
         rank's later ones wait behind it)."""
         self.staged[r].append((it + 2 if self.cold[i] else it + 1, i))
+        self.holding.add(r)
         self.count += 1
 
     def ready(self, it: int) -> list[tuple[int, list[int]]]:
         """(rank, requests) acknowledged at iteration ``it``, in order: a later one waits for an earlier one."""
-        out = []
-        for r, st in enumerate(self.staged):
-            if st and st[0][0] <= it:
-                ready = []
-                for j, i in st:
-                    if j > it:
-                        break
-                    ready.append(i)
-                self.staged[r] = st[len(ready):]
-                self.count -= len(ready)
-                out.append((r, ready))
+        out, staged = [], self.staged
+        for r in sorted(self.holding):
+            st = staged[r]
+            if st[0][0] <= it:
+                k = 1
+                while k < len(st) and st[k][0] <= it:
+                    k += 1
+                out.append((r, [i for _, i in st[:k]]))
+                del st[:k]
+                self.count -= k
+                if not st:
+                    self.holding.discard(r)
         return out
 
     def copy_time(self, joined: list[tuple[int, list[int]]]) -> float:
@@ -92,12 +95,14 @@ class Staging:
     def backups(self, first: list[int], rank_of: list[int]) -> tuple[float, int]:
         """Seconds the cold backups of the requests in ``first`` (their first tokens just computed) hold the
         GPU in the next iteration, and how many ranks back up (HiSparse only)."""
-        backing: dict[int, int] = {}
-        L = self.table.L
+        backing: dict[int, int] | None = None
+        L, cold = self.table.L, self.cold
         for i in first:
-            if self.cold[i]:
+            if cold[i]:
+                if backing is None:
+                    backing = {}
                 backing[rank_of[i]] = backing.get(rank_of[i], 0) + L[i]
-        if not backing:
+        if backing is None:
             return 0.0, 0
         bws = backup_bandwidth(self.cfg, tuple(backing))
         return max(self.model.backup(tok, bws[r]) for r, tok in backing.items()), len(backing)

@@ -207,6 +207,23 @@ class Model:
         key = (g * round(context / g) if g > 1 and context > g else context, max_age)
         c = self._miss_cache.get(key)
         if c is None:
-            c = cumulative_misses(self.cfg, key[0], max_age)
-            self._miss_cache[key] = c
+            c = self._miss_cache[key] = kept_curve(self.cfg, key[0], max_age)
         return c
+
+
+_MAX_CURVES = 64          # miss curves kept per scenario (each max_age + 2 floats)
+
+
+def kept_curve(cfg: Config, context: int, max_age: int) -> np.ndarray:
+    """:func:`cumulative_misses`, kept with the scenario's routes across predictions of the same configuration
+    (read-only: every draw and prediction shares it)."""
+    store = cfg.topo._routes.setdefault(("miss curves",), {})
+    key = (cfg.system, cfg.model.name, cfg.model.topk, cfg.device_buffer, cfg.cxl_devices, cfg.rdma_nics, cfg.dp,
+           context, max_age)
+    c = store.get(key)
+    if c is None:
+        if len(store) >= _MAX_CURVES:
+            store.clear()
+        c = store[key] = cumulative_misses(cfg, context, max_age)
+        c.flags.writeable = False
+    return c

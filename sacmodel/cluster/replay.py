@@ -128,7 +128,7 @@ def _chain(cl: ClusterSpec, inst: InstanceSpec, system: str, only=None) -> list[
     return chain
 
 
-def _capacities(cl: ClusterSpec, used: set, system: str, cache_capacity, bpt: float) -> dict[str, float]:
+def _capacities(cl: ClusterSpec, used: list, system: str, cache_capacity, bpt: float) -> dict[str, float]:
     caps = {t: cl.tiers[t].capacity_tokens for t in used}
     if cache_capacity is None:
         return caps
@@ -322,9 +322,9 @@ class Setup:
                                   f"{', '.join(KIND_ORDER)})")
         n = len(self.insts)
         chains = {k: _chain(cl, self.insts[k], system, tiers) for k in range(n)}
-        used = {t for k in range(n) for t in chains[k]}
-        self.caps = _capacities(cl, used, system, cache_capacity, self.bpt)
-        self.tier_names = sorted(used, key=lambda t: (KIND_ORDER[cl.tiers[t].kind], t))
+        used = sorted({t for k in range(n) for t in chains[k]}, key=lambda t: (KIND_ORDER[cl.tiers[t].kind], t))
+        self.caps = _capacities(cl, used, system, cache_capacity, self.bpt)    # in tier order: same output
+        self.tier_names = used                                                   # whatever PYTHONHASHSEED is
         self.kind_of = {t: cl.tiers[t].kind for t in cl.tiers}
         pools = {k: self.cfg_of(k).max_total_tokens for k in range(n)}
         self.caches = ClusterCaches(cl, self.insts, chains, system, self.caps, bt,

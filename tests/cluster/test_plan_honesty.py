@@ -59,3 +59,18 @@ def test_replay_says_overloaded_before_any_table(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "overloaded" in out and out.index("overloaded") < out.index("replay of burst")
     assert "offered" in out and "served" in out
+
+
+def test_a_replay_is_the_same_whatever_the_string_hash_seed():
+    """Deterministic: two interpreters with different PYTHONHASHSEED print the same replay, key order included
+    (the tiers' capacities once came out in set order)."""
+    import os
+    import subprocess
+    import sys
+    code = ("import json; from sacmodel import replay; from sacmodel.workloads import shared_prefix; "
+            "tr = shared_prefix(4, 2, 2048, 256, 16, rate=4.0, requests=40, seed=1); "
+            "p = replay('sac-cluster-4x', 'dram', tr, instances=4, pd='2:2'); "
+            "print(json.dumps(p.to_dict(), default=str))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("0", "1", "7")}
+    assert len(outs) == 1

@@ -11,7 +11,7 @@ must not load the mutant's stale .pyc).
 
     python3 benchmarks/mutation_driver.py mutate sacmodel/serving/capacity.py --tests "tests/test_x.py ..." \
         [--lines 30-70,100-120] [--sample 40] [--out results.jsonl]
-    python3 benchmarks/mutation_driver.py plant planted.json --out planted.jsonl
+    python3 benchmarks/mutation_driver.py plant planted.json --out planted.jsonl [--tests "..."] [--only NAME ...]
     python3 benchmarks/mutation_driver.py recheck results.jsonl sacmodel/x.py --tests "..." --out recheck.jsonl
     python3 benchmarks/mutation_driver.py summary results.jsonl --recheck recheck.jsonl \
         [--equivalent equivalent.json] [--group engine='sacmodel/serving/engine/*.py' ...]
@@ -155,9 +155,10 @@ def cmd_plant(a) -> None:
             if mutated.count(old) != 1:
                 sys.exit(f"{b['name']}: {old!r} occurs {mutated.count(old)} times in {b['module']}")
             mutated = mutated.replace(old, new)
-        st, w, dt = run_mutant(path, mutated, original, b["tests"], b.get("timeout", 600))
+        st, w, dt = run_mutant(path, mutated, original, a.tests or b["tests"], b.get("timeout", 600))
         print(f"{st:8s} {b['name']}: {w} ({dt:.0f}s)", flush=True)
-        emit(out, {"name": b["name"], "module": b["module"], "status": st, "by": w, "seconds": round(dt, 1)})
+        emit(out, {"name": b["name"], "module": b["module"], "status": st, "by": w, "seconds": round(dt, 1),
+                   "tests": a.tests or b["tests"]})
     if out:
         out.close()
 
@@ -246,6 +247,7 @@ def main() -> None:
     pl = sub.add_parser("plant")
     pl.add_argument("file")
     pl.add_argument("--only", nargs="*")
+    pl.add_argument("--tests", help="run these pytest arguments for every bug instead of each bug's own")
     pl.add_argument("--out")
     pl.set_defaults(fn=cmd_plant)
     rc = sub.add_parser("recheck", help="run the survivors of a results file again with other tests")

@@ -223,6 +223,18 @@ def test_a_jump_prices_exactly_what_its_single_steps_would(monkeypatch, system, 
     assert jumped.stats["decode_s"] == pytest.approx(single.stats["decode_s"], rel=1e-9)
 
 
+def test_a_prefill_beside_a_decoding_rank_runs_one_iteration_at_a_time(monkeypatch, gpu):
+    """Request 1 (20000 new tokens: 20 chunks) arrives while request 0 decodes on another rank, with nothing else
+    due: every chunk's iteration also decodes rank 0, and none may be repeated as a jump of decode steps."""
+    reqs = Requests(np.array([0.0, 5.0]), np.array([3000, 20000]), np.array([2000, 10]), np.zeros(2))
+    jumped = run_engine(gpu, reqs, 100)
+    with monkeypatch.context() as m:
+        _per_step(m)
+        single = run_engine(gpu, reqs, 100)
+    assert jumped.first == pytest.approx(single.first, rel=1e-9) and jumped.done == pytest.approx(single.done, rel=1e-9)
+    assert jumped.first[1] - 5.0 < 60.0 and jumped.stats["prefill_iterations"] >= 20
+
+
 def test_max_jump_rule_by_hand(cxl):
     """To the next finish (inclusive), and at most 2 x age + 1 steps while the youngest request is younger than
     512 steps, then at most 256."""

@@ -144,3 +144,25 @@ def test_a_request_that_never_outgrows_its_buffer_loads_nothing(cxl):
     # the any-age form agrees with the exact sums, down to a horizon of one step
     assert np.array_equal(cumulative_misses_at(cxl, 4095, [0, 1]), cumulative_misses(cxl, 4095, 1)[:2])
     assert not cumulative_misses_at(cxl, 4095, [0, 1]).any()
+
+
+# ---- the step model bound to a configuration -------------------------------------------------------------------
+def test_a_rank_without_misses_costs_its_line_and_nothing_for_a_busiest_block(cxl):
+    model = Model(cxl)
+    a, c, g, k, d, h = model.rank_coeffs(4, 8, True)
+    assert h > 0
+    for L in (4 * 2048 + 1.0, 50000.0):
+        assert model.rank_time(4, 8, L, 0.0) == pytest.approx(a + c * L, rel=1e-12)
+        assert model.rank_time(4, 8, L, 0.0) == pytest.approx(sum(model.rank_terms(4, 8, L, 0.0).values()), rel=1e-12)
+        assert model.rank_time(4, 8, L, 0.0, M_max=10.0) == pytest.approx(a + c * L + h * 10.0, rel=1e-12)
+
+
+def test_the_shared_part_grows_with_the_distinct_tokens_the_experts_see(cxl):
+    # one decoding token reads its own experts; two distinct tokens read more of them (the MoE's expected
+    # experts touched), so the same batch size costs more when its tokens differ
+    model = Model(cxl)
+    assert model.shared(1, False, 1) == model.shared(1, False, None)
+    assert model.shared(1, False, 1) < model.shared(1, False, 2)
+    # the named terms (predict's breakdown) add up to the part, for one token as for a batch
+    for n, d in ((1, 1), (1, 2), (64, 17)):
+        assert sum(model.shared_terms(n, False, d).values()) == pytest.approx(model.shared(n, False, d), rel=1e-12)

@@ -56,3 +56,13 @@ def test_evictions_are_counted_one_per_block():
     c.release(c.admit([7]))                  # one block out (the leaf 3)
     assert c.evicted == [1] and c.match_len([1, 2, 3]) == 2
     assert c.touch([8, 9]) == 0 and c.evicted == [3]        # the fast path counts the same way
+
+
+def test_one_tier_evicts_the_least_recently_released_leaf():
+    c = RadixCache([2])
+    c.release(c.admit([1]))
+    c.release(c.admit([2]))
+    c.release(c.admit([1]))                 # 1 is used again: 2 is now the least recently used
+    c.release(c.admit([3]))
+    assert c.match_len([1]) == 1 and c.match_len([2]) == 0 and c.match_len([3]) == 1
+    c.check()

@@ -314,3 +314,50 @@ def test_a_stream_keeps_its_share_for_demand_changes_within_2_percent():
     assert f.stream("h", 0.1, 20.2, ("dev",)) == 20.0         # +1%: the last share, not a new solve
     assert f.stream("h", 0.2, 21.0, ("dev",)) == 21.0         # +5%: solved again, all of it fits
     assert f.stream("h", 0.3, 50.0, ("dev",)) == 45.0         # more than the devices: their capacity
+
+
+# ---- planted bugs the earlier tests let through ---------------------------------------------------------------
+def test_output_throughput_counts_only_the_requests_that_completed(tmp_path):
+    # the server refuses the 200K-token prompt (beyond the model's positions): only the other's 2 tokens count
+    p = replay("sac-cluster-4x", "cxl", trace(tmp_path, [(0, 1000, 2, [1, 2]), (1, 200000, 5, [3])]))
+    assert list(p.per_request["completed"]) == [True, False]
+    assert p.output_throughput_tok_s == pytest.approx(2 / p.duration_s, rel=1e-12)
+    assert p.summary["output_throughput_tok_s"] == p.output_throughput_tok_s
+    assert p.summary["throughput_req_s"] == pytest.approx(1 / p.duration_s, rel=1e-12)
+
+
+def test_a_prefill_rank_keeps_a_prompts_kv_until_the_decode_instance_has_pulled_it(tmp_path):
+    # one prefill and one decode GPU instance; nine 8192-token prompts at t = 0, so the prefill instance's rank 0
+    # serves requests 0 and 8. With 12,000 slots per rank it holds one prompt: request 8 is admitted only after
+    # request 0's KV has left over RDMA, later than with the default pool by at least that pull; the other
+    # ranks' requests are untouched
+    rows = [(0, 8192, 32, [100 * i + j for j in range(16)]) for i in range(9)]
+    t = trace(tmp_path, rows)
+    free = replay("sac-cluster-4x", "gpu", t, instances=2, pd="1:1", cache="none").per_request
+    tight = replay("sac-cluster-4x", "gpu", t, instances=2, pd="1:1", cache="none", max_total_tokens=12000).per_request
+    assert tight["queue_s"][8] >= free["queue_s"][8] + free["handoff_s"][0]
+    assert tight["queue_s"][:8] == pytest.approx(free["queue_s"][:8], rel=1e-12)
+    assert tight["handoff_s"] == pytest.approx(free["handoff_s"], rel=1e-12)
+
+
+def test_a_block_written_to_the_pool_is_found_only_once_the_write_has_landed(tmp_path):
+    # two hosts on the CXL pool, writes at 0.05 GB/s: the prompt's 8 blocks (4096 x BPT bytes, 6.4 s) land long
+    # after the prefill; request 1 (on the other host) arriving at 5 s finds nothing, at 60 s all but the last token
+    c = cluster(tmp_path, lambda c: c["tiers"]["cxl"]["host_write_bandwidth"].update(value="0.05 GB/s"))
+    assert 4096 * BPT / 0.05e9 > 6.4
+    early = replay(c, "cxl", trace(tmp_path, [(0, 4096, 4, list(range(8))), (5, 4096, 4, list(range(8)))]))
+    late = replay(c, "cxl", trace(tmp_path, [(0, 4096, 4, list(range(8))), (60, 4096, 4, list(range(8)))],
+                                  "late.jsonl"))
+    assert list(early.per_request["instance"]) == [0, 1] == list(late.per_request["instance"])
+    assert list(early.per_request["cached_tokens"]) == [0, 0]
+    assert list(late.per_request["cached_tokens"]) == [0, 4095]
+
+
+def test_a_full_mooncake_store_drops_a_write_even_when_it_could_evict():
+    # PutStart on a full store fails the put and asks for an eviction pass; it does not evict in place, even
+    # when every object's lease has expired. The next pass (a tick later) frees 15% of 10: 2 objects
+    from sacmodel.cluster.store import MooncakeStore
+    st = MooncakeStore(10, tick=0.01)
+    st.put_end(st.put_start(list(range(10)), 0.0), 0.0)      # landed at t = 0: leases already expired
+    assert st.put_start([99], 0.001) == [] and st.dropped == 1 and st.need_eviction and st.evicted == 0
+    assert st.put_start([99], 0.02) == [99] and st.evicted == 2 and st.used == 9

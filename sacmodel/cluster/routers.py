@@ -275,6 +275,8 @@ class LlmD(Router):
         ties = [c for c, x in enumerate(score) if x == hi]
         c = ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
         if self.mode == "estimated":
+            if not self.trees:                # (a prefix weight of 0 never asked _prefix to make them)
+                self.trees = [OrderedDict() for _ in range(n)]
             tree = self.trees[c]
             for k in keys[:self.match_blocks]:
                 tree[k] = None

@@ -66,3 +66,17 @@ def test_one_tier_evicts_the_least_recently_released_leaf():
     c.release(c.admit([3]))
     assert c.match_len([1]) == 1 and c.match_len([2]) == 0 and c.match_len([3]) == 1
     c.check()
+
+
+def test_a_shrunk_tier_evicts_down_to_its_capacity_on_the_next_admission():
+    # (the one-tier path evicted one block per inserted block, so a tier whose capacity shrank while requests ran
+    # stayed above it)
+    c = RadixCache([4])
+    for b in (1, 2, 3):
+        c.release(c.admit([b]))
+    c.cap[0] = 1.0
+    path = c.admit([9])
+    assert len(path) == 1 and c.used == [1] and c.evicted == [3] and c.match_len([1]) == 0
+    c.check()
+    c.cap[0] = 0.5                                           # nothing evictable: the insertion stops
+    assert c.admit([10]) == [] and c.used == [1]

@@ -361,3 +361,32 @@ def test_a_full_mooncake_store_drops_a_write_even_when_it_could_evict():
     st.put_end(st.put_start(list(range(10)), 0.0), 0.0)      # landed at t = 0: leases already expired
     assert st.put_start([99], 0.001) == [] and st.dropped == 1 and st.need_eviction and st.evicted == 0
     assert st.put_start([99], 0.02) == [99] and st.evicted == 2 and st.used == 9
+
+
+# ---- defects the campaign found --------------------------------------------------------------------------------
+def test_llm_d_with_an_estimated_prefix_of_weight_0_still_routes_and_learns():
+    # (it indexed its per-pod LRUs before making them: IndexError on the first request)
+    from sacmodel.cluster.routers import make_router
+    r = make_router("llm_d", prefix="estimated", prefix_weight=0, seed=1)
+    s = RouterState(2)
+    c = r.choose(s, lambda c: (0, 0, 0, 0), 1024, [5, 6])
+    assert c in (0, 1) and list(r.trees[c]) == [5, 6] and not r.trees[1 - c]
+
+
+def test_what_a_running_request_will_write_evicts_cached_blocks_at_once(tmp_path):
+    # one GPU instance, 8 ranks in turn, 4 blocks of HBM cache per rank. Rank 0: request 0 caches X = [8, 9];
+    # request 8 (one block, 2048 output tokens) runs from t = 100: once its prompt is cached its output still
+    # to come holds 2048 tokens = 4 blocks of the pool, so the cache keeps max(1, 4 - 4) = 1 block, its own, and
+    # both of X's go; request 16 = X at t = 110, while 8 still decodes, finds nothing
+    def small(c):
+        c["hosts"] = [{"id": "h"}]
+        c["instances"] = [{"id": "n", "host": "h", "tiers": ["hbm"]}]
+        c["tiers"]["hbm"]["capacity"]["value"] = "16384 token"
+        c["tiers"]["cxl"]["attached"] = ["h"]
+    fill = lambda t, i: (t, 600, 2, [1000 + i])  # noqa: E731
+    rows = [(0, 1024, 2, [8, 9])] + [fill(i, i) for i in range(1, 8)] + [(100, 512, 2048, [1])] + \
+        [fill(100 + i - 8, i) for i in range(9, 16)] + [(110, 1024, 2, [8, 9])]
+    p = replay(cluster(tmp_path, small), "gpu", trace(tmp_path, rows))
+    assert p.per_request["e2e_ms"][8] > 10e3                 # request 8 still decodes at t = 110
+    assert list(p.per_request["cached_tokens"]) == [0] * 17
+    assert p.summary["evicted_blocks"] == {"hbm": 2}

@@ -166,3 +166,14 @@ def test_the_shared_part_grows_with_the_distinct_tokens_the_experts_see(cxl):
     # the named terms (predict's breakdown) add up to the part, for one token as for a batch
     for n, d in ((1, 1), (1, 2), (64, 17)):
         assert sum(model.shared_terms(n, False, d).values()) == pytest.approx(model.shared(n, False, d), rel=1e-12)
+
+
+def test_a_request_submitted_to_a_running_engine_holds_whole_pages_as_one_given_at_once():
+    gpu = resolve("sac-testbed", "gpu")
+    eng = open_engine(gpu, max_output=8)
+    i = eng.submit(0.0, 1000, 8, 0.0)
+    assert eng.memory.slots[i] == 1024.0 and eng.memory.clip[i] == 7.0        # 16 pages of 64; 7 tokens to come
+    reqs = Requests(np.zeros(1), np.array([1000]), np.array([8]), np.zeros(1))
+    from sacmodel.serving.engine.loop import Engine
+    whole = Engine(gpu, reqs, 1, Model(gpu), False, 0)
+    assert whole.memory.slots == [1024.0] and whole.memory.clip == [7.0]

@@ -303,8 +303,8 @@ def make_router(name: str, *, block_tokens: int = 512, **params) -> Router:
                       "queue_threshold", "batched_tokens"),
                "cache_aware": ("cache_threshold", "balance_abs", "balance_rel", "max_tree_tokens"),
                "llm_d": ("prefix", "prefix_weight", "kv_weight", "queue_weight", "lru_tokens", "match_tokens", "seed")}
-    if name not in allowed:
-        raise RouterError(f"unknown router {name!r}; known: {', '.join(ROUTERS)}")
+    if not isinstance(name, str) or name not in allowed:
+        raise RouterError(f"unknown router {str(name)[:40]!r}; known: {', '.join(ROUTERS)}")
     extra = set(params) - set(allowed[name])
     if extra:
         raise RouterError(f"router {name!r} takes no parameter(s) {', '.join(sorted(extra))}")

@@ -80,3 +80,11 @@ def test_a_shrunk_tier_evicts_down_to_its_capacity_on_the_next_admission():
     c.check()
     c.cap[0] = 0.5                                           # nothing evictable: the insertion stops
     assert c.admit([10]) == [] and c.used == [1]
+
+
+def test_a_router_that_is_not_a_name_is_refused_by_the_hit_rate_path(tmp_path):
+    # (found by the long fuzz run: prefix_hit_rate(..., router=[]) raised TypeError, not a ValueError)
+    p = write(tmp_path, [(1024, [1, 2])])
+    for bad in ([], {}, 3):
+        with pytest.raises(ValueError, match="unknown router"):
+            prefix_hit_rate(p, capacity_tokens="3M", router=bad)

@@ -121,3 +121,13 @@ def test_a_tiny_index_topk_is_refused_quickly(tmp_path):
     assert "GPU buffer of 4,096 slots is 256 x the top-k of 16" in lines[0], lines
     assert "at most 128 slots (--device-buffer)" in lines[0]
     assert lines[1] == "True True"
+
+
+def test_a_cluster_host_named_longer_than_the_file_system_allows_is_a_clear_error(tmp_path):
+    # (found by the long fuzz run: Path.exists raised ENAMETOOLONG out of the cluster loader)
+    from sacmodel.hardware.scenarios import load_cluster
+    cluster = yaml.safe_load((TOPOLOGY_DIR / "sac-cluster-4x.yaml").read_text())
+    cluster["cluster"]["host"] = "x" * 300 + ".yaml"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cluster))
+    with pytest.raises(TopologyError, match="cannot use as a scenario path"):
+        load_cluster(tmp_path / "c.yaml")

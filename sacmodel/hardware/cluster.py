@@ -377,7 +377,10 @@ def load_v2(data: dict, where: str, path: Path | None, load_host: Callable[[Any]
         if isinstance(ref, str) and path is not None and not Path(ref).is_absolute() and \
                 (path.parent / ref).suffix in (".yaml", ".yml") and _exists(path.parent / ref):
             ref = path.parent / ref
-        host = load_host(ref)
+        try:
+            host = load_host(ref)
+        except TopologyError as exc:             # the error names this file and field, then what the host said
+            raise TopologyError(f"{where}: cluster.host: {exc}") from None
         if host.cluster is not None:
             raise TopologyError(f"{where}: cluster.host {raw['host']!r} is itself a cluster")
     else:

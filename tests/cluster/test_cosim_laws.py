@@ -230,8 +230,8 @@ def test_a_store_on_the_hosts_serves_far_hits_from_the_hosts_holding_replicas(tm
 
 def test_blocks_that_running_requests_pin_in_a_ranks_home_cache_are_counted_once(tmp_path):
     from sacmodel.cluster.replay import Setup
-    s = Setup("sac-testbed", "gpu", trace(tmp_path, [(0, 1000, 2, [1, 2])]), router="round_robin", instances=None, pd=None,
-              time_scale=1.0, concurrency=None, cache="trace", slo=None, router_params=None, limit=None,
+    s = Setup("sac-testbed", "gpu", trace(tmp_path, [(0, 1000, 2, [1, 2])]), router="round_robin", instances=None,
+              pd=None, time_scale=1.0, concurrency=None, cache="trace", slo=None, router_params=None, limit=None,
               resources={})
     s.build(None, None, None)
     c = s.caches

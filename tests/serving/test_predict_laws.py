@@ -12,7 +12,8 @@ def test_a_server_that_stops_is_infeasible_as_false_not_as_a_missing_value():
     # hold 3 (18,624): the fourth allocation stops the server before any request completes. 30,000 hold all 4
     p = predict("sac-testbed", "dram", max_total_tokens=20000, **DRAM)
     assert p.feasible is False and p.to_dict()["feasible"] is False
-    assert p.limit == "max_total_tokens: device-buffer allocation of 6208 slots failed on rank 0 (18624 of 20000 slots in use)"
+    assert p.limit == ("max_total_tokens: device-buffer allocation of 6208 slots failed on rank 0 "
+                       "(18624 of 20000 slots in use)")
     assert p.success_fraction == 0.0
     ok = predict("sac-testbed", "dram", max_total_tokens=30000, **DRAM)
     assert ok.feasible is True and ok.limit is None and ok.success_fraction == 1.0

@@ -11,7 +11,15 @@ must not load the mutant's stale .pyc).
 
     python3 benchmarks/mutation_driver.py mutate sacmodel/serving/capacity.py --tests "tests/test_x.py ..." \
         [--lines 30-70,100-120] [--sample 40] [--out results.jsonl]
-    python3 benchmarks/mutation_driver.py plant planted.json --out planted.jsonl
+    python3 benchmarks/mutation_driver.py plant planted.json --out planted.jsonl [--tests "..."] [--only NAME ...]
+    python3 benchmarks/mutation_driver.py recheck results.jsonl sacmodel/x.py --tests "..." --out recheck.jsonl
+    python3 benchmarks/mutation_driver.py summary results.jsonl --recheck recheck.jsonl \
+        [--equivalent equivalent.json] [--group engine='sacmodel/serving/engine/*.py' ...]
+
+``summary`` prints the per-module (and per-group) table: mutants in range, run, killed, timeout, survived,
+killed on recheck, still surviving, judged equivalent, and the score before / after (killed / non-equivalent;
+timeouts count as killed). ``--equivalent`` is a JSON list of {"module", "line", "new", "why"} records.
+The tests see the environment of the driver (e.g. ``SACMODEL_DATA`` for the measured data).
 """
 from __future__ import annotations
 
@@ -126,7 +134,7 @@ def cmd_mutate(a) -> None:
             st, w, dt = run_mutant(path, src, original, a.tests, timeout)
             print(f"[{k}/{len(cands)}] {st:8s} {a.module}:{ln}  {new.strip()[:100]}  {w}", flush=True)
             emit(out, {"module": a.module, "line": ln, "old": old.strip(), "new": new.strip(), "status": st,
-                       "by": w, "seconds": round(dt, 1)})
+                       "by": w, "seconds": round(dt, 1), "in_range": total, "seed": a.seed})
     finally:
         path.write_text(original)
         if out:
@@ -147,9 +155,10 @@ def cmd_plant(a) -> None:
             if mutated.count(old) != 1:
                 sys.exit(f"{b['name']}: {old!r} occurs {mutated.count(old)} times in {b['module']}")
             mutated = mutated.replace(old, new)
-        st, w, dt = run_mutant(path, mutated, original, b["tests"], b.get("timeout", 600))
+        st, w, dt = run_mutant(path, mutated, original, a.tests or b["tests"], b.get("timeout", 600))
         print(f"{st:8s} {b['name']}: {w} ({dt:.0f}s)", flush=True)
-        emit(out, {"name": b["name"], "module": b["module"], "status": st, "by": w, "seconds": round(dt, 1)})
+        emit(out, {"name": b["name"], "module": b["module"], "status": st, "by": w, "seconds": round(dt, 1),
+                   "tests": a.tests or b["tests"]})
     if out:
         out.close()
 
@@ -180,6 +189,49 @@ def cmd_recheck(a) -> None:
             out.close()
 
 
+def cmd_summary(a) -> None:
+    """The per-module table of a campaign (markdown), from its results and recheck files."""
+    import fnmatch
+    recs = [json.loads(x) for x in open(a.results) if x.strip()]
+    later: dict = {}                         # (module, line, new) -> first killing recheck record
+    for f in a.recheck or []:
+        for x in open(f):
+            if not x.strip():
+                continue
+            r = json.loads(x)
+            key = (r["module"], r["line"], r["new"])
+            if r["status"] in ("killed", "timeout") and key not in later:
+                later[key] = r
+    equiv = {(e["module"], e["line"], e["new"]) for e in json.loads(Path(a.equivalent).read_text())} \
+        if a.equivalent else set()
+    groups = [g.partition("=") for g in a.group or []]
+
+    def row(name, rs):
+        in_range = sum({r["module"]: r.get("in_range", 0) for r in rs}.values())
+        n = len(rs)
+        killed = sum(r["status"] == "killed" for r in rs)
+        tmo = sum(r["status"] == "timeout" for r in rs)
+        surv = [r for r in rs if r["status"] == "survived"]
+        rek = [r for r in surv if (r["module"], r["line"], r["new"]) in later]
+        left = [r for r in surv if (r["module"], r["line"], r["new"]) not in later]
+        eq = [r for r in left if (r["module"], r["line"], r["new"]) in equiv]
+        ne = n - len(eq)
+        before = (killed + tmo) / ne if ne else float("nan")
+        after = (killed + tmo + len(rek)) / ne if ne else float("nan")
+        return (f"| {name} | {in_range} | {n} | {killed} | {tmo} | {len(surv)} | {len(rek)} | {len(left)} | "
+                f"{len(eq)} | {before:.0%} | {after:.0%} |")
+    print("| module | mutants in range | run | killed | timeout | survived (runner) | killed on recheck | "
+          "still surviving | equivalent | score before | score after |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for m in dict.fromkeys(r["module"] for r in recs):
+        print(row(f"`{m}`", [r for r in recs if r["module"] == m]))
+    for name, _, pattern in groups:
+        rs = [r for r in recs if any(fnmatch.fnmatch(r["module"], p) for p in pattern.split(","))]
+        if rs:
+            print(row(f"**{name}**", rs))
+    print(row("**total**", recs))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -195,6 +247,7 @@ def main() -> None:
     pl = sub.add_parser("plant")
     pl.add_argument("file")
     pl.add_argument("--only", nargs="*")
+    pl.add_argument("--tests", help="run these pytest arguments for every bug instead of each bug's own")
     pl.add_argument("--out")
     pl.set_defaults(fn=cmd_plant)
     rc = sub.add_parser("recheck", help="run the survivors of a results file again with other tests")
@@ -205,6 +258,12 @@ def main() -> None:
     rc.add_argument("--timeout-factor", type=float, default=4.0)
     rc.add_argument("--out")
     rc.set_defaults(fn=cmd_recheck)
+    su = sub.add_parser("summary", help="per-module table of a results file and its rechecks")
+    su.add_argument("results")
+    su.add_argument("--recheck", nargs="*")
+    su.add_argument("--equivalent")
+    su.add_argument("--group", action="append", help="NAME=glob[,glob...] over module paths")
+    su.set_defaults(fn=cmd_summary)
     a = p.parse_args()
     a.fn(a)
 

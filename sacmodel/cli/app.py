@@ -12,7 +12,7 @@ import sys
 
 from .. import __version__
 from . import catalog, data, serving
-from .common import LIMITS_TEXT, Parser, _formatter, add_scenario
+from .common import LIMITS_TEXT, Parser, _formatter, add_scenario, one_line
 
 
 
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     except (ValueError, KeyError, OSError) as exc:
         # every user-facing error of the library is a ValueError subclass (TopologyError, UnitError, ...)
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        print(f"sacmodel: error: {msg}", file=sys.stderr)
+        print(f"sacmodel: error: {one_line(str(msg))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("sacmodel: interrupted", file=sys.stderr)

@@ -138,11 +138,17 @@ LIMITS_TEXT = (f"limits: contexts and outputs up to 16M tokens, concurrency up t
                "requests/s")
 
 
+def one_line(text: str) -> str:
+    """``text`` on one line: control characters and line separators that came from the user's input (a node
+    named '\\r', a path with a newline) shown escaped, as Python writes them."""
+    return "".join(c if " " <= c != "\x7f" and c not in "\x85\u2028\u2029" else repr(c)[1:-1] for c in text)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors: 'sacmodel predict: error: ... (see sacmodel predict --help)', status 2."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 class _Formatter(argparse.HelpFormatter):

@@ -184,9 +184,7 @@ class RadixCache:
         cap, used = self.cap[0], self.used[0]
         cur = path[-1] if path else 0
         for b in blocks[len(path):]:
-            if used >= cap:
-                if not order:
-                    break
+            while used >= cap and order:       # down to the capacity (it shrinks while requests run)
                 v = order.popitem(last=False)[0]
                 del trie[key[v]]
                 key[v] = None
@@ -194,6 +192,8 @@ class RadixCache:
                 free.append(v)
                 used -= 1
                 self.evicted[0] += 1
+            if used >= cap:
+                break
             k = (cur, b)
             if free:
                 n = free.pop()

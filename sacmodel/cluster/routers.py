@@ -275,6 +275,8 @@ class LlmD(Router):
         ties = [c for c, x in enumerate(score) if x == hi]
         c = ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
         if self.mode == "estimated":
+            if not self.trees:                # (a prefix weight of 0 never asked _prefix to make them)
+                self.trees = [OrderedDict() for _ in range(n)]
             tree = self.trees[c]
             for k in keys[:self.match_blocks]:
                 tree[k] = None
@@ -301,8 +303,8 @@ def make_router(name: str, *, block_tokens: int = 512, **params) -> Router:
                       "queue_threshold", "batched_tokens"),
                "cache_aware": ("cache_threshold", "balance_abs", "balance_rel", "max_tree_tokens"),
                "llm_d": ("prefix", "prefix_weight", "kv_weight", "queue_weight", "lru_tokens", "match_tokens", "seed")}
-    if name not in allowed:
-        raise RouterError(f"unknown router {name!r}; known: {', '.join(ROUTERS)}")
+    if not isinstance(name, str) or name not in allowed:
+        raise RouterError(f"unknown router {str(name)[:40]!r}; known: {', '.join(ROUTERS)}")
     extra = set(params) - set(allowed[name])
     if extra:
         raise RouterError(f"router {name!r} takes no parameter(s) {', '.join(sorted(extra))}")

@@ -375,9 +375,12 @@ def load_v2(data: dict, where: str, path: Path | None, load_host: Callable[[Any]
         if not isinstance(ref, (str, dict)):
             raise TopologyError(f"{where}: cluster.host: expected a scenario name or path, got {str(ref)[:40]!r}")
         if isinstance(ref, str) and path is not None and not Path(ref).is_absolute() and \
-                (path.parent / ref).suffix in (".yaml", ".yml") and (path.parent / ref).exists():
+                (path.parent / ref).suffix in (".yaml", ".yml") and _exists(path.parent / ref):
             ref = path.parent / ref
-        host = load_host(ref)
+        try:
+            host = load_host(ref)
+        except TopologyError as exc:             # the error names this file and field, then what the host said
+            raise TopologyError(f"{where}: cluster.host: {exc}") from None
         if host.cluster is not None:
             raise TopologyError(f"{where}: cluster.host {raw['host']!r} is itself a cluster")
     else:
@@ -390,6 +393,14 @@ def load_v2(data: dict, where: str, path: Path | None, load_host: Callable[[Any]
     topo.cluster = parse_cluster(raw, topo, where, topo.name, topo.description, path)
     return topo
 
+
+
+def _exists(p: Path) -> bool:
+    """Whether ``p`` exists; a name the file system cannot take (too long) does not."""
+    try:
+        return p.exists()
+    except OSError:
+        return False
 
 
 KiB = 1024.0

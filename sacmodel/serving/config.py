@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ..hardware.models import ModelSpec, entry_bytes, model_of
 from ..hardware.sizing import HEAD_BYTES, attention_split, collectives, decode_kernels, gemm_precision
 from ..hardware.scenarios import as_topology
+from ..hardware.topology import LIMITS as TOPOLOGY_LIMITS
 from ..hardware.topology import Topology, TopologyError, with_pool_size
 from .systems import check_system, swap_paths
 
@@ -116,6 +117,8 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
     def count(v, name, pool):
         nonlocal topo
         n = positive(v, name, int(topo.param(name)) if topo.has_param(name) else 1)
+        if n > TOPOLOGY_LIMITS["pool_members"]:      # as the CLI and a scenario file bound it
+            raise ConfigError(f"{name}={n}: a pool has at most {TOPOLOGY_LIMITS['pool_members']} members")
         have = len(topo.pools.get(pool, []))
         if system_uses(system, pool) and n > have:
             if not have:

@@ -188,3 +188,18 @@ def test_api_winner_map_marks_cells_where_nothing_is_feasible():
     wm = winner_map("sac-testbed", ["gpu"], "tbt_mean_ms", ("context", np.array([16384, 2 ** 20])),
                     ("output", np.array([64])), concurrency=64)
     assert wm["winner"].tolist() == [[0], [-1]] and np.isnan(wm["values"][0, 1, 0])
+
+
+
+def test_an_error_naming_input_with_line_breaks_stays_on_one_line(capsys, tmp_path):
+    # (found by the long fuzz run: a scenario whose link named a node '\r' gave an error split over two lines)
+    import yaml
+    from sacmodel.hardware.scenarios import TOPOLOGY_DIR
+    doc = yaml.safe_load((TOPOLOGY_DIR / "sac-testbed.yaml").read_text())
+    doc["links"][0]["from"] = "\r"
+    (tmp_path / "cr.yaml").write_text(yaml.safe_dump(doc))
+    cases = ((str(tmp_path / "cr.yaml"), "link \\r -> "), ("no\rsuch\nfile.yaml", "no\\rsuch\\nfile.yaml"))
+    for scenario, shown in cases:
+        assert main(["predict", "--system", "cxl", "--context", "8K", "--scenario", scenario]) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and err.startswith("sacmodel: error:") and shown in err, err

@@ -110,6 +110,9 @@ def test_prefix_affinity_keeps_a_conversation_on_one_instance():
 def test_bad_router_names_and_parameters():
     with pytest.raises(RouterError, match="unknown router 'fastest'"):
         make_router("fastest")
+    for name in ([], None, 5):                 # (found by the long fuzz run: a list raised TypeError)
+        with pytest.raises(RouterError, match="unknown router"):
+            make_router(name)
     with pytest.raises(RouterError, match="temperature"):
         make_router("kv", temperature=-1)
     with pytest.raises(RouterError, match="takes no parameter"):

@@ -119,3 +119,24 @@ def test_a_tiny_index_topk_predicts_quickly(tmp_path):
     """, seconds=60)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == ["True True"] * 3 + ["True"], r.stdout
+
+
+def test_a_cluster_host_named_longer_than_the_file_system_allows_is_a_clear_error(tmp_path):
+    # (found by the long fuzz run: Path.exists raised ENAMETOOLONG out of the cluster loader)
+    from sacmodel.hardware.scenarios import load_cluster
+    cluster = yaml.safe_load((TOPOLOGY_DIR / "sac-cluster-4x.yaml").read_text())
+    cluster["cluster"]["host"] = "x" * 300 + ".yaml"
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cluster))
+    with pytest.raises(TopologyError, match="cannot use as a scenario path"):
+        load_cluster(tmp_path / "c.yaml")
+
+
+@pytest.mark.parametrize("host", ["", "   ", "no-such-scenario"])
+def test_a_bad_cluster_host_reference_names_the_cluster_file_and_field(tmp_path, host):
+    # (found by the long fuzz run: host '' gave "not a scenario name or path: ''", naming neither)
+    from sacmodel.hardware.scenarios import load_cluster
+    cluster = yaml.safe_load((TOPOLOGY_DIR / "sac-cluster-4x.yaml").read_text())
+    cluster["cluster"]["host"] = host
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(cluster))
+    with pytest.raises(TopologyError, match=r"mine\.yaml: cluster\.host: "):
+        load_cluster(tmp_path / "mine.yaml")

@@ -19,6 +19,7 @@ CASES = [
     ("{'outputs': [10**30] * 8}", "outputs must be 8 whole numbers"),
     ("{'outputs': ['a'] * 8}", "outputs must be 8 whole numbers"),
     ("{'outputs': [16] * 7 + [200000]}", "output 200000 (outputs) exceeds deepseek-v3.2's maximum position"),
+    ("{'cxl_devices': 10**9}", "cxl_devices=1000000000: a pool has at most 1024 members"),
 ]
 
 
@@ -58,3 +59,13 @@ def test_non_finite_and_huge_arguments_get_one_clear_error(kw, msg):
         dict(context=32768, concurrency=8, **kw)
     with pytest.raises(ConfigError, match=msg.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         predict("sac-testbed", "cxl", **args)
+
+
+
+@pytest.mark.parametrize("system,kw", [("cxl", {"cxl_devices": 1025}), ("rdma", {"rdma_nics": 1025})])
+def test_a_pool_larger_than_1024_members_is_refused_as_the_cli_and_scenario_files_refuse_it(system, kw):
+    # (found by the long fuzz run: cxl_devices=10**9 grew a billion planned devices until memory ran out; that
+    # case runs in the bounded child above)
+    from sacmodel.serving.predict import ConfigError, predict
+    with pytest.raises(ConfigError, match="a pool has at most 1024 members"):
+        predict("sac-testbed", system, context=8192, output=16, concurrency=2, requests=4, **kw)

@@ -126,25 +126,8 @@ def test_correlation_for_overlap_inverts_the_overlap():
             correlation_for_overlap(bad, context=20000, topk=2048)
 
 
-def test_crossing_by_hand():
-    """D = 0, 10, 18, 24: the buffer of 14 fills halfway between steps 1 and 2 (T_C = 1.5); the misses are the
-    slope there, halfway between 8 and 6."""
-    m, tc = access._crossing(np.array([0.0, 10.0, 18.0, 24.0]), 14.0)
-    assert (m, tc) == pytest.approx((7.0, 1.5))
-    m, tc = access._crossing(np.array([0.0, 10.0, 18.0]), 18.0)          # last point: the slope continues
-    assert (m, tc) == pytest.approx((8.0, 2.0))
-    m, tc = access._crossing(np.array([0.0, 10.0, 18.0]), 5.0)
-    assert (m, tc) == pytest.approx((9.0, 1.0))
 
 
-def test_exact_steady_state_edges():
-    assert exact_steady_state(context=100, topk=10, buffer_slots=100, correlation=0.9) == (0.0, 1.0)
-    m, tc = exact_steady_state(context=100, topk=10, buffer_slots=99.99, correlation=0.9999, max_steps=5)
-    assert (m, tc) == (0.0, math.inf)                                       # not full within 5 steps
-    with pytest.raises(ValueError, match="correlation"):
-        exact_steady_state(context=100, topk=10, buffer_slots=20, correlation=1.0)
-    m, tc = exact_steady_state(context=1000, topk=100, buffer_slots=100, correlation=0.0)
-    assert tc == pytest.approx(1.0) and m == pytest.approx(100 * (1 - 100 / 1000), rel=1e-9)   # fresh top-k
 
 
 def test_table_edges_and_shapes():
@@ -260,29 +243,6 @@ def test_a_context_just_past_the_buffer_is_served_from_the_table(monkeypatch, L)
     assert np.isfinite(m[0]) and 0 <= m[0] < 2048
 
 
-def test_the_table_interpolates_the_log_of_the_misses(monkeypatch):
-    """Inside the table the misses are exp(trilinear interpolation of log m): at the midpoint of two table contexts
-    (in log2 L / k) they are the geometric mean of the two, not the arithmetic one."""
-    _no_exact(monkeypatch)
-    k, B, phi = 1.0, 3.0, 1 - math.exp(access.TABLE_LOG_ONE_MINUS_PHI[40])
-    r0, r1 = access.TABLE_LOG2_L_OVER_K[20], access.TABLE_LOG2_L_OVER_K[21]
-    m0, m1, mid = (steady_state(context=2.0 ** r, topk=k, buffer_slots=B, correlation=phi)[0][0]
-                   for r in (r0, r1, (r0 + r1) / 2))
-    assert m0 != m1 and mid == pytest.approx(math.sqrt(m0 * m1), rel=1e-9)
 
 
-def test_outside_the_table_the_exact_form_answers():
-    """A correlation above the table's range (1 - 5e-4) is evaluated exactly, also with a generous step budget."""
-    kw = dict(context=3000.0, topk=256.0, buffer_slots=768.0, correlation=0.9999)
-    m, tc = steady_state(**kw, max_steps=10**7)
-    em, etc = exact_steady_state(**kw)
-    assert (m[0], tc[0]) == pytest.approx((em, etc), rel=1e-12) and np.isfinite(tc[0])
-    m2, _ = steady_state(context=[3000.0, 3100.0], topk=256.0, buffer_slots=768.0, correlation=0.9999)
-    assert m2[0] == pytest.approx(em, rel=1e-12) and m2[1] > 0
 
-
-def test_an_exact_form_too_slow_to_evaluate_is_refused_at_once():
-    """1000 points whose buffer takes very long to fill: each sample is cut at 3 x its share of the step budget
-    and the whole call refused with the reason (instead of running for minutes)."""
-    with pytest.raises(access.AccessError, match="cannot be evaluated quickly"):
-        steady_state(context=np.full(1000, 3000.0), topk=256.0, buffer_slots=768.0, correlation=0.9999)

@@ -95,9 +95,9 @@ def test_sglang_admission_reserves_the_running_requests_remaining_output_at_the_
 def test_sglang_ratio_decays_per_step_to_its_floor_and_resets(gpu):
     _, tb = table(gpu, [100], [10])
     mem = sglang_memory(gpu, tb, 10_000)
-    mem.advance(0, 10)
+    mem.advance([0], 10)
     assert mem.ratio[0] == pytest.approx(0.21 - 10 * RATIO[2], rel=1e-12)
-    mem.advance(0, 10_000)
+    mem.advance([0], 10_000)
     assert mem.ratio[0] == RATIO[1]
     mem.idle(0)
     assert mem.ratio[0] == 0.21

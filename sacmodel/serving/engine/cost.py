@@ -51,7 +51,7 @@ class IterationCost:
         arrival or front-end turn). Returns (step time, jump, shared part, the slowest decoding rank's state
         (batch, mean context, misses, has long requests))."""
         running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
-        acc_at, n_long, cache, model = ranks.acc_at, ranks.n_long, self._rank, self.model
+        acc_at, base, n_long, cache, model = ranks.acc_at, ranks.base, ranks.n_long, self._rank, self.model
         newest_at, newest = ranks.newest_at, ranks.newest
         if admits:
             floor = self.prefill_part(admits, ranks.prefilled)
@@ -74,8 +74,8 @@ class IterationCost:
                 b = running[r]
                 ck = clock[r]
                 Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
-                ar = acc_at[r]
-                M = (ar[ck + jump] - ar[ck]) / jump
+                ar, o = acc_at[r], ck - base[r]
+                M = (ar[o + jump] - ar[o]) / jump
                 misses += M
                 lg = n_long[r] > 0
                 co = cache.get((b, active, lg))

@@ -90,6 +90,16 @@ def _lines(path: Path):
             raise _bad(path, ln, "not UTF-8 text") from None
 
 
+MAX_SPAN_S = 1e9
+"""The longest a trace may span, first to last request (s; about 32 years): a timestamp beyond it is a broken
+field, not a workload (a 10^15 ms stamp gave a 'successful' 10^12 s trace)."""
+
+
+def _too_long(span: float, shown: str) -> str:
+    return (f"timestamp {shown} is {span:.3g} s after the first request's: a trace spans at most "
+            f"{MAX_SPAN_S:.0e} s (about 32 years)")
+
+
 class _Requests:
     """Collects requests in time order, up to the per-call limit."""
 
@@ -111,6 +121,8 @@ class _Requests:
         if self.ts and t < self.ts[-1]:
             raise _bad(self.path, ln, f"timestamp {shown} is earlier than the previous request's: the trace "
                                       "must be in time order")
+        if self.ts and t - self.ts[0] > MAX_SPAN_S:
+            raise _bad(self.path, ln, _too_long(t - self.ts[0], shown))
         self.ts.append(t)
         self.inp.append(n_in)
         self.outp.append(n_out)
@@ -129,7 +141,7 @@ def iter_mooncake(path: str | Path, limit: int | None = None):
     the previous timestamp (requests must be in time order).
     """
     path = Path(path)
-    n, last = 0, -math.inf
+    n, last, first = 0, -math.inf, None
     for ln, text in _lines(path):
         if limit is not None and n >= limit:
             break
@@ -159,6 +171,9 @@ def iter_mooncake(path: str | Path, limit: int | None = None):
         if t < last:
             raise _bad(path, ln, f"timestamp {rec.timestamp:g} ms is earlier than the previous request's: "
                                  "the trace must be in time order")
+        first = t if first is None else first
+        if t - first > MAX_SPAN_S:
+            raise _bad(path, ln, _too_long(t - first, f"{rec.timestamp:g} ms"))
         last = t
         n += 1
         yield ln, t, rec.input_length, rec.output_length, ids

@@ -26,11 +26,14 @@ class Comparison:
 
 def compare_runs(scenario, runs: list[Run], **overrides) -> list[Comparison]:
     """Predict every run's configuration on ``scenario`` and pair it with the measurement."""
-    from ..serving.predict import predict
+    from ..serving.predict import ConfigError, predict
     from .compare import run_kwargs
     out = []
     for r in runs:
-        p = predict(scenario, r.system, **{**run_kwargs(r), **overrides})
+        try:
+            p = predict(scenario, r.system, **{**run_kwargs(r), **overrides})
+        except ConfigError as exc:            # a measured setting the model refuses: the error names the run
+            raise ConfigError(f"{r.file}: {exc}") from None
         predicted = {k: (v if v is not None and math.isfinite(v) else None) for k in METRICS
                      for v in [getattr(p, k)]}       # None: the model has no value (no TBT for one token)
         predicted["success_fraction"] = p.success_fraction

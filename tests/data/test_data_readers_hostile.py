@@ -118,3 +118,30 @@ def test_a_run_file_with_infinity_or_a_negative_count_is_refused(tmp_path):
     p.write_text(json.dumps(run).replace("8192,", "Infinity,", 1))
     with pytest.raises(DataError, match="r_cxl2.json: not valid JSON .Infinity"):
         load_run(p)
+
+
+@pytest.mark.parametrize("name,text", [
+    ("span.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n'
+                   '{"timestamp": 1000000000000001.0, "input_length": 5, "output_length": 1}\n'),
+    ("span.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 00:00:00.0,5,1\n9000-01-01 00:00:00.0,5,1\n"),
+])
+def test_a_trace_spanning_more_than_32_years_is_refused_by_line(tmp_path, name, text):
+    # (found by the long fuzz run: a 10^15 ms timestamp gave a 'successful' trace of 10^12 s)
+    from sacmodel.data.traces import load_trace
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(DataError, match=rf"{name}:\d: .*a trace spans at most 1e\+09 s"):
+        load_trace(p)
+
+
+def test_a_measured_run_the_model_refuses_is_named_by_its_file(tmp_path, capsys):
+    # (found by the long fuzz run: 8192 + 155649 tokens beyond the model's positions gave an error naming no file)
+    from sacmodel.cli import main
+    run = {"completed": 8, "num_prompts": 8, "max_concurrency": 4, "random_input_len": 8192,
+           "random_output_len": 155649, "mean_ttft_ms": 500.0, "mean_tpot_ms": 40.0, "output_throughput": 90.0,
+           "mean_e2e_latency_ms": 1800.0}
+    p = tmp_path / "long_cxl2_ctx8k.json"
+    p.write_text(json.dumps(run))
+    assert main(["validate", str(p), "--round", "1", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "long_cxl2_ctx8k.json: context 8192 + output 155649 exceeds" in err and len(err.splitlines()) == 1

@@ -177,3 +177,19 @@ def test_a_request_submitted_to_a_running_engine_holds_whole_pages_as_one_given_
     from sacmodel.serving.engine.loop import Engine
     whole = Engine(gpu, reqs, 1, Model(gpu), False, 0)
     assert whole.memory.slots == [1024.0] and whole.memory.clip == [7.0]
+
+
+def test_a_ranks_miss_accumulator_keeps_only_what_is_ahead_of_its_clock(cxl):
+    # (found by the long fuzz run: the accumulator grew with the whole run, 8,758 requests of 7,070 tokens went
+    # past 1 GB.) 96 requests of 8K and 800 tokens, one in flight per rank: each rank decodes 12 x 800 steps,
+    # more than the 4,096 entries it starts with; it keeps at most twice what lies ahead of its clock
+    from sacmodel.serving.engine.loop import Engine
+    n = 96
+    reqs = Requests(np.zeros(n), np.full(n, 8192), np.full(n, 801), np.zeros(n))
+    eng = Engine(cxl, reqs, 8, Model(cxl), False, 0)
+    res = eng.run()
+    assert res.completed.all()
+    ranks = eng.ranks
+    assert max(ranks.clock) > 9000 and max(ranks.base) > 0
+    assert all(len(a) <= 2 * 4096 for a in ranks.acc)
+    assert all(b <= c for b, c in zip(ranks.base, ranks.clock))

@@ -53,7 +53,7 @@ class IterationCost:
         arrival or front-end turn). Returns (step time, jump, shared part, the slowest decoding rank's state
         (batch, mean context, misses, has long requests))."""
         running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
-        acc_at, n_long, model = ranks.acc_at, ranks.n_long, self.model
+        acc_at, base, n_long, model = ranks.acc_at, ranks.base, ranks.n_long, self.model
         newest_at, swaps = ranks.newest_at, ranks.swaps
         if admits:
             floor = self.prefill_part(admits, ranks.prefilled)
@@ -88,8 +88,8 @@ class IterationCost:
                 ck = clock[r]
                 Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
                 if swaps:
-                    ar = acc_at[r]
-                    M = (ar[ck + jump] - ar[ck]) / jump
+                    ar, o = acc_at[r], ck - base[r]
+                    M = (ar[o + jump] - ar[o]) / jump
                 else:
                     M = 0.0                          # nothing loaded: the accumulator stays at zero
                 misses += M

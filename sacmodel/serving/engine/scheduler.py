@@ -26,6 +26,9 @@ from .staging import Staging
 from .workload import RequestTable
 
 
+_LATER = object()          # a request's miss curve not made yet
+
+
 class Dispatch:
     """Requests the front end has handed on, waiting for the controller to send them to a rank."""
 
@@ -63,7 +66,9 @@ class Ranks:
         self.dp, self.table, self.memory, self.staging = dp, table, memory, staging
         self.distinct = distinct
         self.curves = curves
-        self.curve = curves.per_request(table.shape)     # each request's miss curve over its life (None: none)
+        # each request's miss curve over its life (None: none), made when it joins decode and dropped when it ends
+        # (held for every request at once, the curves of a long run filled the memory)
+        self.curve: list = [_LATER] * table.n
         self.hooks = None                                 # a cluster's view of admissions, prefills and ends
         self.page, self.chunk, self.max_run = cfg.page, cfg.prefill_chunk, cfg.max_running_requests
         self.todo, self.pid, self.staged = table.todo, table.pid, staging.staged
@@ -83,6 +88,7 @@ class Ranks:
         self.newest_at: list[tuple | None] = [None] * dp
         self.acc = [np.zeros(max(4096, 4 * table.max_out)) for _ in range(dp)]
         self.acc_at = [memoryview(a) for a in self.acc]    # the same memory, read as Python floats (quicker)
+        self.base = [0] * dp                  # the clock of each accumulator's first entry
         # a configuration whose requests never load entries (no HiSparse buffer, or dense attention) keeps its
         # accumulators at zero: they are neither grown nor read
         self.swaps = bool(cfg.hisparse and cfg.model.sparse)
@@ -95,7 +101,7 @@ class Ranks:
         self.rank_of.append(0)
         self.prefilled.append(0)
         self.joined.append(0)
-        self.curve.append(self.curves.over_life(self.table.shape[i]))
+        self.curve.append(_LATER)
 
     # ---- admission -----------------------------------------------------------------------------------
     def schedule(self, now: float) -> tuple[list, list[int], int, int]:
@@ -213,13 +219,20 @@ class Ranks:
         """The miss curves of requests joining rank ``r`` at clock ``j``, added into its accumulator (requests of
         one shape add one curve times their count); the busiest of them is the rank's newest."""
         shape, life, curve = self.table.shape, self.table.life, self.curve
+        for i in ready:
+            if curve[i] is _LATER:
+                curve[i] = self.curves.over_life(shape[i])
+        o = j - self.base[r]                             # the accumulator's index of clock j
         if len(ready) == 1:                              # the usual case: one request joins
             i = ready[0]
             top = j + (life[i] if life[i] > 0 else 0) + 1
-            a = self.acc[r] if top <= len(self.acc[r]) else self._grow(r, top)
+            if top - self.base[r] <= len(self.acc[r]):
+                a = self.acc[r]
+            else:
+                a, o = self._grow(r, top), 0
             cl = curve[i]
             if cl is not None:
-                seg = a[j:j + shape[i][1] + 1]
+                seg = a[o:o + shape[i][1] + 1]
                 seg += cl
             self.newest_at[r] = (memoryview(cl), len(cl) - 1, j) if cl is not None and len(cl) > 1 else None
             return
@@ -233,12 +246,15 @@ class Ranks:
                 shapes[sh] = [1, i]
             if life[i] > longest:
                 longest = life[i]
-        a = self.acc[r] if j + longest + 1 <= len(self.acc[r]) else self._grow(r, j + longest + 1)
+        if j + longest + 1 - self.base[r] <= len(self.acc[r]):
+            a = self.acc[r]
+        else:
+            a, o = self._grow(r, j + longest + 1), 0
         busiest = None
         for sh, (cnt, one) in shapes.items():
             cl = curve[one]
             if cl is not None:
-                seg = a[j:j + sh[1] + 1]
+                seg = a[o:o + sh[1] + 1]
                 seg += cl if cnt == 1 else cnt * cl
                 if busiest is None or cl[1] > busiest[1]:
                     busiest = cl
@@ -246,11 +262,16 @@ class Ranks:
             else None
 
     def _grow(self, r: int, size: int) -> np.ndarray:
-        """Rank ``r``'s miss accumulator, grown to hold ``size`` clocks."""
-        a = self.acc[r]
-        a = self.acc[r] = np.concatenate([a, np.zeros(max(size, 4 * len(a)) - len(a))])
-        self.acc_at[r] = memoryview(a)
-        return a
+        """Rank ``r``'s miss accumulator, holding clocks from the rank's clock up to ``size``. Entries before the
+        clock are never read or written again (reads start at the clock, ends at or after it), so they are
+        dropped and the accumulator's first entry is the clock (``base``): a long run's accumulator does not
+        grow with the run."""
+        a, lo = self.acc[r], self.clock[r]
+        live = a[lo - self.base[r]:]
+        new = np.zeros(max(size - lo, 4 * len(live), 4096))
+        new[:len(live)] = live
+        self.acc[r], self.acc_at[r], self.base[r] = new, memoryview(new), lo
+        return new
 
     def max_jump(self, decoding: list[int]) -> int:
         """Decode steps the ranks can advance in one go: to the next finish, and while a young request's
@@ -286,14 +307,16 @@ class Ranks:
         """Requests of rank ``r`` whose last step came before clock ``ck`` end; returns how many."""
         tb, curve, joined, pop = self.table, self.curve, self.joined, heapq.heappop
         life, L, long_ = tb.life, tb.L, tb.long
-        e, acc_at = self.ends[r], self.acc_at[r]
+        e, acc_at, base, swaps = self.ends[r], self.acc_at[r], self.base[r], self.swaps
         sum_l, sum_join, n_long = self.sum_l[r], self.sum_join[r], self.n_long[r]
         gone = []
         while e and e[0][0] < ck:
             i = pop(e)[1]
-            cl = curve[i]
-            if cl is not None:
-                acc_at[joined[i] + life[i]] -= cl[-1]
+            if swaps:
+                cl = curve[i]
+                if cl is not None:
+                    acc_at[joined[i] + life[i] - base] -= cl[-1]
+                curve[i] = None                  # its curve is no longer held
             sum_l -= L[i]
             sum_join -= joined[i]
             n_long -= long_[i]

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import step as steps
 from ..config import Config, static_values, swap_route
-from .misses import cumulative_misses
+from .misses import CurveCache, cumulative_misses
 
 
 # Rank coefficients and shared parts are pure functions of the static values and their arguments: kept across
@@ -65,7 +65,7 @@ class Model:
         self.t_eager = steps.compiled("eager").total(*steps.compiled("eager").args(self.v))
         self._rank_cache: dict = {}
         self._shared_cache: dict = {}
-        self._miss_cache: dict = {}
+        self._miss_cache = CurveCache()
         signature = (tuple(self.v.items()), self.k, bool(cfg.hisparse), cfg.system)
         self._id = _config_id(signature)
         # the shared part's arguments: fixed ones filled in once, the four that vary set per call
@@ -207,7 +207,7 @@ class Model:
         key = (g * round(context / g) if g > 1 and context > g else context, max_age)
         c = self._miss_cache.get(key)
         if c is None:
-            c = self._miss_cache[key] = kept_curve(self.cfg, key[0], max_age)
+            c = self._miss_cache.put(key, kept_curve(self.cfg, key[0], max_age))
         return c
 
 

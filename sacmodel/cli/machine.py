@@ -14,7 +14,8 @@ FLAGS = {
     "--gpu": "gpu", "--gpus": "gpus", "--model": "model", "--weights": "weights", "--kv-dtype": "kv_dtype",
     "--dp": "dp", "--tp": "tp", "--ep": "ep", "--mem-fraction": "mem_fraction",
     "--chunked-prefill": "chunked_prefill", "--max-total-tokens": "max_total_tokens",
-    "--max-running-requests": "max_running_requests", "--pool": "pool", "--cxl-devices": "cxl_devices",
+    "--max-running-requests": "max_running_requests",
+    "--scheduler-recv-interval": "scheduler_recv_interval", "--pool": "pool", "--cxl-devices": "cxl_devices",
     "--rdma-nics": "rdma_nics",
 }
 
@@ -48,6 +49,8 @@ def add_machine(p: argparse.ArgumentParser) -> None:
     add("--max-total-tokens", type=arg(tokens), metavar="TOKENS", help="cap on the KV pool per rank (default: "
                                                                        "what the memory holds)")
     add("--max-running-requests", type=arg(count, hi=1 << 20), metavar="N", help="requests per rank at most")
+    add("--scheduler-recv-interval", type=arg(count, hi=1 << 16), metavar="N",
+        help="SGLang's scheduler_recv_interval: new requests are taken in after N decode iterations (default 1)")
     add("--pool", metavar="LIST", help="KV pools to add: cxl and/or rdma, comma-separated (default: none)")
     add("--cxl-devices", type=arg(count, hi=1024), metavar="N", help="CXL devices of the pool (default 2)")
     add("--rdma-nics", type=arg(count, hi=1024), metavar="N", help="RDMA NICs of the pool (default 2)")

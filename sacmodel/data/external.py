@@ -2,7 +2,7 @@
 
 One CSV row per benchmark point: the machine (``gpu``, ``gpus``, ``model``, ``weights``, ``kv_dtype``, ``tp``,
 ``dp`` = attention data-parallel groups, ``ep``), the server settings that differ from SGLang's defaults
-(``mem_fraction``, ``chunked_prefill``), the client's workload (``isl``/``osl`` nominal lengths, each request's
+(``mem_fraction``, ``chunked_prefill``, ``scheduler_recv_interval``), the client's workload (``isl``/``osl`` nominal lengths, each request's
 lengths drawn uniformly in [``range_ratio`` x nominal, nominal], ``concurrency`` in flight at most, ``requests`` in
 all) and the measured means (``ttft_mean_ms``, ``tpot_mean_ms`` = the mean over requests of (E2E - TTFT) / (output -
 1), ``output_tok_s``). The shared file names its columns a little differently (``attn_dp``, ``moe_ep``,
@@ -50,6 +50,7 @@ class ExternalRun:
     tpot_mean_ms: float
     output_tok_s: float
     source: str
+    scheduler_recv_interval: int | None = None
 
     def scenario_kwargs(self) -> dict:
         """Arguments of :func:`sacmodel.scenario` for the machine and its server settings."""
@@ -59,6 +60,8 @@ class ExternalRun:
             kw["mem_fraction"] = self.mem_fraction
         if self.chunked_prefill:
             kw["chunked_prefill"] = self.chunked_prefill
+        if self.scheduler_recv_interval:
+            kw["scheduler_recv_interval"] = self.scheduler_recv_interval
         return kw
 
 
@@ -104,5 +107,6 @@ def load_external_runs(path: str | Path, source: str | None = None) -> list[Exte
             requests=c["requests_per_concurrency"] * conc if shared else _num(row, "requests", where, int),
             ttft_mean_ms=_num(row, "ttft_mean_ms", where), tpot_mean_ms=_num(row, "tpot_mean_ms", where),
             output_tok_s=_num(row, "output_tok_s", where, float, math.nan),
-            source=source or row.get("source") or str(path)))
+            source=source or row.get("source") or str(path),
+            scheduler_recv_interval=_num(row, "scheduler_recv_interval", where, int, 0) or None))
     return out

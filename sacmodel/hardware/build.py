@@ -39,6 +39,7 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
              kv_dtype: str = "auto", dp: int = 1, tp: int | None = None, ep: int = 1,
              mem_fraction: float | None = None, chunked_prefill: int | None = None,
              max_total_tokens: int | None = None, max_running_requests: int | None = None,
+             scheduler_recv_interval: int | None = None,
              pool: str | None = None, cxl_devices: int | None = None, rdma_nics: int | None = None,
              transfer: str = "fitted") -> Topology:
     """A scenario of ``gpus`` x ``gpu`` serving ``model`` with SGLang.
@@ -46,7 +47,9 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
     ``weights``: fp8, bf16, awq-int4 or fp4; ``kv_dtype``: auto (SGLang's rule: BF16 on Hopper, FP8 for
     DeepSeek sparse attention on Blackwell), bf16 or fp8; ``dp``: data-parallel attention groups (1: tensor-
     parallel attention over all GPUs); ``tp``: tensor-parallel size (default ``gpus``); ``ep``: expert-parallel
-    size. Unset server settings take SGLang's defaults for the machine. ``pool``: ``cxl`` and/or ``rdma``
+    size. ``scheduler_recv_interval``: SGLang's ``--scheduler-recv-interval`` (the scheduler takes in new
+    requests after that many decode iterations; 1, the default, every iteration). Unset server settings take
+    SGLang's defaults for the machine. ``pool``: ``cxl`` and/or ``rdma``
     (comma-separated) to add a KV pool like the testbed's, with ``cxl_devices`` / ``rdma_nics`` members.
     ``transfer``: how the testbed's constants carry over (:mod:`sacmodel.hardware.transfer`): "fitted" (the
     kernel efficiencies measured for the GPU generation and weights, where known) or "rules" (the rules alone).
@@ -55,7 +58,8 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
     return load_topology(scenario_dict(gpu, gpus=gpus, model=model, weights=weights, kv_dtype=kv_dtype, dp=dp,
                                        tp=tp, ep=ep, mem_fraction=mem_fraction, chunked_prefill=chunked_prefill,
                                        max_total_tokens=max_total_tokens,
-                                       max_running_requests=max_running_requests, pool=pool,
+                                       max_running_requests=max_running_requests,
+                                       scheduler_recv_interval=scheduler_recv_interval, pool=pool,
                                        cxl_devices=cxl_devices, rdma_nics=rdma_nics, transfer=transfer))
 
 
@@ -63,8 +67,8 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                   kv_dtype: str = "auto", dp: int = 1, tp: int | None = None, ep: int = 1,
                   mem_fraction: float | None = None, chunked_prefill: int | None = None,
                   max_total_tokens: int | None = None, max_running_requests: int | None = None,
-                  pool: str | None = None, cxl_devices: int | None = None,
-                  rdma_nics: int | None = None, transfer: str = "fitted") -> dict:
+                  scheduler_recv_interval: int | None = None, pool: str | None = None,
+                  cxl_devices: int | None = None, rdma_nics: int | None = None, transfer: str = "fitted") -> dict:
     """The scenario of :func:`scenario` as a schema-version-1 mapping (what :func:`scenario_yaml` writes)."""
     g = get_gpu(gpu)
     try:
@@ -98,6 +102,7 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
         "serving": _serving(g, m, weights, kv, tp=tp, dp=dp, ep=ep, kv_dtype_given=kv_dtype != "auto",
                             mem_fraction=mem_fraction, chunked_prefill=chunked_prefill,
                             max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
+                            scheduler_recv_interval=scheduler_recv_interval,
                             cxl_devices=cxl_devices or 2 if "cxl" in pools else None,
                             rdma_nics=rdma_nics or 2 if "rdma" in pools else None),
     }
@@ -192,7 +197,7 @@ def _links(g: GPUSpec, pools) -> list[dict]:
 
 def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int, kv_dtype_given: bool,
              mem_fraction, chunked_prefill, max_total_tokens, max_running_requests, cxl_devices,
-             rdma_nics) -> dict:
+             rdma_nics, scheduler_recv_interval=None) -> dict:
     chunk0 = chunked_prefill_default(g.memory_mib)
     cgmb = cuda_graph_max_bs_default(g.memory_mib, tp)
     s = {
@@ -228,6 +233,12 @@ def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int,
     if max_running_requests is not None:
         s["max_running_requests"] = _num(str(_check_int("max_running_requests", max_running_requests, 1, 1 << 20)),
                                          "given (per data-parallel rank)")
+    if scheduler_recv_interval is not None:
+        n = _check_int("scheduler_recv_interval", scheduler_recv_interval, 1, 1 << 16)
+        if n > 1 and dp > 1:
+            raise TopologyError(f"scenario: scheduler_recv_interval={n} needs dp=1: SGLang refuses it with DP "
+                                f"attention (dp={dp})")
+        s["scheduler_recv_interval"] = _num(str(n), "given (SGLang --scheduler-recv-interval)")
     if cxl_devices:
         s["cxl_devices"] = _num(str(cxl_devices), "given" if cxl_devices else "as the testbed")
     if rdma_nics:

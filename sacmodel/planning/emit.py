@@ -114,6 +114,8 @@ def _memory_args(t, cfg, settings) -> dict:
     default = max_running_default(cfg.max_total_tokens, cfg.model.max_position or 163840)
     if settings.get("max_running_requests") is not None or cfg.max_running_requests != default:
         out["--max-running-requests"] = cfg.max_running_requests * cfg.dp    # SGLang divides it by dp
+    if cfg.recv_interval > 1:
+        out["--scheduler-recv-interval"] = cfg.recv_interval
     return out
 
 

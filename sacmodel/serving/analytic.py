@@ -197,8 +197,10 @@ def no_waves(cfg: Config, mdl: Model, ld: Load, b: float, C: int) -> Terms:
     what was dispatched during the one before: about Poisson with mean x = X / I (I iterations per second),
     so an admission episode holds g = x / (1 - e^-x) requests on about dp (1 - (1 - 1/dp)^g) ranks, and their
     copies run together. From the span, X = dp b / S (Little's law on decode): S = O T_d + t_c + dp b (1 -
-    1/C) extra / g, the other episodes in the span coming at X (1 - 1/C) / g per second."""
-    dp = cfg.dp
+    1/C) extra / g, the other episodes in the span coming at X (1 - 1/C) / g per second. With SGLang's
+    ``scheduler_recv_interval`` N the scheduler takes requests in every N decode iterations: an episode admits
+    what came during N iterations, and a request waits (N - 1) / 2 of them on average for the intake."""
+    dp, N = cfg.dp, cfg.recv_interval
     T_d = decode_iteration(mdl, ld, b, dp)
     g = 1.0
     for _ in range(30):
@@ -210,14 +212,14 @@ def no_waves(cfg: Config, mdl: Model, ld: Load, b: float, C: int) -> Terms:
         X = dp * b / S
         stall = X / g * (ld.chunks * T_p + t_c)             # share of time in prefills and copies
         iters = X / g * ld.chunks + max(1.0 - stall, 0.0) / T_d
-        x = X / iters
+        x = X / iters * N
         new = x / -math.expm1(-x) if x > 1e-12 else 1.0
         if abs(new - g) < 1e-9:
             break
         g = new
     p_join = min(1.0, X / g * ld.chunks / iters)            # a batch joins (and copies) at the next boundary
     after = mdl.v["t_token"] * ld.L                         # the next request is dispatched this long after
-    W = wait_for_boundary(after, ((1.0 - p_join, T_d), (p_join, T_d + t_c)))
+    W = wait_for_boundary(after, ((1.0 - p_join, T_d), (p_join, T_d + t_c))) + (N - 1) / 2.0 * T_d
     pre = after + W + ld.chunks * T_p + p_join * t_c        # its first token waits for copies run before it
     return Terms(b, T_d, T_p, t_c, S, X, pre, g, stall)
 

@@ -62,6 +62,7 @@ class Config:
     ep: int = 1                                      # expert-parallel groups
     graph_bs: int = 512                              # largest decode batch per rank run as a CUDA graph
     weights: str = "bf16"                            # precision of the linear layers' weights
+    recv_interval: int = 1                           # decode iterations between the scheduler's receives
 
     @property
     def attn_tp(self) -> int:
@@ -137,7 +138,11 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
                  positive(max_running_requests, "max_running_requests",
                           int(_setting(topo, "max_running_requests", 2048))),
                  int(_setting(topo, "prefill_chunk", 8192 // dp)), page, tp=tp, ep=ep,
-                 graph_bs=int(_setting(topo, "cuda_graph_max_bs", 512)), weights=weights_of(topo))
+                 graph_bs=int(_setting(topo, "cuda_graph_max_bs", 512)), weights=weights_of(topo),
+                 recv_interval=int(_setting(topo, "scheduler_recv_interval", 1)))
+    if cfg.recv_interval > 1 and dp > 1:
+        raise ConfigError(f"{topo.name}: scheduler_recv_interval={cfg.recv_interval} needs tensor-parallel attention "
+                          f"(dp=1): SGLang refuses it with DP attention (dp={dp})")
     cfg.max_total_tokens, cfg.limits = _effective_pool(cfg)
     if max_running_requests is None and not topo.has_param("max_running_requests"):
         from ..hardware.sizing import max_running_default

@@ -91,15 +91,23 @@ def render(rep) -> list[str]:
          f"TBT and throughput within {TARGET['tpot']:.0f}%, TTFT within {TARGET['ttft']:.0f}%.", "",
          table([[g, d["runs"], fmt(d["ttft"]), fmt(d["tpot"]), fmt(d["throughput"])] for g, d in m["by_group"].items()],
                ["group", "runs", "TTFT %", "TPOT %", "throughput %"]), "",
+         "Server settings the benchmarks changed are modelled as SGLang runs them: InferenceX's B200 servers "
+         "take new requests in only every 10 (concurrency < 16, or TP4) or 30 decode iterations "
+         "(`--scheduler-recv-interval`, SGLang's recv skipper: an intake after N decode iterations, at once after "
+         "a prefill or when idle; benchmarks/single_node/dsr1_fp8_b200.sh of SemiAnalysisAI/InferenceX at "
+         "8d81e0bf4, unchanged through 1b234994f). Without it the B200 runs at concurrency 32-64 were "
+         "under-predicted by 41-72% TTFT; with it by 2-51%.", "",
          "What the errors say. TPOT and throughput carry over: they are set by the GPU's HBM and FLOP rates, "
          "the kernel counts and the collectives. TTFT does not, for two reasons the model names rather than fits: "
          "(1) `t_request`, the first-token latency the engine does not explain, was fitted on the testbed's "
          "SGLang (a fork of upstream of 2026-04-01) and is carried as it is, but the published SGLang 0.5.12 runs "
          "reach their first token about 100 ms sooner than 0.5.9 on the same machine (H200, c4: 158 ms against "
-         "260 ms), so runs of later versions are over-predicted at low concurrency; (2) B200's prefill is slower "
-         "than its FP8 peak with Hopper's efficiency implies (its TTFT grows to 1.2 s at concurrency 64 where "
-         "the model stays near 0.3 s, and its TPOT, which carries the prefills' stalls, is under-predicted by "
-         "about 10%): no B200 run is fitted, so Blackwell keeps the Hopper efficiencies.", "",
+         "260 ms), and B200 runs of 0.5.9 too (183 ms at concurrency 4), so those are over-predicted at low "
+         "concurrency; (2) B200 serves slower than its FP8 peak with Hopper's efficiencies implies (TTFT 1.2 s "
+         "at concurrency 64 against 0.58 s predicted, TPOT under-predicted by 6-16%), although aiconfigurator's "
+         "measured DeepGEMM FP8 block GEMMs run 1.9-2.4 x faster on B200 than on H200 at prefill shapes (peak "
+         "ratio 2.27): these servers ran with JIT DeepGEMM off and FlashInfer's GEMMs, whose B200 rates no "
+         "maintained table holds; no B200 run is fitted, so Blackwell keeps the Hopper efficiencies.", "",
          "### Fit set: shared/data/external (8 x H200, DeepSeek-R1 FP8, TP8, SGLang 0.5.9)", "",
          "Before (testbed constants and transfer rules only):", "", _table(ext["before"]), "",
          "After (Hopper FP8 kernel efficiencies fitted here):", "", _table(ext["after"]), "",

@@ -106,6 +106,10 @@ class Engine:
         self.hold_next = 0.0            # GPU time the backups started last iteration hold in the next one
         self.horizon = math.inf         # a cluster's next event: no jump of decode iterations goes past it
         self.pool = None                # a cluster's shared pool: (engine, step s, entries, steps) -> step s
+        # SGLang's recv skipper (--scheduler-recv-interval N): the scheduler takes in new requests once N decode
+        # iterations have run since its last intake, at once after a prefill (weight 1000) or when idle
+        self.recv_n = cfg.recv_interval
+        self.recv_count = self.recv_n
 
     def run(self) -> EngineResult:
         self.client.send(0.0)
@@ -127,7 +131,13 @@ class Engine:
         self.horizon = horizon
         if fe.msgs or fe.intake:
             fe.run(t, dispatch.push, self.client.deliver)
-        if dispatch.pending:
+        if self.recv_n > 1:
+            receives = self.recv_count >= self.recv_n
+            if receives:
+                self.recv_count = 0
+        else:
+            receives = True
+        if dispatch.pending and receives:
             dispatch.assign(t, self.ranks)
         copy_t, copying = 0.0, 0
         if staging.count:              # staged requests acknowledged now join decode (after their copies)
@@ -196,7 +206,9 @@ class Engine:
         if copy_t > 0 or self.staging.count or hold_t:
             self.t += copy_t + hold_t
             self.it += 1
+            self.recv_count += 1
             return True
+        self.recv_count = self.recv_n          # an idle scheduler loops at once to its next intake
         nxt = self._next_event()
         if nxt == math.inf:
             return False
@@ -215,9 +227,11 @@ class Engine:
         jump = 1
         if decoding and not admits and not copy_t and not self.staging.count and not hold_t:
             jump = ranks.max_jump(decoding)
+            if self.recv_n > 1:                    # the jump ends where the scheduler next takes requests in
+                jump = max(1, min(jump, self.recv_n - self.recv_count))
         distinct = self.distinct
         n_distinct = distinct.count_except(admits) + n_new if distinct.on else n_tok
-        pending = self.dispatch.pending
+        pending = self.dispatch.pending if self.recv_n <= 1 else None     # else taken in at the intake only
         horizon = min(pending[0][0] if pending else math.inf, self.client.next_send(),
                       self.frontend.next_busy_turn(), self.horizon)    # the next dispatch, send or front-end turn
         T, jump, shared, slowest = self.cost.iteration_time(ranks, admits, decoding, jump, n_tok, n_distinct,
@@ -226,6 +240,7 @@ class Engine:
             T = self.pool(self, T, self.cost.misses, jump)
         self.t = t = self.t + (copy_t + jump * T + hold_t)
         self.it += jump
+        self.recv_count += 1000 if admits else jump
         stats.add_iteration(jump, T, shared, copy_t, bool(admits), len(decoding), slowest, n_tok, n_distinct)
         if decoding:                 # the decoding ranks advance; their tokens and the ended requests' go out
             ended: list[tuple[int, bool]] = []

@@ -193,3 +193,21 @@ def test_a_ranks_miss_accumulator_keeps_only_what_is_ahead_of_its_clock(cxl):
     assert max(ranks.clock) > 9000 and max(ranks.base) > 0
     assert all(len(a) <= 2 * 4096 for a in ranks.acc)
     assert all(b <= c for b, c in zip(ranks.base, ranks.clock))
+
+
+def test_curve_cache_counts_unpickled_curves():
+    """A read-only miss curve that came through a worker process (pickled) has a bytes buffer as its base; the LRU's
+    byte count takes its own size (a sweep with workers raised AttributeError)."""
+    import pickle
+
+    import numpy as np
+
+    from sacmodel.serving.engine.misses import CurveCache
+    ro = np.arange(1000.0)
+    ro.flags.writeable = False                   # kept curves are read-only: pickled as a buffer of bytes
+    a = pickle.loads(pickle.dumps(ro, protocol=5)).base
+    assert isinstance(a.base, bytes)
+    c = CurveCache()
+    c.put("k", a)
+    c.put("view", np.arange(2000.0)[:10])
+    assert c.nbytes == 8000 + 16000

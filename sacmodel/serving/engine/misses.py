@@ -110,8 +110,11 @@ _MISSING = object()
 
 
 def _size(x) -> int:
-    """Bytes a cached curve keeps alive: its whole base array (a request's curve is a view of its length's)."""
-    return 0 if x is None else (x if x.base is None else x.base).nbytes
+    """Bytes a cached curve keeps alive: its whole base array (a request's curve is a view of its length's; an
+    array unpickled in a worker process has a bytes buffer as its base, which holds its own data)."""
+    if x is None:
+        return 0
+    return x.base.nbytes if isinstance(x.base, np.ndarray) else x.nbytes
 
 
 class MissCurves:

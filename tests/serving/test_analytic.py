@@ -207,6 +207,16 @@ def test_copies_of_a_wave_admitted_as_it_comes_in_are_stalls():
     assert t.stall == pytest.approx(t.X / 256 * n_ep * (t.T_p + t.t_c), rel=1e-12) and 0 < t.stall < 1
 
 
+@pytest.mark.parametrize("C", [2, 3, 32])
+def test_a_wave_gathered_by_its_first_copy_is_admitted_in_two_batches(C):
+    """rdma at 64K: the first request's copy (8 s) outlasts the intake of C requests (43 ms each), so the wave
+    is admitted in two episodes, its first request alone, then the other C - 1: C / 2 requests per admission
+    (it said (C - 1) / 2, half a request per admission for a wave of two)."""
+    cfg, mdl, ld = setup("rdma")
+    assert an.copy_time(cfg, mdl, ld, 1, 1) > C * mdl.v["t_token"] * 65536
+    assert an.waves(cfg, mdl, ld, C).g == C / 2
+
+
 def test_open_loop_never_holds_more_than_the_cap():
     """An open-loop rate just under what C decoding requests per rank sustain, but above the closed loop's
     throughput at C in flight: the rate would need more than C in flight, so the client's cap binds and the

@@ -342,7 +342,7 @@ def test_share_selected_anew_is_the_probability_of_entering_above_theta(theta):
     is 5.4 sd, where the quadrature's second interval, beyond u = 12, carries 1e-10 of it); for correlated
     steps Phi(theta) - P(s_1 <= theta, s_2 <= theta), the bivariate normal."""
     from scipy.stats import multivariate_normal
-    assert access._enter_next(0.0, theta) == pytest.approx(ndtr(theta) * ndtr(-theta), rel=1e-12)
+    assert access._enter_next(0.0, theta) == pytest.approx(ndtr(theta) * ndtr(-theta), rel=1e-12, abs=0)
     if theta <= 3.0:
         for phi in (0.5, 0.9):
             both = multivariate_normal(mean=[0, 0], cov=[[1, phi], [phi, 1]]).cdf([theta, theta])

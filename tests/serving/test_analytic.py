@@ -150,10 +150,10 @@ def test_closed_and_open_loop_solutions():
 
 # ---- laws of the terms and of the metrics (campaign 3 of issue 23) ------------------------------------------
 @pytest.mark.parametrize("b,var", [(4.0, 9.0), (1.0, 0.25), (30.0, 40.0)])
-@pytest.mark.parametrize("ranks", [1, 8, 10 ** 6, 10 ** 12])
+@pytest.mark.parametrize("ranks", [1, 8, 64])
 def test_the_busiest_rank_is_a_distribution_whatever_the_number_of_ranks(b, var, ranks):
-    """Probabilities of the busiest batch, the tail beyond the last batch listed included, add up to one, and
-    its mean grows with the number of ranks (10^12 ranks: the tail above b + 8 sd then holds 1e-5)."""
+    """Probabilities of the busiest batch, the tail beyond the last batch listed included, add up to one, every
+    batch holds a request at least, and the mean grows with the number of ranks."""
     d = an.busiest(b, var, ranks)
     assert sum(d.values()) == pytest.approx(1.0, abs=1e-12) and min(d) >= 1 and min(d.values()) > 0
     assert sum(n * p for n, p in d.items()) >= sum(n * p for n, p in an.busiest(b, var, 1).items()) - 1e-9

@@ -5,7 +5,9 @@ machine that is hours for the modules that matter. This driver enumerates the mu
 (``mutmut.list_mutations``), keeps those on chosen line ranges (the functions whose bugs matter), drops pure
 string-literal mutants (``"XX...XX"``: messages, not behaviour), samples a fixed number with a fixed seed,
 and runs a fast test subset per mutant with a timeout. ``--plant`` instead applies hand-written bugs
-(``edits``: exact ``[old, new]`` text replacements) from a JSON file. The source file is always restored, and
+(``edits``: exact ``[old, new]`` text replacements) from a JSON file; a bug that gives a sampled mutant's
+``line`` and ``new`` text (a mutant of a line since fixed: the mutant replaces the line whole, so it is the
+same program) is recorded with them, and ``summary --recheck`` counts it as that mutant's recheck. The source file is always restored, and
 bytecode is never written (``PYTHONDONTWRITEBYTECODE``: a restored file in the same second as its mutant
 must not load the mutant's stale .pyc).
 
@@ -158,7 +160,7 @@ def cmd_plant(a) -> None:
         st, w, dt = run_mutant(path, mutated, original, a.tests or b["tests"], b.get("timeout", 600))
         print(f"{st:8s} {b['name']}: {w} ({dt:.0f}s)", flush=True)
         emit(out, {"name": b["name"], "module": b["module"], "status": st, "by": w, "seconds": round(dt, 1),
-                   "tests": a.tests or b["tests"]})
+                   "tests": a.tests or b["tests"], **{k: b[k] for k in ("line", "new") if k in b}})
     if out:
         out.close()
 

@@ -272,7 +272,7 @@ def waves(cfg: Config, mdl: Model, ld: Load, C: int) -> Terms:
     S = ((ld.chunks * T_p + t_c1 + S_rest) + (C - 1) * S_rest) / C
     pre = f + first + (t_c1 + ld.chunks * T_p) * (C - 1) / C
     period = f + first + t_c1 + ld.chunks * T_p + S_rest
-    return Terms(b, T_d, T_p, t_c, S, C / period, pre, (C - 1.0) / 2.0, (first + t_c1 + ld.chunks * T_p + t_c) / period)
+    return Terms(b, T_d, T_p, t_c, S, C / period, pre, C / 2.0, (first + t_c1 + ld.chunks * T_p + t_c) / period)
 
 
 def solve(cfg: Config, mdl: Model, ld: Load, C: int, rate: float | None) -> Terms:

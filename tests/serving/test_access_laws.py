@@ -243,6 +243,121 @@ def test_a_context_just_past_the_buffer_is_served_from_the_table(monkeypatch, L)
     assert np.isfinite(m[0]) and 0 <= m[0] < 2048
 
 
+# ---- laws of the tables and closed forms the engine reads (campaign 3 of issue 23) ---------------------------
+def test_the_shipped_table_is_built_on_the_declared_axes():
+    """``access_table.npz`` is current: its axes are the ones :func:`build_table` would use now (a changed axis
+    needs the table rebuilt), and its values are finite."""
+    z = np.load(access.TABLE_PATH)
+    assert np.array_equal(z["log_one_minus_phi"], access.TABLE_LOG_ONE_MINUS_PHI)
+    assert np.array_equal(z["log2_l_over_k"], access.TABLE_LOG2_L_OVER_K)
+    assert np.array_equal(z["b_over_k"], access.TABLE_B_OVER_K)
+    shape = (len(access.TABLE_LOG_ONE_MINUS_PHI), len(access.TABLE_LOG2_L_OVER_K), len(access.TABLE_B_OVER_K))
+    assert z["log_miss_share"].shape == z["log_fill_scale"].shape == shape
+    assert np.isfinite(z["log_miss_share"]).all() and np.isfinite(z["log_fill_scale"]).all()
 
 
+def assert_independent_steps_cell(r, b, g, tau, tol):
+    """Laws of a table cell at phi = 0 (k = 1, L = r) for the B/k nodes ``b``. Independent steps select the
+    tokens uniformly: a full LRU buffer holds B of the L tokens, each with probability B / L, so a step misses
+    k (1 - B / L): m / (L - B) = 1 / r (and the limit B -> L, 1 - lam_1, is 1 / r too). The buffer fills when
+    D(T) = L (1 - q^T), q = 1 - 1/r, reaches B, at T = ln(1 - B/L) / ln q; T_C interpolates D linearly between
+    integers and D is concave, so T <= T_C < T + 1; beyond the context the limit -1 / ln q."""
+    assert g == pytest.approx(np.full(len(b), -math.log(r)), abs=tol)
+    swap = b < r
+    T = np.log1p(-b[swap] / r) / math.log1p(-1.0 / r)
+    tc = np.exp(tau[swap]) * -np.log1p(-b[swap] / r)
+    assert np.all(tc >= T * (1 - tol)) and np.all(tc < T * (1 + tol) + 1)
+    assert tau[~swap] == pytest.approx(np.full((~swap).sum(), -math.log(-math.log1p(-1.0 / r))), abs=tol)
 
+
+def test_independent_steps_row_of_the_shipped_table_obeys_its_laws():
+    z = np.load(access.TABLE_PATH)
+    assert z["log_one_minus_phi"][-1] == 0.0                                  # the last row is phi = 0
+    b = z["b_over_k"]
+    for j, rho in enumerate(z["log2_l_over_k"]):
+        assert_independent_steps_cell(2.0 ** rho, b, z["log_miss_share"][-1, j], z["log_fill_scale"][-1, j], 2e-6)
+
+
+@pytest.mark.parametrize("r", [2.0 ** (1 / 16), 8.0, 1024.0, 2.0 ** 25])
+def test_independent_steps_table_cell_obeys_its_laws(r):
+    """The cell as :func:`build_table` computes it, its node B = L (r = 8, 1024, 2^25) included."""
+    b = access.TABLE_B_OVER_K
+    g, tau = access._table_cell(0.0, r)
+    assert_independent_steps_cell(r, b, g, tau, 1e-9)
+
+
+def test_build_table_writes_every_cell_on_its_axes(tmp_path, monkeypatch):
+    """A small table (two correlations, three L/k, five B/k): written whole where asked (no temporary file
+    left), on the axes it was given, each cell at its place."""
+    monkeypatch.setattr(access, "TABLE_LOG_ONE_MINUS_PHI", np.array([math.log(0.5), 0.0]))
+    monkeypatch.setattr(access, "TABLE_LOG2_L_OVER_K", np.array([1.0, 3.0, 6.5]))
+    monkeypatch.setattr(access, "TABLE_B_OVER_K", np.array([1.0, 1.5, 4.0, 8.0, 128.0]))
+    path = access.build_table(str(tmp_path / "small.npz"))
+    assert path == tmp_path / "small.npz" and sorted(p.name for p in tmp_path.iterdir()) == ["small.npz"]
+    z = np.load(path)
+    assert z["log_one_minus_phi"].tolist() == [math.log(0.5), 0.0] and z["b_over_k"].tolist()[-1] == 128.0
+    assert z["log_miss_share"].shape == (2, 3, 5) == z["log_fill_scale"].shape
+    b = np.array([1.0, 1.5, 4.0, 8.0, 128.0])
+    for j, rho in enumerate((1.0, 3.0, 6.5)):
+        assert_independent_steps_cell(2.0 ** rho, b, z["log_miss_share"][1, j], z["log_fill_scale"][1, j], 2e-6)
+        # phi = 0.5 (1 - phi = e^x): the correlated steps' cell, placed in the first row
+        g, tau = access._table_cell(0.5, 2.0 ** rho)
+        assert z["log_miss_share"][0, j] == pytest.approx(g, rel=1e-6)
+        assert z["log_fill_scale"][0, j] == pytest.approx(tau, rel=1e-6)
+        swap = b < 2.0 ** rho                    # correlated steps select again what they held: fewer misses
+        assert np.all(z["log_miss_share"][0, j][swap] < -rho * math.log(2.0))
+
+
+@pytest.mark.parametrize("phi,theta", [(0.9999, 2.0)])
+def test_two_steps_below_on_the_cut_grid_is_the_bivariate_normal_probability(phi, theta):
+    """Correlations so close to 1 that the quadrature grid is cut to N_MAX nodes (N_MAX s / 3 below theta):
+    still the bivariate normal probability, to 1e-9."""
+    from scipy.stats import multivariate_normal
+    assert 3 * (theta - access.LO_FLOOR) / math.sqrt(1 - phi * phi) > access.N_MAX
+    two = multivariate_normal(mean=[0, 0], cov=[[1, phi], [phi, 1]]).cdf([theta, theta])
+    assert stay_below(phi, theta, [2])[0] == pytest.approx(two, abs=1e-9)
+
+
+@pytest.mark.parametrize("B,m,tc", [(100, 90.0, 1.0), (150, 85.0, 14 / 9), (190, 81.0, 2.0), (271, 72.9, 3.0),
+                                    (500, 50.0, 6 + (500 - 468.559) / 53.1441)])
+def test_exact_steady_state_of_independent_steps_by_hand(B, m, tc):
+    """L = 1000, k = 100, phi = 0: a step misses k (1 - B / L) (each selected token resident with probability
+    B / L); D(t) = 1000 (1 - 0.9^t) = 100, 190, 271, 343.9, 409.51, 468.559, 521.7031, and T_C interpolates
+    where it crosses B: a buffer of one selection (B = k) is full after the first step, B = D(t) after t."""
+    got_m, got_tc = exact_steady_state(context=1000, topk=100, buffer_slots=B, correlation=0.0)
+    assert got_m == pytest.approx(m, rel=1e-12) and got_tc == pytest.approx(tc, rel=1e-12)
+
+
+@pytest.mark.parametrize("L,k", [(1000, 100), (8000, 512), (65536, 2048), (4096, 2048)])
+@pytest.mark.parametrize("phi", [0.0, 0.9])
+def test_a_buffer_of_one_selection_is_full_after_the_first_step(L, k, phi):
+    m, tc = steady_state(context=L, topk=k, buffer_slots=k, correlation=phi)
+    assert tc[0] == pytest.approx(1.0, rel=1e-6)
+    assert exact_steady_state(context=L, topk=k, buffer_slots=k, correlation=phi)[1] == 1.0
+
+
+@pytest.mark.parametrize("theta", [0.5, 1.0, 3.0, 5.4, 6.0])
+def test_share_selected_anew_is_the_probability_of_entering_above_theta(theta):
+    """P(s_1 <= theta < s_2): for independent steps Phi(theta) (1 - Phi(theta)), to 1e-12 up to 6 sd (L / k = 2^25
+    is 5.4 sd, where the quadrature's second interval, beyond u = 12, carries 1e-10 of it); for correlated
+    steps Phi(theta) - P(s_1 <= theta, s_2 <= theta), the bivariate normal."""
+    from scipy.stats import multivariate_normal
+    assert access._enter_next(0.0, theta) == pytest.approx(ndtr(theta) * ndtr(-theta), rel=1e-12, abs=0)
+    if theta <= 3.0:
+        for phi in (0.5, 0.9):
+            both = multivariate_normal(mean=[0, 0], cov=[[1, phi], [phi, 1]]).cdf([theta, theta])
+            assert access._enter_next(phi, theta) == pytest.approx(ndtr(theta) - both, rel=1e-8)
+
+
+def test_access_counts_is_the_reference_counterpart_with_the_same_defaults():
+    """``access_counts`` stands for :func:`reference.simulate`: the same horizon, buffer, entry and page by
+    default, and, for a context its buffer holds, the same counts (loaded once, then every selection hits)."""
+    import inspect
+
+    from sacmodel.serving.reference import simulate
+    ours, ref = inspect.signature(access_counts).parameters, inspect.signature(simulate).parameters
+    for name in ("steps", "buffer_slots", "entry_bytes", "page_tokens"):
+        assert ours[name].default == ref[name].default, name
+    c = access_counts(context=1000, topk=100, correlation=0.9)
+    s = simulate(context=1000, topk=100, correlation=0.9)
+    assert c["misses"] == s["misses"] == 1000 and c["hits"] == s["hits"] == (ref["steps"].default - 1) * 100

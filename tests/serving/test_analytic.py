@@ -15,8 +15,8 @@ from sacmodel.serving.engine.stepmodel import Model
 from sacmodel.serving.predict import workload
 
 
-def setup(system, context=65536, output=512, requests=64, rate=None, **kw):
-    cfg = resolve("sac-testbed", system)
+def setup(system, context=65536, output=512, requests=64, rate=None, scenario="sac-testbed", **kw):
+    cfg = resolve(scenario, system)
     mdl = Model(cfg)
     reqs = workload(cfg, context=context, output=output, requests=requests, rate=rate, cold_staging=False, **kw)
     return cfg, mdl, an.load_of(cfg, mdl, reqs, rate)
@@ -146,6 +146,108 @@ def test_closed_and_open_loop_solutions():
     assert res["ttft_mean_ms"] == pytest.approx((t.pre + mdl.v["t_request"]) * 1e3)
     one = an.steady_state(cfg, workload(cfg, context=32768, output=1, requests=64), 32)
     assert math.isnan(one["tbt_mean_ms"]) and 0 < one["output_throughput_tok_s"] <= 1 / (mdl.v["t_token"] * 32768)
+
+
+# ---- laws of the terms and of the metrics (campaign 3 of issue 23) ------------------------------------------
+@pytest.mark.parametrize("b,var", [(4.0, 9.0), (1.0, 0.25), (30.0, 40.0)])
+@pytest.mark.parametrize("ranks", [1, 8, 64])
+def test_the_busiest_rank_is_a_distribution_whatever_the_number_of_ranks(b, var, ranks):
+    """Probabilities of the busiest batch, the tail beyond the last batch listed included, add up to one, every
+    batch holds a request at least, and the mean grows with the number of ranks."""
+    d = an.busiest(b, var, ranks)
+    assert sum(d.values()) == pytest.approx(1.0, abs=1e-12) and min(d) >= 1 and min(d.values()) > 0
+    assert sum(n * p for n, p in d.items()) >= sum(n * p for n, p in an.busiest(b, var, 1).items()) - 1e-9
+
+
+def test_a_lone_prefill_computes_one_sequence():
+    """A prefill iteration with one request admitted and no rank decoding computes one next token: its shared
+    part is over the prompt's new tokens and one sequence. On a GPU whose BF16 rate (1 TFLOP/s) makes the LM
+    head compute-bound, one sequence more would show."""
+    from sacmodel.hardware.params import with_params
+    topo = with_params("sac-testbed", {"node:gpu.flops_bf16": 1e12})
+    cfg, mdl, ld = setup("cxl", scenario=topo, exact_prompt=True)
+    assert mdl.shared(64, True, 64, 1) < mdl.shared(64, True, 64, 2)
+    want = mdl.shared(64, True, 64, 1) + mdl.prefill(64, 65536 - 64, True) + mdl.t_eager
+    assert (ld.E, ld.chunks) == (64, 1)
+    assert an.prefill_iteration(mdl, ld, 0.0, 8, 1, 1) == pytest.approx(want, rel=1e-12)
+
+
+def test_a_wave_admitted_as_it_comes_in_by_hand():
+    """cxl at 64K, concurrency 32 (no copies): the first token of a request waits for the intake f, half the
+    other episodes, the next iteration boundary after f and its own prefill."""
+    cfg, mdl, ld = setup("cxl")
+    f = mdl.v["t_token"] * 65536
+    g, Tp = an.wave_batch(mdl, ld, 32, 8)
+    t = an.waves(cfg, mdl, ld, 32)
+    n_ep = 1 + 31 / g
+    wait = Tp * (math.floor(f / Tp) + 1) - f             # to the next multiple of T_p after f
+    assert t.pre == pytest.approx(f + (n_ep - 1) / 2 * Tp + wait + Tp, rel=1e-9)
+
+
+def test_a_wave_whose_prefill_outlasts_its_intake_is_taken_whole_after_its_first_request():
+    """Cold 64K prompts (64 chunks) take longer to prefill than to arrive: every admission after the first
+    takes in the rest of the wave, C - 1 requests (never more), spread over the ranks round-robin."""
+    cfg, mdl, ld = setup("cxl", prefix_cached=False)
+    f = mdl.v["t_token"] * 65536
+    for C in (2, 3, 4):
+        g, Tp = an.wave_batch(mdl, ld, C, 8)
+        assert ld.chunks * Tp > (C - 1) * f and g == C - 1
+        # C - 1 ranks admit one each while the other 9 - C decode the wave's C / 8 requests each
+        assert Tp == pytest.approx(an.prefill_iteration(mdl, ld, C / 8, 8, 1, C - 1), rel=1e-12)
+
+
+def test_copies_of_a_wave_admitted_as_it_comes_in_are_stalls():
+    """rdma at 64K with a wave of 256 (its intake, 11 s, outlasts the first copy, 8 s): admitted as it comes
+    in, and the share of time stalled counts each episode's prefills and copies (episodes per wave n_ep,
+    waves per second X / C)."""
+    cfg, mdl, ld = setup("rdma")
+    t = an.waves(cfg, mdl, ld, 256)
+    assert t.t_c > 1.0 and t.g < 255
+    n_ep = 1 + 255 / t.g
+    assert t.stall == pytest.approx(t.X / 256 * n_ep * (t.T_p + t.t_c), rel=1e-12) and 0 < t.stall < 1
+
+
+@pytest.mark.parametrize("C", [2, 3, 32])
+def test_a_wave_gathered_by_its_first_copy_is_admitted_in_two_batches(C):
+    """rdma at 64K: the first request's copy (8 s) outlasts the intake of C requests (43 ms each), so the wave
+    is admitted in two episodes, its first request alone, then the other C - 1: C / 2 requests per admission
+    (it said (C - 1) / 2, half a request per admission for a wave of two)."""
+    cfg, mdl, ld = setup("rdma")
+    assert an.copy_time(cfg, mdl, ld, 1, 1) > C * mdl.v["t_token"] * 65536
+    assert an.waves(cfg, mdl, ld, C).g == C / 2
+
+
+def test_open_loop_never_holds_more_than_the_cap():
+    """An open-loop rate just under what C decoding requests per rank sustain, but above the closed loop's
+    throughput at C in flight: the rate would need more than C in flight, so the client's cap binds and the
+    closed loop at C answers."""
+    cfg, mdl, ld = setup("cxl", context=32768, output=(256, 768))
+    ld = replace(ld, waves=False)
+    top = an.no_waves(cfg, mdl, ld, 32 / 8, 32)
+    closed = an.solve(cfg, mdl, ld, 32, None)
+    assert closed.X < top.X
+    t = an.solve(cfg, mdl, ld, 32, (closed.X + top.X) / 2)
+    assert t.X * t.R == pytest.approx(32, rel=1e-6) and t.X == pytest.approx(closed.X, rel=1e-9)
+
+
+@pytest.mark.parametrize("system,output", [("cxl", (256, 768)), ("rdma", 512), ("gpu", 64)])
+def test_end_to_end_is_the_first_token_then_the_decode_steps(system, output):
+    """E2E = TTFT + (O - 1) TBT (TBT is the span over O - 1), and the throughputs are O per request."""
+    cfg = resolve("sac-testbed", system)
+    reqs = workload(cfg, context=16384, output=output, requests=64, cold_staging=False)
+    r = an.steady_state(cfg, reqs, 16)
+    O = float(np.mean(reqs.output))
+    assert r["e2e_mean_ms"] == pytest.approx(r["ttft_mean_ms"] + (O - 1) * r["tbt_mean_ms"], rel=1e-12)
+    assert r["output_throughput_tok_s"] == pytest.approx(O * r["request_throughput_req_s"], rel=1e-12)
+    assert 0 < r["ttft_mean_ms"] < r["e2e_mean_ms"]
+
+
+@pytest.mark.parametrize("system", ["cxl", "rdma"])
+def test_a_request_of_one_token_ends_with_its_prefill(system):
+    cfg = resolve("sac-testbed", system)
+    r = an.steady_state(cfg, workload(cfg, context=16384, output=1, requests=64), 16)
+    assert r["e2e_mean_ms"] == r["ttft_mean_ms"] > 0 and math.isnan(r["tbt_mean_ms"])
+    assert r["breakdown"]["mean_step_ms"] == 0.0 and r["output_throughput_tok_s"] == r["request_throughput_req_s"]
 
 
 # ---- against the engine ------------------------------------------------------------------------------------

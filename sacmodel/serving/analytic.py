@@ -227,17 +227,34 @@ def no_waves(cfg: Config, mdl: Model, ld: Load, b: float, C: int) -> Terms:
 def wave_batch(mdl: Model, ld: Load, C: int, dp: int) -> tuple[float, float]:
     """(requests per admission, seconds per admission) while a wave comes in one request every ``f`` s: an
     admission takes in what arrived during the one before, so g = T_p(g) / f (at least one, at most the
-    wave), spread over the ranks round-robin."""
+    wave), spread over the ranks round-robin. An admission of n requests takes T_p(n); between whole numbers
+    T_p is interpolated, so g = T_p(g) / f always has a solution (with T_p stepping at whole numbers the
+    iteration could alternate between two counts) and it moves smoothly with the inputs."""
     f = mdl.v["t_token"] * ld.L
-    g = 1.0
-    for _ in range(50):
-        ranks = max(1, min(dp, round(g)))
-        T_p = prefill_iteration(mdl, ld, C / dp, dp, math.ceil(g / ranks), ranks)
-        new = min(max(ld.chunks * T_p / f, 1.0), max(C - 1.0, 1.0))
-        if abs(new - g) < 1e-6:
-            break
-        g = new
-    return g, T_p
+    top = max(C - 1.0, 1.0)
+    at: dict[int, float] = {}
+
+    def T_at(n: int) -> float:
+        if n not in at:
+            ranks = max(1, min(dp, n))
+            at[n] = prefill_iteration(mdl, ld, C / dp, dp, math.ceil(n / ranks), ranks)
+        return at[n]
+
+    def T_p(g: float) -> float:
+        n = min(int(g), int(top))
+        w = g - n
+        return T_at(n) if w <= 0.0 else (1.0 - w) * T_at(n) + w * T_at(n + 1)
+
+    def gap(g: float) -> float:
+        return min(max(ld.chunks * T_p(g) / f, 1.0), top) - g
+
+    if top <= 1.0:
+        g = 1.0
+    elif gap(top) >= 0.0:                   # every later request comes during the first admission
+        g = top
+    else:                                   # gap(1) >= 0: a root lies between
+        g = brentq(gap, 1.0, top, xtol=1e-9)
+    return g, T_p(g)
 
 
 def waves(cfg: Config, mdl: Model, ld: Load, C: int) -> Terms:

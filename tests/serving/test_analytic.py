@@ -285,3 +285,26 @@ def test_analytic_matches_the_engine_on_the_benchmark(system):
     a = sacmodel.predict("sac-testbed", system, method="analytic", **kw)
     assert a.tbt_mean_ms == pytest.approx(e.tbt_mean_ms, rel=0.15)
     assert a.tbt_mean_ms > 0 and a.output_throughput_tok_s > 0
+
+
+def test_wave_batch_is_a_fixed_point_and_moves_smoothly():
+    """cxl at 64K, concurrency 32: an admission of g requests takes T_p(g) (interpolated between whole
+    counts), and g = chunks T_p(g) / f holds at the answer (T_p stepping at whole counts left the iteration
+    alternating between 2.46 and 3.57 and returned one count with the other's prefill time); a 1% longer
+    tokenisation moves g by less than 5%."""
+    cfg, mdl, ld = setup("cxl")
+    f = mdl.v["t_token"] * ld.L
+    g, Tp = an.wave_batch(mdl, ld, 32, 8)
+    assert 1.0 < g < 31.0
+    assert g == pytest.approx(ld.chunks * Tp / f, rel=1e-6)
+    n = int(g)
+    lo = an.prefill_iteration(mdl, ld, 32 / 8, 8, 1, min(8, n))
+    hi = an.prefill_iteration(mdl, ld, 32 / 8, 8, 1, min(8, n + 1))
+    assert min(lo, hi) <= Tp <= max(lo, hi)
+    t_token = mdl.v["t_token"]
+    try:
+        mdl.v["t_token"] = 1.01 * t_token
+        g2, _ = an.wave_batch(mdl, ld, 32, 8)
+    finally:
+        mdl.v["t_token"] = t_token
+    assert abs(g2 / g - 1) < 0.05

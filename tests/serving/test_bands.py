@@ -102,7 +102,8 @@ def test_a_built_scenario_and_the_template_carry_their_bands():
     from sacmodel.hardware.template import TEMPLATE
     b200 = sacmodel.scenario("b200", dp=8, pool="cxl")
     band, basis = error_band(resolve(b200, "cxl"), context=65536, output=1024, concurrency=64)
-    assert "B200" in basis and band["ttft_mean_ms"] > 0.39
+    # widened at least to the public checks' TTFT error (the B200 group has none of its own for V3.2)
+    assert "B200" in basis and band["ttft_mean_ms"] >= band_table()["external"]["checks"]["ttft"] / 100
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "t.yaml"

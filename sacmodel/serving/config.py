@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..hardware.models import ModelSpec, entry_bytes, model_of
 from ..hardware.sizing import HEAD_BYTES, attention_split, collectives, decode_kernels, gemm_precision
-from ..hardware.scenarios import as_topology
+from ..hardware.scenarios import as_topology, is_builtin
 from ..hardware.topology import LIMITS as TOPOLOGY_LIMITS
 from ..hardware.topology import Topology, TopologyError, with_pool_size
 from .systems import check_system, swap_paths
@@ -128,7 +128,10 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
         return n
     buf = positive(device_buffer, "device_buffer", int(_setting(topo, "device_buffer", 4096)))
     if system in POOL_SYSTEMS and buf < model.topk:
-        raise ConfigError(f"device_buffer={buf} is smaller than the top-k ({model.topk}): one step's selection "
+        # the scenario's own setting: name the file (or scenario) and field, as the scenario reader does
+        where = topo.name if topo.path is None or is_builtin(topo.path) else topo.path
+        what = "device_buffer" if device_buffer is not None else f"{where}: serving.device_buffer"
+        raise ConfigError(f"{what}={buf} is smaller than the top-k ({model.topk}): one step's selection "
                           "must fit the GPU buffer")
     page = int(_setting(topo, "page_tokens", 64))
     n_cxl, n_rdma = count(cxl_devices, "cxl_devices", "cxl"), count(rdma_nics, "rdma_nics", "rdma")

@@ -222,6 +222,14 @@ def _warm() -> None:
     import sacmodel.data.traces  # noqa: F401
     from sacmodel.hardware.scenarios import load_cluster
     load_cluster("sac-cluster-4x")
+    # the CLI's command modules and what calibrate and compare import (scipy.optimize, the YAML round-trip
+    # writer): otherwise every child imports them again (0.2 s a case, 1 s and more for calibrate)
+    import sacmodel.cli.app  # noqa: F401
+    import sacmodel.data.microbench  # noqa: F401
+    import sacmodel.fit.calibrate  # noqa: F401
+    import sacmodel.fit.compare  # noqa: F401
+    import sacmodel.hardware.scenario_io  # noqa: F401
+    import sacmodel.util.progress  # noqa: F401
 
 
 def serve() -> None:

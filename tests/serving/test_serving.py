@@ -216,6 +216,28 @@ def test_bad_workload_is_a_clear_error(kw, msg):
         predict("sac-testbed", "cxl", **args)
 
 
+@pytest.mark.parametrize("cluster", [False, True])
+def test_a_scenario_device_buffer_below_the_top_k_names_the_file_and_field(tmp_path, cluster):
+    # (found by the long fuzz run: "device_buffer=1 is smaller than the top-k (2048)" named neither the scenario
+    # file, nor a cluster file, nor that the value is its serving.device_buffer)
+    import yaml
+
+    from sacmodel.hardware.scenarios import TOPOLOGY_DIR
+    doc = yaml.safe_load((TOPOLOGY_DIR / "sac-testbed.yaml").read_text())
+    doc["serving"]["device_buffer"]["value"] = 2047
+    if cluster:
+        doc.update(schema_version=2, name="inline-2x", cluster={
+            "hosts": [{"id": "h", "count": 2}],
+            "instances": [{"id": "i", "count": 2, "host": "h", "role": "both", "tiers": ["hbm"]}],
+            "tiers": {"hbm": {"kind": "hbm", "capacity": {"value": "200000 token", "source": "test"}}}})
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(doc))
+    for system in ("dram", "cxl"):
+        with pytest.raises(ConfigError, match=r"mine\.yaml: serving\.device_buffer=2047 is smaller than the top-k"):
+            predict(str(tmp_path / "mine.yaml"), system, context=8192, output=16, concurrency=2, requests=4)
+    with pytest.raises(ConfigError, match=r"^device_buffer=2047 is smaller"):     # the argument: named as such
+        predict("sac-testbed", "cxl", context=8192, output=16, concurrency=2, device_buffer=2047)
+
+
 def test_dense_model_in_a_pool_system_is_refused():
     t = with_params("sac-testbed", {})
     t.model_name = "deepseek-v3"

@@ -132,10 +132,6 @@ class MissCurves:
             x = self._by_context.put(c, self.model.misses(c, self.max_out))
         return x
 
-    def per_request(self, shapes: list[tuple[int, int]]) -> list[np.ndarray | None]:
-        """:meth:`over_life` of each request, by its shape."""
-        return [self.over_life(sh) for sh in shapes]
-
     def over_life(self, shape: tuple[int, int]) -> np.ndarray | None:
         """C[0..steps] of a request of ``shape`` (prompt length, decode steps); None when it loads nothing
         (its share of the rank's miss sums is 0 throughout)."""

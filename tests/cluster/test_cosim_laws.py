@@ -3,11 +3,10 @@ each test kills mutants or planted bugs the earlier cluster tests let through): 
 a replay, the router queue serialising requests, a failed instance named, the decode instance waiting for the
 CXL write to land, generated tokens taking room in the cache, a whole-prompt hit priced as the engine prices it.
 """
-import json
-
 import numpy as np
 import pytest
 import yaml
+from test_cosim_mechanisms import BPT, trace
 
 from sacmodel import replay
 from sacmodel.cluster.routers import LlmD, RouterState
@@ -16,16 +15,6 @@ from sacmodel.serving.config import resolve
 from sacmodel.serving.engine.stepmodel import TRACE_CONTEXT_GRID, Model
 from sacmodel.serving.engine.workload import Requests
 from sacmodel.serving.predict import simulate
-
-BPT = 61 * (576 * 2 + 132)          # testbed KV bytes per token (see test_cluster_replay)
-
-
-def trace(tmp_path, rows, name="t.jsonl"):
-    """rows: (arrival s, input tokens, output tokens, hash_ids)."""
-    p = tmp_path / name
-    p.write_text("".join(json.dumps({"timestamp": int(t * 1000), "input_length": n, "output_length": o,
-                                     "hash_ids": h}) + "\n" for t, n, o, h in rows))
-    return p
 
 
 def cluster(tmp_path, mutate, name="cluster.yaml"):

@@ -66,8 +66,6 @@ PLAUSIBLE: dict[str, str] = {
     "t_request": "20-300 ms: HTTP, JSON, detokenisation and streaming outside the engine",
     "t_token": "0.2-2 us: the front end's serial work per prompt token (HTTP body, JSON, a fast tokenizer's "
                "0.5-5 M tokens/s)",
-    "t_launch": "5-80 us: the CPU's time to launch one kernel of an eager forward (PyTorch dispatch and SGLang's "
-                "Python; sgl-project/sglang#24047: eager DeepSeek decode about 3 ms per layer slower than its CUDA graph)",
     "t_hs_admit": "1-20 ms: HiSparse's admission of a request on the scheduler's thread: 61 per-layer copies of the "
                   "prefix's last page, 8-9 GPU synchronisations, three hashes of the prompt's token ids "
                   "(hisparse_coordinator.py prepare_prefill_prefix_mappings, admit_request_into_staging)",
@@ -80,7 +78,7 @@ PLAUSIBLE: dict[str, str] = {
 PLAUSIBLE_RANGE: dict[str, tuple[float, float]] = {
     "t_graph_kernel": (2.0, 15.0), "compute_eff": (0.15, 0.6), "t_hs": (5.0, 30.0), "t_hs_req": (0.05, 1.0),
     "score_correlation": (0.95, 0.9999), "drift_settling": (0.0, 100.0), "settling_steps": (100.0, 3000.0),
-    "t_request": (20.0, 300.0), "t_token": (0.2, 2.0), "t_launch": (5.0, 80.0), "t_hs_admit": (1.0, 20.0), "stage_copy_bw": (1.0, 20.0),
+    "t_request": (20.0, 300.0), "t_token": (0.2, 2.0), "t_hs_admit": (1.0, 20.0), "stage_copy_bw": (1.0, 20.0),
     "prefill_eff": (0.3, 0.8),
 }
 
@@ -105,7 +103,7 @@ def prior(name: str) -> float:
 MICROBENCH_PARAMS = ("t_kernel", "outstanding_lines", "link:gpu.latency", "node:rdma_nic.op_cost")
 STEP_PARAMS = ("t_graph_kernel", "compute_eff", "t_hs", "t_hs_req", "score_correlation", "drift_settling",
                "settling_steps")
-SERVING_PARAMS = ("t_request", "t_token", "t_launch", "t_hs_admit", "stage_copy_bw")
+SERVING_PARAMS = ("t_request", "t_token", "t_hs_admit", "stage_copy_bw")
 SERVING_METRICS = ("ttft_mean_ms", "tbt_mean_ms", "output_throughput_tok_s")
 PREFILL_PARAMS = ("prefill_eff",)          # fitted to the cold round 1 TTFTs
 

@@ -126,19 +126,19 @@ calibration:
   outstanding_lines: {value: 612, source: "fitted: SAC testbed"}
   moe_eff: {value: 0.7, source: "a priori: grouped MoE GEMMs (Marlin AWQ on the testbed) read expert weights at about 70% of HBM bandwidth"}
   hbm_eff: {value: 0.9, source: "constants.md 1c: FlashMLA dense decode 3000 GB/s of 3350 GB/s HBM (H800) = 0.9"}
-  compute_eff: {value: 0.353532, source: "fitted: SAC testbed"}
-  t_graph_kernel: {value: 6.20721 us, source: "fitted: SAC testbed"}
+  compute_eff: {value: 0.353504, source: "fitted: SAC testbed"}
+  t_graph_kernel: {value: 6.20709 us, source: "fitted: SAC testbed"}
   t_collective: {value: 10 us, source: "pytorch/pytorch#114001 and #131739: one-shot intra-node all-reduce of small messages on 8 H100s, 6-17 us"}
-  t_hs: {value: 18.0587 ms, source: "fitted: SAC testbed"}
-  t_hs_req: {value: 0.232926 ms, source: "fitted: SAC testbed"}
+  t_hs: {value: 18.0592 ms, source: "fitted: SAC testbed"}
+  t_hs_req: {value: 0.23279 ms, source: "fitted: SAC testbed"}
   score_correlation: {value: 0.9995, source: "fitted: SAC testbed"}
-  drift_settling: {value: 47.9288, source: "fitted: SAC testbed"}
-  settling_steps: {value: 581.533, source: "fitted: SAC testbed"}
-  t_request: {value: 201.602 ms, source: "fitted: SAC testbed"}
-  t_token: {value: 0.66064 us, source: "fitted: SAC testbed"}
-  t_hs_admit: {value: 12.1213 ms, source: "fitted: SAC testbed"}
-  t_launch: {value: 20.3278 us, source: "fitted: SAC testbed"}
-  stage_copy_bw: {value: 2.30706 GB/s, source: "fitted: SAC testbed"}
-  prefill_eff: {value: 0.524161, source: "fitted: SAC testbed"}
+  drift_settling: {value: 47.8869, source: "fitted: SAC testbed"}
+  settling_steps: {value: 581.606, source: "fitted: SAC testbed"}
+  t_request: {value: 125.358 ms, source: "fitted: SAC testbed"}
+  t_token: {value: 0.634302 us, source: "fitted: SAC testbed"}
+  t_hs_admit: {value: 7.73546 ms, source: "fitted: SAC testbed"}
+  t_launch: {value: 48.6 us, source: "a priori: sgl-project/sglang#12160, a one-token DeepSeek-V3 forward 82.6 ms eager against 23.1 ms as a CUDA graph: 42 us more per kernel (61 layers x 23 kernels) over a kernel's in-graph time (6 us)"}
+  stage_copy_bw: {value: 2.32462 GB/s, source: "fitted: SAC testbed"}
+  prefill_eff: {value: 0.542562, source: "fitted: SAC testbed"}
 """
 

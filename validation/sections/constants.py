@@ -18,7 +18,7 @@ CASES = {"gpu": dict(context=32768, output=1024, concurrency=32),
          "cxl": dict(context=32768, output=1024, concurrency=64),
          "rdma": dict(context=32768, output=1024, concurrency=64)}
 STEPS = (0.01, 0.05)
-A_PRIORI = ("hbm_eff", "moe_eff", "t_collective")
+A_PRIORI = ("hbm_eff", "moe_eff", "t_collective", "t_launch")
 
 
 def _moved(name: str, v0: float, rel: float) -> tuple[float, float]:

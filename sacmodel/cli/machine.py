@@ -15,7 +15,8 @@ FLAGS = {
     "--dp": "dp", "--tp": "tp", "--ep": "ep", "--mem-fraction": "mem_fraction",
     "--chunked-prefill": "chunked_prefill", "--max-total-tokens": "max_total_tokens",
     "--max-running-requests": "max_running_requests",
-    "--scheduler-recv-interval": "scheduler_recv_interval", "--pool": "pool", "--cxl-devices": "cxl_devices",
+    "--scheduler-recv-interval": "scheduler_recv_interval", "--piecewise-cuda-graph": "piecewise_cuda_graph",
+    "--pool": "pool", "--cxl-devices": "cxl_devices",
     "--rdma-nics": "rdma_nics",
 }
 
@@ -51,6 +52,9 @@ def add_machine(p: argparse.ArgumentParser) -> None:
     add("--max-running-requests", type=arg(count, hi=1 << 20), metavar="N", help="requests per rank at most")
     add("--scheduler-recv-interval", type=arg(count, hi=1 << 16), metavar="N",
         help="SGLang's scheduler_recv_interval: new requests are taken in after N decode iterations (default 1)")
+    add("--piecewise-cuda-graph", action="store_true",
+        help="run short prefills as SGLang's piecewise CUDA graphs (its default from v0.5.10 on; needs --dp 1 and a "
+             "dense-attention model)")
     add("--pool", metavar="LIST", help="KV pools to add: cxl and/or rdma, comma-separated (default: none)")
     add("--cxl-devices", type=arg(count, hi=1024), metavar="N", help="CXL devices of the pool (default 2)")
     add("--rdma-nics", type=arg(count, hi=1024), metavar="N", help="RDMA NICs of the pool (default 2)")

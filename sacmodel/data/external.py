@@ -2,7 +2,8 @@
 
 One CSV row per benchmark point: the machine (``gpu``, ``gpus``, ``model``, ``weights``, ``kv_dtype``, ``tp``,
 ``dp`` = attention data-parallel groups, ``ep``), the server settings that differ from SGLang's defaults
-(``mem_fraction``, ``chunked_prefill``, ``scheduler_recv_interval``), the client's workload (``isl``/``osl`` nominal lengths, each request's
+(``mem_fraction``, ``chunked_prefill``, ``scheduler_recv_interval``, ``piecewise_cuda_graph`` = 1 where the
+server ran short prefills as piecewise CUDA graphs), the client's workload (``isl``/``osl`` nominal lengths, each request's
 lengths drawn uniformly in [``range_ratio`` x nominal, nominal], ``concurrency`` in flight at most, ``requests`` in
 all) and the measured means (``ttft_mean_ms``, ``tpot_mean_ms`` = the mean over requests of (E2E - TTFT) / (output -
 1), ``output_tok_s``). The shared file names its columns a little differently (``attn_dp``, ``moe_ep``,
@@ -51,6 +52,7 @@ class ExternalRun:
     output_tok_s: float
     source: str
     scheduler_recv_interval: int | None = None
+    piecewise_cuda_graph: bool = False
 
     def scenario_kwargs(self) -> dict:
         """Arguments of :func:`sacmodel.scenario` for the machine and its server settings."""
@@ -62,6 +64,8 @@ class ExternalRun:
             kw["chunked_prefill"] = self.chunked_prefill
         if self.scheduler_recv_interval:
             kw["scheduler_recv_interval"] = self.scheduler_recv_interval
+        if self.piecewise_cuda_graph:
+            kw["piecewise_cuda_graph"] = True
         return kw
 
 
@@ -78,6 +82,13 @@ def _num(row: dict, key: str, where: str, cast=float, default=None):
     if isinstance(x, float) and not math.isfinite(x):
         raise DataError(f"{where}: column {key!r} is not finite")
     return x
+
+
+def _flag(row: dict, key: str, where: str) -> bool:
+    v = (row.get(key) or "0").strip()
+    if v not in ("0", "1"):
+        raise DataError(f"{where}: column {key!r} must be 0 or 1, got {v[:40]!r}")
+    return v == "1"
 
 
 def load_external_runs(path: str | Path, source: str | None = None) -> list[ExternalRun]:
@@ -108,5 +119,6 @@ def load_external_runs(path: str | Path, source: str | None = None) -> list[Exte
             ttft_mean_ms=_num(row, "ttft_mean_ms", where), tpot_mean_ms=_num(row, "tpot_mean_ms", where),
             output_tok_s=_num(row, "output_tok_s", where, float, math.nan),
             source=source or row.get("source") or str(path),
-            scheduler_recv_interval=_num(row, "scheduler_recv_interval", where, int, 0) or None))
+            scheduler_recv_interval=_num(row, "scheduler_recv_interval", where, int, 0) or None,
+            piecewise_cuda_graph=_flag(row, "piecewise_cuda_graph", where)))
     return out

@@ -39,7 +39,7 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
              kv_dtype: str = "auto", dp: int = 1, tp: int | None = None, ep: int = 1,
              mem_fraction: float | None = None, chunked_prefill: int | None = None,
              max_total_tokens: int | None = None, max_running_requests: int | None = None,
-             scheduler_recv_interval: int | None = None,
+             scheduler_recv_interval: int | None = None, piecewise_cuda_graph: bool = False,
              pool: str | None = None, cxl_devices: int | None = None, rdma_nics: int | None = None,
              transfer: str = "fitted") -> Topology:
     """A scenario of ``gpus`` x ``gpu`` serving ``model`` with SGLang.
@@ -48,7 +48,9 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
     DeepSeek sparse attention on Blackwell), bf16 or fp8; ``dp``: data-parallel attention groups (1: tensor-
     parallel attention over all GPUs); ``tp``: tensor-parallel size (default ``gpus``); ``ep``: expert-parallel
     size. ``scheduler_recv_interval``: SGLang's ``--scheduler-recv-interval`` (the scheduler takes in new
-    requests after that many decode iterations; 1, the default, every iteration). Unset server settings take
+    requests after that many decode iterations; 1, the default, every iteration). ``piecewise_cuda_graph``: run
+    prefill batches of up to SGLang's ``piecewise_cuda_graph_max_tokens`` as piecewise CUDA graphs (SGLang's
+    default from v0.5.10 on where it applies; off in v0.5.9, whose defaults the rest follows). Unset server settings take
     SGLang's defaults for the machine. ``pool``: ``cxl`` and/or ``rdma``
     (comma-separated) to add a KV pool like the testbed's, with ``cxl_devices`` / ``rdma_nics`` members.
     ``transfer``: how the testbed's constants carry over (:mod:`sacmodel.hardware.transfer`): "fitted" (the
@@ -59,7 +61,8 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
                                        tp=tp, ep=ep, mem_fraction=mem_fraction, chunked_prefill=chunked_prefill,
                                        max_total_tokens=max_total_tokens,
                                        max_running_requests=max_running_requests,
-                                       scheduler_recv_interval=scheduler_recv_interval, pool=pool,
+                                       scheduler_recv_interval=scheduler_recv_interval,
+                                       piecewise_cuda_graph=piecewise_cuda_graph, pool=pool,
                                        cxl_devices=cxl_devices, rdma_nics=rdma_nics, transfer=transfer))
 
 
@@ -67,8 +70,9 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                   kv_dtype: str = "auto", dp: int = 1, tp: int | None = None, ep: int = 1,
                   mem_fraction: float | None = None, chunked_prefill: int | None = None,
                   max_total_tokens: int | None = None, max_running_requests: int | None = None,
-                  scheduler_recv_interval: int | None = None, pool: str | None = None,
-                  cxl_devices: int | None = None, rdma_nics: int | None = None, transfer: str = "fitted") -> dict:
+                  scheduler_recv_interval: int | None = None, piecewise_cuda_graph: bool = False,
+                  pool: str | None = None, cxl_devices: int | None = None, rdma_nics: int | None = None,
+                  transfer: str = "fitted") -> dict:
     """The scenario of :func:`scenario` as a schema-version-1 mapping (what :func:`scenario_yaml` writes)."""
     g = get_gpu(gpu)
     try:
@@ -103,6 +107,7 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                             mem_fraction=mem_fraction, chunked_prefill=chunked_prefill,
                             max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
                             scheduler_recv_interval=scheduler_recv_interval,
+                            piecewise_cuda_graph=piecewise_cuda_graph,
                             cxl_devices=cxl_devices or 2 if "cxl" in pools else None,
                             rdma_nics=rdma_nics or 2 if "rdma" in pools else None),
     }
@@ -197,7 +202,7 @@ def _links(g: GPUSpec, pools) -> list[dict]:
 
 def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int, kv_dtype_given: bool,
              mem_fraction, chunked_prefill, max_total_tokens, max_running_requests, cxl_devices,
-             rdma_nics, scheduler_recv_interval=None) -> dict:
+             rdma_nics, scheduler_recv_interval=None, piecewise_cuda_graph=False) -> dict:
     chunk0 = chunked_prefill_default(g.memory_mib)
     cgmb = cuda_graph_max_bs_default(g.memory_mib, tp)
     s = {
@@ -239,6 +244,17 @@ def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int,
             raise TopologyError(f"scenario: scheduler_recv_interval={n} needs dp=1: SGLang refuses it with DP "
                                 f"attention (dp={dp})")
         s["scheduler_recv_interval"] = _num(str(n), "given (SGLang --scheduler-recv-interval)")
+    if piecewise_cuda_graph is not False:
+        if piecewise_cuda_graph is not True:
+            raise TopologyError(f"scenario: piecewise_cuda_graph must be True or False, got {piecewise_cuda_graph!r}")
+        if dp > 1 or m.sparse:
+            raise TopologyError("scenario: piecewise_cuda_graph: SGLang runs none " + (
+                f"with DP attention (dp={dp})" if dp > 1 else f"for {m.name} (DeepSeek sparse attention)")
+                + " (server_args.py _handle_piecewise_cuda_graph, v0.5.10-0.5.12)")
+        n, why = (2048, "2048 for an MLA backend") if m.kind == "mla" else (
+            int(s["prefill_chunk"]["value"]), "chunked_prefill_size")
+        s["piecewise_cuda_graph_max_tokens"] = _num(str(n), f"given: piecewise CUDA graph on; SGLang v0.5.12's "
+                                                            f"piecewise_cuda_graph_max_tokens default ({why})")
     if cxl_devices:
         s["cxl_devices"] = _num(str(cxl_devices), "given" if cxl_devices else "as the testbed")
     if rdma_nics:

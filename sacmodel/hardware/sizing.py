@@ -154,6 +154,13 @@ def decode_kernels(model: ModelSpec) -> int:
     return attention + indexer + mlp
 
 
+def piecewise_eager_kernels(model: ModelSpec) -> int:
+    """Launches per layer a prefill still makes from Python under SGLang's piecewise CUDA graph (the graph
+    stops at each layer's attention op, ``unified_attention_with_output``, which runs eagerly) [estimated]: the
+    KV-cache store, the attention kernel, and the replay of the next captured piece."""
+    return 3
+
+
 def collectives(model: ModelSpec, tp: int, dp: int) -> tuple[int, float]:
     """(collectives per layer, bytes per token per layer each GPU sends) of SGLang's parallel forward.
 

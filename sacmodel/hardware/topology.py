@@ -142,6 +142,7 @@ PARAM_RANGES: dict[str, Range] = {
     "weight_bytes_per_param": Range("dimensionless", 0.0, 8.0, lo_open=True),
     "max_total_tokens": _count(1 << 31, "tokens"), "max_running_requests": _count(1 << 20),
     "scheduler_recv_interval": _count(1 << 16),
+    "piecewise_cuda_graph_max_tokens": _count(1 << 24, "tokens"),
     "prefill_chunk": _count(1 << 24, "tokens"), "device_buffer": _count(1 << 24, "tokens"),
     "page_tokens": _count(1 << 16, "tokens"),
     "cxl_devices": _count(LIMITS["pool_members"]), "rdma_nics": _count(LIMITS["pool_members"]),

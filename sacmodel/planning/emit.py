@@ -116,6 +116,11 @@ def _memory_args(t, cfg, settings) -> dict:
         out["--max-running-requests"] = cfg.max_running_requests * cfg.dp    # SGLang divides it by dp
     if cfg.recv_interval > 1:
         out["--scheduler-recv-interval"] = cfg.recv_interval
+    # the fork runs short prefills as piecewise CUDA graphs by default where SGLang can (dp 1, dense attention)
+    if cfg.pcg_tokens:
+        out["--piecewise-cuda-graph-max-tokens"] = cfg.pcg_tokens
+    elif cfg.dp == 1 and not cfg.model.sparse:
+        out["--disable-piecewise-cuda-graph"] = True
     return out
 
 

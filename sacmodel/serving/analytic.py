@@ -137,8 +137,9 @@ def prefill_iteration(mdl: Model, ld: Load, b: float, dp: int, per_rank: int, ra
         dec, _ = rank_part(mdl, busiest(b, occupancy_variance(b, ld, dp), others), ld, dp)
     tokens = per_rank * ranks * P + others * b
     seqs = others * b + per_rank * ranks
+    eager = mdl.t_eager_pcg if per_rank * P <= mdl.pcg_tokens else mdl.t_eager     # piecewise CUDA graph
     return mdl.shared(int(round(tokens)), True, int(round(tokens)), int(round(max(seqs, 1)))) + max(chunk, dec) \
-        + mdl.t_eager
+        + eager
 
 
 def copy_time(cfg: Config, mdl: Model, ld: Load, per_rank: int, ranks: int) -> float:

@@ -63,6 +63,8 @@ class Config:
     graph_bs: int = 512                              # largest decode batch per rank run as a CUDA graph
     weights: str = "bf16"                            # precision of the linear layers' weights
     recv_interval: int = 1                           # decode iterations between the scheduler's receives
+    pcg_tokens: int = 0                              # prefill batches up to this many tokens run as piecewise
+                                                     # CUDA graphs (attention eager); 0: every prefill eager
 
     @property
     def attn_tp(self) -> int:
@@ -142,10 +144,15 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
                           int(_setting(topo, "max_running_requests", 2048))),
                  int(_setting(topo, "prefill_chunk", 8192 // dp)), page, tp=tp, ep=ep,
                  graph_bs=int(_setting(topo, "cuda_graph_max_bs", 512)), weights=weights_of(topo),
-                 recv_interval=int(_setting(topo, "scheduler_recv_interval", 1)))
+                 recv_interval=int(_setting(topo, "scheduler_recv_interval", 1)),
+                 pcg_tokens=int(_setting(topo, "piecewise_cuda_graph_max_tokens", 0)))
     if cfg.recv_interval > 1 and dp > 1:
         raise ConfigError(f"{topo.name}: scheduler_recv_interval={cfg.recv_interval} needs tensor-parallel attention "
                           f"(dp=1): SGLang refuses it with DP attention (dp={dp})")
+    if cfg.pcg_tokens and (dp > 1 or model.sparse):
+        raise ConfigError(f"{topo.name}: piecewise_cuda_graph_max_tokens={cfg.pcg_tokens}: SGLang runs no piecewise "
+                          "CUDA graph " + (f"with DP attention (dp={dp})" if dp > 1 else
+                                           f"for {model.name} (DeepSeek sparse attention)"))
     cfg.max_total_tokens, cfg.limits = _effective_pool(cfg)
     if max_running_requests is None and not topo.has_param("max_running_requests"):
         from ..hardware.sizing import max_running_default

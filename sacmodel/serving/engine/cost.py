@@ -5,7 +5,8 @@ tokens with routed experts read once per distinct token: :mod:`sacmodel.serving.
 plus the slowest rank's own part: its prefill batch (each request's uncached tokens), or its decode batch
 (a + c L + g M with L the mean context and M the entries loaded per layer, from the rank's miss accumulator).
 An iteration without a CUDA graph (any rank prefilling, or a decode batch above the captured sizes) adds the
-CPU's launch time of its kernels beyond their in-graph floor. Runs of identical decode iterations are priced in
+CPU's launch time of its kernels beyond their in-graph floor; a prefill batch within SGLang's piecewise CUDA
+graph (``pcg_tokens``) launches only its attention eagerly. Runs of identical decode iterations are priced in
 one jump.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ class IterationCost:
     def __init__(self, model: Model, table: RequestTable):
         self.model, self.table = model, table
         self.t_eager, self.graph_bs = model.t_eager, model.graph_bs
+        self.t_eager_pcg, self.pcg_tokens = model.t_eager_pcg, model.pcg_tokens
         self._prefill: dict = {}
         self._by_active: dict[int, dict] = {}      # rank coefficients by active ranks, then batch and long requests
         self._shared = model._shared_cache
@@ -57,15 +59,16 @@ class IterationCost:
         newest_at, swaps = ranks.newest_at, ranks.swaps
         if admits:
             floor = self.prefill_part(admits, ranks.prefilled)
-            seqs = n_tok
+            seqs, prefill = n_tok, 0
             for _, batch in admits:             # sequences whose next token is computed: one per request
                 seqs += len(batch)
                 for _, take in batch:
-                    seqs -= take
+                    prefill += take
+            seqs -= prefill
             shared = self._shared.get((n_tok, n_distinct, True, seqs))
             if shared is None:
                 shared = model.shared(n_tok, True, n_distinct, seqs)
-            eager = self.t_eager
+            eager = self.t_eager_pcg if prefill <= self.pcg_tokens else self.t_eager
         else:
             floor = 0.0
             shared = self._shared.get((n_tok, n_distinct, False, n_tok))

@@ -10,6 +10,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ...hardware.sizing import piecewise_eager_kernels
 from .. import step as steps
 from ..config import Config, static_values, swap_route
 from .misses import CurveCache, cumulative_misses
@@ -62,7 +63,11 @@ class Model:
         self.k = float(cfg.model.topk) if cfg.model.sparse else 0.0
         self.B = float(cfg.device_buffer)
         self.graph_bs = cfg.graph_bs
-        self.t_eager = steps.compiled("eager").total(*steps.compiled("eager").args(self.v))
+        eager = steps.compiled("eager")
+        self.t_eager = eager.total(*eager.args(self.v))
+        # a prefill of at most pcg_tokens tokens runs as a piecewise CUDA graph: only attention launches eagerly
+        self.pcg_tokens = cfg.pcg_tokens
+        self.t_eager_pcg = eager.total(*eager.args(dict(self.v, n_kernels=float(piecewise_eager_kernels(cfg.model)))))
         self._rank_cache: dict = {}
         self._shared_cache: dict = {}
         self._miss_cache = CurveCache()

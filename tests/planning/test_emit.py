@@ -19,7 +19,8 @@ from sacmodel.serving.config import resolve
 FORK_FLAGS = {"--model-path", "--trust-remote-code", "--tp-size", "--dp-size", "--enable-dp-attention",
               "--load-balance-method", "--ep-size", "--mem-fraction-static", "--chunked-prefill-size", "--page-size",
               "--kv-cache-dtype", "--cuda-graph-max-bs", "--max-total-tokens", "--max-running-requests",
-              "--quantization", "--enable-hisparse", "--hisparse-config"}
+              "--quantization", "--enable-hisparse", "--hisparse-config", "--disable-piecewise-cuda-graph",
+              "--piecewise-cuda-graph-max-tokens"}
 
 
 def parse(text: str) -> dict:
@@ -47,6 +48,9 @@ def check_against_config(args: dict, topo, system: str, **res):
     assert float(args["--mem-fraction-static"]) == topo.param("mem_fraction")
     assert int(args["--chunked-prefill-size"]) // cfg.dp == cfg.prefill_chunk      # SGLang divides it by dp
     assert int(args["--page-size"]) == cfg.page and int(args["--cuda-graph-max-bs"]) == cfg.graph_bs
+    # the fork graphs short prefills by default where it can (dp 1, dense attention): off unless the model's is on
+    assert int(args.get("--piecewise-cuda-graph-max-tokens", 0)) == cfg.pcg_tokens
+    assert ("--disable-piecewise-cuda-graph" in args) == (not cfg.pcg_tokens and cfg.dp == 1 and not cfg.model.sparse)
     assert args["--kv-cache-dtype"] == {"bf16": "bfloat16", "fp8": "fp8_e4m3"}[topo.serving["kv_dtype"].raw]
     setting = cfg.limits["setting"]
     assert int(args["--max-total-tokens"]) == setting if setting else "--max-total-tokens" not in args

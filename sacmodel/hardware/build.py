@@ -12,7 +12,7 @@ from typing import Any
 from .gpus import GPUSpec, get_gpu
 from .models import ModelError, get_model
 from .sizing import (WEIGHT_BYTES, chunked_prefill_default, cuda_graph_max_bs_default, kv_dtype_default,
-                     mem_fraction_default)
+                     mem_fraction_default, sglang_refusal)
 from .topology import Topology, TopologyError
 
 SGLANG = "SGLang 0.5.9 default"
@@ -240,17 +240,16 @@ def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int,
                                          "given (per data-parallel rank)")
     if scheduler_recv_interval is not None:
         n = _check_int("scheduler_recv_interval", scheduler_recv_interval, 1, 1 << 16)
-        if n > 1 and dp > 1:
-            raise TopologyError(f"scenario: scheduler_recv_interval={n} needs dp=1: SGLang refuses it with DP "
-                                f"attention (dp={dp})")
+        why = sglang_refusal(m, dp, recv_interval=n)
+        if why:
+            raise TopologyError(f"scenario: scheduler_recv_interval={n} {why}")
         s["scheduler_recv_interval"] = _num(str(n), "given (SGLang --scheduler-recv-interval)")
     if piecewise_cuda_graph is not False:
         if piecewise_cuda_graph is not True:
             raise TopologyError(f"scenario: piecewise_cuda_graph must be True or False, got {piecewise_cuda_graph!r}")
-        if dp > 1 or m.sparse:
-            raise TopologyError("scenario: piecewise_cuda_graph: SGLang runs none " + (
-                f"with DP attention (dp={dp})" if dp > 1 else f"for {m.name} (DeepSeek sparse attention)")
-                + " (server_args.py _handle_piecewise_cuda_graph, v0.5.10-0.5.12)")
+        why = sglang_refusal(m, dp, piecewise_graph=True)
+        if why:
+            raise TopologyError(f"scenario: piecewise_cuda_graph: {why}")
         n, why = (2048, "2048 for an MLA backend") if m.kind == "mla" else (
             int(s["prefill_chunk"]["value"]), "chunked_prefill_size")
         s["piecewise_cuda_graph_max_tokens"] = _num(str(n), f"given: piecewise CUDA graph on; SGLang v0.5.12's "

@@ -154,6 +154,23 @@ def decode_kernels(model: ModelSpec) -> int:
     return attention + indexer + mlp
 
 
+def piecewise_graph_applies(model: ModelSpec, dp: int) -> bool:
+    """Whether SGLang (v0.5.10-0.5.12) can run a prefill as a piecewise CUDA graph: not with DP attention, not
+    for DeepSeek sparse attention (server_args.py ``_handle_piecewise_cuda_graph`` turns it off there)."""
+    return dp == 1 and not model.sparse
+
+
+def sglang_refusal(model: ModelSpec, dp: int, *, recv_interval: int = 1, piecewise_graph: bool = False) -> str | None:
+    """Why SGLang will not run these settings (None if it will): the recv skipper with DP attention (it asserts
+    against it), a piecewise CUDA graph where it turns the graph off. The caller names the setting."""
+    if recv_interval > 1 and dp > 1:
+        return f"needs tensor-parallel attention (dp=1): SGLang refuses it with DP attention (dp={dp})"
+    if piecewise_graph and not piecewise_graph_applies(model, dp):
+        return "SGLang runs no piecewise CUDA graph " + (
+            f"with DP attention (dp={dp})" if dp > 1 else f"for {model.name} (DeepSeek sparse attention)")
+    return None
+
+
 def piecewise_eager_kernels(model: ModelSpec) -> int:
     """Launches per layer a prefill still makes from Python under SGLang's piecewise CUDA graph (the graph
     stops at each layer's attention op, ``unified_attention_with_output``, which runs eagerly) [estimated]: the

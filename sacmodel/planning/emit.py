@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from ..hardware.sizing import max_running_default
+from ..hardware.sizing import max_running_default, piecewise_graph_applies
 from ..serving.config import resolve
 from ..serving.systems import check_system
 from .common import SolverError, _topology, _with_value
@@ -119,7 +119,7 @@ def _memory_args(t, cfg, settings) -> dict:
     # the fork runs short prefills as piecewise CUDA graphs by default where SGLang can (dp 1, dense attention)
     if cfg.pcg_tokens:
         out["--piecewise-cuda-graph-max-tokens"] = cfg.pcg_tokens
-    elif cfg.dp == 1 and not cfg.model.sparse:
+    elif piecewise_graph_applies(cfg.model, cfg.dp):
         out["--disable-piecewise-cuda-graph"] = True
     return out
 

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..hardware.models import ModelSpec, entry_bytes, model_of
-from ..hardware.sizing import HEAD_BYTES, attention_split, collectives, decode_kernels, gemm_precision
+from ..hardware.sizing import (HEAD_BYTES, attention_split, collectives, decode_kernels, gemm_precision,
+                               sglang_refusal)
 from ..hardware.scenarios import as_topology, is_builtin
 from ..hardware.topology import LIMITS as TOPOLOGY_LIMITS
 from ..hardware.topology import Topology, TopologyError, with_pool_size
@@ -146,13 +147,12 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
                  graph_bs=int(_setting(topo, "cuda_graph_max_bs", 512)), weights=weights_of(topo),
                  recv_interval=int(_setting(topo, "scheduler_recv_interval", 1)),
                  pcg_tokens=int(_setting(topo, "piecewise_cuda_graph_max_tokens", 0)))
-    if cfg.recv_interval > 1 and dp > 1:
-        raise ConfigError(f"{topo.name}: scheduler_recv_interval={cfg.recv_interval} needs tensor-parallel attention "
-                          f"(dp=1): SGLang refuses it with DP attention (dp={dp})")
-    if cfg.pcg_tokens and (dp > 1 or model.sparse):
-        raise ConfigError(f"{topo.name}: piecewise_cuda_graph_max_tokens={cfg.pcg_tokens}: SGLang runs no piecewise "
-                          "CUDA graph " + (f"with DP attention (dp={dp})" if dp > 1 else
-                                           f"for {model.name} (DeepSeek sparse attention)"))
+    for setting, why in ((f"scheduler_recv_interval={cfg.recv_interval}",
+                          sglang_refusal(model, dp, recv_interval=cfg.recv_interval)),
+                         (f"piecewise_cuda_graph_max_tokens={cfg.pcg_tokens}:",
+                          sglang_refusal(model, dp, piecewise_graph=cfg.pcg_tokens > 0))):
+        if why:
+            raise ConfigError(f"{topo.name}: {setting} {why}")
     cfg.max_total_tokens, cfg.limits = _effective_pool(cfg)
     if max_running_requests is None and not topo.has_param("max_running_requests"):
         from ..hardware.sizing import max_running_default

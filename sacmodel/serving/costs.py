@@ -114,6 +114,24 @@ def lines_per_entry(entry_bytes: float, line: float = 64, first_offset: float = 
     return total / period
 
 
+def fair_share_finish(demands, unit_at) -> list[float]:
+    """Seconds until each of several copies over one shared route ends, the route serving the copies still
+    running in fair shares (progressive filling): with ``k`` copies running each moves one unit of its demand in
+    ``unit_at(k)`` seconds, so with demands sorted D_(1) <= ... <= D_(n) the i-th ends at
+    sum_{j <= i} (D_(j) - D_(j-1)) unit_at(n - j + 1): a copy that ends early hands its share to the others.
+    Times come back in the order of ``demands``."""
+    order = sorted(range(len(demands)), key=demands.__getitem__)
+    out = [0.0] * len(demands)
+    n, t, prev = len(order), 0.0, 0.0
+    for j, i in enumerate(order):
+        d = demands[i]
+        if d > prev:
+            t += (d - prev) * unit_at(n - j)
+            prev = d
+        out[i] = t
+    return out
+
+
 def free_symbols_sorted(expr: sp.Expr) -> list[sp.Symbol]:
     return sorted(expr.free_symbols, key=lambda s: s.name)
 

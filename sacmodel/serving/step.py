@@ -24,7 +24,8 @@ A rank's own part is one of (every term is named in :func:`rank_terms` and :func
   ``k`` entries (the top-k for DSA, all ``L`` for dense attention), and for HiSparse pools (dram, cxl, rdma after
   its copy) the machinery it adds: the CPU preparation of the step, which HiSparse serialises with the GPU
   (``t_hs`` per step), per-request work (``t_hs_req``), and per layer one swap-in kernel copying the step's
-  misses from the pool (:func:`sacmodel.serving.costs.swap_in_time`, over the topology route shared by the ranks);
+  misses from the pool (:func:`sacmodel.serving.costs.swap_in_time`, over the topology route shared by the ranks;
+  the engine splits a shared route by the ranks' demands, :func:`sacmodel.serving.costs.fair_share_finish`);
 - a chunk of ``P`` prompt tokens after ``H`` already in the KV (a prefix hit's uncached tail, or a chunk of a
   cold prompt): projections, the causal indexer, attention on SGLang's path for the chunk (dense multi-head or
   absorbed; sparse or dense).

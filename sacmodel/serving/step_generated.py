@@ -2,7 +2,7 @@
 # flake8: noqa
 
 from math import sqrt
-SOURCE_HASH = 'd269136c5b6a5ae204ebe36f5c19789bc5bb1db1b64eb2445478d92b1f9380a7'
+SOURCE_HASH = 'e62b3c2056bd5e749411e7d9280801899daf9df7a922234a213d4faee257de4c'
 
 GROUPS = {
     'rank': (('L', 'M', 'M_max', 'attn_tp', 'b', 'compute_eff', 'entry_bytes', 'f_attn', 'f_index', 'flop_unit', 'hbm_bw', 'hbm_eff', 'hs_on', 'index_key_bytes', 'k_attn', 'kv_read_bytes', 'layers', 'p_attn_rep', 'p_attn_split', 'peak_bf16', 'peak_fp8', 'peak_w', 'pf_rate', 'rdma_bytes_per_miss', 'rdma_op_cost', 'rdma_ops_per_miss', 'rdma_share', 'rdma_topk_on', 'sw_bw', 'sw_lat', 'swap_inflight', 'swap_on', 't_hs', 't_hs_req', 't_kernel', 'w_bytes'), ('attn_proj', 'indexer', 'attention', 'hisparse', 'swap', 'rdma_topk')),

@@ -2,11 +2,14 @@ import numpy as np
 import pint
 import pytest
 import sympy as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sacmodel.serving.costs import (
     check_dimensions,
     compile_expr,
     dma_time,
+    fair_share_finish,
     gather_time,
     lines_per_entry,
     rdma_time,
@@ -77,3 +80,27 @@ def test_swap_in_is_latency_bound_per_block_then_bandwidth_bound():
     # a newly admitted request misses its whole top-k: its one block sets the kernel's length
     lopsided = f(**dict(base, sw_max_bytes=0.9e6), sw_ctas=8, sw_bw=1e12)
     assert lopsided == pytest.approx(2e-6 + 0.9e6 / (8192 / 2e-6))
+
+
+def test_fair_share_finish_by_hand():
+    """A route that moves one unit per second in all: k copies running move 1/k each. Demands 3, 1, 2: all three
+    run until the smallest ends (1 unit each, 3 s), two until the next (1 more, 2 s), the last alone (1 s)."""
+    assert fair_share_finish([3.0, 1.0, 2.0], lambda k: float(k)) == pytest.approx([6.0, 3.0, 5.0])
+    assert fair_share_finish([0.0, 2.0], lambda k: float(k)) == pytest.approx([0.0, 2.0])   # nothing to copy
+    assert fair_share_finish([], lambda k: 1.0) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 1e4), min_size=1, max_size=8), st.floats(1e-9, 1e-3))
+def test_fair_share_laws(demands, u):
+    """On one bottleneck (k copies each get 1/k of it) the last copy ends when every byte has passed; no copy ends
+    later than under equal shares for all; a larger demand never ends sooner; equal demands end together."""
+    n = len(demands)
+    t = fair_share_finish(demands, lambda k: k * u)
+    assert max(t) == pytest.approx(sum(demands) * u, rel=1e-9, abs=1e-15)
+    for d, x in zip(demands, t):
+        assert x <= d * n * u * (1 + 1e-9) + 1e-15
+    order = np.argsort(demands, kind="stable")
+    assert all(t[order[i]] <= t[order[i + 1]] * (1 + 1e-12) + 1e-15 for i in range(n - 1))
+    same = fair_share_finish([demands[0]] * n, lambda k: k * u)
+    assert same == pytest.approx([demands[0] * n * u] * n)

@@ -209,6 +209,40 @@ def test_iteration_time_is_shared_part_plus_the_slowest_rank_and_shrinks_to_the_
     assert j10 < 10 and j10 * T10 <= 3.5 * T + 1e-12                # cut so as to end by the horizon
 
 
+def test_swap_unit_is_the_rank_coefficient_and_sharing_follows_the_pool():
+    one = Model(resolve("sac-testbed", "cxl", cxl_devices=1))
+    for b, active in ((1, 1), (4, 2), (16, 8)):
+        assert one.swap_unit(active, b) == pytest.approx(one.rank_coeffs(b, active, True)[2])
+    assert one.route_shared                                  # eight GPUs on one CXL device
+    assert one.swap_unit(8) == pytest.approx(8 * one.swap_unit(1))
+    assert not Model(resolve("sac-testbed", "dram")).route_shared      # each GPU over its own PCIe link
+    assert not Model(resolve("sac-testbed", "gpu")).route_shared and Model(resolve("sac-testbed", "gpu")).swap_unit(8) == 0
+
+
+def test_ranks_split_a_shared_route_by_their_demands():
+    """One CXL device: rank 1 with three new requests, rank 0 with one. Both copy at half the device until rank 0's
+    misses are in; then rank 1 has the device alone. Its swap-in ends when every rank's misses have passed."""
+    cfg1 = resolve("sac-testbed", "cxl", cxl_devices=1)
+    reqs, tb = table(cfg1, [40000] * 4, [2000] * 4)
+    ranks, _, _ = make_ranks(cfg1, tb, reqs)
+    ranks.join([(0, [0]), (1, [1, 2, 3])])
+    model = ranks.staging.model
+    cost = IterationCost(model, tb)
+    T, _, shared, slowest = cost.iteration_time(ranks, [], [0, 1], 1, 4, 4, 0.0, math.inf)
+    m = ranks.acc_at[0][1] - ranks.acc_at[0][0]                     # one new request's misses per layer
+    assert ranks.acc_at[1][1] - ranks.acc_at[1][0] == pytest.approx(3 * m)
+    fair = m * model.swap_unit(2) + 2 * m * model.swap_unit(1)
+    assert fair == pytest.approx(4 * m * model.swap_unit(1))         # all four requests' misses over the device
+    parts = []
+    for b, q in ((1, max(m * model.swap_unit(2), m * model.swap_unit(1, 1))),
+                 (3, max(fair, 3 * m * model.swap_unit(1, 3)))):
+        a, c, g, k, d, h = model.rank_coeffs(b, 2, True)
+        parts.append(a + c * (40000 + 1.0) + max(q, h * m))
+    assert T == pytest.approx(shared + max(parts)) and slowest[0] == 3
+    a, c, g, k, d, h = model.rank_coeffs(3, 2, True)                # equal halves of the device throughout
+    assert T < shared + a + c * (40000 + 1.0) + g * 3 * m
+
+
 def test_prefill_part_adds_the_admission_work_of_each_new_request(cfg):
     """The slowest rank's batch: each request's chunk, plus HiSparse's admission work on its first chunk."""
     reqs, tb = table(cfg, [32768, 32768], [5, 5], cached=[32768, 0])

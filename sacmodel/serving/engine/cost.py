@@ -4,6 +4,8 @@ An iteration's time on the GPU is the shared part (the fixed floor, collectives,
 tokens with routed experts read once per distinct token: :mod:`sacmodel.serving.engine.distinct`, the LM head)
 plus the slowest rank's own part: its prefill batch (each request's uncached tokens), or its decode batch
 (a + c L + g M with L the mean context and M the entries loaded per layer, from the rank's miss accumulator).
+Where the ranks' swap-ins share a bottleneck (a CXL device), its bandwidth goes to them by their demands: a rank
+whose misses are in leaves its share to the others (:func:`sacmodel.serving.costs.fair_share_finish`).
 An iteration without a CUDA graph (any rank prefilling, or a decode batch above the captured sizes) adds the
 CPU's launch time of its kernels beyond their in-graph floor; a prefill batch within SGLang's piecewise CUDA
 graph (``pcg_tokens``) launches only its attention eagerly. Runs of identical decode iterations are priced in
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from ..costs import fair_share_finish
 from .scheduler import Ranks
 from .stepmodel import Model
 from .workload import RequestTable
@@ -28,7 +31,23 @@ class IterationCost:
         self._prefill: dict = {}
         self._by_active: dict[int, dict] = {}      # rank coefficients by active ranks, then batch and long requests
         self._shared = model._shared_cache
+        self.route_shared = model.route_shared
+        self._units: dict = {}
         self.misses = 0.0               # entries per layer the last priced iteration loads (all ranks, per step)
+
+    def swap_unit(self, active: int) -> float:
+        """Seconds per entry per layer of a swap-in at the shared route's fair share among ``active`` copies."""
+        u = self._units.get(active)
+        if u is None:
+            u = self._units[active] = self.model.swap_unit(active)
+        return u
+
+    def own_unit(self, b: int) -> float:
+        """Seconds per entry per layer of a rank's swap-in alone on the route (``b`` blocks in flight)."""
+        u = self._units.get(-b)
+        if u is None:
+            u = self._units[-b] = self.model.swap_unit(1, b)
+        return u
 
     def prefill_part(self, admits: list, prefilled: list[int]) -> float:
         """Seconds of the slowest rank's prefill batch (``admits``: [(rank, [(request, tokens)])])."""
@@ -47,16 +66,10 @@ class IterationCost:
                 part = p
         return part
 
-    def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,
-                       n_distinct: int, now: float, horizon: float) -> tuple[float, int, float, tuple | None]:
-        """Seconds per iteration over ``jump`` identical iterations: the shared part over the iteration's
-        ``n_tok`` tokens (``n_distinct`` distinct) plus the slowest rank (its prefill batch in ``admits``, or
-        its decode batch at its mean over the jump), shrinking the jump so that it ends by ``horizon`` (the next
-        arrival or front-end turn). Returns (step time, jump, shared part, the slowest decoding rank's state
-        (batch, mean context, misses, has long requests))."""
-        running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
-        acc_at, base, n_long, model = ranks.acc_at, ranks.base, ranks.n_long, self.model
-        newest_at, swaps = ranks.newest_at, ranks.swaps
+    def _fixed_parts(self, ranks: Ranks, admits: list, decoding: list[int], n_tok: int,
+                     n_distinct: int) -> tuple[float, float, float]:
+        """(the slowest rank's prefill batch, the shared part, the eager launches) of an iteration."""
+        model = self.model
         if admits:
             floor = self.prefill_part(admits, ranks.prefilled)
             seqs, prefill = n_tok, 0
@@ -68,40 +81,55 @@ class IterationCost:
             shared = self._shared.get((n_tok, n_distinct, True, seqs))
             if shared is None:
                 shared = model.shared(n_tok, True, n_distinct, seqs)
-            eager = self.t_eager_pcg if prefill <= self.pcg_tokens else self.t_eager
-        else:
-            floor = 0.0
-            shared = self._shared.get((n_tok, n_distinct, False, n_tok))
-            if shared is None:
-                shared = model.shared(n_tok, False, n_distinct)
-            eager, graph_bs = 0.0, self.graph_bs
-            for r in decoding:
-                if running[r] > graph_bs:
-                    eager = self.t_eager
-                    break
+            return floor, shared, self.t_eager_pcg if prefill <= self.pcg_tokens else self.t_eager
+        shared = self._shared.get((n_tok, n_distinct, False, n_tok))
+        if shared is None:
+            shared = model.shared(n_tok, False, n_distinct)
+        running, graph_bs = ranks.running, self.graph_bs
+        eager = self.t_eager if any(running[r] > graph_bs for r in decoding) else 0.0
+        return 0.0, shared, eager
+
+    def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,
+                       n_distinct: int, now: float, horizon: float) -> tuple[float, int, float, tuple | None]:
+        """Seconds per iteration over ``jump`` identical iterations: the shared part over the iteration's
+        ``n_tok`` tokens (``n_distinct`` distinct) plus the slowest rank (its prefill batch in ``admits``, or
+        its decode batch at its mean over the jump), shrinking the jump so that it ends by ``horizon`` (the next
+        arrival or front-end turn). Returns (step time, jump, shared part, the slowest decoding rank's state
+        (batch, mean context, misses, has long requests))."""
+        running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
+        acc_at, base, n_long, model = ranks.acc_at, ranks.base, ranks.n_long, self.model
+        newest_at, swaps = ranks.newest_at, ranks.swaps
+        floor, shared, eager = self._fixed_parts(ranks, admits, decoding, n_tok, n_distinct)
         active = len(decoding)
         cache = self._by_active.get(active)          # (b << 1 | has long requests) -> coefficients
         if cache is None:
             cache = self._by_active[active] = {}
         while True:
-            part, best, top, misses = floor, None, -1.0, 0.0
+            part, best, top = floor, None, -1.0
             half = (jump - 1) / 2.0
-            for r in decoding:
+            if swaps:
+                Ms = [(acc_at[r][clock[r] - base[r] + jump] - acc_at[r][clock[r] - base[r]]) / jump
+                      for r in decoding]
+                misses = sum(Ms)
+                fair = fair_share_finish(Ms, self.swap_unit) if self.route_shared else None
+            else:
+                Ms, misses, fair = None, 0.0, None   # nothing loaded: the accumulators stay at zero
+            for i, r in enumerate(decoding):
                 b = running[r]
                 ck = clock[r]
                 Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
-                if swaps:
-                    ar, o = acc_at[r], ck - base[r]
-                    M = (ar[o + jump] - ar[o]) / jump
-                else:
-                    M = 0.0                          # nothing loaded: the accumulator stays at zero
-                misses += M
+                M = Ms[i] if Ms else 0.0
                 lg = n_long[r] > 0
                 co = cache.get(b + b + lg)
                 if co is None:
                     co = cache[b + b + lg] = model.rank_coeffs(b, active, lg)
                 a, c, g, k, d, h = co
-                q = g * M
+                if fair is not None and lg:          # the route split by demand, within the rank's own limit
+                    q = self.own_unit(b) * M
+                    if fair[i] > q:
+                        q = fair[i]
+                else:
+                    q = g * M
                 nb = newest_at[r]
                 if nb is not None and h:            # the busiest block: the newest request's misses
                     nc, last, born = nb

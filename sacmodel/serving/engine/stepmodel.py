@@ -113,6 +113,29 @@ class Model:
         d = self.rank_c.funcs["attention"](*self.rank_c.args(dict(v, L=L0, M=0.0, k_attn=1.0))) if k else 0.0
         return t00 - slope_l * L0, slope_l, at(L0, 1.0) - t00, k, d, at(L0, 0.0, 1.0) - t00
 
+    def swap_unit(self, active: int, b: int | None = None) -> float:
+        """Seconds per entry per layer (all layers of a step) a rank's swap-in takes to copy when ``active`` ranks
+        copy at once over the pool's shared route (its fair share); with ``b``, also bound by the rank's own
+        loads in flight (``b`` blocks of ``swap_inflight`` bytes per round trip). 0 where nothing is swapped."""
+        if not self.swaps_over_route:
+            return 0.0
+        bw, lat = swap_route(self.cfg, active)
+        if b is not None:
+            bw = min(bw, b * self.v["swap_inflight"] / lat)
+        return self.v["layers"] * self.v["entry_bytes"] / bw
+
+    @property
+    def route_shared(self) -> bool:
+        """True when the ranks' swap-ins share a bottleneck (a CXL device, an adapter): a rank's bandwidth
+        depends on how many copy at once, so the engine splits the route by the ranks' demands."""
+        if not self.swaps_over_route:
+            return False
+        return swap_route(self.cfg, self.cfg.dp)[0] < swap_route(self.cfg, 1)[0]
+
+    @property
+    def swaps_over_route(self) -> bool:
+        return bool(self.cfg.hisparse) and self.cfg.system != "rdma-topk"
+
     def rank_time(self, b: int, active: int, L: float, M: float, swap: bool = True, M_max: float = 0.0) -> float:
         """Seconds of a rank's decode part: ``b`` requests of mean context ``L`` missing ``M`` entries per layer,
         the busiest of them ``M_max``."""

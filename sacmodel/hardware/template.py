@@ -134,11 +134,11 @@ calibration:
   score_correlation: {value: 0.9995, source: "fitted: SAC testbed"}
   drift_settling: {value: 47.8869, source: "fitted: SAC testbed"}
   settling_steps: {value: 581.606, source: "fitted: SAC testbed"}
-  t_request: {value: 125.358 ms, source: "fitted: SAC testbed"}
-  t_token: {value: 0.634302 us, source: "fitted: SAC testbed"}
-  t_hs_admit: {value: 7.73546 ms, source: "fitted: SAC testbed"}
+  t_request: {value: 119.657 ms, source: "fitted: SAC testbed"}
+  t_token: {value: 0.642199 us, source: "fitted: SAC testbed"}
+  t_hs_admit: {value: 12.132 ms, source: "fitted: SAC testbed"}
   t_launch: {value: 48.6 us, source: "a priori: sgl-project/sglang#12160, a one-token DeepSeek-V3 forward 82.6 ms eager against 23.1 ms as a CUDA graph: 42 us more per kernel (61 layers x 23 kernels) over a kernel's in-graph time (6 us)"}
-  stage_copy_bw: {value: 2.32462 GB/s, source: "fitted: SAC testbed"}
-  prefill_eff: {value: 0.542562, source: "fitted: SAC testbed"}
+  stage_copy_bw: {value: 2.30732 GB/s, source: "fitted: SAC testbed"}
+  prefill_eff: {value: 0.54255, source: "fitted: SAC testbed"}
 """
 

@@ -378,3 +378,21 @@ def test_loaded_breakeven_over_concurrency_runs(capsys):
                        "--vary", "concurrency", "--lo", "8", "--hi", "64", "--context", "32K", "--points", "4")
     assert rc == 0, err
     assert "over concurrency" in out and "8 x concurrency requests" in out
+
+
+def test_sensitivity_draws_reach_every_prediction(capsys):
+    """--draws N: each loaded prediction averages N draws (the workload says so and the API gives the same
+    elasticities); with --unloaded it is refused, the closed form having no randomness."""
+    from sacmodel.planning.common import hardware_parameters
+    from sacmodel.planning.sensitivity import sensitivity_loaded
+    args = ("sensitivity", "--system", "gpu", "--context", "8K", "--concurrency", "4", "--hardware", "--json")
+    rc, out, _ = run(capsys, *args, "--draws", "2")
+    d = json.loads(out)
+    assert rc == 0 and d["workload"]["draws"] == 2
+    api = {n: e for n, e, _, _ in sensitivity_loaded("sac-testbed", "gpu", "tbt_mean_ms", context=8192, output=1024,
+                                                      concurrency=4, draws=2,
+                                                      params=hardware_parameters("sac-testbed"))}
+    for r in d["rows"]:
+        assert r["elasticity"] == pytest.approx(api[r["parameter"]], abs=1e-12)
+    rc, _, err = run(capsys, "sensitivity", "--system", "gpu", "--context", "8K", "--unloaded", "--draws", "4")
+    assert rc == 2 and "no effect with --unloaded" in err

@@ -126,6 +126,7 @@ calibration:
   outstanding_lines: {value: 612, source: "fitted: SAC testbed"}
   moe_eff: {value: 0.7, source: "a priori: grouped MoE GEMMs (Marlin AWQ on the testbed) read expert weights at about 70% of HBM bandwidth"}
   hbm_eff: {value: 0.9, source: "constants.md 1c: FlashMLA dense decode 3000 GB/s of 3350 GB/s HBM (H800) = 0.9"}
+  sparse_prefill_eff: {value: 0.647, source: "constants.md 1c: FlashMLA sparse prefill up to 640 of 989 TFLOPS BF16 (H800) = 0.647 (1450 of 2250 on B200); the testbed's nsa_prefill_backend is flashmla_sparse"}
   compute_eff: {value: 0.353504, source: "fitted: SAC testbed"}
   t_graph_kernel: {value: 6.20709 us, source: "fitted: SAC testbed"}
   t_collective: {value: 10 us, source: "pytorch/pytorch#114001 and #131739: one-shot intra-node all-reduce of small messages on 8 H100s, 6-17 us"}
@@ -134,11 +135,11 @@ calibration:
   score_correlation: {value: 0.9995, source: "fitted: SAC testbed"}
   drift_settling: {value: 47.8869, source: "fitted: SAC testbed"}
   settling_steps: {value: 581.606, source: "fitted: SAC testbed"}
-  t_request: {value: 119.657 ms, source: "fitted: SAC testbed"}
-  t_token: {value: 0.642199 us, source: "fitted: SAC testbed"}
-  t_hs_admit: {value: 12.132 ms, source: "fitted: SAC testbed"}
+  t_request: {value: 117.332 ms, source: "fitted: SAC testbed"}
+  t_token: {value: 0.634917 us, source: "fitted: SAC testbed"}
+  t_hs_admit: {value: 15.3953 ms, source: "fitted: SAC testbed"}
   t_launch: {value: 48.6 us, source: "a priori: sgl-project/sglang#12160, a one-token DeepSeek-V3 forward 82.6 ms eager against 23.1 ms as a CUDA graph: 42 us more per kernel (61 layers x 23 kernels) over a kernel's in-graph time (6 us)"}
-  stage_copy_bw: {value: 2.30732 GB/s, source: "fitted: SAC testbed"}
-  prefill_eff: {value: 0.54255, source: "fitted: SAC testbed"}
+  stage_copy_bw: {value: 2.29954 GB/s, source: "fitted: SAC testbed"}
+  prefill_eff: {value: 0.509665, source: "fitted: SAC testbed"}
 """
 

@@ -135,7 +135,7 @@ RETIRED_PARAMS = {
 PARAM_RANGES: dict[str, Range] = {
     "dp": _count(LIMITS["gpus"]), "tp": _count(LIMITS["gpus"]),
     "mem_fraction": _fraction(), "hbm_eff": _fraction(), "compute_eff": _fraction(), "prefill_eff": _fraction(),
-    "moe_eff": _fraction(), "ep": _count(LIMITS["gpus"]), "cuda_graph_max_bs": _count(1 << 16),
+    "moe_eff": _fraction(), "sparse_prefill_eff": _fraction(), "ep": _count(LIMITS["gpus"]), "cuda_graph_max_bs": _count(1 << 16),
     "weights": Range("string", 0, 0, choices=("fp8", "bf16", "awq-int4", "fp4")),
     "topk_overlap": _fraction(lo_closed=True),
     "topk_churn_exponent": Range("dimensionless", -4.0, 4.0),

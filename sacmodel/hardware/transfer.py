@@ -12,6 +12,8 @@ kind of thing; :data:`RULES` says which, and so how it transfers:
   another weight format or generation it comes from :data:`KERNEL_EFFICIENCY` when a measured machine of that
   class is known (fitted on ``shared/data/external``, reported before and after in the validation report),
   else it is carried over and the scenario says so.
+- **published kernel** (``hbm_eff``: FlashMLA's dense decode against HBM; ``sparse_prefill_eff``: its sparse
+  prefill against the BF16 peak): a vendor's measurement of the kernel, not fitted; carried over.
 - **workload** (the score process of the top-k selection): carried over; it belongs to the model and prompts.
 - **interconnect** (``t_collective``): carried over between NVLink generations (a small collective's latency is
   set by synchronisation, not bandwidth).
@@ -34,7 +36,9 @@ RULES: dict[str, tuple[str, str]] = {
     "compute_eff": ("kernel efficiency", "carried over within the kernel class (decode attention and GEMV)"),
     "prefill_eff": ("kernel efficiency", "per GPU generation and weight format: KERNEL_EFFICIENCY, else carried"),
     "moe_eff": ("kernel efficiency", "per GPU generation and weight format: KERNEL_EFFICIENCY, else carried"),
-    "hbm_eff": ("kernel efficiency", "carried over (a published kernel measurement, not fitted)"),
+    "hbm_eff": ("published kernel", "carried over (a published kernel measurement, not fitted)"),
+    "sparse_prefill_eff": ("published kernel", "carried over (a published kernel measurement, the same fraction of "
+                                               "the BF16 peak on Hopper and Blackwell)"),
     "t_hs": ("host CPU", "carried over (HiSparse's per-step Python work)"),
     "t_hs_req": ("host CPU", "carried over (HiSparse's per-request work)"),
     "t_hs_admit": ("host CPU", "carried over (HiSparse's admission work per request)"),
@@ -52,7 +56,7 @@ RULES: dict[str, tuple[str, str]] = {
 # runs of shared/data/external (the only constants fitted there; the report shows the predictions before and
 # after). Keys: (architecture, weights) -> {constant: value}; "t_graph_kernel_scale" multiplies the SM rule.
 KERNEL_EFFICIENCY: dict[tuple[str, str], dict[str, float]] = {
-    ("hopper", "fp8"): {"prefill_eff": 0.273, "moe_eff": 0.914, "t_graph_kernel_scale": 1.066},
+    ("hopper", "fp8"): {"prefill_eff": 0.270, "moe_eff": 0.910, "t_graph_kernel_scale": 1.062},
 }
 KERNEL_EFFICIENCY_SOURCE = ("fitted: kernel efficiencies of FP8 DeepSeek-R1 on 8 x H200 (SGLang 0.5.9, TP8), the 15 "
                             "runs of shared/data/external/h200-deepseek-r1-sglang-tp8.csv (validation/external.py)")

@@ -140,6 +140,8 @@ def test_transfer_rules_by_hand():
     for name in ("t_launch", "t_hs", "t_token", "t_request", "stage_copy_bw"):
         assert rules[name][0] == base.param(name) and RULES[name][0] == "host CPU"
     assert rules["prefill_eff"][0] == base.param("prefill_eff")            # the rules alone: carried over
+    for name in ("hbm_eff", "sparse_prefill_eff"):                         # published kernel figures: as they are
+        assert rules[name] == (base.param(name), RULES[name][1]) and RULES[name][0] == "published kernel"
     fitted = transferred(get_gpu("h200"), "fp8")
     eff = KERNEL_EFFICIENCY[("hopper", "fp8")]
     assert fitted["prefill_eff"][0] == eff["prefill_eff"] and fitted["moe_eff"][0] == eff["moe_eff"]

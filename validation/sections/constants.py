@@ -21,7 +21,7 @@ STEPS = (0.01, 0.05)
 # the report's elasticities average 64 draws per prediction (`sensitivity --draws 64`); the agreement of the
 # two steps is also given at the command's default, SENSITIVITY_DRAWS
 ELASTICITY_DRAWS = 64
-A_PRIORI = ("hbm_eff", "moe_eff", "t_collective", "t_launch")
+A_PRIORI = ("hbm_eff", "sparse_prefill_eff", "moe_eff", "t_collective", "t_launch")
 
 
 def _moved(name: str, v0: float, rel: float) -> tuple[float, float]:

@@ -211,8 +211,8 @@ def test_iteration_time_is_shared_part_plus_the_slowest_rank_and_shrinks_to_the_
 
 def test_swap_unit_is_the_rank_coefficient_and_sharing_follows_the_pool():
     one = Model(resolve("sac-testbed", "cxl", cxl_devices=1))
-    for b, active in ((1, 1), (4, 2), (16, 8)):
-        assert one.swap_unit(active, b) == pytest.approx(one.rank_coeffs(b, active, True)[2])
+    for b, active in ((8, 1), (4, 2), (16, 8)):       # enough blocks in flight that the route's share binds
+        assert one.swap_unit(active) == pytest.approx(one.rank_coeffs(b, active, True)[2])
     assert one.route_shared                                  # eight GPUs on one CXL device
     assert one.swap_unit(8) == pytest.approx(8 * one.swap_unit(1))
     assert not Model(resolve("sac-testbed", "dram")).route_shared      # each GPU over its own PCIe link
@@ -234,8 +234,8 @@ def test_ranks_split_a_shared_route_by_their_demands():
     fair = m * model.swap_unit(2) + 2 * m * model.swap_unit(1)
     assert fair == pytest.approx(4 * m * model.swap_unit(1))         # all four requests' misses over the device
     parts = []
-    for b, q in ((1, max(m * model.swap_unit(2), m * model.swap_unit(1, 1))),
-                 (3, max(fair, 3 * m * model.swap_unit(1, 3)))):
+    for b, q in ((1, max(m * model.swap_unit(2), m * model.rank_coeffs(1, 1, True)[2])),
+                 (3, max(fair, 3 * m * model.rank_coeffs(3, 1, True)[2]))):
         a, c, g, k, d, h = model.rank_coeffs(b, 2, True)
         parts.append(a + c * (40000 + 1.0) + max(q, h * m))
     assert T == pytest.approx(shared + max(parts)) and slowest[0] == 3

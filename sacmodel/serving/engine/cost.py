@@ -32,21 +32,18 @@ class IterationCost:
         self._by_active: dict[int, dict] = {}      # rank coefficients by active ranks, then batch and long requests
         self._shared = model._shared_cache
         self.route_shared = model.route_shared
-        self._units: dict = {}
+        # seconds per entry per layer at the shared route's fair share among k copies (index k); a rank alone
+        # on the route with b requests: the slope of its rank coefficients with one active rank
+        self.share_unit = [model.swap_unit(k) if k else 0.0 for k in range(model.cfg.dp + 1)] \
+            if self.route_shared else []
+        self._own: dict[int, float] = {}
         self.misses = 0.0               # entries per layer the last priced iteration loads (all ranks, per step)
-
-    def swap_unit(self, active: int) -> float:
-        """Seconds per entry per layer of a swap-in at the shared route's fair share among ``active`` copies."""
-        u = self._units.get(active)
-        if u is None:
-            u = self._units[active] = self.model.swap_unit(active)
-        return u
 
     def own_unit(self, b: int) -> float:
         """Seconds per entry per layer of a rank's swap-in alone on the route (``b`` blocks in flight)."""
-        u = self._units.get(-b)
+        u = self._own.get(b)
         if u is None:
-            u = self._units[-b] = self.model.swap_unit(1, b)
+            u = self._own[b] = self.model.rank_coeffs(b, 1, True)[2]
         return u
 
     def prefill_part(self, admits: list, prefilled: list[int]) -> float:
@@ -108,10 +105,12 @@ class IterationCost:
             part, best, top = floor, None, -1.0
             half = (jump - 1) / 2.0
             if swaps:
-                Ms = [(acc_at[r][clock[r] - base[r] + jump] - acc_at[r][clock[r] - base[r]]) / jump
-                      for r in decoding]
+                Ms = []
+                for r in decoding:
+                    ar, o = acc_at[r], clock[r] - base[r]
+                    Ms.append((ar[o + jump] - ar[o]) / jump)
                 misses = sum(Ms)
-                fair = fair_share_finish(Ms, self.swap_unit) if self.route_shared else None
+                fair = fair_share_finish(Ms, self.share_unit.__getitem__) if self.route_shared else None
             else:
                 Ms, misses, fair = None, 0.0, None   # nothing loaded: the accumulators stay at zero
             for i, r in enumerate(decoding):

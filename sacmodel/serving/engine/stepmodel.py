@@ -113,16 +113,13 @@ class Model:
         d = self.rank_c.funcs["attention"](*self.rank_c.args(dict(v, L=L0, M=0.0, k_attn=1.0))) if k else 0.0
         return t00 - slope_l * L0, slope_l, at(L0, 1.0) - t00, k, d, at(L0, 0.0, 1.0) - t00
 
-    def swap_unit(self, active: int, b: int | None = None) -> float:
-        """Seconds per entry per layer (all layers of a step) a rank's swap-in takes to copy when ``active`` ranks
-        copy at once over the pool's shared route (its fair share); with ``b``, also bound by the rank's own
-        loads in flight (``b`` blocks of ``swap_inflight`` bytes per round trip). 0 where nothing is swapped."""
+    def swap_unit(self, active: int) -> float:
+        """Seconds per entry per layer (all layers of a step) a rank's swap-in takes to copy at its fair share of
+        the pool's route when ``active`` ranks copy at once (the rank's own bound, its loads in flight, is the
+        slope of :meth:`rank_coeffs` with the route alone). 0 where nothing is swapped."""
         if not self.swaps_over_route:
             return 0.0
-        bw, lat = swap_route(self.cfg, active)
-        if b is not None:
-            bw = min(bw, b * self.v["swap_inflight"] / lat)
-        return self.v["layers"] * self.v["entry_bytes"] / bw
+        return self.v["layers"] * self.v["entry_bytes"] / swap_route(self.cfg, active)[0]
 
     @property
     def route_shared(self) -> bool:

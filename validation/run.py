@@ -23,13 +23,14 @@ from common import CATEGORIES, PLOTS, SCENARIO, errors, mape  # noqa: E402
 from sacmodel.data.runs import load_runs  # noqa: E402
 from sacmodel.fit.calibrate import step_observations  # noqa: E402
 from sacmodel.fit.compare import compare_runs  # noqa: E402
+from sacmodel.hardware.params import get_param  # noqa: E402
 from sacmodel.hardware.scenarios import as_topology  # noqa: E402
 from sections import (access, bands, cluster, constants, cross_validation, external, microbench, runs,  # noqa: E402
                       steps)
 from sections.access import reference_vs_closed_form  # noqa: E402
 from sections.cross_validation import cross_validate  # noqa: E402
 from sections.microbench import microbench_case, plot_microbench  # noqa: E402
-from sections.runs import comparisons, front_end_rate, plot_runs, wave_ttft  # noqa: E402
+from sections.runs import comparisons, first_requests, front_end_rate, plot_runs, wave_ttft  # noqa: E402
 from sections.steps import device_tokens, plot_steps, step_model, variable_steps  # noqa: E402
 
 
@@ -105,6 +106,7 @@ def main():
     plot_microbench(mb)
     rep = {"microbench": mb, "reference": ref, "step_model": st, "device_tokens": device_tokens(topo, runs),
            "waves": wave_ttft(topo, runs), "front_end": front_end_rate(topo, runs),
+           "first_requests": first_requests(topo, runs), "t_request_ms": get_param(topo, "t_request") * 1e3,
            "in_sample": {"mape_pct": mape(rows), "by_category": by_cat, "runs": rows},
            "cold_rounds": mape(cold), "predict_ms_median": per_run_ms}
     old = HERE / "report.json"

@@ -12,8 +12,10 @@ the long-run accounting of what the engine charges (times in s, rates per s):
   prefilled from scratch on a HiSparse pool is backed up, holding the GPU (the same stall).
 - **Admissions.** An iteration admits what was dispatched during the one before, so under steady load an
   admission episode holds one request or a few (:func:`no_waves`); their copies run together.
-- **Span.** From its first token to its last, a request's rank runs one staging iteration and ``O - 1``
-  decode steps for it, plus its own rank's prefills; the other episodes that fall in the span lengthen it
+- **First token.** It leaves once the next batch is launched: after the eager launches when that batch is
+  another admission (:func:`launch_wait`).
+- **Span.** From its first token to its last, a request's rank runs ``O - 1`` decode steps for it (and one
+  staging iteration before them with HiSparse), plus its own rank's prefills; the other episodes that fall in the span lengthen it
   by their prefills and copies beyond the decode steps they replace (:func:`episode_extra`). TBT = span /
   (O - 1), as the engine counts it; Little's law on decode gives the request rate X = dp b / span.
 - **Closed loop.** ``concurrency = X R`` (Little) with ``R`` the time from sending a request to seeing its last
@@ -193,6 +195,19 @@ class Terms:
         return self.pre + self.S
 
 
+def span_steps(cfg: Config, ld: Load) -> float:
+    """Iterations a request's rank runs for it from its first token to its last: ``O - 1`` decode steps, and a
+    staging iteration before them with HiSparse."""
+    return ld.O - (0.0 if cfg.hisparse else 1.0)
+
+
+def launch_wait(mdl: Model, ld: Load, p_admission: float) -> float:
+    """Mean seconds a first token waits for the launch of its rank's next batch: the eager launches of an
+    admission, which follows with probability ``p_admission`` (a CUDA-graph decode is launched at once)."""
+    eager = mdl.t_eager_pcg if ld.E / ld.chunks <= mdl.pcg_tokens else mdl.t_eager
+    return min(max(p_admission, 0.0), 1.0) * eager
+
+
 def no_waves(cfg: Config, mdl: Model, ld: Load, b: float, C: int) -> Terms:
     """Steady load without waves at ``b`` decoding requests per rank (``C`` in flight). An iteration admits
     what was dispatched during the one before: about Poisson with mean x = X / I (I iterations per second),
@@ -209,7 +224,7 @@ def no_waves(cfg: Config, mdl: Model, ld: Load, b: float, C: int) -> Terms:
         T_p = prefill_iteration(mdl, ld, b, dp, 1, ranks)
         t_c = copy_time(cfg, mdl, ld, 1, ranks)
         extra = episode_extra(T_p, T_d, t_c, ld.chunks, ranks, dp)
-        S = ld.O * T_d + t_c + dp * b * (1.0 - 1.0 / C) * extra / g
+        S = span_steps(cfg, ld) * T_d + t_c + dp * b * (1.0 - 1.0 / C) * extra / g
         X = dp * b / S
         stall = X / g * (ld.chunks * T_p + t_c)             # share of time in prefills and copies
         iters = X / g * ld.chunks + max(1.0 - stall, 0.0) / T_d
@@ -222,6 +237,7 @@ def no_waves(cfg: Config, mdl: Model, ld: Load, b: float, C: int) -> Terms:
     after = mdl.v["t_token"] * ld.L                         # the next request is dispatched this long after
     W = wait_for_boundary(after, ((1.0 - p_join, T_d), (p_join, T_d + t_c))) + (N - 1) / 2.0 * T_d
     pre = after + W + ld.chunks * T_p + p_join * t_c        # its first token waits for copies run before it
+    pre += launch_wait(mdl, ld, p_join * (1.0 - 1.0 / C))   # the next admission is another request's
     return Terms(b, T_d, T_p, t_c, S, X, pre, g, stall)
 
 
@@ -276,9 +292,9 @@ def waves(cfg: Config, mdl: Model, ld: Load, C: int) -> Terms:
         T_d = decode_iteration(mdl, ld, b, dp, groups=n_ep * ranks if ld.shared else None)
         t_c = copy_time(cfg, mdl, ld, math.ceil(g / ranks), ranks)
         extra = episode_extra(T_p, T_d, t_c, ld.chunks, ranks, dp)
-        S = ld.O * T_d + t_c + (n_ep - 1.0) / 2.0 * extra
+        S = span_steps(cfg, ld) * T_d + t_c + (n_ep - 1.0) / 2.0 * extra
         pre = f + (n_ep - 1.0) / 2.0 * (ld.chunks * T_p + t_c) + wait_for_boundary(f, ((1.0, T_p),)) \
-            + ld.chunks * T_p
+            + ld.chunks * T_p + launch_wait(mdl, ld, (n_ep - 1.0) / n_ep)
         X = C / (pre + S)
         return Terms(b, T_d, T_p, t_c, S, X, pre, g, X / C * n_ep * (ld.chunks * T_p + t_c))
     ranks, per = min(dp, C - 1), math.ceil((C - 1) / dp)
@@ -286,9 +302,9 @@ def waves(cfg: Config, mdl: Model, ld: Load, C: int) -> Terms:
     T_p = prefill_iteration(mdl, ld, 0.0, dp, per, ranks)
     t_c = copy_time(cfg, mdl, ld, per, ranks)
     first = ld.chunks * T_p1                              # the first request: admitted, then copied alone
-    S_rest = ld.O * T_d + t_c
+    S_rest = span_steps(cfg, ld) * T_d + t_c
     S = ((ld.chunks * T_p + t_c1 + S_rest) + (C - 1) * S_rest) / C
-    pre = f + first + (t_c1 + ld.chunks * T_p) * (C - 1) / C
+    pre = f + first + (t_c1 + ld.chunks * T_p) * (C - 1) / C + launch_wait(mdl, ld, (C - 1) / C)
     period = f + first + t_c1 + ld.chunks * T_p + S_rest
     return Terms(b, T_d, T_p, t_c, S, C / period, pre, C / 2.0, (first + t_c1 + ld.chunks * T_p + t_c) / period)
 

@@ -99,7 +99,12 @@ def test_a_kv_router_queue_below_one_prompt_serves_identical_requests_one_after_
     assert ttft == pytest.approx([ttft[0] * (k + 1) for k in range(4)], rel=1e-9)
     assert q.per_request["queue_s"] == pytest.approx([q.per_request["queue_s"][0]] * 4, rel=1e-9)   # no engine wait
     free = replay(pod, "gpu", trace(tmp_path, rows), router="kv")
-    assert free.per_request["ttft_ms"][0] == pytest.approx(ttft[0], rel=1e-12)
+    # without the queue the other three prefill in the iteration after the first one's: it runs without a CUDA
+    # graph, and the first token leaves once its kernels are launched
+    from sacmodel.serving.config import resolve
+    from sacmodel.serving.engine import Model
+    eager_ms = Model(resolve(pod, "gpu")).t_eager * 1e3
+    assert free.per_request["ttft_ms"][0] == pytest.approx(ttft[0] + eager_ms, rel=1e-12)
     assert free.per_request["ttft_ms"][3] < ttft[3]              # without it they prefill together
 
 

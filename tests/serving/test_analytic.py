@@ -111,7 +111,11 @@ def test_no_wave_state_keeps_its_laws():
     # iteration to end, then its prefill: its first token comes T_d + T_p after it was sent
     c2, m2, l2 = setup("gpu", context=32768, output=(256, 768))
     t = an.no_waves(c2, m2, l2, 3.0, 32)
-    assert m2.v["t_token"] * 32768 < t.T_d and t.pre == pytest.approx(t.T_d + t.T_p)
+    # (and, when another request is admitted next, for that admission's eager launch)
+    iters = t.X / t.g * l2.chunks + (1 - t.stall) / t.T_d
+    p_next = t.X / t.g * l2.chunks / iters * (1 - 1 / 32)
+    assert 0 < p_next < 1 and an.launch_wait(m2, l2, p_next) == pytest.approx(p_next * m2.t_eager)
+    assert m2.v["t_token"] * 32768 < t.T_d and t.pre == pytest.approx(t.T_d + t.T_p + p_next * m2.t_eager)
 
 
 def test_waves_by_hand():
@@ -174,14 +178,15 @@ def test_a_lone_prefill_computes_one_sequence():
 
 def test_a_wave_admitted_as_it_comes_in_by_hand():
     """cxl at 64K, concurrency 32 (no copies): the first token of a request waits for the intake f, half the
-    other episodes, the next iteration boundary after f and its own prefill."""
+    other episodes, the next iteration boundary after f, its own prefill and, unless it is the wave's last
+    admission, the eager launch of the next one."""
     cfg, mdl, ld = setup("cxl")
     f = mdl.v["t_token"] * 65536
     g, Tp = an.wave_batch(mdl, ld, 32, 8)
     t = an.waves(cfg, mdl, ld, 32)
     n_ep = 1 + 31 / g
     wait = Tp * (math.floor(f / Tp) + 1) - f             # to the next multiple of T_p after f
-    assert t.pre == pytest.approx(f + (n_ep - 1) / 2 * Tp + wait + Tp, rel=1e-9)
+    assert t.pre == pytest.approx(f + (n_ep - 1) / 2 * Tp + wait + Tp + (n_ep - 1) / n_ep * mdl.t_eager, rel=1e-9)
 
 
 def test_a_wave_whose_prefill_outlasts_its_intake_is_taken_whole_after_its_first_request():

@@ -170,6 +170,15 @@ def test_staged_requests_are_acknowledged_in_order_and_a_cold_one_a_step_later(c
     assert st.ready(7) == [(0, [0, 1])] and st.count == 0
 
 
+def test_without_hisparse_a_prefilled_request_decodes_in_the_next_iteration():
+    gpu = resolve("sac-testbed", "gpu")
+    reqs, tb = table(gpu, [100, 100], [5, 5], cached=[99, 99])
+    st = Staging(gpu, tb, Model(gpu), cold_staging=True)
+    st.on_admit(0, 0)
+    st.stage(0, 0, it=5)                                           # its prefill ended before iteration 5
+    assert st.ready(5) == [(0, [0])] and st.count == 0             # merged into iteration 5's batch
+
+
 def test_first_hit_of_a_prompt_on_a_rank_is_cold_with_cold_staging(cfg):
     reqs, tb = table(cfg, [100] * 3, [5] * 3, cached=[99] * 3, prompt=np.array([1, 1, 1]))
     st = Staging(cfg, tb, Model(cfg), cold_staging=True)
@@ -207,6 +216,28 @@ def test_iteration_time_is_shared_part_plus_the_slowest_rank_and_shrinks_to_the_
     assert slowest[0] == 1
     T10, j10, _, _ = cost.iteration_time(ranks, [], [0, 1], 10, 2, 2, 0.0, 3.5 * T)
     assert j10 < 10 and j10 * T10 <= 3.5 * T + 1e-12                # cut so as to end by the horizon
+
+
+def test_launch_time_is_the_eager_launches_of_an_iteration_without_a_graph(cfg):
+    reqs, tb = table(cfg, [40000] * 3, [2000] * 3)
+    ranks, _, _ = make_ranks(cfg, tb, reqs)
+    ranks.join([(0, [0]), (1, [1])])
+    cost = IterationCost(ranks.staging.model, tb)
+    assert cost.launch_time(ranks, [], [0, 1]) == 0.0                           # a CUDA-graph decode
+    assert cost.launch_time(ranks, [(2, [(2, 64)])], [0, 1]) == cost.t_eager     # a rank prefills
+    cost.graph_bs = 0                                                              # batches above the graphs
+    assert cost.launch_time(ranks, [], [0, 1]) == cost.t_eager
+
+
+def test_a_first_token_waits_for_the_eager_launch_of_its_ranks_next_batch():
+    """Request 1 arrives while request 0 prefills: the next iteration prefills it on rank 1 without a CUDA graph
+    and decodes request 0 on rank 0, whose first token leaves once that iteration's kernels are launched. With
+    request 1 far away the next iteration is a graph decode and the token leaves at once."""
+    from sacmodel.serving.engine import run_engine
+    gpu = resolve("sac-testbed", "gpu")
+    runs = [run_engine(gpu, Requests(np.array([0.0, later]), np.array([500, 500]), np.array([50, 50]), np.zeros(2)), 2)
+            for later in (0.01, 100.0)]
+    assert runs[0].first[0] - runs[1].first[0] == pytest.approx(Model(gpu).t_eager, rel=1e-9)
 
 
 def test_swap_unit_is_the_rank_coefficient_and_sharing_follows_the_pool():
@@ -285,6 +316,11 @@ def test_emission_of_first_and_decode_tokens():
     em.first_tokens(2.0)
     assert [(b[0], b[1], b[2]) for b in fe.msgs] == [(2.0, 1, [(0, False), (2, False)]), (2.0, 1, [(1, False), (1, True)])]
     assert em.unsent == []
+    fe1 = FrontEnd()                  # rank 0 launches an eager batch first: its first tokens leave 0.5 s later
+    em1 = Emission(fe1, rank_of=[0, 1, 0], out=[5, 5, 5])
+    em1.unsent += [0, 1, 2]
+    em1.first_tokens(2.0, launch=0.5, busy={0})
+    assert [(b[0], b[2]) for b in fe1.msgs] == [(2.0, [(1, False)]), (2.5, [(0, False), (2, False)])]
     fe2 = FrontEnd()
     Emission(fe2, [0, 1], [5, 5]).decode_tokens(3.0, [0, 1], jump=4, ended=[(1, True)])
     # 8 messages: the payload rides on rank 1's last one (message 8), nothing after it

@@ -86,6 +86,16 @@ class IterationCost:
         eager = self.t_eager if any(running[r] > graph_bs for r in decoding) else 0.0
         return 0.0, shared, eager
 
+    def launch_time(self, ranks: Ranks, admits: list, decoding: list[int]) -> float:
+        """Seconds the CPU spends launching the iteration's kernels beyond a CUDA graph's replay: the eager
+        launches of an iteration that runs without a graph (a prefill anywhere, or a decode batch above the
+        captured sizes), else 0."""
+        if admits:
+            prefill = sum(take for _, batch in admits for _, take in batch)
+            return self.t_eager_pcg if prefill <= self.pcg_tokens else self.t_eager
+        running, graph_bs = ranks.running, self.graph_bs
+        return self.t_eager if any(running[r] > graph_bs for r in decoding) else 0.0
+
     def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,
                        n_distinct: int, now: float, horizon: float) -> tuple[float, int, float, tuple | None]:
         """Seconds per iteration over ``jump`` identical iterations: the shared part over the iteration's

@@ -1,8 +1,9 @@
 """Tokens leaving the ranks for the front end (:mod:`sacmodel.serving.engine.frontend`).
 
-- **First tokens.** SGLang's overlap scheduler sends a batch's results (a prefill's first tokens) once the
-  next batch has been scheduled, so they leave after that scheduling, and with it after the prefix copies
-  it runs on the RDMA pool (``disable_overlap_schedule=False`` in the testbed's logs). One message per rank.
+- **First tokens.** SGLang's overlap scheduler processes a batch's results (a prefill's first tokens) once the
+  next batch has been launched, so they leave after that scheduling, with it after the prefix copies it runs
+  on the RDMA pool (``disable_overlap_schedule=False`` in the testbed's logs), and, on a rank whose next batch
+  runs without a CUDA graph, after the CPU has launched its kernels. One message per rank.
 - **Decode tokens.** Each decoding rank streams its tokens every step, one message per rank per step; the
   last step's message of a finishing request carries its last token.
 """
@@ -18,15 +19,18 @@ class Emission:
         self.frontend, self.rank_of, self.out = frontend, rank_of, out
         self.unsent: list[int] = []
 
-    def first_tokens(self, when: float) -> None:
-        """Send the first tokens in ``unsent`` at ``when`` (a request of one output token ends with it)."""
+    def first_tokens(self, when: float, launch: float = 0.0, busy=()) -> None:
+        """Send the first tokens in ``unsent`` at ``when`` (a request of one output token ends with it); the
+        ranks in ``busy`` send theirs ``launch`` s later (the eager launch of their next batch)."""
         by_rank: dict[int, list] = {}
         for i in self.unsent:
             by_rank.setdefault(self.rank_of[i], []).append((i, False))
             if self.out[i] <= 1:
                 by_rank[self.rank_of[i]].append((i, True))
-        for r in sorted(by_rank):
-            self.frontend.produce(when, 1, by_rank[r])
+        for late in (False, True):           # in time order: the front end's queue is first in, first out
+            for r in sorted(by_rank):
+                if (r in busy) == late:
+                    self.frontend.produce(when + launch if late else when, 1, by_rank[r])
         self.unsent.clear()
 
     def decode_tokens(self, when: float, decoding: list[int], jump: int, ended: list) -> None:

@@ -15,7 +15,7 @@ part                 what it follows in the server
 ``cost``             the iteration's time: shared part plus the slowest rank, in jumps of identical steps
 ``distinct``         identical tokens of requests of one prompt (the MoE reads their experts once)
 ``misses``           the entries a request loads into its GPU buffer, step by step
-``emit``             first tokens sent after the next batch is scheduled (overlap scheduler); decode
+``emit``             first tokens sent after the next batch is launched (overlap scheduler); decode
                      tokens one message per rank per step
 ==================  ================================================================================
 
@@ -147,11 +147,11 @@ class Engine:
             if staging.copies_prefix:
                 copy_t = staging.copy_time(joined)
                 copying = len(joined) if copy_t else 0
-        hold_t = self._send_first_tokens(copy_t) if self.emit.unsent or self.hold_next else 0.0
         admits, decoding, n_tok, n_new = self.ranks.schedule(t)
         if memory.crash is not None:
             self.client.stopped = True
             return False
+        hold_t = self._send_first_tokens(copy_t, admits, decoding) if self.emit.unsent or self.hold_next else 0.0
         if admits or decoding:
             self._iterate(admits, decoding, n_tok, n_new, copy_t, copying, hold_t)
             return True
@@ -184,9 +184,12 @@ class Engine:
         instance holds the KV until the decode instance has pulled it)."""
         self.memory.free(r, (i,), running=False)
 
-    def _send_first_tokens(self, copy_t: float) -> float:
-        """The last batch's first tokens leave once this iteration is scheduled (after its copies); their cold
-        backups start now and hold the GPU in the next iteration. Returns the hold of this iteration (s)."""
+    def _send_first_tokens(self, copy_t: float, admits: list, decoding: list[int]) -> float:
+        """The last batch's first tokens leave once this iteration is launched (after its copies): the overlap
+        scheduler launches the next batch before it processes the last one's results, so a rank that runs
+        a batch without a CUDA graph hands its first tokens on only after the CPU has launched its kernels one
+        by one. Their cold backups start now and hold the GPU in the next iteration. Returns the hold of
+        this iteration (s)."""
         hold_t, self.hold_next = self.hold_next, 0.0
         unsent = self.emit.unsent
         if unsent:
@@ -197,7 +200,9 @@ class Engine:
                 if self.timeline.on:
                     self.timeline.event(self.t, -1, "backup", hold, k)
             n_first = len(unsent)
-            self.emit.first_tokens(self.t + copy_t)
+            launch = self.cost.launch_time(self.ranks, admits, decoding)
+            busy = {r for r, _ in admits}.union(decoding) if launch else ()
+            self.emit.first_tokens(self.t + copy_t, launch, busy)
             self.stats.first_token_copy_wait_s += copy_t * n_first
         return hold_t
 

@@ -1,7 +1,7 @@
 """From a finished prefill to decode: staging, the RDMA pool's prefix copy, and cold-staging backups.
 
-- **Staging.** An admitted request joins decode one iteration after its first token (its new tokens are
-  copied to the host pool first).
+- **Staging.** With HiSparse an admitted request joins decode one iteration after its first token (its new
+  tokens are copied to the host pool first); without it, the next batch the scheduler builds merges it.
 - **Prefix copy (RDMA pool, cxl-prefetch).** The scheduler then copies the request's whole prompt from the
   pool (CPU gather, RDMA READ, CPU transpose and scatter) before anything else, which stalls every rank for
   that iteration; concurrent copies share the NICs.
@@ -52,7 +52,8 @@ class Staging:
         """Request ``i``'s prefill ended before iteration ``it``: it decodes from the iteration after, a cold one
         a step later (its backup is still running when that iteration acknowledges staged requests, and the
         rank's later ones wait behind it)."""
-        self.staged[r].append((it + 2 if self.cold[i] else it + 1, i))
+        lag = (2 if self.cold[i] else 1) if self.hisparse else 0   # without HiSparse: merged into the next batch
+        self.staged[r].append((it + lag, i))
         self.holding.add(r)
         self.count += 1
 

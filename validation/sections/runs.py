@@ -156,10 +156,11 @@ def _first_request_lines(rows, t_request) -> list[str]:
             table(body, ["first token of", "runs", "measured", "model", "error", "measured - engine"]), "",
             f"`measured - engine` is the measured time minus the model's without t_request ({t_request:.0f} ms "
             "fitted): what the run leaves for the path outside the engine (HTTP, detokeniser, streaming). A lone "
-            "HiSparse request leaves a few tens of ms, a believable figure, against the fitted value, which also "
-            "carries first-token delay that grows with the load and that the engine lacks; the engine's own "
-            "intake of a large wave ends later than the server's (its fitted t_token against the logs' rate, "
-            "below). A lone GPU-only request leaves about the fitted value. README, limits.", ""]
+            "request leaves a few tens of ms, a believable figure (GPU-only too, now that its first token waits "
+            "for the eager launch of its rank's next batch), against the fitted value, which also carries "
+            "first-token delay that grows with the load and that the engine lacks; the engine's own intake of a "
+            "large wave ends later than the server's (its fitted t_token against the logs' rate, below). "
+            "README, limits.", ""]
 
 
 def render_cold(rep) -> list[str]:

@@ -15,9 +15,10 @@ the long-run accounting of what the engine charges (times in s, rates per s):
 - **First token.** It leaves once the next batch is launched: after the eager launches when that batch is
   another admission (:func:`launch_wait`).
 - **Span.** From its first token to its last, a request's rank runs ``O - 1`` decode steps for it (and one
-  staging iteration before them with HiSparse), plus its own rank's prefills; the other episodes that fall in the span lengthen it
-  by their prefills and copies beyond the decode steps they replace (:func:`episode_extra`). TBT = span /
-  (O - 1), as the engine counts it; Little's law on decode gives the request rate X = dp b / span.
+  staging iteration before them with HiSparse), plus its own rank's prefills; the other episodes that fall in
+  the span lengthen it by their prefills and copies beyond the decode steps they replace
+  (:func:`episode_extra`). TBT = span / (O - 1), as the engine counts it; Little's law on decode gives the
+  request rate X = dp b / span.
 - **Closed loop.** ``concurrency = X R`` (Little) with ``R`` the time from sending a request to seeing its last
   token; open loop: ``X`` = the arrival rate, at most the closed loop's.
 - **Waves.** Identical outputs released at once (the benchmark) stay in waves (:func:`waves`): a wave is

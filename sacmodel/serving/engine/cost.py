@@ -78,21 +78,22 @@ class IterationCost:
             shared = self._shared.get((n_tok, n_distinct, True, seqs))
             if shared is None:
                 shared = model.shared(n_tok, True, n_distinct, seqs)
-            return floor, shared, self.t_eager_pcg if prefill <= self.pcg_tokens else self.t_eager
+            return floor, shared, self._prefill_launch(prefill)
         shared = self._shared.get((n_tok, n_distinct, False, n_tok))
         if shared is None:
             shared = model.shared(n_tok, False, n_distinct)
-        running, graph_bs = ranks.running, self.graph_bs
-        eager = self.t_eager if any(running[r] > graph_bs for r in decoding) else 0.0
-        return 0.0, shared, eager
+        return 0.0, shared, self.launch_time(ranks, (), decoding)
 
-    def launch_time(self, ranks: Ranks, admits: list, decoding: list[int]) -> float:
+    def _prefill_launch(self, tokens: int) -> float:
+        """Eager launches of an iteration that prefills ``tokens`` tokens (a piecewise CUDA graph up to its cap)."""
+        return self.t_eager_pcg if tokens <= self.pcg_tokens else self.t_eager
+
+    def launch_time(self, ranks: Ranks, admits, decoding: list[int]) -> float:
         """Seconds the CPU spends launching the iteration's kernels beyond a CUDA graph's replay: the eager
         launches of an iteration that runs without a graph (a prefill anywhere, or a decode batch above the
         captured sizes), else 0."""
         if admits:
-            prefill = sum(take for _, batch in admits for _, take in batch)
-            return self.t_eager_pcg if prefill <= self.pcg_tokens else self.t_eager
+            return self._prefill_launch(sum(take for _, batch in admits for _, take in batch))
         running, graph_bs = ranks.running, self.graph_bs
         return self.t_eager if any(running[r] > graph_bs for r in decoding) else 0.0
 

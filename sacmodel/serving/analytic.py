@@ -13,7 +13,7 @@ the long-run accounting of what the engine charges (times in s, rates per s):
 - **Admissions.** An iteration admits what was dispatched during the one before, so under steady load an
   admission episode holds one request or a few (:func:`no_waves`); their copies run together.
 - **First token.** It leaves once the next batch is launched: after the eager launches when that batch is
-  another admission (:func:`launch_wait`).
+  another admission, and with HiSparse after the CPU preparation of the rank's decode (:func:`launch_wait`).
 - **Span.** From its first token to its last, a request's rank runs ``O - 1`` decode steps for it (and one
   staging iteration before them with HiSparse), plus its own rank's prefills; the other episodes that fall in
   the span lengthen it by their prefills and copies beyond the decode steps they replace
@@ -202,11 +202,14 @@ def span_steps(cfg: Config, ld: Load) -> float:
     return ld.O - (0.0 if cfg.hisparse else 1.0)
 
 
-def launch_wait(mdl: Model, ld: Load, p_admission: float) -> float:
+def launch_wait(mdl: Model, ld: Load, p_admission: float, b: float = 0.0) -> float:
     """Mean seconds a first token waits for the launch of its rank's next batch: the eager launches of an
-    admission, which follows with probability ``p_admission`` (a CUDA-graph decode is launched at once)."""
+    admission, which follows with probability ``p_admission`` (a CUDA-graph decode is launched at once), and
+    with HiSparse the CPU preparation of the rank's decode of ``b`` requests before it."""
     eager = mdl.t_eager_pcg if ld.E / ld.chunks <= mdl.pcg_tokens else mdl.t_eager
-    return min(max(p_admission, 0.0), 1.0) * eager
+    v = mdl.v
+    prep = v["hs_on"] * (v["t_hs"] + v["t_hs_req"] * b) * min(max(b, 0.0), 1.0)
+    return min(max(p_admission, 0.0), 1.0) * eager + prep
 
 
 def no_waves(cfg: Config, mdl: Model, ld: Load, b: float, C: int) -> Terms:
@@ -238,7 +241,7 @@ def no_waves(cfg: Config, mdl: Model, ld: Load, b: float, C: int) -> Terms:
     after = mdl.v["t_token"] * ld.L                         # the next request is dispatched this long after
     W = wait_for_boundary(after, ((1.0 - p_join, T_d), (p_join, T_d + t_c))) + (N - 1) / 2.0 * T_d
     pre = after + W + ld.chunks * T_p + p_join * t_c        # its first token waits for copies run before it
-    pre += launch_wait(mdl, ld, p_join * (1.0 - 1.0 / C))   # the next admission is another request's
+    pre += launch_wait(mdl, ld, p_join * (1.0 - 1.0 / C), b)  # the next admission is another request's
     return Terms(b, T_d, T_p, t_c, S, X, pre, g, stall)
 
 
@@ -295,7 +298,7 @@ def waves(cfg: Config, mdl: Model, ld: Load, C: int) -> Terms:
         extra = episode_extra(T_p, T_d, t_c, ld.chunks, ranks, dp)
         S = span_steps(cfg, ld) * T_d + t_c + (n_ep - 1.0) / 2.0 * extra
         pre = f + (n_ep - 1.0) / 2.0 * (ld.chunks * T_p + t_c) + wait_for_boundary(f, ((1.0, T_p),)) \
-            + ld.chunks * T_p + launch_wait(mdl, ld, (n_ep - 1.0) / n_ep)
+            + ld.chunks * T_p + launch_wait(mdl, ld, (n_ep - 1.0) / n_ep, b)
         X = C / (pre + S)
         return Terms(b, T_d, T_p, t_c, S, X, pre, g, X / C * n_ep * (ld.chunks * T_p + t_c))
     ranks, per = min(dp, C - 1), math.ceil((C - 1) / dp)
@@ -305,7 +308,7 @@ def waves(cfg: Config, mdl: Model, ld: Load, C: int) -> Terms:
     first = ld.chunks * T_p1                              # the first request: admitted, then copied alone
     S_rest = span_steps(cfg, ld) * T_d + t_c
     S = ((ld.chunks * T_p + t_c1 + S_rest) + (C - 1) * S_rest) / C
-    pre = f + first + (t_c1 + ld.chunks * T_p) * (C - 1) / C + launch_wait(mdl, ld, (C - 1) / C)
+    pre = f + first + (t_c1 + ld.chunks * T_p) * (C - 1) / C + launch_wait(mdl, ld, (C - 1) / C, b)
     period = f + first + t_c1 + ld.chunks * T_p + S_rest
     return Terms(b, T_d, T_p, t_c, S, C / period, pre, C / 2.0, (first + t_c1 + ld.chunks * T_p + t_c) / period)
 

@@ -178,15 +178,17 @@ def test_a_lone_prefill_computes_one_sequence():
 
 def test_a_wave_admitted_as_it_comes_in_by_hand():
     """cxl at 64K, concurrency 32 (no copies): the first token of a request waits for the intake f, half the
-    other episodes, the next iteration boundary after f, its own prefill and, unless it is the wave's last
-    admission, the eager launch of the next one."""
+    other episodes, the next iteration boundary after f, its own prefill, HiSparse's preparation of its rank's
+    next decode and, unless it is the wave's last admission, the eager launch of the next one."""
     cfg, mdl, ld = setup("cxl")
     f = mdl.v["t_token"] * 65536
     g, Tp = an.wave_batch(mdl, ld, 32, 8)
     t = an.waves(cfg, mdl, ld, 32)
     n_ep = 1 + 31 / g
     wait = Tp * (math.floor(f / Tp) + 1) - f             # to the next multiple of T_p after f
-    assert t.pre == pytest.approx(f + (n_ep - 1) / 2 * Tp + wait + Tp + (n_ep - 1) / n_ep * mdl.t_eager, rel=1e-9)
+    prep = mdl.v["t_hs"] + mdl.v["t_hs_req"] * 32 / 8             # HiSparse's preparation of the rank's decode
+    assert t.pre == pytest.approx(f + (n_ep - 1) / 2 * Tp + wait + Tp + (n_ep - 1) / n_ep * mdl.t_eager + prep,
+                                  rel=1e-9)
 
 
 def test_a_wave_whose_prefill_outlasts_its_intake_is_taken_whole_after_its_first_request():

@@ -229,6 +229,30 @@ def test_launch_time_is_the_eager_launches_of_an_iteration_without_a_graph(cfg):
     assert cost.launch_time(ranks, [], [0, 1]) == cost.t_eager
 
 
+def test_first_tokens_wait_for_the_work_before_their_ranks_next_launch(cfg):
+    """With HiSparse a decoding rank first prepares its step on the CPU (t_hs + t_hs_req per request) and an
+    admitting rank admits (t_hs_admit per request); then an iteration without a CUDA graph launches eagerly.
+    Without HiSparse only the eager launch is left; an idle rank hands its tokens on at once."""
+    reqs, tb = table(cfg, [40000] * 4, [2000] * 4)
+    ranks, _, _ = make_ranks(cfg, tb, reqs)
+    ranks.join([(0, [0, 1]), (1, [2])])
+    cost = IterationCost(ranks.staging.model, tb)
+    v = cost.model.v
+    assert cost.send_delays(ranks, [], [0, 1]) == pytest.approx({0: v["t_hs"] + 2 * v["t_hs_req"],
+                                                                 1: v["t_hs"] + v["t_hs_req"]})
+    d = cost.send_delays(ranks, [(2, [(3, 64)])], [0, 1])
+    eager = cost.t_eager
+    assert d == pytest.approx({0: eager + v["t_hs"] + 2 * v["t_hs_req"], 1: eager + v["t_hs"] + v["t_hs_req"],
+                               2: eager + v["t_hs_admit"]})
+    gpu = resolve("sac-testbed", "gpu")
+    reqs, tb = table(gpu, [40000] * 3, [2000] * 3)
+    ranks, _, _ = make_ranks(gpu, tb, reqs)
+    ranks.join([(0, [0])])
+    gcost = IterationCost(ranks.staging.model, tb)
+    assert gcost.send_delays(ranks, [], [0]) == {}
+    assert gcost.send_delays(ranks, [(1, [(1, 64)])], [0]) == {0: gcost.t_eager, 1: gcost.t_eager}
+
+
 def test_a_first_token_waits_for_the_eager_launch_of_its_ranks_next_batch():
     """Request 1 arrives while request 0 prefills: the next iteration prefills it on rank 1 without a CUDA graph
     and decodes request 0 on rank 0, whose first token leaves once that iteration's kernels are launched. With
@@ -319,7 +343,7 @@ def test_emission_of_first_and_decode_tokens():
     fe1 = FrontEnd()                  # rank 0 launches an eager batch first: its first tokens leave 0.5 s later
     em1 = Emission(fe1, rank_of=[0, 1, 0], out=[5, 5, 5])
     em1.unsent += [0, 1, 2]
-    em1.first_tokens(2.0, launch=0.5, busy={0})
+    em1.first_tokens(2.0, {0: 0.5})
     assert [(b[0], b[2]) for b in fe1.msgs] == [(2.0, [(1, False)]), (2.5, [(0, False), (2, False)])]
     fe2 = FrontEnd()
     Emission(fe2, [0, 1], [5, 5]).decode_tokens(3.0, [0, 1], jump=4, ended=[(1, True)])

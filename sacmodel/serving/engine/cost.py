@@ -97,6 +97,28 @@ class IterationCost:
         running, graph_bs = ranks.running, self.graph_bs
         return self.t_eager if any(running[r] > graph_bs for r in decoding) else 0.0
 
+    def send_delays(self, ranks: Ranks, admits: list, decoding: list[int]) -> dict[int, float]:
+        """Seconds after the scheduling each rank with a batch in the iteration hands the last batch's first
+        tokens on: the CPU work before its launch (HiSparse's step preparation, serialised with the GPU, or its
+        admission work) and the eager launches of an iteration without a CUDA graph."""
+        launch = self.launch_time(ranks, admits, decoding)
+        v = self.model.v
+        hs = v["hs_on"]
+        out = {}
+        if hs:
+            prep, per, admit = v["t_hs"], v["t_hs_req"], v["t_hs_admit"]
+            running = ranks.running
+            for r in decoding:
+                out[r] = launch + prep + per * running[r]
+            for r, batch in admits:
+                out[r] = launch + admit * len(batch)
+        elif launch:
+            for r in decoding:
+                out[r] = launch
+            for r, _ in admits:
+                out[r] = launch
+        return out
+
     def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,
                        n_distinct: int, now: float, horizon: float) -> tuple[float, int, float, tuple | None]:
         """Seconds per iteration over ``jump`` identical iterations: the shared part over the iteration's

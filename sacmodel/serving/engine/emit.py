@@ -19,18 +19,18 @@ class Emission:
         self.frontend, self.rank_of, self.out = frontend, rank_of, out
         self.unsent: list[int] = []
 
-    def first_tokens(self, when: float, launch: float = 0.0, busy=()) -> None:
-        """Send the first tokens in ``unsent`` at ``when`` (a request of one output token ends with it); the
-        ranks in ``busy`` send theirs ``launch`` s later (the eager launch of their next batch)."""
+    def first_tokens(self, when: float, delays: dict | None = None) -> None:
+        """Send the first tokens in ``unsent`` at ``when`` (a request of one output token ends with it), rank r's
+        ``delays[r]`` s later (the work before the launch of its next batch)."""
         by_rank: dict[int, list] = {}
         for i in self.unsent:
             by_rank.setdefault(self.rank_of[i], []).append((i, False))
             if self.out[i] <= 1:
                 by_rank[self.rank_of[i]].append((i, True))
-        for late in (False, True):           # in time order: the front end's queue is first in, first out
-            for r in sorted(by_rank):
-                if (r in busy) == late:
-                    self.frontend.produce(when + launch if late else when, 1, by_rank[r])
+        delays = delays or {}
+        # in time order: the front end's queue is first in, first out
+        for r in sorted(by_rank, key=lambda r: (delays.get(r, 0.0), r)):
+            self.frontend.produce(when + delays.get(r, 0.0), 1, by_rank[r])
         self.unsent.clear()
 
     def decode_tokens(self, when: float, decoding: list[int], jump: int, ended: list) -> None:

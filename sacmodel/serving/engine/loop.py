@@ -200,9 +200,7 @@ class Engine:
                 if self.timeline.on:
                     self.timeline.event(self.t, -1, "backup", hold, k)
             n_first = len(unsent)
-            launch = self.cost.launch_time(self.ranks, admits, decoding)
-            busy = {r for r, _ in admits}.union(decoding) if launch else ()
-            self.emit.first_tokens(self.t + copy_t, launch, busy)
+            self.emit.first_tokens(self.t + copy_t, self.cost.send_delays(self.ranks, admits, decoding))
             self.stats.first_token_copy_wait_s += copy_t * n_first
         return hold_t
 

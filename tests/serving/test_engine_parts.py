@@ -249,7 +249,7 @@ def test_first_tokens_wait_for_the_work_before_their_ranks_next_launch(cfg):
     ranks, _, _ = make_ranks(gpu, tb, reqs)
     ranks.join([(0, [0])])
     gcost = IterationCost(ranks.staging.model, tb)
-    assert gcost.send_delays(ranks, [], [0]) == {}
+    assert gcost.send_delays(ranks, [], [0]) == {0: 0.0}
     assert gcost.send_delays(ranks, [(1, [(1, 64)])], [0]) == {0: gcost.t_eager, 1: gcost.t_eager}
 
 

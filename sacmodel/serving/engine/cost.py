@@ -102,21 +102,9 @@ class IterationCost:
         tokens on: the CPU work before its launch (HiSparse's step preparation, serialised with the GPU, or its
         admission work) and the eager launches of an iteration without a CUDA graph."""
         launch = self.launch_time(ranks, admits, decoding)
-        v = self.model.v
-        hs = v["hs_on"]
-        out = {}
-        if hs:
-            prep, per, admit = v["t_hs"], v["t_hs_req"], v["t_hs_admit"]
-            running = ranks.running
-            for r in decoding:
-                out[r] = launch + prep + per * running[r]
-            for r, batch in admits:
-                out[r] = launch + admit * len(batch)
-        elif launch:
-            for r in decoding:
-                out[r] = launch
-            for r, _ in admits:
-                out[r] = launch
+        v, running = self.model.v, ranks.running          # HiSparse's t_hs, t_hs_req, t_hs_admit: 0 without it
+        out = {r: launch + v["t_hs"] + v["t_hs_req"] * running[r] for r in decoding}
+        out.update((r, launch + v["t_hs_admit"] * len(batch)) for r, batch in admits)
         return out
 
     def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,

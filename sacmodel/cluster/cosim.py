@@ -78,6 +78,7 @@ class CoSim:
         self.order = np.argsort(tr.arrival, kind="stable").tolist()
         nan = math.nan
         self.first, self.done, self.submit_t, self.admit_t = [nan] * n, [nan] * n, [nan] * n, [nan] * n
+        self.taken_in_t = [nan] * n             # when the instance's scheduler could first admit the request
         self.load_s, self.handoff_s, self.cached = [0.0] * n, [0.0] * n, [0.0] * n
         self.inst, self.dec = [-1] * n, [-1] * n
         self.rejected: dict[int, str] = {}
@@ -138,7 +139,7 @@ class CoSim:
             k, r = cands[c]
             eng = self.servers[k].engine
             ranks = range(eng.cfg.dp) if r is None else (r,)
-            wait = sum(len(eng.ranks.waiting[j]) for j in ranks) + len(eng.dispatch.pending) + len(eng.frontend.intake)
+            wait = sum(len(eng.ranks.waiting[j]) for j in ranks) + eng.dispatch.count + len(eng.frontend.intake)
             use = sum(eng.memory.used[j] for j in ranks) / (len(ranks) * eng.memory.max_total)
             return wait, min(1.0, use)
         return of
@@ -327,6 +328,7 @@ class CoSim:
             return
         self.rank_pre[g] = (r, i)
         self.admit_t[g] = srv.engine.t
+        self.taken_in_t[g] = srv.engine.dispatch.taken_in.pop(i, srv.engine.t)
         n, by = self.found.pop(g, (0, {}))
         tokens = min(n * s.bt, self.L[g] - 1) if n else 0.0
         self.cached[g] = tokens

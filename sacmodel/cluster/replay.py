@@ -170,7 +170,10 @@ def load_report(arrival_s: np.ndarray, queue_s: np.ndarray, completed: np.ndarra
                 closed_loop: bool) -> dict:
     """Offered vs served load and queue growth of an open-loop replay.
 
-    Offered: requests / arrival span (req/s); served: completed requests / duration. The queue grows when the
+    Offered: requests / arrival span (req/s); served: completed requests / duration. ``queue_s``: each request's
+    wait in its rank's waiting queue, from the first iteration that could have admitted it to its admission (the
+    front end's intake and the wait for the scheduler's loop to come round are bounded, not a queue). The
+    queue grows when the
     median wait of the last quarter of arrivals exceeds the first quarter's by ``OVERLOAD_GROWTH`` s per s
     between them (an M/G/c queue with arrivals above capacity: wait(t) grows as t (offered/served - 1)) and is
     over ``OVERLOAD_MIN_QUEUE_S``. A request never admitted waits forever. Closed loop: never overloaded (the
@@ -386,6 +389,7 @@ def prediction(setup: Setup, sim: CoSim) -> ClusterPrediction:
     out = tr.output_len
     tbt = np.where(out > 1, (done - first) / np.maximum(out - 1, 1) * 1e3, math.nan)
     queue = np.array(sim.admit_t) - np.array(sim.submit_t)
+    waited = np.array(sim.admit_t) - np.array(sim.taken_in_t)
     completed = np.isfinite(done)
     # unfinished requests count as +inf in the percentiles (never nan: a nan is "not applicable")
     ttft = np.where(np.isnan(ttft) & ~completed, math.inf, ttft)
@@ -403,6 +407,7 @@ def prediction(setup: Setup, sim: CoSim) -> ClusterPrediction:
            "input_tokens": tr.input_len, "output_tokens": out, "cached_tokens": cached,
            **{f"cached_{t}": np.array(sim.by_tier[t]) for t in setup.tier_names},
            "load_s": np.array(sim.load_s), "handoff_s": np.array(sim.handoff_s), "queue_s": queue,
+           "waited_s": np.where(np.isnan(waited) & ~completed, math.inf, waited),
            "ttft_ms": ttft, "tbt_ms": tbt, "e2e_ms": e2e, "completed": completed, "slo_met": ok}
     duration = float(np.nanmax(done) - arrival.min()) if completed.any() else math.nan
     failed = [f"{sim.servers[k].id}: {sim.servers[k].engine.memory.crash.reason}" for k in range(len(sim.servers))
@@ -455,7 +460,7 @@ def _summary(setup: Setup, sim: CoSim, per: dict, duration: float, failed: list)
         "slo": dict(setup.slo_s), "slo_attainment": float(ok.mean()),
         "success_fraction": float(completed.mean()) if len(completed) else 1.0,
         "unfinished_requests": int((~completed).sum()), "unfinished_note": _unfinished_note(completed),
-        "load": load_report(per["arrival"], per["queue_s"], completed, duration, bool(setup.closed_loop)),
+        "load": load_report(per["arrival"], per["waited_s"], completed, duration, bool(setup.closed_loop)),
         "rejected_requests": len(sim.rejected), "rejected_reasons": rejected,
         "closed_loop": setup.closed_loop or None,
         "goodput_req_s": float(ok.sum() / duration) if duration else math.nan,

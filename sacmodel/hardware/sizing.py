@@ -171,6 +171,13 @@ def sglang_refusal(model: ModelSpec, dp: int, *, recv_interval: int = 1, piecewi
     return None
 
 
+def idle_eager_kernels(model: ModelSpec) -> int:
+    """Launches per layer of an IDLE batch, which a DP-attention rank with no request of its own runs in lockstep
+    while another rank's batch runs without a CUDA graph [estimated]: attention returns at once for no tokens
+    (``deepseek_v2.py``), so the layer norm and the MLP part of :func:`decode_kernels` are left."""
+    return 1 + (10 if model.routed_experts else 4)
+
+
 def piecewise_eager_kernels(model: ModelSpec) -> int:
     """Launches per layer a prefill still makes from Python under SGLang's piecewise CUDA graph (the graph
     stops at each layer's attention op, ``unified_attention_with_output``, which runs eagerly) [estimated]: the

@@ -10,8 +10,10 @@ the long-run accounting of what the engine charges (times in s, rates per s):
   does not decode (prefill has priority) while the others do (:func:`prefill_iteration`); the RDMA pool then
   copies the prompt when the request joins decode, stalling every rank (:func:`copy_time`); a prompt
   prefilled from scratch on a HiSparse pool is backed up, holding the GPU (the same stall).
-- **Admissions.** An iteration admits what was dispatched during the one before, so under steady load an
-  admission episode holds one request or a few (:func:`no_waves`); their copies run together.
+- **Admissions.** The overlap scheduler's loop takes requests in once it has launched the current iteration,
+  and the next iteration admits them (:func:`wait_for_admission`): an iteration admits what was dispatched
+  during about one iteration before, so under steady load an admission episode holds one request or a few
+  (:func:`no_waves`); their copies run together.
 - **First token.** It leaves once the next batch is launched: after the eager launches when that batch is
   another admission, and with HiSparse after the CPU preparation of the rank's decode (:func:`launch_wait`).
 - **Span.** From its first token to its last, a request's rank runs ``O - 1`` decode steps for it (and one
@@ -176,6 +178,17 @@ def wait_for_boundary(after: float, steps: tuple[tuple[float, float], ...]) -> f
     return out
 
 
+def wait_for_admission(after: float, recv: float, steps: tuple[tuple[float, float], ...]) -> float:
+    """Seconds a request dispatched ``after`` s past an iteration boundary waits for its admission. The overlap
+    scheduler's loop takes requests in ``recv`` s into each iteration, once it has launched it, and the
+    iteration after that intake admits them: a request that comes before the intake is admitted at the next
+    boundary, a later one an iteration (``T_d``, the first entry's tau) after the boundary that follows
+    (``steps`` as for :func:`wait_for_boundary`)."""
+    if after <= recv:
+        return sum(p * (tau - after) for p, tau in steps)
+    return wait_for_boundary(after - recv, steps) - recv + steps[0][1]
+
+
 @dataclass
 class Terms:
     """One evaluation at ``b`` decoding requests per rank: iteration times, copy, span and cycle (s), the
@@ -239,7 +252,8 @@ def no_waves(cfg: Config, mdl: Model, ld: Load, b: float, C: int) -> Terms:
         g = new
     p_join = min(1.0, X / g * ld.chunks / iters)            # a batch joins (and copies) at the next boundary
     after = mdl.v["t_token"] * ld.L                         # the next request is dispatched this long after
-    W = wait_for_boundary(after, ((1.0 - p_join, T_d), (p_join, T_d + t_c))) + (N - 1) / 2.0 * T_d
+    recv = launch_wait(mdl, ld, 0.0, b)                     # a decoding rank's loop takes requests in then
+    W = wait_for_admission(after, recv, ((1.0 - p_join, T_d), (p_join, T_d + t_c))) + (N - 1) / 2.0 * T_d
     pre = after + W + ld.chunks * T_p + p_join * t_c        # its first token waits for copies run before it
     pre += launch_wait(mdl, ld, p_join * (1.0 - 1.0 / C), b)  # the next admission is another request's
     return Terms(b, T_d, T_p, t_c, S, X, pre, g, stall)
@@ -297,7 +311,8 @@ def waves(cfg: Config, mdl: Model, ld: Load, C: int) -> Terms:
         t_c = copy_time(cfg, mdl, ld, math.ceil(g / ranks), ranks)
         extra = episode_extra(T_p, T_d, t_c, ld.chunks, ranks, dp)
         S = span_steps(cfg, ld) * T_d + t_c + (n_ep - 1.0) / 2.0 * extra
-        pre = f + (n_ep - 1.0) / 2.0 * (ld.chunks * T_p + t_c) + wait_for_boundary(f, ((1.0, T_p),)) \
+        pre = f + (n_ep - 1.0) / 2.0 * (ld.chunks * T_p + t_c) \
+            + wait_for_admission(f, launch_wait(mdl, ld, 1.0, b), ((1.0, T_p),)) \
             + ld.chunks * T_p + launch_wait(mdl, ld, (n_ep - 1.0) / n_ep, b)
         X = C / (pre + S)
         return Terms(b, T_d, T_p, t_c, S, X, pre, g, X / C * n_ep * (ld.chunks * T_p + t_c))

@@ -20,4 +20,6 @@ def test_tbt_rises_once_the_hosts_traffic_exceeds_the_devices_bandwidth():
     assert three["tbt_mean_ms"] == pytest.approx(T1, rel=0.02)
     # far above it: the devices are shared, each host gets C / 16 and its steps stretch by 16 d / C
     assert sixteen["tbt_mean_ms"] == pytest.approx(T1 * 16 * d / C, rel=0.08)
-    assert sixteen["pool_traffic_GBps"] == pytest.approx(C, rel=0.01) and sixteen["pool_traffic_GBps"] <= C * 1.000001
+    # the devices are never asked for more than C; the summary divides all hosts' bytes by the busiest host's
+    # steps, so a host that loads while another is still taking its requests in may lift it a little above C
+    assert sixteen["pool_traffic_GBps"] == pytest.approx(C, rel=0.01) and sixteen["pool_traffic_GBps"] <= C * 1.001

@@ -91,6 +91,12 @@ def test_span_and_boundary_terms_by_hand():
     assert an.wait_for_boundary(0.03, ((1.0, 0.05),)) == pytest.approx(0.02)
     assert an.wait_for_boundary(0.12, ((1.0, 0.05),)) == pytest.approx(0.03)  # two iterations later
     assert an.wait_for_boundary(0.03, ((0.5, 0.05), (0.5, 1.05))) == pytest.approx(0.5 * 0.02 + 0.5 * 1.02)
+    # the loop takes requests in 0.01 s into each 0.05 s iteration: before that, admitted at the next boundary;
+    # after it, at the boundary after that (0.03 s later in the iteration, then a whole one)
+    assert an.wait_for_admission(0.005, 0.01, ((1.0, 0.05),)) == pytest.approx(0.045)
+    assert an.wait_for_admission(0.03, 0.01, ((1.0, 0.05),)) == pytest.approx(0.02 + 0.05)
+    assert an.wait_for_admission(0.03, 0.0, ((1.0, 0.05),)) == pytest.approx(an.wait_for_boundary(0.03, ((1.0, 0.05),))
+                                                                               + 0.05)
 
 
 def test_no_wave_state_keeps_its_laws():
@@ -107,15 +113,16 @@ def test_no_wave_state_keeps_its_laws():
     assert t.g == pytest.approx(x / -math.expm1(-x), rel=1e-6) and t.g >= 1.0
     assert t.stall == pytest.approx(t.X / t.g * (t.T_p + t.t_c))
     assert an.no_waves(cfg, mdl, ld, 1e-6, 32).g == pytest.approx(1.0, abs=1e-5)   # no load: one at a time
-    # without copies, a request dispatched f = t_token L after a completion (f < T_d) waits for that decode
-    # iteration to end, then its prefill: its first token comes T_d + T_p after it was sent
+    # without copies, a request dispatched f = t_token L after a completion (f < T_d) comes after the loop took
+    # requests in at that CUDA-graph decode's launch: it waits for that iteration and the next one, then its
+    # prefill: its first token comes 2 T_d + T_p after it was sent
     c2, m2, l2 = setup("gpu", context=32768, output=(256, 768))
     t = an.no_waves(c2, m2, l2, 3.0, 32)
     # (and, when another request is admitted next, for that admission's eager launch)
     iters = t.X / t.g * l2.chunks + (1 - t.stall) / t.T_d
     p_next = t.X / t.g * l2.chunks / iters * (1 - 1 / 32)
     assert 0 < p_next < 1 and an.launch_wait(m2, l2, p_next) == pytest.approx(p_next * m2.t_eager)
-    assert m2.v["t_token"] * 32768 < t.T_d and t.pre == pytest.approx(t.T_d + t.T_p + p_next * m2.t_eager)
+    assert m2.v["t_token"] * 32768 < t.T_d and t.pre == pytest.approx(2 * t.T_d + t.T_p + p_next * m2.t_eager)
 
 
 def test_waves_by_hand():

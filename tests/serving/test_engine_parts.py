@@ -83,17 +83,21 @@ def make_ranks(cfg, tb, reqs):
     return Ranks(cfg.dp, cfg, tb, memory, staging, distinct, MissCurves(model, tb.max_out)), memory, staging
 
 
-def test_dispatch_is_round_robin_in_hand_on_order_from_the_previous_rounds_counter(cfg):
+def test_dispatch_is_round_robin_in_hand_on_order_and_each_rank_takes_in_what_reached_it(cfg):
     reqs, tb = table(cfg, [100] * 10, [5] * 10)
     ranks, _, _ = make_ranks(cfg, tb, reqs)
-    d = Dispatch(cfg.dp, first_round=9)                            # 9 requests before: the next goes to rank 1
-    for i, t in [(2, 0.2), (0, 0.0), (1, 0.1)]:
+    d = Dispatch(cfg.dp, 9, ranks.rank_of)                         # 9 requests before: the next goes to rank 1
+    for i, t in [(0, 0.0), (1, 0.1), (2, 0.2)]:
         d.push(i, t)
-    d.assign(0.15, ranks)                                          # only those handed on by then
-    assert [ranks.rank_of[i] for i in (0, 1)] == [1, 2] and list(ranks.waiting[1]) == [0]
-    assert d.next_time() == 0.2
-    d.assign(1.0, ranks)
-    assert ranks.rank_of[2] == 3 and d.next_time() == math.inf
+    assert [ranks.rank_of[i] for i in (0, 1, 2)] == [1, 2, 3] and d.count == 3     # sent on at once, in turn
+    cut = [0.15] * cfg.dp
+    cut[2] = 0.05                                  # rank 2's loop took requests in before request 1 reached it
+    d.receive(cut, ranks, 0.3)
+    assert list(ranks.waiting[1]) == [0] and not ranks.waiting[2] and not ranks.waiting[3]
+    assert d.taken_in == {0: 0.3} and d.next_time() == 0.1 and d.count == 2
+    d.receive([1.0] * cfg.dp, ranks, 1.0)
+    assert list(ranks.waiting[2]) == [1] and list(ranks.waiting[3]) == [2]
+    assert d.next_time() == math.inf and d.count == 0
 
 
 def test_prefill_batch_chunks_a_long_prompt_and_counts_pages(cfg):
@@ -231,26 +235,31 @@ def test_launch_time_is_the_eager_launches_of_an_iteration_without_a_graph(cfg):
 
 def test_first_tokens_wait_for_the_work_before_their_ranks_next_launch(cfg):
     """With HiSparse a decoding rank first prepares its step on the CPU (t_hs + t_hs_req per request) and an
-    admitting rank admits (t_hs_admit per request); then an iteration without a CUDA graph launches eagerly.
-    Without HiSparse only the eager launch is left; an idle rank hands its tokens on at once."""
+    admitting rank admits (t_hs_admit per request); then an iteration without a CUDA graph launches eagerly,
+    and a rank with no batch launches an IDLE one (its MLP part). Without HiSparse only the eager launches are
+    left; beside a CUDA-graph decode an idle rank hands its tokens on at once."""
     reqs, tb = table(cfg, [40000] * 4, [2000] * 4)
     ranks, _, _ = make_ranks(cfg, tb, reqs)
     ranks.join([(0, [0, 1]), (1, [2])])
     cost = IterationCost(ranks.staging.model, tb)
     v = cost.model.v
-    assert cost.send_delays(ranks, [], [0, 1]) == pytest.approx({0: v["t_hs"] + 2 * v["t_hs_req"],
-                                                                 1: v["t_hs"] + v["t_hs_req"]})
+    idle = [0.0] * (cfg.dp - 2)
+    assert cost.send_delays(ranks, [], [0, 1]) == pytest.approx([v["t_hs"] + 2 * v["t_hs_req"],
+                                                                 v["t_hs"] + v["t_hs_req"]] + idle)
     d = cost.send_delays(ranks, [(2, [(3, 64)])], [0, 1])
     eager = cost.t_eager
-    assert d == pytest.approx({0: eager + v["t_hs"] + 2 * v["t_hs_req"], 1: eager + v["t_hs"] + v["t_hs_req"],
-                               2: eager + v["t_hs_admit"]})
+    # 11 of a DSA layer's 32 kernels: the layer norm and the MoE part (hand count of hardware.sizing)
+    assert cost.t_eager_idle == pytest.approx(eager * 11 / 32)
+    assert d == pytest.approx([eager + v["t_hs"] + 2 * v["t_hs_req"], eager + v["t_hs"] + v["t_hs_req"],
+                               eager + v["t_hs_admit"]] + [cost.t_eager_idle] * (cfg.dp - 3))
     gpu = resolve("sac-testbed", "gpu")
     reqs, tb = table(gpu, [40000] * 3, [2000] * 3)
     ranks, _, _ = make_ranks(gpu, tb, reqs)
     ranks.join([(0, [0])])
     gcost = IterationCost(ranks.staging.model, tb)
-    assert gcost.send_delays(ranks, [], [0]) == {0: 0.0}
-    assert gcost.send_delays(ranks, [(1, [(1, 64)])], [0]) == {0: gcost.t_eager, 1: gcost.t_eager}
+    assert gcost.send_delays(ranks, [], [0]) == [0.0] * gpu.dp
+    assert gcost.send_delays(ranks, [(1, [(1, 64)])], [0]) == pytest.approx(
+        [gcost.t_eager, gcost.t_eager] + [gcost.t_eager_idle] * (gpu.dp - 2))
 
 
 def test_a_first_token_waits_for_the_eager_launch_of_its_ranks_next_batch():
@@ -262,6 +271,33 @@ def test_a_first_token_waits_for_the_eager_launch_of_its_ranks_next_batch():
     runs = [run_engine(gpu, Requests(np.array([0.0, later]), np.array([500, 500]), np.array([50, 50]), np.zeros(2)), 2)
             for later in (0.01, 100.0)]
     assert runs[0].first[0] - runs[1].first[0] == pytest.approx(Model(gpu).t_eager, rel=1e-9)
+
+
+def test_a_request_handed_on_after_its_ranks_loop_took_requests_in_waits_for_the_next_loop():
+    """SGLang's overlap loop takes requests in (recv_requests), then launches the iteration and processes the
+    last one's results: beside a CUDA-graph decode, launched at once, a request handed on just before an
+    iteration starts is taken in as the next one is launched, and one handed on just after it a whole
+    iteration later (the engine's boundaries s0 < s1 < s2)."""
+    from sacmodel.serving.engine.loop import open_engine
+    gpu = resolve("sac-testbed", "gpu")
+
+    def taken_in(delta: float) -> tuple[list[float], float]:
+        eng = open_engine(gpu, max_output=400)
+        eng.submit(0.0, 500, 400)
+        for _ in range(40):                       # one iteration per step: the prefill, then graph decodes
+            eng.step(eng.t)
+        assert eng.ranks.running[0] == 1 and eng.cost.launch_time(eng.ranks, [], [0]) == 0.0
+        s = [eng.t]
+        eng.submit(s[0] + delta - eng.model.v["t_token"] * 500, 500, 50)    # handed on at s0 + delta
+        while 1 not in eng.dispatch.taken_in:
+            eng.step(eng.t)
+            s.append(eng.t)
+        return s, eng.dispatch.taken_in[1]
+
+    s, before = taken_in(-1e-4)
+    assert before == s[1]
+    s, after = taken_in(+1e-4)
+    assert after == s[2] and s[2] > s[1] > s[0]
 
 
 def test_swap_unit_is_the_rank_coefficient_and_sharing_follows_the_pool():
@@ -343,7 +379,7 @@ def test_emission_of_first_and_decode_tokens():
     fe1 = FrontEnd()                  # rank 0 launches an eager batch first: its first tokens leave 0.5 s later
     em1 = Emission(fe1, rank_of=[0, 1, 0], out=[5, 5, 5])
     em1.unsent += [0, 1, 2]
-    em1.first_tokens(2.0, {0: 0.5})
+    em1.first_tokens(2.0, [0.5, 0.0])
     assert [(b[0], b[2]) for b in fe1.msgs] == [(2.0, [(1, False)]), (2.5, [(0, False), (2, False)])]
     fe2 = FrontEnd()
     Emission(fe2, [0, 1], [5, 5]).decode_tokens(3.0, [0, 1], jump=4, ended=[(1, True)])

@@ -28,6 +28,7 @@ class IterationCost:
         self.model, self.table = model, table
         self.t_eager, self.graph_bs = model.t_eager, model.graph_bs
         self.t_eager_pcg, self.pcg_tokens = model.t_eager_pcg, model.pcg_tokens
+        self.t_eager_idle, self.dp = model.t_eager_idle, model.cfg.dp
         self._prefill: dict = {}
         self._by_active: dict[int, dict] = {}      # rank coefficients by active ranks, then batch and long requests
         self._shared = model._shared_cache
@@ -97,14 +98,18 @@ class IterationCost:
         running, graph_bs = ranks.running, self.graph_bs
         return self.t_eager if any(running[r] > graph_bs for r in decoding) else 0.0
 
-    def send_delays(self, ranks: Ranks, admits: list, decoding: list[int]) -> dict[int, float]:
-        """Seconds after the scheduling each rank with a batch in the iteration hands the last batch's first
-        tokens on: the CPU work before its launch (HiSparse's step preparation, serialised with the GPU, or its
-        admission work) and the eager launches of an iteration without a CUDA graph."""
+    def send_delays(self, ranks: Ranks, admits: list, decoding: list[int]) -> list[float]:
+        """Seconds after the scheduling each rank has launched its part of the iteration, when it hands the last
+        batch's first tokens on and its loop next takes requests in: the CPU work before its launch (HiSparse's
+        step preparation, serialised with the GPU, or its admission work) and the eager launches of an iteration
+        without a CUDA graph; a rank with no batch of its own then launches an IDLE batch."""
         launch = self.launch_time(ranks, admits, decoding)
         v, running = self.model.v, ranks.running          # HiSparse's t_hs, t_hs_req, t_hs_admit: 0 without it
-        out = {r: launch + v["t_hs"] + v["t_hs_req"] * running[r] for r in decoding}
-        out.update((r, launch + v["t_hs_admit"] * len(batch)) for r, batch in admits)
+        out = [self.t_eager_idle if launch else 0.0] * self.dp
+        for r in decoding:
+            out[r] = launch + v["t_hs"] + v["t_hs_req"] * running[r]
+        for r, batch in admits:
+            out[r] = launch + v["t_hs_admit"] * len(batch)
         return out
 
     def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,

@@ -19,7 +19,7 @@ class Emission:
         self.frontend, self.rank_of, self.out = frontend, rank_of, out
         self.unsent: list[int] = []
 
-    def first_tokens(self, when: float, delays: dict | None = None) -> None:
+    def first_tokens(self, when: float, delays: list[float] | None = None) -> None:
         """Send the first tokens in ``unsent`` at ``when`` (a request of one output token ends with it), rank r's
         ``delays[r]`` s later (the work before the launch of its next batch)."""
         by_rank: dict[int, list] = {}
@@ -27,10 +27,11 @@ class Emission:
             by_rank.setdefault(self.rank_of[i], []).append((i, False))
             if self.out[i] <= 1:
                 by_rank[self.rank_of[i]].append((i, True))
-        delays = delays or {}
+        def delay(r: int) -> float:
+            return delays[r] if delays else 0.0
         # in time order: the front end's queue is first in, first out
-        for r in sorted(by_rank, key=lambda r: (delays.get(r, 0.0), r)):
-            self.frontend.produce(when + delays.get(r, 0.0), 1, by_rank[r])
+        for r in sorted(by_rank, key=lambda r: (delay(r), r)):
+            self.frontend.produce(when + delay(r), 1, by_rank[r])
         self.unsent.clear()
 
     def decode_tokens(self, when: float, decoding: list[int], jump: int, ended: list) -> None:

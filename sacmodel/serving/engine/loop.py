@@ -8,8 +8,10 @@ part                 what it follows in the server
 ``client``           the benchmark client: closed loop (at most ``concurrency`` in flight) or arrivals
 ``frontend``         the TokenizerManager's event loop: intake (``t_token`` per prompt token) and one
                      output message per turn while requests come in
-``scheduler``        the data-parallel controller (round-robin dispatch) and each rank's scheduler:
-                     waiting queue, prefill batches (chunked, memory-checked), decode batch
+``scheduler``        the data-parallel controller (round-robin dispatch) and each rank's scheduler: it
+                     takes requests in as its overlap loop comes round, once it has launched the
+                     iteration on the GPU, and admits them in the next; waiting queue, prefill batches
+                     (chunked, memory-checked), decode batch
 ``memory``           device KV slots per rank; HiSparse's buffer allocation failure
 ``staging``          prefill to decode: staging, the RDMA pool's prefix copy, cold-staging backups
 ``cost``             the iteration's time: shared part plus the slowest rank, in jumps of identical steps
@@ -92,12 +94,12 @@ class Engine:
         self.table = table = RequestTable(cfg, reqs)
         self.frontend = FrontEnd()
         self.client = Client(table, concurrency, self.frontend, model.v["t_token"])
-        self.dispatch = Dispatch(cfg.dp, first_round)
         self.memory = _memory(cfg, table, reqs.prefix_pages)
         self.staging = Staging(cfg, table, model, reqs.cold_staging)
         self.distinct = DistinctTokens(cfg.dp, table.pid)
         self.ranks = Ranks(cfg.dp, cfg, table, self.memory, self.staging, self.distinct,
                            MissCurves(model, table.max_out))
+        self.dispatch = Dispatch(cfg.dp, first_round, self.ranks.rank_of)
         self.cost = IterationCost(model, table)
         self.emit = Emission(self.frontend, self.ranks.rank_of, table.out)
         self.stats = Stats()
@@ -110,6 +112,10 @@ class Engine:
         # iterations have run since its last intake, at once after a prefill (weight 1000) or when idle
         self.recv_n = cfg.recv_interval
         self.recv_count = self.recv_n
+        # when each rank's scheduler loop last took requests in: the overlap loop receives once it has launched
+        # the iteration now on the GPU (and sent the last one's first tokens), so a request that comes later
+        # waits for the next loop, and its prefill for the iteration after the next
+        self.recv_at = [0.0] * cfg.dp
 
     def run(self) -> EngineResult:
         self.client.send(0.0)
@@ -137,8 +143,8 @@ class Engine:
                 self.recv_count = 0
         else:
             receives = True
-        if dispatch.pending and receives:
-            dispatch.assign(t, self.ranks)
+        if dispatch.count and receives:
+            dispatch.receive(self.recv_at, self.ranks, t)
         copy_t, copying = 0.0, 0
         if staging.count:              # staged requests acknowledged now join decode (after their copies)
             joined = staging.ready(self.it)
@@ -151,9 +157,10 @@ class Engine:
         if memory.crash is not None:
             self.client.stopped = True
             return False
-        hold_t = self._send_first_tokens(copy_t, admits, decoding) if self.emit.unsent or self.hold_next else 0.0
+        delays = self.cost.send_delays(self.ranks, admits, decoding) if admits or decoding else None
+        hold_t = self._send_first_tokens(copy_t, delays) if self.emit.unsent or self.hold_next else 0.0
         if admits or decoding:
-            self._iterate(admits, decoding, n_tok, n_new, copy_t, copying, hold_t)
+            self._iterate(admits, decoding, n_tok, n_new, copy_t, copying, hold_t, delays)
             return True
         return self._wait(copy_t, hold_t)
 
@@ -184,7 +191,7 @@ class Engine:
         instance holds the KV until the decode instance has pulled it)."""
         self.memory.free(r, (i,), running=False)
 
-    def _send_first_tokens(self, copy_t: float, admits: list, decoding: list[int]) -> float:
+    def _send_first_tokens(self, copy_t: float, delays: list[float] | None) -> float:
         """The last batch's first tokens leave once this iteration is launched (after its copies): the overlap
         scheduler launches the next batch before it processes the last one's results, so a rank that runs
         a batch without a CUDA graph hands its first tokens on only after the CPU has launched its kernels one
@@ -200,7 +207,7 @@ class Engine:
                 if self.timeline.on:
                     self.timeline.event(self.t, -1, "backup", hold, k)
             n_first = len(unsent)
-            self.emit.first_tokens(self.t + copy_t, self.cost.send_delays(self.ranks, admits, decoding))
+            self.emit.first_tokens(self.t + copy_t, delays)
             self.stats.first_token_copy_wait_s += copy_t * n_first
         return hold_t
 
@@ -208,6 +215,7 @@ class Engine:
         """Nothing to run: a copy-only iteration, or the clock moves to the next event (False: none is due)."""
         if copy_t > 0 or self.staging.count or hold_t:
             self.t += copy_t + hold_t
+            self.recv_at = [self.t] * self.cfg.dp
             self.it += 1
             self.recv_count += 1
             return True
@@ -216,6 +224,7 @@ class Engine:
         if nxt == math.inf:
             return False
         self.t = max(self.t, nxt)
+        self.recv_at = [self.t] * self.cfg.dp         # an idle loop receives at once
         self.client.send(self.t)
         return True
 
@@ -224,7 +233,7 @@ class Engine:
         return min(self.dispatch.next_time(), self.client.next_send(), self.frontend.next_busy_turn())
 
     def _iterate(self, admits: list, decoding: list[int], n_tok: int, n_new: int, copy_t: float, copying: int,
-                 hold_t: float) -> None:
+                 hold_t: float, delays: list[float]) -> None:
         """Run one iteration (or a jump of identical decode iterations) and what follows from it."""
         ranks, stats, timeline = self.ranks, self.stats, self.timeline
         jump = 1
@@ -234,13 +243,14 @@ class Engine:
                 jump = max(1, min(jump, self.recv_n - self.recv_count))
         distinct = self.distinct
         n_distinct = distinct.count_except(admits) + n_new if distinct.on else n_tok
-        pending = self.dispatch.pending if self.recv_n <= 1 else None     # else taken in at the intake only
-        horizon = min(pending[0][0] if pending else math.inf, self.client.next_send(),
-                      self.frontend.next_busy_turn(), self.horizon)    # the next dispatch, send or front-end turn
+        inbox = self.dispatch.next_time() if self.recv_n <= 1 else math.inf   # else taken in at the intake only
+        horizon = min(inbox, self.client.next_send(), self.frontend.next_busy_turn(), self.horizon)
         T, jump, shared, slowest = self.cost.iteration_time(ranks, admits, decoding, jump, n_tok, n_distinct,
                                                             self.t, horizon)
         if self.pool is not None:      # a pool shared with other hosts: its devices may slow this host down
             T = self.pool(self, T, self.cost.misses, jump)
+        last = self.t + copy_t + (jump - 1) * T           # the start of the (last) iteration
+        self.recv_at = [last + d for d in delays]
         self.t = t = self.t + (copy_t + jump * T + hold_t)
         self.it += jump
         self.recv_count += 1000 if admits else jump

@@ -1,7 +1,9 @@
 """The data-parallel ranks' schedulers: dispatch, waiting queues, prefill batches and decode batches.
 
 - **Dispatch.** SGLang's data-parallel controller sends requests to the ranks round-robin in the order the
-  front end hands them on (:class:`Dispatch`).
+  front end hands them on, at once; a rank's scheduler takes them in only when its loop comes round
+  (``event_loop_overlap``: receive, schedule, launch the next batch, then process the last one's results), so
+  a request that reaches it after it launched the current iteration waits for the next (:class:`Dispatch`).
 - **Prefill batches.** Each iteration a rank with waiting requests admits them into a prefill batch (prefill
   has priority over decode): up to ``prefill_chunk`` new tokens, a prefix hit costing one page, at most
   ``max_running_requests`` requests on the rank, each only if its device memory fits
@@ -30,32 +32,42 @@ _LATER = object()          # a request's miss curve not made yet
 
 
 class Dispatch:
-    """Requests the front end has handed on, waiting for the controller to send them to a rank."""
+    """Requests the front end has handed on: the data-parallel controller sends each to the next rank in turn at
+    once; the rank's scheduler takes in what has reached it when its loop next receives (:meth:`receive`)."""
 
-    def __init__(self, dp: int, first_round: int):
-        self.dp = dp
-        self.pending: list[tuple[float, int]] = []          # heap of (time handed on, request)
+    def __init__(self, dp: int, first_round: int, rank_of: list[int]):
+        self.dp, self.rank_of = dp, rank_of
+        self.inbox: list[deque] = [deque() for _ in range(dp)]   # (time handed on, request), per rank, in order
         self.counter = first_round % dp                     # the round-robin continues from earlier rounds
         self.fixed: dict[int, int] = {}                     # requests sent to a given rank (a router chose it)
+        self.count = 0                                      # requests in the inboxes
+        self.taken_in: dict[int, float] = {}                # when each request was first scheduled after it (s)
 
     def push(self, i: int, when: float) -> None:
-        heapq.heappush(self.pending, (when, i))
+        r = self.fixed.pop(i, None) if self.fixed else None
+        if r is None:
+            r = self.counter % self.dp
+            self.counter += 1
+        self.rank_of[i] = r
+        self.inbox[r].append((when, i))
+        self.count += 1
 
-    def assign(self, now: float, ranks: "Ranks") -> None:
-        """Send every request handed on by ``now`` to the next rank's waiting queue, in turn."""
-        pending, waiting, rank_of, fixed, pop = self.pending, ranks.waiting, ranks.rank_of, self.fixed, heapq.heappop
-        limit = now + 1e-12
-        while pending and pending[0][0] <= limit:
-            i = pop(pending)[1]
-            r = fixed.pop(i, None) if fixed else None
-            if r is None:
-                r = self.counter % self.dp
-                self.counter += 1
-            rank_of[i] = r
-            waiting[r].append(i)
+    def receive(self, cutoffs: list[float], ranks: "Ranks", now: float) -> None:
+        """Each rank ``r`` takes into its waiting queue what reached it by ``cutoffs[r]`` (s), to be scheduled
+        from ``now`` (s) on."""
+        waiting, taken_in = ranks.waiting, self.taken_in
+        for r, box in enumerate(self.inbox):
+            if box:
+                limit = cutoffs[r] + 1e-12
+                while box and box[0][0] <= limit:
+                    i = box.popleft()[1]
+                    waiting[r].append(i)
+                    taken_in[i] = now
+                    self.count -= 1
 
     def next_time(self) -> float:
-        return self.pending[0][0] if self.pending else math.inf
+        """When the earliest request still in an inbox reached it (inf: none)."""
+        return min((box[0][0] for box in self.inbox if box), default=math.inf)
 
 
 class Ranks:

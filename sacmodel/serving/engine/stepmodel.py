@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ...hardware.sizing import piecewise_eager_kernels
+from ...hardware.sizing import idle_eager_kernels, piecewise_eager_kernels
 from .. import step as steps
 from ..config import Config, static_values, swap_route
 from .misses import CurveCache, cumulative_misses
@@ -68,6 +68,8 @@ class Model:
         # a prefill of at most pcg_tokens tokens runs as a piecewise CUDA graph: only attention launches eagerly
         self.pcg_tokens = cfg.pcg_tokens
         self.t_eager_pcg = eager.total(*eager.args(dict(self.v, n_kernels=float(piecewise_eager_kernels(cfg.model)))))
+        # a rank with no batch in an iteration without a CUDA graph launches an IDLE batch (its MLP part)
+        self.t_eager_idle = eager.total(*eager.args(dict(self.v, n_kernels=float(idle_eager_kernels(cfg.model)))))
         self._rank_cache: dict = {}
         self._shared_cache: dict = {}
         self._miss_cache = CurveCache()

@@ -5,8 +5,9 @@
 2. Decode step (:func:`fit_steps`): the step model's constants to the **time-resolved** decode step times of
    the server logs (every 40 decode steps, per rank: running requests and generation throughput), each
    interval at its requests' age since admission.
-3. Front end, admission and prefix copy (:func:`fit_serving`): to the runs' TTFT, TBT and throughput through
-   the event engine, with the step constants fixed.
+3. Front end, admission and prefix copy: the front end's work per prompt token measured in the server logs
+   (:func:`measure_front_end`), then the rest (:func:`fit_serving`) to the runs' TTFT, TBT and throughput
+   through the event engine, with the step constants fixed.
 4. Prefill efficiency (``fit_serving(..., PREFILL_PARAMS, ("ttft_mean_ms",))``): to the cold first rounds.
 
 Parameter names: a calibration/serving parameter (``t_graph_kernel``), every node of a kind (``node:rdma_nic.op_cost``)
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,8 @@ PLAUSIBLE: dict[str, str] = {
     "score_correlation": "0.95-0.9999: consecutive decode queries are highly correlated",
     "drift_settling": "0-100: how much faster the query drifts right after admission than later",
     "settling_steps": "100-3000 steps: greedy decoding settles within hundreds to thousands of tokens",
-    "t_request": "20-300 ms: HTTP, JSON, detokenisation and streaming outside the engine",
+    "t_request": "1-30 ms: an HTTP response on localhost: the request's JSON and its streamed chunks, the "
+                 "detokeniser and the client outside the engine",
     "t_token": "0.2-2 us: the front end's serial work per prompt token (HTTP body, JSON, a fast tokenizer's "
                "0.5-5 M tokens/s)",
     "t_hs_admit": "1-20 ms: HiSparse's admission of a request on the scheduler's thread: 61 per-layer copies of the "
@@ -78,7 +80,7 @@ PLAUSIBLE: dict[str, str] = {
 PLAUSIBLE_RANGE: dict[str, tuple[float, float]] = {
     "t_graph_kernel": (2.0, 15.0), "compute_eff": (0.15, 0.6), "t_hs": (5.0, 30.0), "t_hs_req": (0.05, 1.0),
     "score_correlation": (0.95, 0.9999), "drift_settling": (0.0, 100.0), "settling_steps": (100.0, 3000.0),
-    "t_request": (20.0, 300.0), "t_token": (0.2, 2.0), "t_hs_admit": (1.0, 20.0), "stage_copy_bw": (1.0, 20.0),
+    "t_request": (1.0, 30.0), "t_token": (0.2, 2.0), "t_hs_admit": (1.0, 20.0), "stage_copy_bw": (1.0, 20.0),
     "prefill_eff": (0.3, 0.8),
 }
 
@@ -86,7 +88,7 @@ PLAUSIBLE_RANGE: dict[str, tuple[float, float]] = {
 def from_prior(scenario, names=None):
     """``scenario`` with the constants ``names`` (default: stages 2 and 3) at their a-priori values; names
     without a plausible range keep the scenario's value."""
-    names = (*STEP_PARAMS, *SERVING_PARAMS) if names is None else names
+    names = (*STEP_PARAMS, *SERVING_PARAMS) if names is None else names      # a measured constant has no prior
     return with_params(scenario, {k: prior(k) for k in names if k in PLAUSIBLE_RANGE})
 
 
@@ -103,7 +105,8 @@ def prior(name: str) -> float:
 MICROBENCH_PARAMS = ("t_kernel", "outstanding_lines", "link:gpu.latency", "node:rdma_nic.op_cost")
 STEP_PARAMS = ("t_graph_kernel", "compute_eff", "t_hs", "t_hs_req", "score_correlation", "drift_settling",
                "settling_steps")
-SERVING_PARAMS = ("t_request", "t_token", "t_hs_admit", "stage_copy_bw")
+MEASURED_PARAMS = ("t_token",)             # stage 3, measured in the server logs (measure_front_end)
+SERVING_PARAMS = ("t_request", "t_hs_admit", "stage_copy_bw")
 SERVING_METRICS = ("ttft_mean_ms", "tbt_mean_ms", "output_throughput_tok_s")
 PREFILL_PARAMS = ("prefill_eff",)          # fitted to the cold round 1 TTFTs
 
@@ -116,6 +119,7 @@ class FitResult:
     residual_rms: float
     n_points: int
     what: str
+    sources: dict[str, str] = field(default_factory=dict)     # the record of a constant measured, not fitted
 
 
 def _fit(topo, names, residuals, what, diff_step: float = 0.01) -> FitResult:
@@ -305,10 +309,20 @@ def front_end_observations(runs: list[Run]) -> list[tuple[Run, float]]:
 
 def front_end_per_token(obs: list[tuple[Run, float]]) -> float:
     """Seconds of front-end work per prompt token measured by :func:`front_end_observations` (the median over
-    runs; a check on the fitted ``t_token``, which the run means fit)."""
+    runs)."""
     if not obs:
         raise TopologyError("no request waves that span three seconds of a server log")
     return float(np.median([s / r.context for r, s in obs]))
+
+
+def measure_front_end(runs: list[Run]) -> FitResult:
+    """``t_token``, measured: the front end's intake of released waves in the runs' server logs
+    (:func:`front_end_per_token`), not fitted to the runs' metrics."""
+    obs = front_end_observations(runs)
+    v = front_end_per_token(obs)
+    what = f"the intake of the released waves of {len(obs)} server logs"
+    return FitResult({"t_token": v}, {"t_token": f"{v / 1e-6:.4g} us"}, 0.0, len(obs), what,
+                     {"t_token": f"measured: {what}"})
 
 
 def variable_output_steps(runs: list[Run], age: float = 300.0, min_intervals: int = 8) -> list[StepObservation]:
@@ -374,21 +388,25 @@ def fit_serving(scenario, runs: list[Run], names=SERVING_PARAMS, metrics=SERVING
 
 
 def calibrate_runs(scenario, runs: list[Run], names=None) -> FitResult:
-    """Stages 2 and 3 on measured runs: the step constants to their server logs, then the rest to the runs."""
-    names = list(names) if names else list(STEP_PARAMS + SERVING_PARAMS)
+    """Stages 2 and 3 on measured runs: the step constants to their server logs, the front end measured in them,
+    then the rest to the runs."""
+    names = list(names) if names else list(STEP_PARAMS + MEASURED_PARAMS + SERVING_PARAMS)
     step_names = [n for n in names if n in STEP_PARAMS]
-    run_names = [n for n in names if n not in STEP_PARAMS]
+    run_names = [n for n in names if n not in STEP_PARAMS and n not in MEASURED_PARAMS]
     topo = as_topology(scenario)
     fits = []
     if step_names:
         fits.append(fit_steps(topo, runs, step_names))
+        topo = with_params(topo, fits[-1].params)
+    if "t_token" in names:
+        fits.append(measure_front_end(runs))
         topo = with_params(topo, fits[-1].params)
     if run_names:
         fits.append(fit_serving(topo, runs, run_names))
     return FitResult({k: v for f in fits for k, v in f.params.items()},
                      {k: v for f in fits for k, v in f.display.items()},
                      float(np.sqrt(np.mean([f.residual_rms ** 2 for f in fits]))), sum(f.n_points for f in fits),
-                     "; ".join(f.what for f in fits))
+                     "; ".join(f.what for f in fits), {k: v for f in fits for k, v in f.sources.items()})
 
 
 def _entry(name: str, v: float) -> str:
@@ -399,7 +417,8 @@ def _entry(name: str, v: float) -> str:
 
 
 def write_params(path: str | Path, fit: FitResult, source: str, *, template: str | Path | None = None) -> None:
-    """Record fitted values in the scenario YAML at ``path`` with source ``fitted: <source>``.
+    """Record fitted values in the scenario YAML at ``path`` with source ``fitted: <source>`` (a measured one
+    with its own record, ``measured: ...``).
 
     The text comes from ``template`` (default: ``path`` itself); comments and layout are kept, and the file
     is replaced only once the new text loads and gives back the fitted values
@@ -411,6 +430,6 @@ def write_params(path: str | Path, fit: FitResult, source: str, *, template: str
         raise ScenarioWriteError(f"the fit failed ({fit.n_points} points, rms residual {fit.residual_rms:g}"
                                  f"{', non-finite ' + ', '.join(bad) if bad else ''}); nothing written to {path}")
     src = f"fitted: {source}"
-    entries = {name: (_entry(name, v), src) for name, v in fit.params.items()}
+    entries = {name: (_entry(name, v), fit.sources.get(name, src)) for name, v in fit.params.items()}
     expected = {name: float(_entry(name, v).split()[0]) * PARAM_UNITS[name][1] for name, v in fit.params.items()}
     update_scenario(template or path, path, entries, expected)

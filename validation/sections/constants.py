@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from common import KEY, LABEL, SYSTEMS, fmt, table
-from sacmodel.fit.calibrate import (MICROBENCH_PARAMS, PARAM_UNITS, PLAUSIBLE, PREFILL_PARAMS, SERVING_PARAMS,
-                                    STEP_PARAMS)
+from sacmodel.fit.calibrate import (MEASURED_PARAMS, MICROBENCH_PARAMS, PARAM_UNITS, PLAUSIBLE, PREFILL_PARAMS,
+                                    SERVING_PARAMS, STEP_PARAMS)
 from sacmodel.hardware.params import get_param, with_params
 from sacmodel.hardware.transfer import RULES
 from sacmodel.planning.sensitivity import SENSITIVITY_DRAWS
@@ -60,6 +60,7 @@ def table_of(topo) -> dict:
     """Every fitted or a-priori constant: value, bounds, range, stage, transfer rule, elasticities at 1% and 5%."""
     stage = {**{k: "1 (micro-benchmark)" for k in MICROBENCH_PARAMS if not k.startswith(("node:", "link:"))},
              **{k: "2 (server logs)" for k in STEP_PARAMS}, **{k: "3 (runs)" for k in SERVING_PARAMS},
+             **{k: "3, measured (server logs)" for k in MEASURED_PARAMS},
              **{k: "4 (cold rounds)" for k in PREFILL_PARAMS}, **{k: "a priori" for k in A_PRIORI}}
     names = [k for k in stage if topo.has_param(k)]
     el = {rel: elasticities(topo, names, rel) for rel in STEPS}

@@ -8,19 +8,20 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from common import CATEGORIES, KEY, LABEL, SCENARIO, SYSTEMS, errors, fmt, mape, table
-from sacmodel.fit.calibrate import NOT_FITTED, PARAM_UNITS, fit_serving, fit_steps, from_prior
+from sacmodel.fit.calibrate import NOT_FITTED, PARAM_UNITS, fit_serving, fit_steps, from_prior, measure_front_end
 from sacmodel.hardware.params import with_params
 from sections.runs import comparisons
 
 
 def fit_all(runs, obs, start=SCENARIO):
-    """Stage 2 (decode steps from the logs) and stage 3 (front end, admission, copy) on ``runs``, from the
-    constants of ``start``."""
+    """Stage 2 (decode steps from the logs) and stage 3 (the front end measured in the logs; admission and copy
+    fitted) on ``runs``, from the constants of ``start``."""
     names = {o.run.file for o in obs}
     steps = fit_steps(start, runs, obs=[o for o in obs if o.run.file in {r.file for r in runs} & names])
-    topo = with_params(start, steps.params)
+    front = measure_front_end(runs)
+    topo = with_params(start, {**steps.params, **front.params})
     serving = fit_serving(topo, [r for r in runs if not r.failed])
-    return {**steps.params, **serving.params}
+    return {**steps.params, **front.params, **serving.params}
 
 
 def neutral_start():

@@ -56,10 +56,11 @@ RULES: dict[str, tuple[str, str]] = {
 # runs of shared/data/external (the only constants fitted there; the report shows the predictions before and
 # after). Keys: (architecture, weights) -> {constant: value}; "t_graph_kernel_scale" multiplies the SM rule.
 KERNEL_EFFICIENCY: dict[tuple[str, str], dict[str, float]] = {
-    ("hopper", "fp8"): {"prefill_eff": 0.268, "moe_eff": 0.895, "t_graph_kernel_scale": 1.049},
+    ("hopper", "fp8"): {"prefill_eff": 0.319, "moe_eff": 0.881, "t_graph_kernel_scale": 1.051},
 }
 KERNEL_EFFICIENCY_SOURCE = ("fitted: kernel efficiencies of FP8 DeepSeek-R1 on 8 x H200 (SGLang 0.5.9, TP8), the 15 "
-                            "runs of shared/data/external/h200-deepseek-r1-sglang-tp8.csv (validation/external.py)")
+                            "runs of shared/data/external/h200-deepseek-r1-sglang-tp8.csv: their TPOT and what an 8K "
+                            "prompt adds to the TTFT of a 1K one (sacmodel.fit.transfer.fit_kernel_efficiency)")
 
 
 @lru_cache(maxsize=1)

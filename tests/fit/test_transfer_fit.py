@@ -8,7 +8,8 @@ import pytest
 
 from sacmodel.data.external import INFERENCEX_CLIENT, load_external_runs
 from sacmodel.data.records import DataError
-from sacmodel.fit.transfer import (EFFICIENCY_BOUNDS, errors, external_requests, fit_kernel_efficiency,
+from sacmodel.fit.transfer import (EFFICIENCY_BOUNDS, efficiency_residuals, errors, external_requests,
+                                   fit_kernel_efficiency, prompt_pairs,
                                    predict_external)
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "external" / "h200-deepseek-r1-sglang-tp8.csv"
@@ -70,7 +71,26 @@ def test_the_kernel_efficiency_fit_stays_in_its_bounds_and_improves_the_fit():
     for k, v in vals.items():
         lo, hi = EFFICIENCY_BOUNDS[k]
         assert lo <= v <= hi
-    before = [errors(r, predict_external(r, transfer="rules")) for r in runs]
-    after = [errors(r, predict_external(r, transfer="rules", values=vals)) for r in runs]
-    cost = lambda es: float(np.sum([math.log(1 + e["tpot"]) ** 2 + math.log(1 + e["ttft"]) ** 2 for e in es]))  # noqa
-    assert cost(after) <= cost(before) + 1e-9
+    assert prompt_pairs(runs) == [(0, 2)]                    # 1K/1K and 8K/1K at concurrency 4
+    before = efficiency_residuals(runs, [predict_external(r, transfer="rules") for r in runs])
+    after = efficiency_residuals(runs, [predict_external(r, transfer="rules", values=vals) for r in runs])
+    assert len(after) == 4 and float(np.sum(after ** 2)) <= float(np.sum(before ** 2)) + 1e-9
+
+
+def test_the_efficiencies_see_tpot_and_what_a_longer_prompt_adds_to_the_ttft():
+    """Two runs that differ only in the prompt make one pair; the residuals are each run's TPOT log ratio and
+    the log ratio of the TTFT difference (by hand), so a constant offset in both TTFTs changes nothing."""
+    import dataclasses
+    r = load_external_runs(CHECKS)[0]
+    short, long_ = dataclasses.replace(r, isl=1024, ttft_mean_ms=200.0, tpot_mean_ms=10.0), \
+        dataclasses.replace(r, isl=8192, ttft_mean_ms=500.0, tpot_mean_ms=12.0)
+    other = dataclasses.replace(r, isl=8192, concurrency=r.concurrency + 1)      # another concurrency: no pair
+    runs = [long_, other, short]
+    assert prompt_pairs(runs) == [(2, 0)]
+    preds = [{"feasible": True, "ttft_mean_ms": t, "tpot_mean_ms": p} for t, p in ((420.0, 13.0), (1.0, 1.0),
+                                                                                     (100.0, 9.0))]
+    res = efficiency_residuals(runs, preds)
+    assert res == pytest.approx([math.log(13 / 12), math.log(1.0 / other.tpot_mean_ms), math.log(9 / 10),
+                                 math.log((420 - 100) / (500 - 200))])
+    shifted = [dict(p, ttft_mean_ms=p["ttft_mean_ms"] + 80.0) for p in preds]
+    assert efficiency_residuals(runs, shifted) == pytest.approx(res)

@@ -135,11 +135,11 @@ calibration:
   score_correlation: {value: 0.9995, source: "fitted: SAC testbed"}
   drift_settling: {value: 47.8869, source: "fitted: SAC testbed"}
   settling_steps: {value: 581.606, source: "fitted: SAC testbed"}
-  t_request: {value: 107.547 ms, source: "fitted: SAC testbed"}
-  t_token: {value: 0.628052 us, source: "fitted: SAC testbed"}
-  t_hs_admit: {value: 8.32715 ms, source: "fitted: SAC testbed"}
+  t_request: {value: 1.77127 ms, source: "fitted: SAC testbed"}
+  t_token: {value: 0.552366 us, source: "measured: the intake of the released waves of 30 server logs"}
+  t_hs_admit: {value: 16.0421 ms, source: "fitted: SAC testbed"}
   t_launch: {value: 48.6 us, source: "a priori: sgl-project/sglang#12160, a one-token DeepSeek-V3 forward 82.6 ms eager against 23.1 ms as a CUDA graph: 42 us more per kernel (61 layers x 23 kernels) over a kernel's in-graph time (6 us)"}
-  stage_copy_bw: {value: 2.32514 GB/s, source: "fitted: SAC testbed"}
-  prefill_eff: {value: 0.509458, source: "fitted: SAC testbed"}
+  stage_copy_bw: {value: 2.45951 GB/s, source: "fitted: SAC testbed"}
+  prefill_eff: {value: 0.517181, source: "fitted: SAC testbed"}
 """
 

@@ -102,18 +102,22 @@ def test_disaggregation_over_rdma_and_over_the_cxl_pool(tmp_path):
     assert rd.summary["handoff"] == "rdma" and set(rd.per_request["instance"]) == {0}
     assert set(rd.per_request["decode_instance"]) <= {1, 2, 3}
     te = load_topology("sac-cluster-4x").cluster.rdma
-    # the whole prompt's KV in one Transfer Engine operation on the NIC nearest the GPU: setup + size / one NIC
+    # the whole prompt's KV in one Transfer Engine operation on the NIC nearest the GPU, which also carries the
+    # write-through of the prompt's blocks to the RDMA store, begun at the end of the prefill a moment before the
+    # response: the handoff takes more than setup + size / one NIC, at most setup + both sizes / one NIC
     one_nic = replace(te, nics=1).rate
-    assert np.allclose(rd.per_request["handoff_s"], te.setup + 4096 * BPT / one_nic)
+    h = rd.per_request["handoff_s"]
+    assert np.allclose(h, h[0]) and te.setup + 4096 * BPT / one_nic < h[0] <= te.setup + 2 * 4096 * BPT / one_nic
     out = {k: v for k, v in rd.summary["bytes_by_link"].items() if k.startswith("h0.nic")}
     # (the NICs also carry the write-through of every new block to the RDMA store)
     assert sum(v for k, v in out.items() if k.endswith(".out")) >= 4 * 4096 * BPT
     cx = replay("sac-cluster-4x", "cxl", p, pd="1:3", router="round_robin")
     assert cx.summary["handoff"] == "cxl"
-    # written once to the pool through the prefill host's adapters (it lands before the prefill's response is
-    # back, so the decode instance waits for nothing more), read in place: no RDMA bytes at all
+    # written once to the pool through the prefill host's adapters (the decode instance waits at most for that
+    # write, begun at the end of the prefill), read in place: no RDMA bytes at all
     assert cx.summary["bytes_by_link"]["h0.cxl_write"] == pytest.approx(4 * 4096 * BPT)
-    assert np.all(cx.per_request["handoff_s"] == 0)
+    write = 4096 * BPT / 45e9                     # the two devices' 2 x 22.5 GB/s bind (the adapters: 66 GB/s)
+    assert np.all((0 <= cx.per_request["handoff_s"]) & (cx.per_request["handoff_s"] < write))
     assert not any(".nic" in k or "rdma" in k for k in cx.summary["bytes_by_link"])
     tbt = cx.per_request["tbt_ms"]
     assert np.all(np.isfinite(tbt)) and np.all(cx.per_request["e2e_ms"] > cx.per_request["ttft_ms"])

@@ -9,10 +9,12 @@ DRAM = dict(context=16384, output=64, concurrency=32, requests=32, device_buffer
 
 def test_a_server_that_stops_is_infeasible_as_false_not_as_a_missing_value():
     # HiSparse: 6144 + 64 = 6208 slots per request and rank; 32 requests over 8 ranks is 4 a rank. 20,000 slots
-    # hold 3 (18,624): the fourth allocation stops the server before any request completes. 30,000 hold all 4
+    # hold 3 (18,624): the fourth allocation stops the server before any request completes. The round-robin
+    # starts at rank 1 (the warm-up request and the first round went before), so rank 1's fourth request comes
+    # first (the 25th) and fails. 30,000 hold all 4
     p = predict("sac-testbed", "dram", max_total_tokens=20000, **DRAM)
     assert p.feasible is False and p.to_dict()["feasible"] is False
-    assert p.limit == ("max_total_tokens: device-buffer allocation of 6208 slots failed on rank 0 "
+    assert p.limit == ("max_total_tokens: device-buffer allocation of 6208 slots failed on rank 1 "
                        "(18624 of 20000 slots in use)")
     assert p.success_fraction == 0.0
     ok = predict("sac-testbed", "dram", max_total_tokens=30000, **DRAM)

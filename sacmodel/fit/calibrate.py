@@ -46,7 +46,7 @@ PARAM_UNITS: dict[str, tuple[str, float, float, float]] = {
     "score_correlation": ("", 1.0, 0.5, 0.9995),
     "drift_settling": ("", 1.0, 0.0, 100.0),
     "settling_steps": ("steps", 1.0, 10.0, 10000.0),
-    "t_request": ("ms", 1e-3, 0.0, 500.0),
+    "t_request": ("ms", 1e-3, 0.0, 30.0),
     "t_token": ("us", 1e-6, 0.01, 5.0),
     "t_launch": ("us", 1e-6, 1.0, 200.0),
     "t_hs_admit": ("ms", 1e-3, 0.0, 50.0),

@@ -122,7 +122,7 @@ def render(rep) -> list[str]:
          "the kernel counts and the collectives. The TTFT errors left: (1) the public runs reach their first "
          "token later than predicted at low load (" + _gap(ext) + "): the engine "
          "carries the testbed's path outside it (`t_request`, fitted to 1.8 ms: the testbed's client on the same "
-         "host, whose lone requests leave 0-35 ms, section 4), and the public harnesses measure more of it; two "
+         "host, whose lone requests leave -6 to 33 ms, section 4), and the public harnesses measure more of it; two "
          "of them differ by 100 ms on one configuration (8 x H200, DeepSeek-R1 FP8, TP8, 1K/1K, concurrency 4: "
          "260 ms in aiconfigurator's runs, 158 ms in InferenceX's, whose server also runs short prefills as a "
          "piecewise CUDA graph, about 55 ms of it), and InferenceX's B300 servers reach their first token 90 ms "

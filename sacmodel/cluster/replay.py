@@ -173,11 +173,10 @@ def load_report(arrival_s: np.ndarray, queue_s: np.ndarray, completed: np.ndarra
     Offered: requests / arrival span (req/s); served: completed requests / duration. ``queue_s``: each request's
     wait in its rank's waiting queue, from the first iteration that could have admitted it to its admission (the
     front end's intake and the wait for the scheduler's loop to come round are bounded, not a queue). The
-    queue grows when the
-    median wait of the last quarter of arrivals exceeds the first quarter's by ``OVERLOAD_GROWTH`` s per s
-    between them (an M/G/c queue with arrivals above capacity: wait(t) grows as t (offered/served - 1)) and is
-    over ``OVERLOAD_MIN_QUEUE_S``. A request never admitted waits forever. Closed loop: never overloaded (the
-    client waits for a free slot).
+    queue grows when the median wait of the last quarter of arrivals exceeds the first quarter's by
+    ``OVERLOAD_GROWTH`` s per s between them (an M/G/c queue with arrivals above capacity: wait(t) grows as
+    t (offered/served - 1)) and is over ``OVERLOAD_MIN_QUEUE_S``. A request never admitted waits forever. Closed
+    loop: never overloaded (the client waits for a free slot).
     """
     n = len(arrival_s)
     span = float(arrival_s.max() - arrival_s.min()) if n > 1 else 0.0
@@ -407,7 +406,7 @@ def prediction(setup: Setup, sim: CoSim) -> ClusterPrediction:
            "input_tokens": tr.input_len, "output_tokens": out, "cached_tokens": cached,
            **{f"cached_{t}": np.array(sim.by_tier[t]) for t in setup.tier_names},
            "load_s": np.array(sim.load_s), "handoff_s": np.array(sim.handoff_s), "queue_s": queue,
-           "waited_s": np.where(np.isnan(waited) & ~completed, math.inf, waited),
+           "waited_s": np.where(np.isnan(waited) & ~completed, math.inf, waited),   # in its rank's waiting queue
            "ttft_ms": ttft, "tbt_ms": tbt, "e2e_ms": e2e, "completed": completed, "slo_met": ok}
     duration = float(np.nanmax(done) - arrival.min()) if completed.any() else math.nan
     failed = [f"{sim.servers[k].id}: {sim.servers[k].engine.memory.crash.reason}" for k in range(len(sim.servers))

@@ -71,7 +71,7 @@ def front_end_rate(topo, runs):
     per_ctx: dict[int, list[float]] = {}
     for r, sec in obs:
         per_ctx.setdefault(r.context, []).append(sec / r.context)
-    return {"fitted_us": get_param(topo, "t_token") * 1e6, "measured_us": front_end_per_token(obs) * 1e6,
+    return {"scenario_us": get_param(topo, "t_token") * 1e6, "measured_us": front_end_per_token(obs) * 1e6,
             "runs": len(obs), "per_context_us": {c: float(np.median(v)) * 1e6 for c, v in sorted(per_ctx.items())}}
 
 
@@ -123,7 +123,7 @@ def render(rep) -> list[str]:
         L += [f"Front end (measured, not fitted): the server logs' HTTP server takes in a released wave at "
               f"{fe['measured_us']:.2f} us per prompt token (median of {fe['runs']} runs whose first wave fills "
               f"three seconds of the log; by context {ctx} us); the scenario's t_token is "
-              f"{fe['fitted_us']:.3f} us, the same measurement over the calibration runs.", ""]
+              f"{fe['scenario_us']:.3f} us, the same measurement over the calibration runs.", ""]
     return L
 
 

@@ -398,7 +398,7 @@ def calibrate_runs(scenario, runs: list[Run], names=None) -> FitResult:
     if step_names:
         fits.append(fit_steps(topo, runs, step_names))
         topo = with_params(topo, fits[-1].params)
-    if "t_token" in names:
+    if any(n in MEASURED_PARAMS for n in names):
         fits.append(measure_front_end(runs))
         topo = with_params(topo, fits[-1].params)
     if run_names:

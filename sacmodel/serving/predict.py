@@ -29,8 +29,10 @@ __all__ = ["ConfigError", "Prediction", "Requests", "compare", "predict", "resol
 # host, and 0-5 ms of it would move the benchmark's 32K TTFT by 10-18% (a wave's requests reach the front end
 # apart and are taken in differently), which the measured runs do not show.
 CLIENT_JITTER = 0.0
-# Draws of the requests' randomness (their prompts' partial last pages; their delays if ``jitter``) that a
-# prediction averages: its metrics are the mean over the draws, and ``spread`` gives their range.
+# Draws of the requests' randomness (their delays if ``jitter``; their prompts' partial last pages where the
+# caller asked for varying prompt lengths) that a prediction averages: its metrics are the mean over the draws,
+# and ``spread`` gives their range. A workload with nothing random (the default: exact prompts, no jitter) is
+# the same in every draw, so it takes one, whatever ``draws`` asks.
 DRAWS = 4
 SPREAD_METRICS = ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tbt_mean_ms", "tbt_p99_ms", "e2e_mean_ms",
                   "output_throughput_tok_s", "request_throughput_req_s", "duration_s")
@@ -120,15 +122,17 @@ def output_spec(output) -> tuple[int, int]:
 
 def workload(cfg: Config, *, context: int, output, requests: int, rate: float | None = None, seed: int = 0,
              prefix_cached: bool = True, prompts: str = "shared", cold_staging: bool = True,
-             exact_prompt: bool = False, jitter: float = CLIENT_JITTER, phase: int = 0) -> Requests:
+             exact_prompt: bool = True, jitter: float = CLIENT_JITTER, phase: int = 0) -> Requests:
     """The benchmark's requests: one cached prompt of ``context`` tokens (or distinct prompts), outputs fixed
     or uniform in [min, max] (0 counts as 1, as the benchmark client does), arrivals at once or Poisson.
     ``cold_staging``: no host-pool entry is found yet for the shared prompt's prefix, so each rank's first hit
     backs the prompt up again (what the benchmark's second round meets: its logs show it on every rank).
-    ``exact_prompt``: the prompt has exactly ``context`` tokens, so a prefix hit leaves the same tail beyond the
-    last full page for every request (the testbed's prompts: its logs show 64-token tails at 32K); otherwise
-    the tail varies over the page from request to request (seeded), as real prompts' lengths vary by a few
-    tokens, so that a prediction does not jump with the context's remainder modulo the page. ``jitter``: each
+    ``exact_prompt`` (default): the prompt has exactly ``context`` tokens, so a prefix hit leaves the same tail
+    beyond the last full page for every request: SGLang matches a prefix page-aligned and computes at least one
+    token, so the tail is ``context - page x floor((context - 1) / page)``, 1..page tokens (the testbed's logs
+    show 64-token tails at 16K and 32K: ``#new-token`` 64 per request over ``#cached-token`` 16,320). False (on
+    request only): the tail varies over the page from request to request (seeded), for prompts whose lengths
+    vary by a few tokens. ``jitter``: each
     request reaches the server a uniform 0..jitter s after it is sent (seeded). ``phase``: which draw of the
     tails and delays (the workload's lengths and arrivals stay those of ``seed``)."""
     lo, hi = output_spec(output)
@@ -183,7 +187,7 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
             cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
             rate: float | None = None, max_total_tokens: int | None = None, max_running_requests: int | None = None,
             seed: int = 0, prefix_cached: bool = True, prompts: str = "shared", method: str = "engine",
-            outputs=None, record: bool = False, cold_staging: bool = True, exact_prompt: bool = False,
+            outputs=None, record: bool = False, cold_staging: bool = True, exact_prompt: bool = True,
             draws: int = DRAWS) -> Prediction:
     """Predict TTFT, TBT, E2E latency, throughput and completion of ``system`` on ``scenario``.
 
@@ -194,11 +198,11 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     hits one cached prompt (the testbed benchmark; the prefix is stored once); ``"distinct"``: each request
     has its own prompt (what capacity planning usually means). ``cold_staging`` (shared prompt): each rank's
     first hit finds no host-pool entry under its prefix key and backs the prompt up again, as in the testbed's
-    second round; False: the entry exists (steady state). ``exact_prompt``: the prompt has exactly ``context``
-    tokens (a measured benchmark's); default: its last partial page varies from request to request, as real
-    prompt lengths do (:func:`workload`). ``draws``: seeded draws of the requests' timing (their few
-    milliseconds of network and HTTP delay, and their prompts' partial pages) the metrics average, so that they
-    move smoothly with every input; ``spread`` reports their range. ``method="analytic"``: the steady state
+    second round; False: the entry exists (steady state). ``exact_prompt`` (default True): a prompt of
+    ``context`` tokens has exactly ``context`` tokens; False: its last partial page varies from request to
+    request (:func:`workload`). ``draws``: seeded draws of the requests' randomness the metrics average, where
+    there is any (varying prompt tails); ``spread`` reports their range. A workload with nothing random takes
+    one draw. ``method="analytic"``: the steady state
     without the event engine (no waves, no percentiles; quicker).
     """
     _check(context, concurrency, requests, rate, prompts, method)

@@ -36,6 +36,16 @@ cases = st.fixed_dictionaries({
 })
 
 
+PAGE = 64      # the testbed's KV page (server logs: page_size=64)
+
+
+def same_tail(context: int, factor: float) -> int:
+    """A prompt about ``factor`` x ``context`` long whose uncached tail (a shared prompt's prefix hit is matched
+    page-aligned, leaving 1..page tokens to prefill) is the same: the cached part grows by whole pages. How the
+    tail moves TTFT is a law of its own (:func:`test_a_longer_uncached_tail_is_never_faster`)."""
+    return context + PAGE * math.ceil((factor - 1.0) * context / PAGE)
+
+
 def _moved(d: int, x: float, y: float, tol: float) -> bool:
     """True when y moved from x against direction d by more than the relative tolerance."""
     return d * (y - x) < -tol * abs(x)
@@ -71,9 +81,22 @@ def test_one_request_alone_is_monotone_in_every_constant(testbed, c, name):
 def test_one_request_alone_is_monotone_in_the_context(testbed, c):
     kw = dict(output=c["output"], concurrency=1, requests=1)
     a = predict(testbed, c["system"], context=c["context"], **kw)
-    b = predict(testbed, c["system"], context=int(c["context"] * 1.1), **kw)
+    b = predict(testbed, c["system"], context=same_tail(c["context"], 1.1), **kw)
     for m, d in DIRECTION.items():
         assert not _moved(d, getattr(a, m), getattr(b, m), 1e-12), m
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_a_longer_uncached_tail_is_never_faster(testbed, system):
+    """A shared prompt's last 1..page tokens are prefilled again (SGLang matches a prefix page-aligned and
+    computes at least one token): at the same cached pages, a longer tail never gives an earlier first token,
+    and a prompt one token past a whole page has a tail of one."""
+    full = 40 * 1024                                     # a whole number of pages: its tail is a full page
+    kw = dict(output=16, concurrency=1, requests=1)
+    ttft = [predict(testbed, system, context=full + t, **kw).ttft_mean_ms for t in (1, 16, 48, 64)]
+    assert ttft == sorted(ttft) and ttft[0] < ttft[-1]
+    # a prompt of whole pages recomputes its last page; one token more is cached to the page and recomputes one
+    assert predict(testbed, system, context=full, **kw).ttft_mean_ms > ttft[0]
 
 
 @LAWS
@@ -88,7 +111,7 @@ def test_a_loaded_closed_loop_is_monotone_within_its_wave_regrouping(testbed, c,
     kw = dict(context=c["context"], output=max(c["output"], 256), concurrency=conc, requests=4 * conc)
     base = predict(testbed, c["system"], **kw)
     if name == "context":
-        up, sign = predict(testbed, c["system"], **dict(kw, context=int(c["context"] * 1.1))), 1
+        up, sign = predict(testbed, c["system"], **dict(kw, context=same_tail(c["context"], 1.1))), 1
     else:
         up = predict(with_params(testbed, {name: get_param(testbed, name) * 1.1}), c["system"], **kw)
         sign = 1 if name in TIME_CONSTANTS else -1
@@ -116,17 +139,18 @@ def test_open_loop_ttft_is_monotone_in_every_time_constant(testbed, system, cont
 @given(cases, st.sampled_from((8, 32, 64)),
        st.sampled_from(("context", "output") + TIME_CONSTANTS + RATES + ("score_correlation",)))
 def test_a_one_percent_change_moves_no_metric_by_more_than_five_percent(testbed, c, conc, name):
-    """Continuity: TTFT, TBT and throughput move smoothly with every continuous input (a prefix hit's partial
-    page varies from request to request, as real prompt lengths do, so no answer jumps with the context's
-    remainder modulo the page). Contexts start above HiSparse's device buffer (4096 slots): there the server
+    """Continuity: TTFT, TBT and throughput move smoothly with every continuous input (a longer context keeps
+    the uncached tail of the shared prompt: :func:`same_tail`; the tail's own law is above). Contexts start above HiSparse's device buffer (4096 slots): there the server
     switches from keeping a request's whole KV on the GPU to swapping its top-k in, a real threshold. The RDMA
     pool with 64-token outputs is left out: there a request's 63 gaps hold whole-prompt copies of the requests
     admitted with it, a count of copies rather than a time."""
     output = max(c["output"], 256) if c["system"] == "rdma" else c["output"]
     kw = dict(context=c["context"], output=output, concurrency=conc)
     base = predict(testbed, c["system"], **kw)
-    if name in ("context", "output"):
-        moved = predict(testbed, c["system"], **dict(kw, **{name: int(kw[name] * 1.01) + 1}))
+    if name == "context":
+        moved = predict(testbed, c["system"], **dict(kw, context=same_tail(kw["context"], 1.01)))
+    elif name == "output":
+        moved = predict(testbed, c["system"], **dict(kw, output=int(kw["output"] * 1.01) + 1))
     else:
         v = get_param(testbed, name)
         v = 1 - (1 - v) * 1.01 if name == "score_correlation" else v * 1.01

@@ -28,7 +28,16 @@ def test_draws_are_a_whole_number_from_1_to_64(draws):
 
 
 def test_64_draws_are_allowed_and_each_is_counted():
-    many = predict("sac-testbed", "gpu", context=1024, output=4, concurrency=1, requests=1, draws=64)
+    many = predict("sac-testbed", "gpu", context=1024, output=4, concurrency=1, requests=1, draws=64,
+                   exact_prompt=False)
     assert many.spread["draws"] == 64 and many.feasible
     lo, hi = many.spread["ttft_mean_ms"]
     assert lo <= many.ttft_mean_ms <= hi
+
+
+def test_an_exact_prompt_is_the_default_and_takes_one_draw():
+    """context=N is an N-token prompt: nothing is drawn, so whatever ``draws`` asks the run is one."""
+    kw = dict(context=4000, output=4, concurrency=2, requests=2)
+    default = predict("sac-testbed", "cxl", draws=8, **kw)
+    assert default.spread == {} and default.config.get("prompts") == "shared"
+    assert default.ttft_mean_ms == predict("sac-testbed", "cxl", exact_prompt=True, draws=1, **kw).ttft_mean_ms

@@ -107,18 +107,18 @@ def test_draws_average_their_metrics_and_report_the_range():
 
 def test_predict_averages_its_draws():
     kw = dict(context=20000, output=64, concurrency=16, requests=32)
-    p = predict("sac-testbed", "cxl", draws=3, **kw)
+    p = predict("sac-testbed", "cxl", draws=3, exact_prompt=False, **kw)      # tails drawn, on request
     lo, hi = p.spread["ttft_mean_ms"]
     assert p.spread["draws"] == 3 and lo <= p.ttft_mean_ms <= hi and lo < hi
-    singles = [predict("sac-testbed", "cxl", draws=1, **kw).ttft_mean_ms]
+    singles = [predict("sac-testbed", "cxl", draws=1, exact_prompt=False, **kw).ttft_mean_ms]
     assert lo <= singles[0] <= hi
-    exact = predict("sac-testbed", "cxl", draws=3, exact_prompt=True, **kw)
-    assert exact.spread == {}                                 # nothing is drawn: one run
+    exact = predict("sac-testbed", "cxl", draws=3, **kw)
+    assert exact.spread == {}                                 # the default prompt is exact: one run
 
 
 # ---- the workload ---------------------------------------------------------------------------------------------
 def test_shared_prompt_workload_by_hand(cxl):
-    w = workload(cxl, context=32768, output=100, requests=6, seed=3)
+    w = workload(cxl, context=32768, output=100, requests=6, seed=3, exact_prompt=False)
     assert list(w.context) == [32768] * 6 and list(w.output) == [100] * 6 and list(w.cached) == [32768] * 6
     assert list(w.arrival) == [0.0] * 6 and list(w.prompt) == [0] * 6 and w.cold_staging
     # the first round prefilled the prompt's last chunk on every rank: all of it but prefill_chunk - page tokens
@@ -134,11 +134,11 @@ def test_workload_variants(cxl):
     assert d.prompt is None and d.prefix_pages == 0 and not d.cold_staging
     cold = workload(cxl, context=4000, output=10, requests=5, prefix_cached=False)
     assert list(cold.cached) == [0] * 5 and cold.tail is None and not cold.cold_staging and cold.prefix_pages == 0
-    exact = workload(cxl, context=4000, output=10, requests=5, exact_prompt=True)
-    assert exact.tail is None
-    a, b = (workload(cxl, context=4000, output=10, requests=50, phase=k).tail for k in (0, 1))
+    exact = workload(cxl, context=4000, output=10, requests=5)
+    assert exact.tail is None                                               # the default: exact prompts
+    a, b = (workload(cxl, context=4000, output=10, requests=50, phase=k, exact_prompt=False).tail for k in (0, 1))
     assert not np.array_equal(a, b) and set(a) <= set(range(1, 65))
-    many = workload(cxl, context=4000, output=10, requests=3000).tail
+    many = workload(cxl, context=4000, output=10, requests=3000, exact_prompt=False).tail
     assert many.min() == 1 and many.max() == 64                             # a partial last page of 1..64 tokens
     j = workload(cxl, context=4000, output=10, requests=50, jitter=0.01)
     assert j.delay is not None and np.all((j.delay >= 0) & (j.delay <= 0.01)) and j.delay.std() > 0

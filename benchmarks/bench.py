@@ -66,6 +66,25 @@ for system in SYSTEMS:
     print(f"predict ({system}, 128K, 512 requests, concurrency 64): median {min(m) * 1e3:.1f} ms CPU in the "
           f"quietest of 5 rounds, {max(m) * 1e3:.1f} ms in the busiest")
 
+# issue 34: the default prediction (its draws included) against one draw of the same run, interleaved, CPU time.
+# A workload with nothing random (exact prompts, the default) is one engine run whatever ``draws`` asks; drawn
+# prompt tails (exact_prompt=False, on request) cost one run per draw.
+KW = dict(context=131072, output=1024, concurrency=64, requests=512)
+cost = {"default": [], "draws=1": [], "exact_prompt=False (4 draws)": []}
+for _ in range(5):
+    for label, extra in (("default", {}), ("draws=1", {"draws": 1}), ("exact_prompt=False (4 draws)",
+                                                                      {"exact_prompt": False})):
+        ts = []
+        for i in range(9):
+            t = time.process_time()
+            sacmodel.predict(topo, "cxl", **dict(KW, context=131072 - 64 * i), **extra)
+            ts.append(time.process_time() - t)
+        cost[label].append(float(np.median(ts)))
+one = min(cost["draws=1"])
+for label, m in cost.items():
+    print(f"predict (cxl, 128K, 512 requests, concurrency 64, {label}): median {min(m) * 1e3:.1f} ms CPU in the "
+          f"quietest of 5 rounds ({min(m) / one:.2f}x one draw)")
+
 combos = {"context": [16384, 24576, 32768, 49152, 65536, 98304, 131072, 160000],
           "concurrency": list(range(8, 264, 8))}
 t = time.perf_counter()

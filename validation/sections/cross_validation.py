@@ -7,7 +7,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from common import CATEGORIES, KEY, LABEL, SCENARIO, SYSTEMS, errors, fmt, mape, table
+from common import (CATEGORIES, CONCURRENCY_BANDS, KEY, LABEL, SCENARIO, SYSTEMS, band_of, errors, fmt,
+                    fmt_signed, mape, table)
 from sacmodel.fit.calibrate import NOT_FITTED, PARAM_UNITS, fit_serving, fit_steps, from_prior, measure_front_end
 from sacmodel.hardware.params import with_params
 from sections.runs import comparisons
@@ -58,41 +59,35 @@ def cross_validate(runs, obs, workers):
 
 
 def render(rep) -> list[str]:
-    """The report's section 5 section (markdown lines)."""
-    L: list[str] = []
+    """The report's section 5 (markdown lines): every error as MAPE with its mean signed error beside it,
+    per category, per system and per concurrency band."""
     cv = rep.get("cross_validation")
-    if cv:
-        pooled = {m: [] for m in KEY}
-        per_system: dict[str, dict[str, list]] = {}
-        fitted_only = []
-        worst = {}
-        for name, d in cv.items():
-            for r in d["runs"]:
-                for m in KEY:
-                    if r[f"{m}_error_pct"] is not None:
-                        pooled[m].append(abs(r[f"{m}_error_pct"]))
-                        per_system.setdefault(r["system"], {k: [] for k in KEY})[m].append(abs(r[f"{m}_error_pct"]))
-                        if m == "ttft_mean_ms" and (r["system"], m) not in NOT_FITTED:
-                            fitted_only.append(abs(r[f"{m}_error_pct"]))
-            worst[name] = {m: d["mape_pct"]["all"][m] for m in KEY}
-        L += ["## 5. Leave one category out: the expected error on unseen runs", "",
-              "For each category every fitted constant (both calibration stages) is refitted on the other runs, "
-              "then the category's runs are predicted. Categories overlap (a run can be in two).", "",
-              table([[name, d["mape_pct"]["all"]["runs"], d["trained_on"],
-                      *[fmt(d["mape_pct"]["all"][m]) for m in KEY],
-                      fmt(d["mape_pct"]["all"]["completion_right_pct"], 0)] for name, d in cv.items()],
-                    ["left out", "runs", "trained on", "TTFT %", "TBT %", "throughput %", "completion right %"]),
-              "Pooled over all held-out predictions: " + ", ".join(
-                  f"{LABEL[m]} {fmt(float(np.mean(v)))}%" for m, v in pooled.items() if v) +
-              (f" (TTFT without RDMA {fmt(float(np.mean(fitted_only)))}%)" if fitted_only else "") +
-              "; worst category: " + ", ".join(
-                  f"{LABEL[m]} {fmt(max(w[m] or 0 for w in worst.values()))}%" for m in KEY) + ". Pooled per system "
-              "(TTFT / TBT / throughput): " + ", ".join(
-                  f"{sy} " + " / ".join(fmt(float(np.mean(v[m]))) if v[m] else "-" for m in KEY) + "%"
-                  for sy, v in sorted(per_system.items())) + ".", "",
-              "Per category and system (TTFT / TBT / throughput, %):", "",
-              table([[name, *[f"{fmt(d['mape_pct'][s]['ttft_mean_ms'])} / "
-                              f"{fmt(d['mape_pct'][s]['tbt_mean_ms'])} / {fmt(d['mape_pct'][s]['output_throughput_tok_s'])}"
-                              if s in d["mape_pct"] else "-" for s in SYSTEMS]] for name, d in cv.items()],
-                    ["left out", *SYSTEMS]), ""]
+    if not cv:
+        return []
+    rows = [r for d in cv.values() for r in d["runs"]]
+    no_rdma = [r for r in rows if r["system"] != "rdma"]
+    by_system = {s: [r for r in rows if r["system"] == s] for s in SYSTEMS}
+    by_band = {b: [r for r in rows if band_of(r["concurrency"]) == b] for b, _, _ in CONCURRENCY_BANDS}
+    cats = {name: d["runs"] for name, d in cv.items()}
+    worst = {m: max((d["mape_pct"]["all"][m] or 0) for d in cv.values()) for m in KEY}
+    L = ["## 5. Leave one category out: the expected error on unseen runs", "",
+         "For each category every fitted constant (both calibration stages) is refitted on the other runs, then "
+         "the category's runs are predicted as a user would (`prompts=\"shared\"` and the run's settings; the "
+         "prompt has exactly its context's tokens, the default). Categories overlap (a run can be in two). Each "
+         "cell is the MAPE with the mean signed error in brackets (predicted above measured is positive).", "",
+         table([[name, len(r), cv[name]["trained_on"], *[fmt_signed(r, m) for m in KEY],
+                 fmt(cv[name]["mape_pct"]["all"]["completion_right_pct"], 0)] for name, r in cats.items()],
+               ["left out", "runs", "trained on", "TTFT %", "TBT %", "throughput %", "completion right %"]),
+         f"Pooled over all {len(rows)} held-out predictions: " + ", ".join(
+             f"{LABEL[m]} {fmt_signed(rows, m)}%" for m in KEY) +
+         f" (TTFT without RDMA {fmt_signed(no_rdma, 'ttft_mean_ms')}%); worst category: " + ", ".join(
+             f"{LABEL[m]} {fmt(worst[m])}%" for m in KEY) + ".", "",
+         "Per system and per concurrency band (pooled held-out predictions; TTFT / TBT / throughput, MAPE "
+         "(signed) %):", "",
+         table([[k, len(r), *[fmt_signed(r, m) for m in KEY]] for k, r in {**by_system, **by_band}.items() if r],
+               ["system or concurrency", "predictions", "TTFT %", "TBT %", "throughput %"]),
+         "Per category and system (TTFT / TBT / throughput, MAPE (signed) %):", "",
+         table([[name, *[" / ".join(fmt_signed([x for x in r if x["system"] == s], m) for m in KEY)
+                         if any(x["system"] == s for x in r) else "-" for s in SYSTEMS]]
+                for name, r in cats.items()], ["left out", *SYSTEMS]), ""]
     return L

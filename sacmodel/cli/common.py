@@ -126,6 +126,8 @@ def _workload(a):
         kw["prompts"] = a.prompts
     if getattr(a, "draws", None):
         kw["draws"] = a.draws
+    if getattr(a, "drawn_tail", False):
+        kw["exact_prompt"] = False
     return kw
 
 
@@ -246,9 +248,13 @@ def add_workload(p, context=True, concurrency_help=None):
                    help="the shared prompt's host-pool entry exists already (steady state): no rank backs the "
                         "prompt up again on its first hit (default: as in the testbed's second round, where "
                         "each rank's first hit does)")
+    p.add_argument("--drawn-tail", action="store_true",
+                   help="prompts whose lengths vary by up to a page: a cached prompt's uncached tail is drawn per "
+                        "request (default: exact prompts of --context tokens, whose tail SGLang's page-aligned "
+                        "prefix match fixes)")
     p.add_argument("--draws", type=arg(count, hi=64), default=None, metavar="N",
-                   help="draws of the requests' randomness (their prompts' partial last pages) a prediction "
-                        "averages, reporting their range (default 4)")
+                   help="draws of the requests' randomness a prediction averages, reporting their range (default "
+                        "4; only drawn tails are random: an exact prompt takes one run)")
     p.add_argument("--method", choices=("engine", "analytic"), default="engine",
                    help="engine (default): event-driven run of the benchmark, with waves and percentiles; "
                         "analytic: the engine's long-run limit under steady load, without the event loop (no "

@@ -140,3 +140,13 @@ def test_calibrate_from_prior_fits_from_the_middle_of_the_range(capsys):
     rc, out, _ = run(capsys, "calibrate", *files, "--params", "t_request", "--from-prior", "--dry-run", "--json")
     d = json.loads(out)
     assert rc == 0 and d["written_to"] is None and 0.0 <= d["params"]["t_request"] <= 0.5
+
+
+def test_an_exact_prompt_by_default_and_a_drawn_tail_on_request(capsys):
+    exact = json.loads(run(capsys, "predict", "--system", "cxl", "--context", "16K", "--concurrency", "8",
+                           "--requests", "16", "--json")[1])
+    drawn = json.loads(run(capsys, "predict", "--system", "cxl", "--context", "16K", "--concurrency", "8",
+                           "--requests", "16", "--drawn-tail", "--draws", "3", "--json")[1])
+    assert exact["spread"] == {} and drawn["spread"]["draws"] == 3
+    # a 16K prompt of whole pages recomputes its last page; drawn tails of 1..64 tokens average less
+    assert drawn["ttft_mean_ms"] < exact["ttft_mean_ms"]

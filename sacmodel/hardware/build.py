@@ -35,7 +35,7 @@ def _num(value: str, source: str) -> dict:
 
 def _is_bool(v) -> bool:
     """A Python or numpy bool (refused where a number is meant, taken where a flag is)."""
-    return isinstance(v, bool) or type(v).__name__ == "bool_"
+    return isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"))
 
 
 def _check_int(name: str, v, lo: int = 1, hi: int = 256) -> int:

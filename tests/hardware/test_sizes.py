@@ -154,6 +154,7 @@ def test_the_dp_reserve_by_hand():
     (dict(cxl_devices=0, pool="cxl"), "cxl_devices must be a whole number from 1 to 1024, got 0"),
     (dict(cxl_devices=4), "cxl_devices=4 sizes the cxl pool, but the machine has none"),
     (dict(rdma_nics=2), "rdma_nics=2 sizes the rdma pool, but the machine has none"),
+    (dict(pool="rdma", cxl_devices=2), "cxl_devices=2 sizes the cxl pool, but the machine has none"),
     (dict(weights=["fp8"]), r"weights must be one of fp8, bf16, awq-int4, fp4, got \['fp8'\]"),
     (dict(pool=5), "pool must be 'cxl', 'rdma' or 'cxl,rdma', got 5"),
     (dict(kv_dtype=None), "kv_dtype must be one of auto, bf16, fp8, got None"),
@@ -285,3 +286,27 @@ def test_weights_per_gpu_split_over_tp_by_hand():
     m = get_model("llama-3.1-8b")
     assert weights_per_gpu(m, 2.0, tp=1) == pytest.approx(2 * m.params_total())
     assert weights_per_gpu(m, 2.0, tp=2) == pytest.approx(m.params_total())
+
+
+def test_given_server_settings_are_kept_and_size_the_reserve():
+    """A given chunked_prefill sizes SGLang's activation reserve: H200 at TP8 with 32,768 tokens reserves
+    512 + 1.5 x 32,768 + 2 x 512 + 1,024 = 51,712 MiB, mem_fraction_static (143,771 - 51,712) / 143,771 = 0.640;
+    given request and token caps reach the configuration as given."""
+    t = scenario("h200", model="deepseek-r1", chunked_prefill=32768, max_running_requests=64,
+                 max_total_tokens=100_000)
+    assert t.param("mem_fraction") == round((143771 - 51712) / 143771, 3) == 0.640
+    cfg = resolve(t, "gpu")
+    assert (cfg.prefill_chunk, cfg.max_running_requests, cfg.max_total_tokens) == (32768, 64, 100_000)
+
+
+def test_the_gpu_catalog_by_hand():
+    """Datasheet figures (constants.md section 4): HBM bandwidth, memory and generation of each GPU."""
+    want = {"h20": (4.0e12, 96e9, 90), "h100": (3.35e12, 80e9, 90), "h800": (3.35e12, 80e9, 90),
+            "h200": (4.8e12, 141e9, 90), "b200": (8.0e12, 180e9, 100)}
+    for name, (bw, mem, sm) in want.items():
+        g = get_gpu(name)
+        assert (g.hbm_bandwidth, g.memory_bytes, g.sm_version) == (bw, mem, sm), name
+        assert g.memory_mib * 2 ** 20 == pytest.approx(g.memory_bytes, rel=0.07)   # nvidia-smi shows a little more
+        assert g.host_gpus == 8 and g.nic_rate == 50e9 and g.nic_latency == 20e-6
+    assert get_gpu("h20").nics_per_gpu == 0.5 and get_gpu("h200").nics_per_gpu == 1.0
+    assert get_gpu("b200").flops_fp4 == 2 * get_gpu("b200").flops_fp8 and get_gpu("h200").flops_fp4 is None

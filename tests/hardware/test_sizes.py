@@ -310,3 +310,12 @@ def test_the_gpu_catalog_by_hand():
         assert g.host_gpus == 8 and g.nic_rate == 50e9 and g.nic_latency == 20e-6
     assert get_gpu("h20").nics_per_gpu == 0.5 and get_gpu("h200").nics_per_gpu == 1.0
     assert get_gpu("b200").flops_fp4 == 2 * get_gpu("b200").flops_fp8 and get_gpu("h200").flops_fp4 is None
+
+
+def test_a_large_gpu_reserves_at_least_10_gib():
+    """SGLang keeps at least 10,240 MiB on a GPU of more than 60 GiB: an H200 at TP1 with a 2K chunk would reserve
+    512 + 1.5 x 2,048 + 2 x 256 + 128 = 4,224 MiB, so 10,240 it is; an H20-sized 40 GiB GPU keeps its 4,224."""
+    assert mem_fraction_default(143771, tp=1, dp=1, chunk=2048, cuda_graph_max_bs=256) == round(
+        (143771 - 10240) / 143771, 3) == 0.929
+    assert mem_fraction_default(40960, tp=1, dp=1, chunk=2048, cuda_graph_max_bs=256) == round(
+        (40960 - 4224) / 40960, 3)

@@ -47,6 +47,24 @@ def test_one_gpu_serves_every_model_that_fits_and_refuses_the_rest_by_the_rule(g
     assert resolve(t, "gpu").tp == 1 and static_values(resolve(t, "gpu"))["n_coll"] == 0   # no collective alone
 
 
+@pytest.mark.parametrize("gpus", [8, 16])
+@pytest.mark.parametrize("gpu", gpu_catalog())
+@pytest.mark.parametrize("model", catalog())
+def test_one_and_two_hosts_serve_every_model_that_fits(gpu, model, gpus):
+    """The same law over 8 GPUs (one host) and 16 (two hosts, collectives over the NICs): FP8 weights split over
+    the GPUs below half of one GPU's memory build and answer; above all of it, the build names the rule."""
+    g, m = get_gpu(gpu), get_model(model)
+    per_gpu = m.params_total() * (1 + 4 / 128 ** 2) / gpus
+    try:
+        t = scenario(gpu, gpus=gpus, model=model)
+    except TopologyError as exc:
+        assert per_gpu > 0.5 * g.memory_bytes and "weights + reserve > the static memory" in str(exc), str(exc)
+        return
+    assert per_gpu < g.memory_bytes and len(t.gpus) == gpus
+    p = sacmodel.predict(t, "gpu", context=1024, output=16, concurrency=2)
+    assert p.feasible and all(math.isfinite(v) and v > 0 for v in (p.ttft_mean_ms, p.tbt_mean_ms))
+
+
 def test_a_small_model_on_one_gpu_by_hand():
     """Llama-3.1-8B in BF16 on one H100: 2 x 8.03e9 B of weights = 14.96 GiB, and the pool is what
     mem_fraction x (memory - 2.07 GiB) leaves, in cells of 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B."""

@@ -7,7 +7,9 @@ shrinks with it, see ``docs/model.md``).
 
 Beyond one host: ``host_gpus`` GPUs share one NVLink domain (an HGX/DGX baseboard of 8); a server over more GPUs
 spans hosts, and its collectives cross the hosts' network: ``nics_per_gpu`` NICs of ``nic_rate`` (B/s per
-direction) each, and ``nic_latency`` (s) added to a small collective that crosses hosts.
+direction) each, all of a host's NICs carrying its share of a collective
+(:func:`sacmodel.hardware.sizing.collective_rates`), and ``nic_latency`` (s) added to a small collective that
+crosses hosts.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ class GPUSpec:
 
 _C4 = "constants.md §4"
 _HOST = "[assumed] an HGX/DGX host of 8 GPUs on one NVLink switch domain (constants.md §4: DGX B200 1.44 TB / 8)"
-_CX7 = ("constants.md 3: ConnectX-7 400 Gb/s; busbw 46-48 GB/s per 400 Gb/s NIC across hosts "
+_CX7 = ("constants.md 3: ConnectX-7 400 Gb/s; NCCL bus bandwidth across hosts 46-48 GB/s per 400 Gb/s NIC "
         "(NVIDIA/nccl-tests#290, NVIDIA's answer)")
 _NET = {"host_gpus": _HOST, "nic_rate": _CX7,
         "nic_latency": "nccl-tests#150: an 8 B all-reduce between two hosts over InfiniBand takes 19-20 us",

@@ -226,23 +226,27 @@ def collectives(model: ModelSpec, tp: int, dp: int) -> tuple[int, float]:
     return len(groups), sum((b for _, b in groups), 0.0)
 
 
-def collective_rates(groups: list[tuple[int, float]], *, domain: int, nvlink_bw: float, net_bw: float,
+def collective_rates(groups: list[tuple[int, float]], *, domain: int, nvlink_bw: float, nic_bw: float,
                      t_collective: float, net_latency: float) -> tuple[float, float]:
     """(bandwidth B/s, latency s) per collective of a layer, averaged so that ``bytes / bandwidth`` and
-    ``count x latency`` give the layer's totals.
+    ``count x latency`` give the layer's totals (bytes per GPU as :func:`collective_groups` counts them).
 
     A collective inside one NVLink domain (``domain`` GPUs, one host) runs at ``nvlink_bw`` per GPU and direction
-    and takes ``t_collective``. One over n > domain GPUs spans ceil(n / domain) hosts: NCCL runs one ring per NIC,
-    so its bus bandwidth is the NICs' rate per GPU (``net_bw``, when below NVLink), and its latency grows by
+    and takes ``t_collective``. One over n > domain GPUs spans ceil(n / domain) hosts. NCCL splits it into one
+    ring per channel and spreads the channels over the host's NICs; each ring leaves a host once, so a host sends
+    as many bytes across as one GPU's share of the collective, spread over all its NICs: the bus bandwidth is
+    ``domain`` x ``nic_bw`` (the NICs of one host; ``nic_bw`` is NICs per GPU x rate), capped by NVLink
+    [derived; nccl-tests#290: 46-48 GB/s of bus bandwidth per 400 Gb/s NIC]. Its latency grows by
     ``net_latency`` per level of the tree NCCL builds across the hosts (ceil(log2 hosts) levels) [assumed: NCCL
     picks its tree algorithm for small messages across hosts]."""
     if not groups:
         return nvlink_bw, t_collective
     total = sum(b for _, b in groups)
+    across = min(nvlink_bw, domain * nic_bw)
     seconds, extra = 0.0, 0.0
     for n, nbytes in groups:
         hosts = math.ceil(n / domain)
-        seconds += nbytes / (min(nvlink_bw, net_bw) if hosts > 1 else nvlink_bw)
+        seconds += nbytes / (across if hosts > 1 else nvlink_bw)
         extra += net_latency * math.ceil(math.log2(hosts)) if hosts > 1 else 0.0
     bw = total / seconds if seconds > 0 else nvlink_bw
     return bw, t_collective + extra / len(groups)

@@ -240,7 +240,7 @@ def static_values(cfg: Config) -> dict[str, float]:
     gpu = t.node(t.gpus[0])        # beyond one NVLink domain, collectives cross the hosts' NICs
     v["link_bw"], v["t_collective"] = collective_rates(
         collective_groups(m, cfg.tp, cfg.dp), domain=int(gpu.get("nvlink_domain", len(t.gpus))),
-        nvlink_bw=v["link_bw"], net_bw=gpu.get("nics_per_gpu", 1.0) * gpu.get("nic_rate", v["link_bw"]),
+        nvlink_bw=v["link_bw"], nic_bw=gpu.get("nics_per_gpu", 1.0) * gpu.get("nic_rate", v["link_bw"]),
         t_collective=v["t_collective"], net_latency=gpu.get("nic_latency", 0.0))
     nics = t.pools.get("rdma", [])
     if nics:

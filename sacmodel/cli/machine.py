@@ -35,14 +35,17 @@ def add_machine(p: argparse.ArgumentParser) -> None:
             g.add_argument(flag, default=None, **kw)
     add("--gpu", metavar="NAME", help="GPU of the catalog (h20, h100, h800, h200, b200; see `sacmodel gpus`): "
                                       "build the scenario from it and SGLang's defaults")
-    add("--gpus", type=arg(count, hi=256), metavar="N", help="GPUs of the server (default 8)")
+    add("--gpus", type=arg(count, hi=256), metavar="N",
+        help="GPUs of the server (default 8; more than a host's 8 span hosts, their collectives over the hosts' NICs)")
     add("--model", metavar="NAME|CONFIG", help="catalog model or a Hugging Face config.json (default deepseek-v3.2)")
-    add("--weights", choices=("fp8", "bf16", "awq-int4", "fp4"), help="precision of the weights (default fp8)")
+    add("--weights", choices=("fp8", "bf16", "awq-int4", "fp4"), help="precision of the weights (default fp8; fp4 "
+                                                                       "on Blackwell only)")
     add("--kv-dtype", choices=("auto", "bf16", "fp8"), help="KV cache precision (default auto: SGLang's rule)")
     add("--dp", type=arg(count, hi=256), metavar="N", help="data-parallel attention groups (default 1: "
                                                               "tensor-parallel attention)")
     add("--tp", type=arg(count, hi=256), metavar="N", help="tensor-parallel size (default: --gpus)")
-    add("--ep", type=arg(count, hi=256), metavar="N", help="expert-parallel size (default 1)")
+    add("--ep", type=arg(count, hi=256), metavar="N",
+        help="expert-parallel size (default 1; a mixture-of-experts model only)")
     add("--mem-fraction", type=arg(_fraction), metavar="F",
         help="SGLang's mem_fraction_static (default: SGLang's rule for the GPU)")
     add("--chunked-prefill", type=arg(tokens), metavar="TOKENS", help="SGLang's chunked_prefill_size (default: "
@@ -56,8 +59,10 @@ def add_machine(p: argparse.ArgumentParser) -> None:
         help="run short prefills as SGLang's piecewise CUDA graphs (its default from v0.5.10 on; needs --dp 1 and a "
              "dense-attention model)")
     add("--pool", metavar="LIST", help="KV pools to add: cxl and/or rdma, comma-separated (default: none)")
-    add("--cxl-devices", type=arg(count, hi=1024), metavar="N", help="CXL devices of the pool (default 2)")
-    add("--rdma-nics", type=arg(count, hi=1024), metavar="N", help="RDMA NICs of the pool (default 2)")
+    add("--cxl-devices", type=arg(count, hi=1024), metavar="N", help="CXL devices of the pool (default 2; with --gpu, "
+                                                                              "needs --pool cxl)")
+    add("--rdma-nics", type=arg(count, hi=1024), metavar="N", help="RDMA NICs of the pool (default 2; with --gpu, "
+                                                                            "needs --pool rdma)")
 
 
 def wants_machine(a) -> bool:

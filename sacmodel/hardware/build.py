@@ -7,12 +7,16 @@ The result is a :class:`~sacmodel.hardware.topology.Topology` that every functio
 """
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 from .gpus import GPUSpec, get_gpu
 from .models import ModelError, get_model
-from .sizing import (WEIGHT_BYTES, chunked_prefill_default, cuda_graph_max_bs_default, kv_dtype_default,
-                     mem_fraction_default, sglang_refusal)
+from .sizing import (GIB, MIB, RUNTIME_RESERVE, WEIGHT_BYTES, chunked_prefill_default, cuda_graph_max_bs_default,
+                     kv_cell_bytes, kv_dtype_default, kv_pool_tokens, mem_fraction_default, reserved_mib,
+                     sglang_refusal, weights_per_gpu)
+from .topology import LIMITS as TOPOLOGY_LIMITS
 from .topology import Topology, TopologyError
 
 SGLANG = "SGLang 0.5.9 default"
@@ -29,10 +33,38 @@ def _num(value: str, source: str) -> dict:
     return {"value": v, "source": source}
 
 
-def _check_int(name: str, v, lo: int = 1, hi: int = 256):
-    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-        raise TopologyError(f"scenario: {name} must be a whole number from {lo} to {hi}, got {v!r}")
+def _is_bool(v) -> bool:
+    """A Python or numpy bool (refused where a number is meant, taken where a flag is)."""
+    return isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"))
+
+
+def _check_int(name: str, v, lo: int = 1, hi: int = 256) -> int:
+    """A whole number in [lo, hi] (numpy integers too; bools are not numbers here)."""
+    if _is_bool(v) or not isinstance(v, numbers.Integral) or not lo <= int(v) <= hi:
+        raise TopologyError(f"scenario: {name} must be a whole number from {lo} to {hi}, got {v!r}"[:300])
+    return int(v)
+
+
+def _check_choice(name: str, v, choices) -> str:
+    if not isinstance(v, str) or v not in choices:
+        raise TopologyError(f"scenario: {name} must be one of {', '.join(choices)}, got {v!r}"[:300])
     return v
+
+
+def _check_flag(name: str, v) -> bool:
+    if not _is_bool(v):
+        raise TopologyError(f"scenario: {name} must be True or False, got {v!r}"[:300])
+    return bool(v)
+
+
+def _check_fraction(name: str, v) -> float:
+    if _is_bool(v) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)) or not 0 < float(v) < 1:
+        raise TopologyError(f"scenario: {name} must be in (0, 1), got {v!r}"[:300])
+    return float(v)
+
+
+def _optional_int(name: str, v, hi: int) -> int | None:
+    return None if v is None else _check_int(name, v, 1, hi)
 
 
 def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: str = "fp8",
@@ -44,17 +76,23 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
              transfer: str = "fitted") -> Topology:
     """A scenario of ``gpus`` x ``gpu`` serving ``model`` with SGLang.
 
-    ``weights``: fp8, bf16, awq-int4 or fp4; ``kv_dtype``: auto (SGLang's rule: BF16 on Hopper, FP8 for
-    DeepSeek sparse attention on Blackwell), bf16 or fp8; ``dp``: data-parallel attention groups (1: tensor-
-    parallel attention over all GPUs); ``tp``: tensor-parallel size (default ``gpus``); ``ep``: expert-parallel
-    size. ``scheduler_recv_interval``: SGLang's ``--scheduler-recv-interval`` (the scheduler takes in new
-    requests after that many decode iterations; 1, the default, every iteration). ``piecewise_cuda_graph``: run
-    prefill batches of up to SGLang's ``piecewise_cuda_graph_max_tokens`` as piecewise CUDA graphs (SGLang's
-    default from v0.5.10 on where it applies; off in v0.5.9, whose defaults the rest follows). Unset server settings take
-    SGLang's defaults for the machine. ``pool``: ``cxl`` and/or ``rdma``
-    (comma-separated) to add a KV pool like the testbed's, with ``cxl_devices`` / ``rdma_nics`` members.
-    ``transfer``: how the testbed's constants carry over (:mod:`sacmodel.hardware.transfer`): "fitted" (the
-    kernel efficiencies measured for the GPU generation and weights, where known) or "rules" (the rules alone).
+    ``weights``: fp8, bf16, awq-int4 or fp4 (Blackwell only); ``kv_dtype``: auto (SGLang's rule: BF16 on Hopper,
+    FP8 for DeepSeek sparse attention on Blackwell), bf16 or fp8; ``dp``: data-parallel attention groups (1:
+    tensor-parallel attention over all GPUs); ``tp``: tensor-parallel size (default ``gpus``); ``ep``: expert-
+    parallel size (a mixture-of-experts model only). More GPUs than one host holds (the GPU's ``host_gpus``,
+    8) make a server over several hosts: its collectives cross the hosts' NICs (``nics_per_gpu`` x ``nic_rate``
+    of the GPU catalog). ``scheduler_recv_interval``: SGLang's ``--scheduler-recv-interval`` (the scheduler
+    takes in new requests after that many decode iterations; 1, the default, every iteration).
+    ``piecewise_cuda_graph``: run prefill batches of up to SGLang's ``piecewise_cuda_graph_max_tokens`` as
+    piecewise CUDA graphs (SGLang's default from v0.5.10 on where it applies; off in v0.5.9, whose defaults the
+    rest follows). Unset server settings take SGLang's defaults for the machine. ``pool``: ``cxl`` and/or
+    ``rdma`` (comma-separated) to add a KV pool like the testbed's, with ``cxl_devices`` / ``rdma_nics``
+    members (only with their pool; one host). ``transfer``: how the testbed's constants carry over
+    (:mod:`sacmodel.hardware.transfer`): "fitted" (the kernel efficiencies measured for the GPU generation and
+    weights, where known) or "rules" (the rules alone).
+
+    A machine SGLang would not run, or whose weights leave no room for a KV pool, raises ``ValueError``
+    (:class:`~sacmodel.hardware.topology.TopologyError`) naming the argument, its value and the rule.
     """
     from .scenarios import load_topology
     return load_topology(scenario_dict(gpu, gpus=gpus, model=model, weights=weights, kv_dtype=kv_dtype, dp=dp,
@@ -79,41 +117,38 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
         m = get_model(model)
     except ModelError as exc:
         raise TopologyError(f"scenario: model: {exc}") from None
-    _check_int("gpus", gpus)
-    tp = _check_int("tp", gpus if tp is None else tp)
-    if tp != gpus:
-        raise TopologyError(f"scenario: tp={tp} must equal gpus={gpus} (one server over all its GPUs)")
-    dp, ep = _check_int("dp", dp), _check_int("ep", ep)
-    for name, v in (("dp", dp), ("ep", ep)):
-        if tp % v:
-            raise TopologyError(f"scenario: {name}={v} must divide tp={tp}")
-    if weights not in WEIGHT_BYTES:
-        raise TopologyError(f"scenario: weights must be one of {', '.join(WEIGHT_BYTES)}, got {weights!r}")
-    if kv_dtype not in ("auto", "bf16", "fp8"):
-        raise TopologyError(f"scenario: kv_dtype must be auto, bf16 or fp8, got {kv_dtype!r}")
+    gpus = _check_int("gpus", gpus)
+    tp, dp, ep = _check_int("tp", gpus if tp is None else tp), _check_int("dp", dp), _check_int("ep", ep)
+    weights = _check_choice("weights", weights, tuple(WEIGHT_BYTES))
+    kv_dtype = _check_choice("kv_dtype", kv_dtype, ("auto", "bf16", "fp8"))
+    transfer = _check_choice("transfer", transfer, ("fitted", "rules"))
     pools = _pools(pool)
+    n_cxl = _pool_size("cxl_devices", cxl_devices, "cxl", pools)
+    n_rdma = _pool_size("rdma_nics", rdma_nics, "rdma", pools)
+    _check_machine(g, m, gpus=gpus, tp=tp, dp=dp, ep=ep, weights=weights, pools=pools)
     kv = kv_dtype_default(m, g.sm_version) if kv_dtype == "auto" else kv_dtype
     name = f"{g.name}x{gpus}-{m.name}-{weights}" + (f"-dp{dp}" if dp > 1 else "") + (f"-ep{ep}" if ep > 1 else "")
+    hosts = -(-gpus // g.host_gpus)
+    serving = _serving(g, m, weights, kv, tp=tp, dp=dp, ep=ep, kv_dtype_given=kv_dtype != "auto",
+                       mem_fraction=mem_fraction, chunked_prefill=chunked_prefill,
+                       max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
+                       scheduler_recv_interval=scheduler_recv_interval, piecewise_cuda_graph=piecewise_cuda_graph,
+                       pool_sizes={name: n for name, n, p in (("cxl_devices", n_cxl, "cxl"),
+                                                              ("rdma_nics", n_rdma, "rdma")) if p in pools})
+    _check_fits(g, m, serving, tp=tp, dp=dp, chunk=chunked_prefill or chunked_prefill_default(g.memory_mib))
     data: dict[str, Any] = {
         "schema_version": 1, "name": name, "model": model,
         "description": f"{gpus} x {g.name.upper()} serving {m.name} ({weights} weights, {kv} KV, TP{tp}"
                        + (f", DP{dp} attention" if dp > 1 else "") + (f", EP{ep}" if ep > 1 else "")
+                       + (f", {hosts} hosts of {g.host_gpus} GPUs" if hosts > 1 else "")
                        + ") with SGLang; built by sacmodel.scenario()",
-        "nodes": _nodes(g, gpus, pools, cxl_devices or 2, rdma_nics or 2),
-        "links": _links(g, pools),
-        "pools": {"dram": ["dram0", "dram1"], **({"cxl": ["cxl_dev"]} if "cxl" in pools else {}),
+        "nodes": _nodes(g, gpus, pools, n_cxl or 2, n_rdma or 2),
+        "links": _links(g, gpus, pools),
+        "pools": {"dram": [f"dram{i}" for i in range(2 * hosts)], **({"cxl": ["cxl_dev"]} if "cxl" in pools else {}),
                   **({"rdma": ["nic"]} if "rdma" in pools else {})},
-        "serving": _serving(g, m, weights, kv, tp=tp, dp=dp, ep=ep, kv_dtype_given=kv_dtype != "auto",
-                            mem_fraction=mem_fraction, chunked_prefill=chunked_prefill,
-                            max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
-                            scheduler_recv_interval=scheduler_recv_interval,
-                            piecewise_cuda_graph=piecewise_cuda_graph,
-                            cxl_devices=cxl_devices or 2 if "cxl" in pools else None,
-                            rdma_nics=rdma_nics or 2 if "rdma" in pools else None),
+        "serving": serving,
     }
     from .transfer import calibration_for
-    if transfer not in ("fitted", "rules"):
-        raise TopologyError(f"scenario: transfer must be 'fitted' or 'rules', got {transfer!r}")
     data["calibration"] = calibration_for(g, m, weights=weights, dp=dp, fitted=transfer == "fitted")
     return data
 
@@ -121,16 +156,83 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
 def _pools(pool) -> tuple[str, ...]:
     if pool is None or pool == "":
         return ()
-    names = tuple(p.strip() for p in (pool.split(",") if isinstance(pool, str) else pool))
+    if isinstance(pool, str):
+        names = tuple(p.strip() for p in pool.split(","))
+    elif isinstance(pool, (list, tuple)) and all(isinstance(p, str) for p in pool):
+        names = tuple(p.strip() for p in pool)
+    else:
+        raise TopologyError(f"scenario: pool must be 'cxl', 'rdma' or 'cxl,rdma', got {pool!r}"[:300])
     bad = [p for p in names if p not in POOLS]
     if bad:
-        raise TopologyError(f"scenario: pool must be cxl and/or rdma, got {bad[0]!r}")
+        raise TopologyError(f"scenario: pool must be cxl and/or rdma, got {bad[0]!r}"[:300])
     return names
 
 
-def _nodes(g: GPUSpec, gpus: int, pools, cxl_devices: int, rdma_nics: int) -> list[dict]:
+def _pool_size(name: str, v, pool: str, pools) -> int | None:
+    """A pool's member count: only with its pool (``cxl_devices`` sizes the CXL pool), 1 .. the pool limit."""
+    if v is None:
+        return None
+    n = _check_int(name, v, 1, TOPOLOGY_LIMITS["pool_members"])
+    if pool not in pools:
+        raise TopologyError(f"scenario: {name}={n} sizes the {pool} pool, but the machine has none "
+                            f"(add pool='{pool}', --pool {pool})")
+    return n
+
+
+def _check_machine(g: GPUSpec, m, *, gpus: int, tp: int, dp: int, ep: int, weights: str, pools) -> None:
+    """What SGLang would refuse, or what the built machine cannot be: one server over all GPUs, the parallel
+    sizes dividing it, experts to split under EP, FP4 kernels only on Blackwell, pools on one host."""
+    if tp != gpus:
+        raise TopologyError(f"scenario: tp={tp} must equal gpus={gpus} (one server over all its GPUs)")
+    for name, v in (("dp", dp), ("ep", ep)):
+        if tp % v:
+            raise TopologyError(f"scenario: {name}={v} must divide tp={tp}")
+    if ep > 1 and not m.routed_experts:
+        raise TopologyError(f"scenario: ep={ep} splits a model's experts over GPUs, but {m.name} is dense (no "
+                            "routed experts): use ep=1")
+    if ep > 1 and m.routed_experts % ep:
+        raise TopologyError(f"scenario: ep={ep} must divide the {m.routed_experts} routed experts of {m.name}")
+    if weights == "fp4" and (g.sm_version < 100 or not g.flops_fp4):
+        raise TopologyError(f"scenario: weights='fp4' needs FP4 tensor cores (Blackwell, SM100): SGLang's FP4 "
+                            f"(NVFP4) kernels do not run on {g.name} (SM{g.sm_version}); use fp8 or awq-int4")
+    if gpus > g.host_gpus:
+        if gpus % g.host_gpus:
+            raise TopologyError(f"scenario: gpus={gpus} spans hosts of {g.host_gpus} {g.name.upper()} GPUs (one "
+                                f"NVLink domain each): give a multiple of {g.host_gpus}, or at most {g.host_gpus}")
+        if pools:
+            raise TopologyError(f"scenario: pool={','.join(pools)!r} with gpus={gpus}: the built KV pools attach "
+                                f"to one host of {g.host_gpus} GPUs; a pool shared by {gpus // g.host_gpus} hosts "
+                                f"is not modelled (use at most {g.host_gpus} GPUs, or write a scenario file)")
+
+
+def _check_fits(g: GPUSpec, m, serving: dict, *, tp: int, dp: int, chunk: int) -> None:
+    """Refuse a machine whose weights leave no KV pool: SGLang's ``profile_max_num_token`` gives
+    ``mem_fraction`` x (memory - runtime reserve) - weights, and the server stops when that holds no page."""
+    mf = float(serving["mem_fraction"]["value"])
+    memory = g.memory_mib * MIB
+    weights = weights_per_gpu(m, float(serving["weight_bytes_per_param"]["value"]), tp=tp, dp=dp)
+    kv = serving["kv_dtype"]["value"]
+    cell = kv_cell_bytes(m, m.kv_bytes(kv), max(1, tp // dp))
+    page = int(serving["page_tokens"]["value"])
+    if kv_pool_tokens(memory, mf, weights, cell, page) >= page:
+        return
+    room = (memory - RUNTIME_RESERVE) * mf
+    why = ""
+    if serving["mem_fraction"]["source"] != "given":
+        reserved, dp_part = reserved_mib(g.memory_mib, tp=tp, dp=dp, chunk=chunk,
+                                         cuda_graph_max_bs=int(serving["cuda_graph_max_bs"]["value"]))
+        why = (f"; mem_fraction is SGLang's default after {reserved:,.0f} MiB reserved"
+               + (f", {dp_part:,.0f} MiB of it for DP attention with dp={dp}" if dp_part else ""))
+    raise TopologyError(
+        f"scenario: {m.name} does not fit on {tp} x {g.name.upper()}: its {serving['weights']['value']} weights "
+        f"take {weights / GIB:.1f} GiB per GPU, above mem_fraction {mf:g} x ({g.memory_mib:,} MiB - SGLang's "
+        f"runtime reserve {RUNTIME_RESERVE / GIB:.2f} GiB) = {room / GIB:.1f} GiB, so no KV pool is left "
+        f"(weights + reserve > the static memory{why}); use more GPUs, smaller weights or a larger mem_fraction")
+
+
+def _gpu_fields(g: GPUSpec) -> dict:
     src = g.sources
-    gpu_fields = {
+    fields = {
         "hbm_capacity": _num(f"{g.memory_bytes / 1e9:g} GB", src["memory"]),
         "hbm_bandwidth": _num(f"{g.hbm_bandwidth / 1e12:g} TB/s", src["hbm_bandwidth"]),
         "flops_bf16": _num(f"{g.flops_bf16 / 1e12:g} TFLOP/s", src["flops"]),
@@ -138,15 +240,35 @@ def _nodes(g: GPUSpec, gpus: int, pools, cxl_devices: int, rdma_nics: int) -> li
         "nvlink_bandwidth": _num(f"{g.nvlink_bandwidth / 1e9:g} GB/s", src["nvlink"] + " [derived: per direction]"),
         "memory_reported": _num(f"{g.memory_mib} MiB", src["memory_mib"]),
         "sms": _num(str(g.sms), src["sms"]),
+        "nvlink_domain": _num(str(g.host_gpus), src["host_gpus"]),
+        "nics_per_gpu": _num(f"{g.nics_per_gpu:g}", src["nics_per_gpu"]),
+        "nic_rate": _num(f"{g.nic_rate * 8 / 1e9:g} Gbit/s", src["nic_rate"]),
+        "nic_latency": _num(f"{g.nic_latency * 1e6:g} us", src["nic_latency"]),
     }
     if g.flops_fp4:
-        gpu_fields["flops_fp4"] = _num(f"{g.flops_fp4 / 1e12:g} TFLOP/s", src["flops"])
-    half = max(1, gpus // 2)
-    nodes = [{"id": "gpu_s0", "kind": "gpu", "count": half, **gpu_fields}]
-    if gpus > half:
-        nodes.append({"id": "gpu_s1", "kind": "gpu", "count": gpus - half, **gpu_fields})
+        fields["flops_fp4"] = _num(f"{g.flops_fp4 / 1e12:g} TFLOP/s", src["flops"])
+    return fields
+
+
+def _socket_groups(g: GPUSpec, gpus: int) -> list[tuple[str, int, int]]:
+    """(node id, GPUs, socket index) of each GPU group: per host of ``host_gpus`` GPUs, half on each socket
+    (one GPU: one group). Host 0 keeps the names gpu_s0 / gpu_s1 and sockets 0 / 1; host h, gpu_h{h}s{i} and
+    sockets 2h + i."""
+    groups = []
+    for h in range(-(-gpus // g.host_gpus)):
+        k = min(g.host_gpus, gpus - h * g.host_gpus)
+        half = max(1, k // 2)
+        for i, n in ((0, half), (1, k - half)):
+            if n > 0:
+                groups.append((f"gpu_s{i}" if h == 0 else f"gpu_h{h}s{i}", n, 2 * h + i))
+    return groups
+
+
+def _nodes(g: GPUSpec, gpus: int, pools, cxl_devices: int, rdma_nics: int) -> list[dict]:
+    fields = _gpu_fields(g)
+    nodes = [{"id": gid, "kind": "gpu", "count": n, **fields} for gid, n, _ in _socket_groups(g, gpus)]
     host = "[assumed] a two-socket host like the SAC testbed's (sac-system.md): "
-    for i in (0, 1):
+    for i in range(2 * -(-gpus // g.host_gpus)):
         nodes.append({"id": f"rc{i}", "kind": "cpu_root_complex"})
         nodes.append({"id": f"dram{i}", "kind": "host_dram",
                       "capacity": _num("1 TB", host + "2 TB DDR5 over two sockets"),
@@ -170,17 +292,21 @@ def _nodes(g: GPUSpec, gpus: int, pools, cxl_devices: int, rdma_nics: int) -> li
     return nodes
 
 
-def _links(g: GPUSpec, pools) -> list[dict]:
+def _links(g: GPUSpec, gpus: int, pools) -> list[dict]:
+    """PCIe from each GPU group to its socket, DDR to each socket's DRAM, UPI between a host's sockets (the
+    hosts' network carries only collectives: :func:`sacmodel.hardware.sizing.collective_rates`)."""
     pcie = _num(f"{g.host_link_bandwidth / 1e9:g} GB/s", g.sources["host_link"])
     lat = _num("473 ns", "fitted on the sac-testbed micro-benchmark (one-way GPU <-> root complex over PCIe 5.0), "
                          "carried over: PCIe Gen5 as on the testbed")
-    links = [{"from": f"gpu_s{i}", "to": f"rc{i}", "protocol": "pcie5", "bandwidth": pcie, "latency": lat}
-             for i in (0, 1)]
+    links = [{"from": gid, "to": f"rc{sock}", "protocol": "pcie5", "bandwidth": pcie, "latency": lat}
+             for gid, _, sock in _socket_groups(g, gpus)]
     ddr = _num("358 GB/s", "[derived] 8 x DDR5-5600 channels")
-    links += [{"from": f"rc{i}", "to": f"dram{i}", "protocol": "ddr5", "bandwidth": ddr} for i in (0, 1)]
-    links.append({"from": "rc0", "to": "rc1", "protocol": "upi",
-                  "bandwidth": _num("160 GB/s", "[assumed] 4 x UPI 2.0 at 20 GT/s, as the testbed's Xeon 8575C"),
-                  "latency": _num("60 ns", "constants.md 2b: remote-socket hop of the order of the CXL adder")})
+    sockets = 2 * -(-gpus // g.host_gpus)
+    links += [{"from": f"rc{i}", "to": f"dram{i}", "protocol": "ddr5", "bandwidth": ddr} for i in range(sockets)]
+    links += [{"from": f"rc{i}", "to": f"rc{i + 1}", "protocol": "upi",
+               "bandwidth": _num("160 GB/s", "[assumed] 4 x UPI 2.0 at 20 GT/s, as the testbed's Xeon 8575C"),
+               "latency": _num("60 ns", "constants.md 2b: remote-socket hop of the order of the CXL adder")}
+              for i in range(0, sockets, 2)]
     if "cxl" in pools:
         for i in (0, 1):
             links.append({"from": f"rc{i}", "to": f"cxl_adapter{i}", "protocol": "pcie5",
@@ -201,8 +327,10 @@ def _links(g: GPUSpec, pools) -> list[dict]:
 
 
 def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int, kv_dtype_given: bool,
-             mem_fraction, chunked_prefill, max_total_tokens, max_running_requests, cxl_devices,
-             rdma_nics, scheduler_recv_interval=None, piecewise_cuda_graph=False) -> dict:
+             mem_fraction, chunked_prefill, max_total_tokens, max_running_requests, pool_sizes: dict,
+             scheduler_recv_interval=None, piecewise_cuda_graph=False) -> dict:
+    """The serving settings, SGLang's defaults where not given; ``pool_sizes``: the members of each pool the
+    machine has (None: 2, as the testbed)."""
     chunk0 = chunked_prefill_default(g.memory_mib)
     cgmb = cuda_graph_max_bs_default(g.memory_mib, tp)
     s = {
@@ -218,35 +346,31 @@ def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int,
         "cuda_graph_max_bs": _num(str(cgmb), f"{SGLANG} for {g.memory_mib} MiB and tp={tp}"),
         "max_prefill_tokens": _num("16384", f"{SGLANG} (max_prefill_tokens)"),
     }
+    chunked_prefill = _optional_int("chunked_prefill", chunked_prefill, 1 << 24)
     if chunked_prefill is None:
         per_rank = chunk0 // dp
         s["prefill_chunk"] = _num(str(per_rank), f"{SGLANG}: chunked_prefill_size {chunk0} for {g.memory_mib} MiB"
                                   + (f", divided by dp={dp} under DP attention" if dp > 1 else ""))
     else:
-        s["prefill_chunk"] = _num(str(_check_int("chunked_prefill", chunked_prefill, 1, 1 << 24) // dp),
+        if chunked_prefill < dp:
+            raise TopologyError(f"scenario: chunked_prefill={chunked_prefill} is below dp={dp}: SGLang divides it "
+                                "among the DP attention ranks, and each needs at least one token")
+        s["prefill_chunk"] = _num(str(chunked_prefill // dp),
                                   "given" + (f" (chunked_prefill_size {chunked_prefill} / dp={dp})" if dp > 1 else ""))
-    if mem_fraction is None:
-        mf = mem_fraction_default(g.memory_mib, tp=tp, dp=dp, chunk=chunked_prefill or chunk0,
-                                  cuda_graph_max_bs=cgmb)
-        s["mem_fraction"] = _num(f"{mf:g}", f"{SGLANG}: mem_fraction_static for {g.memory_mib} MiB, tp={tp}, dp={dp}")
-    else:
-        if not (isinstance(mem_fraction, (int, float)) and 0 < mem_fraction < 1):
-            raise TopologyError(f"scenario: mem_fraction must be in (0, 1), got {mem_fraction!r}")
-        s["mem_fraction"] = _num(f"{mem_fraction:g}", "given")
-    if max_total_tokens is not None:
-        s["max_total_tokens"] = _num(str(_check_int("max_total_tokens", max_total_tokens, 1, 1 << 31)), "given")
-    if max_running_requests is not None:
-        s["max_running_requests"] = _num(str(_check_int("max_running_requests", max_running_requests, 1, 1 << 20)),
-                                         "given (per data-parallel rank)")
+    s["mem_fraction"] = _mem_fraction(g, mem_fraction, tp=tp, dp=dp, chunk=chunked_prefill or chunk0, cgmb=cgmb)
+    for name, hi, why in (("max_total_tokens", 1 << 31, "given"),
+                          ("max_running_requests", 1 << 20, "given (per data-parallel rank)")):
+        v = _optional_int(name, {"max_total_tokens": max_total_tokens,
+                                 "max_running_requests": max_running_requests}[name], hi)
+        if v is not None:
+            s[name] = _num(str(v), why)
     if scheduler_recv_interval is not None:
         n = _check_int("scheduler_recv_interval", scheduler_recv_interval, 1, 1 << 16)
         why = sglang_refusal(m, dp, recv_interval=n)
         if why:
             raise TopologyError(f"scenario: scheduler_recv_interval={n} {why}")
         s["scheduler_recv_interval"] = _num(str(n), "given (SGLang --scheduler-recv-interval)")
-    if piecewise_cuda_graph is not False:
-        if piecewise_cuda_graph is not True:
-            raise TopologyError(f"scenario: piecewise_cuda_graph must be True or False, got {piecewise_cuda_graph!r}")
+    if _check_flag("piecewise_cuda_graph", piecewise_cuda_graph):
         why = sglang_refusal(m, dp, piecewise_graph=True)
         if why:
             raise TopologyError(f"scenario: piecewise_cuda_graph: {why}")
@@ -254,16 +378,31 @@ def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int,
             int(s["prefill_chunk"]["value"]), "chunked_prefill_size")
         s["piecewise_cuda_graph_max_tokens"] = _num(str(n), f"given: piecewise CUDA graph on; SGLang v0.5.12's "
                                                             f"piecewise_cuda_graph_max_tokens default ({why})")
-    if cxl_devices:
-        s["cxl_devices"] = _num(str(cxl_devices), "given" if cxl_devices else "as the testbed")
-    if rdma_nics:
-        s["rdma_nics"] = _num(str(rdma_nics), "given" if rdma_nics else "as the testbed")
+    for name, n in pool_sizes.items():
+        s[name] = _num(str(n or 2), "given" if n else "as the testbed")
     if m.sparse:                                     # HiSparse settings of the testbed's fork
         for k, v, why in (("device_buffer", "4096", "hisparse_config device_buffer_size=4096"),
                           ("buffer_extra_slots", "64", "one page of newest-token slots"),
                           ("host_to_device_ratio", "2", "host pool = 2 x device pool")):
             s[k] = _num(v, f"as on the SAC testbed (server logs: {why})")
     return s
+
+
+def _mem_fraction(g: GPUSpec, given, *, tp: int, dp: int, chunk: int, cgmb: int) -> dict:
+    """``mem_fraction_static``: the given one, or SGLang's default for the GPU, refused with the reserve that
+    takes the whole GPU when it comes out not positive (DP attention's buffers grow with dp)."""
+    if given is not None:
+        return _num(f"{_check_fraction('mem_fraction', given):g}", "given")
+    mf = mem_fraction_default(g.memory_mib, tp=tp, dp=dp, chunk=chunk, cuda_graph_max_bs=cgmb)
+    if mf <= 0:
+        reserved, dp_part = reserved_mib(g.memory_mib, tp=tp, dp=dp, chunk=chunk, cuda_graph_max_bs=cgmb)
+        why = (f"{dp_part:,.0f} MiB of it for DP attention with dp={dp} (3 x cuda_graph_max_bs {cgmb} x dp"
+               + (", and 1.5 x more above a graph batch of 300)" if cgmb > 300 else ")")) if dp_part else \
+            "for activations, CUDA graphs and the runtime"
+        raise TopologyError(f"scenario: dp={dp}: SGLang's default mem_fraction_static would be {mf:g}: it reserves "
+                            f"{reserved:,.0f} MiB of the {g.memory_mib:,} MiB of a {g.name.upper()}, {why}; give "
+                            "mem_fraction, or use a smaller dp")
+    return _num(f"{mf:g}", f"{SGLANG}: mem_fraction_static for {g.memory_mib} MiB, tp={tp}, dp={dp}")
 
 
 def scenario_yaml(**kw) -> str:

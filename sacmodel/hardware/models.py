@@ -7,6 +7,7 @@ Llama-3.1-70B (GQA). Sizes are in bytes, FLOPs are floating-point operations (mu
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -165,14 +166,26 @@ CONFIG_LIMITS = {
 }
 
 
+# Sizes a config may leave out (or null) but never give as 0: each 0 would silently change the model (an MoE
+# expert of width 0, no context limit, heads of no width) -- field -> what it sizes
+POSITIVE_IF_GIVEN = {
+    "intermediate_size": "the dense MLP width", "moe_intermediate_size": "the width of an expert",
+    "max_position_embeddings": "the longest context", "head_dim": "an attention head",
+    "num_key_value_heads": "the KV heads", "num_experts_per_tok": "the experts a token uses",
+}
+
+
 def _whole(cfg: dict, key: str, where: str, default: int = 0) -> int:
-    """A whole-number field in [0, its limit] (absent or null: ``default``); anything else names the field."""
+    """A whole-number field in [0, its limit] (absent or null: ``default``); anything else names the field.
+    Numpy integers count as whole numbers; bools (Python or numpy) do not."""
     v = cfg.get(key)
     if v is None:
         return default
     hi = CONFIG_LIMITS.get(key, CONFIG_LIMITS["field"])
-    ok = isinstance(v, int) or (isinstance(v, float) and math.isfinite(v) and v.is_integer())
-    if isinstance(v, bool) or not ok or not 0 <= v <= hi:
+    is_bool = isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"))
+    ok = isinstance(v, numbers.Integral) or (isinstance(v, numbers.Real) and math.isfinite(v)
+                                              and float(v).is_integer())
+    if is_bool or not ok or not 0 <= v <= hi:
         raise ModelError(f"{where}: field {key!r} must be a whole number in [0, {hi:,}], got {str(v)[:40]!r}")
     return int(v)
 
@@ -207,6 +220,9 @@ def from_hf_config(cfg: dict | str | Path, name: str | None = None) -> ModelSpec
         where = str(cfg)[:200]
         cfg = _read_config(cfg, where)
     g = lambda k, d=0: _whole(cfg, k, where, d)  # noqa: E731
+    for key, what in POSITIVE_IF_GIVEN.items():
+        if cfg.get(key) is not None and g(key) == 0:
+            raise ModelError(f"{where}: field {key!r} must be positive ({what}), got 0")
     layers = _req(cfg, "num_hidden_layers", where)
     hidden = _req(cfg, "hidden_size", where)
     heads = _req(cfg, "num_attention_heads", where)
@@ -252,6 +268,15 @@ def _check_spec(m: ModelSpec, where: str) -> None:
                          "'num_key_value_heads' must be positive")
     if m.kv_heads > m.heads and m.kind != "mla":
         raise ModelError(f"{where}: num_key_value_heads {m.kv_heads} is above num_attention_heads {m.heads}")
+    if m.kind != "mla" and m.heads % m.kv_heads:
+        raise ModelError(f"{where}: num_attention_heads {m.heads} is not a multiple of num_key_value_heads "
+                         f"{m.kv_heads} (each KV head serves a whole group of query heads)")
+    if m.layers > m.moe_layers and m.intermediate < 1:
+        raise ModelError(f"{where}: {m.layers - m.moe_layers} layer(s) have a dense MLP, but "
+                         "'intermediate_size' is missing or 0")
+    if m.routed_experts and m.moe_intermediate < 1:
+        raise ModelError(f"{where}: a mixture-of-experts config needs a positive 'moe_intermediate_size' (or "
+                         "'intermediate_size')")
     if m.topk and not m.index_heads:
         raise ModelError(f"{where}: 'index_topk' given without 'index_n_heads'")
     if m.index_heads and m.topk and m.index_head_dim < 1:

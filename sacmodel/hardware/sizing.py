@@ -6,6 +6,8 @@ in the v0.5.9 wheel; the testbed's fork, branched from upstream main of 2026-04-
 """
 from __future__ import annotations
 
+import math
+
 from .models import ModelSpec
 
 MIB, GIB = float(1 << 20), float(1 << 30)
@@ -42,16 +44,28 @@ def cuda_graph_max_bs_default(memory_mib: float, tp: int) -> int:
     return 512
 
 
-def mem_fraction_default(memory_mib: float, *, tp: int, dp: int, chunk: int, cuda_graph_max_bs: int) -> float:
-    """``mem_fraction_static`` when unset: what is left after a reserve for activations, CUDA graphs and the
-    distributed runtime (``_handle_gpu_memory_settings``; ``chunk`` is the undivided chunked-prefill size)."""
+def reserved_mib(memory_mib: float, *, tp: int, dp: int, chunk: int, cuda_graph_max_bs: int) -> tuple[float, float]:
+    """(all, DP attention's share) of the MiB SGLang reserves before ``mem_fraction_static``
+    (``_handle_gpu_memory_settings``): activations of a chunk, CUDA graphs and the distributed runtime, and under
+    DP attention the buffers that gather every rank's tokens (3 x cuda_graph_max_bs x dp, 1.5 x more above a
+    graph batch of 300); at least 10 GiB on a GPU of more than 60 GiB."""
     reserved = 512 + 1.5 * max(chunk, 2048) + 2 * cuda_graph_max_bs + 1024 * tp / 8
+    dp_part = 0.0
     if dp > 1:                                         # DP attention gathers every rank's tokens
-        reserved += 3 * cuda_graph_max_bs * dp
+        dp_part = 3 * cuda_graph_max_bs * dp
         if cuda_graph_max_bs > 300:
-            reserved += 1.5 * cuda_graph_max_bs * dp
+            dp_part += 1.5 * cuda_graph_max_bs * dp
+    reserved += dp_part
     if memory_mib > 60 * 1024:
         reserved = max(reserved, 10240)
+    return reserved, dp_part
+
+
+def mem_fraction_default(memory_mib: float, *, tp: int, dp: int, chunk: int, cuda_graph_max_bs: int) -> float:
+    """``mem_fraction_static`` when unset: what is left after a reserve for activations, CUDA graphs and the
+    distributed runtime (:func:`reserved_mib`; ``chunk`` is the undivided chunked-prefill size). Not positive when
+    the reserve takes the whole GPU (the caller says which part)."""
+    reserved, _ = reserved_mib(memory_mib, tp=tp, dp=dp, chunk=chunk, cuda_graph_max_bs=cuda_graph_max_bs)
     return round((memory_mib - reserved) / memory_mib, 3)
 
 
@@ -185,26 +199,57 @@ def piecewise_eager_kernels(model: ModelSpec) -> int:
     return 3
 
 
-def collectives(model: ModelSpec, tp: int, dp: int) -> tuple[int, float]:
-    """(collectives per layer, bytes per token per layer each GPU sends) of SGLang's parallel forward.
+def collective_groups(model: ModelSpec, tp: int, dp: int) -> list[tuple[int, float]]:
+    """(GPUs taking part, bytes per token per layer each GPU sends) of each collective of one layer of SGLang's
+    parallel forward.
 
-    Tensor-parallel attention (dp = 1): an all-reduce after the attention output and one after the MLP. DP
-    attention: the ranks' tokens are all-gathered before the MLP and reduce-scattered after it, plus an all-reduce
-    inside an attention group of more than one GPU. A ring all-reduce moves 2 (n - 1) / n of the data per GPU,
-    an all-gather or a reduce-scatter (n - 1) / n (activations in BF16)."""
+    Tensor-parallel attention (dp = 1): an all-reduce after the attention output and one after the MLP, over all
+    tp GPUs. DP attention: the ranks' tokens are all-gathered before the MLP and reduce-scattered after it (over
+    all tp GPUs), plus an all-reduce inside an attention group of more than one GPU (tp / dp GPUs). A ring
+    all-reduce moves 2 (n - 1) / n of the data per GPU, an all-gather or a reduce-scatter (n - 1) / n
+    (activations in BF16)."""
     row = 2.0 * model.hidden
     attn_tp = max(1, tp // dp)
-    n, nbytes = 0, 0.0
-    if attn_tp > 1:
-        n += 1
-        nbytes += 2 * (attn_tp - 1) / attn_tp * row
+    groups: list[tuple[int, float]] = []
     if dp > 1:
-        n += 2
-        nbytes += 2 * (tp - 1) / tp * row
+        if attn_tp > 1:
+            groups.append((attn_tp, 2 * (attn_tp - 1) / attn_tp * row))
+        groups += [(tp, (tp - 1) / tp * row)] * 2
     elif tp > 1:
-        n += 1
-        nbytes += 2 * (tp - 1) / tp * row
-    return n, nbytes
+        groups += [(tp, 2 * (tp - 1) / tp * row)] * 2
+    return groups
+
+
+def collectives(model: ModelSpec, tp: int, dp: int) -> tuple[int, float]:
+    """(collectives per layer, bytes per token per layer each GPU sends) of :func:`collective_groups`."""
+    groups = collective_groups(model, tp, dp)
+    return len(groups), sum((b for _, b in groups), 0.0)
+
+
+def collective_rates(groups: list[tuple[int, float]], *, domain: int, nvlink_bw: float, nic_bw: float,
+                     t_collective: float, net_latency: float) -> tuple[float, float]:
+    """(bandwidth B/s, latency s) per collective of a layer, averaged so that ``bytes / bandwidth`` and
+    ``count x latency`` give the layer's totals (bytes per GPU as :func:`collective_groups` counts them).
+
+    A collective inside one NVLink domain (``domain`` GPUs, one host) runs at ``nvlink_bw`` per GPU and direction
+    and takes ``t_collective``. One over n > domain GPUs spans ceil(n / domain) hosts. NCCL splits it into one
+    ring per channel and spreads the channels over the host's NICs; each ring leaves a host once, so a host sends
+    as many bytes across as one GPU's share of the collective, spread over all its NICs: the bus bandwidth is
+    ``domain`` x ``nic_bw`` (the NICs of one host; ``nic_bw`` is NICs per GPU x rate), capped by NVLink
+    [derived; nccl-tests#290: 46-48 GB/s of bus bandwidth per 400 Gb/s NIC]. Its latency grows by
+    ``net_latency`` per level of the tree NCCL builds across the hosts (ceil(log2 hosts) levels) [assumed: NCCL
+    picks its tree algorithm for small messages across hosts]."""
+    if not groups:
+        return nvlink_bw, t_collective
+    total = sum(b for _, b in groups)
+    across = min(nvlink_bw, domain * nic_bw)
+    seconds, extra = 0.0, 0.0
+    for n, nbytes in groups:
+        hosts = math.ceil(n / domain)
+        seconds += nbytes / (across if hosts > 1 else nvlink_bw)
+        extra += net_latency * math.ceil(math.log2(hosts)) if hosts > 1 else 0.0
+    bw = total / seconds if seconds > 0 else nvlink_bw
+    return bw, t_collective + extra / len(groups)
 
 
 def gemm_precision(weights: str) -> str:

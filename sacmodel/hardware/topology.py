@@ -89,7 +89,10 @@ NODE_FIELDS: dict[str, dict[str, tuple[str, bool]]] = {
     "gpu": {"hbm_capacity": ("bytes", True), "hbm_bandwidth": ("bandwidth", True),
             "flops_bf16": ("flops", True), "flops_fp8": ("flops", True), "flops_fp4": ("flops", False),
             "nvlink_bandwidth": ("bandwidth", False), "memory_reported": ("bytes", False),
-            "sms": ("count", False)},
+            "sms": ("count", False),
+            # beyond one host: GPUs per NVLink domain, and the scale-out NICs collectives across hosts use
+            "nvlink_domain": ("count", False), "nics_per_gpu": ("count", False),
+            "nic_rate": ("bandwidth", False), "nic_latency": ("time", False)},
     "cpu_root_complex": {"bandwidth": ("bandwidth", False), "latency": ("time", False)},
     "host_dram": {"capacity": ("bytes", True), "bandwidth": ("bandwidth", True), "latency": ("time", True)},
     "pcie_switch": {"bandwidth": ("bandwidth", False), "latency": ("time", False)},
@@ -106,7 +109,9 @@ LINK_FIELDS: dict[str, tuple[str, bool]] = {
     "granularity": ("bytes", False),
 }
 FIELD_OVERRIDES = {"granularity": Range("bytes", 1, 1 << 20, lo_open=False),   # a transfer unit, 1 B .. 1 MiB
-                   "sms": Range("dimensionless", 1, 4096, integer=True)}         # streaming multiprocessors
+                   "sms": Range("dimensionless", 1, 4096, integer=True),         # streaming multiprocessors
+                   "nvlink_domain": Range("dimensionless", 1, 1024, integer=True),
+                   "nics_per_gpu": Range("dimensionless", 0.0, 64.0, lo_open=True)}
 PROTOCOLS = ("pcie4", "pcie5", "pcie6", "cxl2", "cxl3", "ddr4", "ddr5", "rdma", "nvlink", "upi", "internal")
 POOL_KINDS = {"dram": "host_dram", "cxl": "cxl_device", "rdma": "rdma_nic"}
 

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..hardware.models import ModelSpec, entry_bytes, model_of
-from ..hardware.sizing import (HEAD_BYTES, attention_split, collectives, decode_kernels, gemm_precision,
-                               sglang_refusal)
+from ..hardware.sizing import (HEAD_BYTES, attention_split, collective_groups, collective_rates, collectives,
+                               decode_kernels, gemm_precision, sglang_refusal)
 from ..hardware.scenarios import as_topology, is_builtin
 from ..hardware.topology import LIMITS as TOPOLOGY_LIMITS
 from ..hardware.topology import Topology, TopologyError, with_pool_size
@@ -237,6 +237,11 @@ def static_values(cfg: Config) -> dict[str, float]:
     )
     n_coll, coll_bytes = collectives(m, cfg.tp, cfg.dp)
     v.update(n_kernels=float(decode_kernels(m)), n_coll=float(n_coll), coll_bytes=coll_bytes)
+    gpu = t.node(t.gpus[0])        # beyond one NVLink domain, collectives cross the hosts' NICs
+    v["link_bw"], v["t_collective"] = collective_rates(
+        collective_groups(m, cfg.tp, cfg.dp), domain=int(gpu.get("nvlink_domain", len(t.gpus))),
+        nvlink_bw=v["link_bw"], nic_bw=gpu.get("nics_per_gpu", 1.0) * gpu.get("nic_rate", v["link_bw"]),
+        t_collective=v["t_collective"], net_latency=gpu.get("nic_latency", 0.0))
     nics = t.pools.get("rdma", [])
     if nics:
         nic = t.node(nics[0])

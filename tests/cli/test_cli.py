@@ -41,11 +41,12 @@ def test_no_cold_staging_is_the_steady_state(capsys):
     assert cold["ttft_mean_ms"] > warm["ttft_mean_ms"]
 
 
-def test_infeasible_prediction_names_limit(capsys):
-    """What no queueing serves is infeasible and says why: DeepSeek-V3 in BF16 does not fit two H100s."""
-    rc, out, _ = run(capsys, "predict", "--gpu", "h100", "--gpus", "2", "--model", "deepseek-v3", "--weights",
-                     "bf16", "--system", "gpu", "--context", "8K")
-    assert rc == 0 and "infeasible" in out and "hbm" in out
+def test_a_machine_whose_weights_do_not_fit_is_refused_with_the_rule(capsys):
+    """DeepSeek-V3 in BF16 does not fit two H100s: the machine is refused (SGLang would not start), the rule named."""
+    rc, out, err = run(capsys, "predict", "--gpu", "h100", "--gpus", "2", "--model", "deepseek-v3", "--weights",
+                       "bf16", "--system", "gpu", "--context", "8K")
+    assert rc == 2 and "does not fit on 2 x H100" in err and "weights + reserve" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_oversubscribed_prediction_is_served_by_queueing(capsys):

@@ -75,3 +75,35 @@ def test_gpus_lists_the_catalog(capsys):
     rc, out, _ = run(capsys, "gpus", "--json")
     names = {r["name"] for r in json.loads(out)}
     assert rc == 0 and {"h20", "h100", "h200", "b200"} <= names
+
+
+def test_one_gpu_on_the_command_line(capsys):
+    rc, out, err = run(capsys, "predict", "--gpu", "h100", "--gpus", "1", "--model", "llama-3.1-8b", "--weights",
+                       "bf16", "--system", "gpu", "--context", "4K", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["feasible"] and d["scenario"] == "h100x1-llama-3.1-8b-bf16"
+    assert 0 < d["tbt_mean_ms"] < d["ttft_mean_ms"]
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--gpu", "h200", "--cxl-devices", "4"], "cxl_devices=4 sizes the cxl pool, but the machine has none"),
+    (["--gpu", "h200", "--rdma-nics", "2"], "rdma_nics=2 sizes the rdma pool, but the machine has none"),
+    (["--gpu", "h200", "--weights", "fp4"], "weights='fp4' needs FP4 tensor cores (Blackwell, SM100)"),
+    (["--gpu", "h200", "--model", "llama-3.1-70b", "--ep", "2"], "ep=2 splits a model's experts"),
+    (["--gpu", "h200", "--gpus", "64", "--dp", "64", "--model", "deepseek-r1"],
+     "147,456 MiB of it for DP attention with dp=64"),
+    (["--gpu", "h200", "--gpus", "12", "--model", "deepseek-r1"], "give a multiple of 8"),
+    (["--gpu", "h100", "--gpus", "1"], "does not fit on 1 x H100"),
+])
+def test_contradictory_machines_exit_2_with_one_line(capsys, argv, msg):
+    rc, _, err = run(capsys, "predict", *argv, "--system", "gpu", "--context", "8K")
+    assert rc == 2 and msg in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_config_with_a_zero_size_exits_2_naming_the_field(capsys, tmp_path):
+    from sacmodel.hardware.models import CATALOG_CONFIGS
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**{k: v for k, v in CATALOG_CONFIGS["deepseek-v3"].items() if not k.startswith("_")},
+                                "moe_intermediate_size": 0}))
+    rc, _, err = run(capsys, "predict", "--gpu", "h200", "--model", str(path), "--system", "gpu", "--context", "8K")
+    assert rc == 2 and "'moe_intermediate_size' must be positive" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,342 @@
+"""Every size of machine (issue 32, item 3) and the machine's argument contract (issue 36): one GPU for every
+model that fits, servers over several hosts whose collectives cross the NICs, refusals that name the rule, and
+hand-computed sizes that catch realistic slips (a GiB taken for a GB, a bidirectional NVLink figure, a dense
+model's page size, a kv_dtype dropped)."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+import sacmodel
+from sacmodel.hardware.build import scenario, scenario_dict
+from sacmodel.hardware.gpus import get_gpu, gpu_catalog
+from sacmodel.hardware.models import CATALOG_CONFIGS, catalog, from_hf_config, get_model
+from sacmodel.hardware.scenarios import load_topology
+from sacmodel.hardware.sizing import (RUNTIME_RESERVE, collective_groups, collective_rates, kv_pool_tokens,
+                                      mem_fraction_default, new_token_ratio_default, weights_per_gpu)
+from sacmodel.hardware.topology import TopologyError
+from sacmodel.serving.config import resolve, static_values
+
+GIB = 2 ** 30
+
+
+# ---- one GPU, every model ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("weights", ["fp8", "bf16"])
+@pytest.mark.parametrize("gpu", gpu_catalog())
+@pytest.mark.parametrize("model", catalog())
+def test_one_gpu_serves_every_model_that_fits_and_refuses_the_rest_by_the_rule(gpu, model, weights):
+    """Build ``scenario(gpu, gpus=1, model=m)``: a model whose weights fill less than half the GPU must build
+    and answer with finite numbers; one whose weights alone exceed the GPU's memory must be refused naming the
+    rule (weights + reserve above the static memory)."""
+    g, m = get_gpu(gpu), get_model(model)
+    per_param = {"fp8": 1 + 4 / 128 ** 2, "bf16": 2.0}[weights]    # FP8 with a scale per 128 x 128 block
+    weights_bytes = m.params_total() * per_param
+    try:
+        t = scenario(gpu, gpus=1, model=model, weights=weights)
+    except TopologyError as exc:
+        assert weights_bytes > 0.5 * g.memory_bytes, (gpu, model, str(exc))
+        assert "does not fit on 1 x" in str(exc) and "weights + reserve > the static memory" in str(exc)
+        return
+    assert weights_bytes < g.memory_bytes
+    assert len(t.gpus) == 1 and t.gpus[0] == "gpu_s0"
+    p = sacmodel.predict(t, "gpu", context=1024, output=16, concurrency=2)
+    assert p.feasible, (gpu, model, p.limit)
+    for v in (p.ttft_mean_ms, p.tbt_mean_ms, p.output_throughput_tok_s):
+        assert math.isfinite(v) and v > 0
+    assert resolve(t, "gpu").tp == 1 and static_values(resolve(t, "gpu"))["n_coll"] == 0   # no collective alone
+
+
+@pytest.mark.parametrize("gpus", [8, 16])
+@pytest.mark.parametrize("gpu", gpu_catalog())
+@pytest.mark.parametrize("model", catalog())
+def test_one_and_two_hosts_serve_every_model_that_fits(gpu, model, gpus):
+    """The same law over 8 GPUs (one host) and 16 (two hosts, collectives over the NICs): FP8 weights split over
+    the GPUs below half of one GPU's memory build and answer; above all of it, the build names the rule."""
+    g, m = get_gpu(gpu), get_model(model)
+    per_gpu = m.params_total() * (1 + 4 / 128 ** 2) / gpus
+    try:
+        t = scenario(gpu, gpus=gpus, model=model)
+    except TopologyError as exc:
+        assert per_gpu > 0.5 * g.memory_bytes and "weights + reserve > the static memory" in str(exc), str(exc)
+        return
+    assert per_gpu < g.memory_bytes and len(t.gpus) == gpus
+    p = sacmodel.predict(t, "gpu", context=1024, output=16, concurrency=2)
+    assert p.feasible and all(math.isfinite(v) and v > 0 for v in (p.ttft_mean_ms, p.tbt_mean_ms))
+
+
+def test_a_small_model_on_one_gpu_by_hand():
+    """Llama-3.1-8B in BF16 on one H100: 2 x 8.03e9 B of weights = 14.96 GiB, and the pool is what
+    mem_fraction x (memory - 2.07 GiB) leaves, in cells of 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B."""
+    t = scenario("h100", gpus=1, model="llama-3.1-8b", weights="bf16")
+    m = get_model("llama-3.1-8b")
+    assert m.params_total() == pytest.approx(8.03e9, rel=0.002)
+    cfg = resolve(t, "gpu")
+    mf = mem_fraction_default(81559, tp=1, dp=1, chunk=8192, cuda_graph_max_bs=256)
+    assert mf == round((81559 - max(512 + 1.5 * 8192 + 2 * 256 + 1024 / 8, 10240)) / 81559, 3)
+    cell = 32 * 8 * 128 * 2 * 2
+    want = int(((81559 * 2 ** 20 - 2.07 * GIB) * mf - 2 * m.params_total()) // cell)
+    assert cfg.max_total_tokens == want and cfg.page == 1
+
+
+# ---- beyond one host ----------------------------------------------------------------------------------------
+def test_collectives_across_hosts_are_priced_on_the_nics_by_hand():
+    """Two collectives of a TP16 layer over two hosts of 8: NCCL's rings leave each host once and spread over its
+    8 NICs of 50 GB/s (400 Gb/s), so the bus bandwidth is 8 x 50 = 400 GB/s, below NVLink's 450; each takes 20 us
+    (one level of NCCL's tree across two hosts) above the in-host 10 us. With DP attention over 16 GPUs in
+    groups of 8, the attention all-reduce stays on NVLink. Slower NICs bound it lower (8 x 12.5 GB/s)."""
+    m = get_model("deepseek-r1")
+    kw = dict(domain=8, nvlink_bw=450e9, nic_bw=50e9, t_collective=10e-6, net_latency=20e-6)
+    bw, lat = collective_rates(collective_groups(m, 16, 1), **kw)
+    assert bw == pytest.approx(400e9) and lat == pytest.approx(30e-6)
+    assert collective_rates(collective_groups(m, 16, 1), **{**kw, "nic_bw": 12.5e9})[0] == pytest.approx(100e9)
+    assert collective_rates(collective_groups(m, 16, 1), **{**kw, "nic_bw": 100e9})[0] == pytest.approx(450e9)
+    assert collective_rates(collective_groups(m, 8, 1), **kw) == (pytest.approx(450e9), pytest.approx(10e-6))
+    groups = collective_groups(m, 16, 2)
+    row = 2 * 7168
+    assert groups == [(8, pytest.approx(2 * 7 / 8 * row)), (16, pytest.approx(15 / 16 * row)),
+                      (16, pytest.approx(15 / 16 * row))]
+    bw, lat = collective_rates(groups, **kw)
+    total = 2 * 7 / 8 * row + 2 * 15 / 16 * row
+    assert bw == pytest.approx(total / (2 * 7 / 8 * row / 450e9 + 2 * 15 / 16 * row / 400e9))
+    assert lat == pytest.approx(10e-6 + 2 * 20e-6 / 3)
+    # 64 GPUs: 8 hosts, a tree of 3 levels
+    assert collective_rates(collective_groups(m, 64, 1), **kw)[1] == pytest.approx(10e-6 + 3 * 20e-6)
+
+
+def test_a_server_over_two_hosts_uses_the_catalog_nics():
+    """R1 on 16 x H200: two hosts of 8 (four sockets), collectives over 8 ConnectX-7 per host (8 x 50 GB/s =
+    400 GB/s); on 16 x H20, 4 NICs per 8 GPUs: 200 GB/s. Inside one host, NVLink's 450 GB/s a direction."""
+    t16 = scenario("h200", gpus=16, model="deepseek-r1")
+    assert len(t16.gpus) == 16 and len(t16.pools["dram"]) == 4 and "2 hosts of 8" in t16.description
+    v16 = static_values(resolve(t16, "gpu"))
+    assert v16["link_bw"] == pytest.approx(400e9) and v16["t_collective"] == pytest.approx(
+        t16.param("t_collective") + 20e-6)
+    v8 = static_values(resolve(scenario("h200", gpus=8, model="deepseek-r1"), "gpu"))
+    assert v8["link_bw"] == pytest.approx(450e9) and v8["t_collective"] == pytest.approx(t16.param("t_collective"))
+    h20 = static_values(resolve(scenario("h20", gpus=16, model="deepseek-r1", weights="awq-int4"), "gpu"))
+    assert h20["link_bw"] == pytest.approx(200e9)
+
+
+def test_the_network_between_hosts_slows_decode_compared_with_one_nvlink_domain(tmp_path):
+    """The same 16 GPUs as one NVLink domain (an edited scenario) decode faster than over two hosts' NICs, and a
+    slower NIC is slower still: the hosts' network is on the step's path."""
+    import yaml
+    d = scenario_dict("h200", gpus=16, model="deepseek-r1")
+    tbt = {}
+    for label, domain, rate in (("one domain", 16, "400 Gbit/s"), ("two hosts", 8, "400 Gbit/s"),
+                                ("slow nic", 8, "25 Gbit/s")):
+        for node in d["nodes"]:
+            if node["kind"] == "gpu":
+                node["nvlink_domain"]["value"], node["nic_rate"]["value"] = domain, rate
+        path = tmp_path / f"{domain}-{rate.split()[0]}.yaml"
+        path.write_text(yaml.safe_dump(d))
+        p = sacmodel.predict(load_topology(path), "gpu", context=2048, output=64, concurrency=16)
+        tbt[label] = p.tbt_mean_ms
+    assert tbt["one domain"] < tbt["two hosts"] < tbt["slow nic"]
+
+
+def test_tp64_spans_eight_hosts_and_is_not_one_nvlink_domain():
+    t = scenario("h200", gpus=64, tp=64, model="deepseek-r1")
+    v = static_values(resolve(t, "gpu"))
+    assert v["link_bw"] == pytest.approx(400e9) and v["t_collective"] == pytest.approx(t.param("t_collective") + 60e-6)
+    p = sacmodel.predict(t, "gpu", context=1024, output=16, concurrency=4)
+    assert p.feasible and math.isfinite(p.tbt_mean_ms)
+
+
+@pytest.mark.parametrize("gpu,kw,msg", [
+    ("h200", dict(gpus=12, model="deepseek-r1"), "gpus=12 spans hosts of 8 H200 GPUs .* give a multiple of 8"),
+    ("h200", dict(gpus=16, model="deepseek-v3.2", pool="cxl"),
+     "pool='cxl' with gpus=16: the built KV pools attach to one host"),
+    ("h200", dict(gpus=64, dp=64, model="deepseek-r1"),
+     r"dp=64: SGLang's default mem_fraction_static would be -0\.179: it reserves 169,472 MiB .* "
+     r"147,456 MiB of it for DP attention with dp=64 \(3 x cuda_graph_max_bs 512 x dp, and 1.5 x more"),
+    ("h100", dict(gpus=16, dp=16, model="deepseek-r1"),
+     r"does not fit on 16 x H100.* 36,864 MiB of it for DP attention with dp=16"),
+])
+def test_sizes_that_cannot_be_built_name_the_rule(gpu, kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        scenario(gpu, **kw)
+
+
+def test_the_dp_reserve_by_hand():
+    """H200 at DP64: SGLang reserves 3 x 512 x 64 + 1.5 x 512 x 64 = 147,456 MiB for DP attention alone, more
+    than the GPU's 143,771 MiB, so its default mem_fraction_static is negative; the error says so."""
+    mf = mem_fraction_default(143771, tp=64, dp=64, chunk=8192, cuda_graph_max_bs=512)
+    base = 512 + 1.5 * 8192 + 2 * 512 + 1024 * 64 / 8
+    assert mf == round((143771 - base - 147456) / 143771, 3) < 0
+
+
+# ---- contradictory machines, and the types of the arguments ------------------------------------------------
+@pytest.mark.parametrize("kw,msg", [
+    (dict(model="llama-3.1-70b", ep=2), "ep=2 splits a model's experts .* llama-3.1-70b is dense"),
+    (dict(model="deepseek-r1", ep=16, gpus=16), None),                       # 256 experts over 16: fine
+    (dict(weights="fp4"), r"weights='fp4' needs FP4 tensor cores \(Blackwell, SM100\).* h200 \(SM90\)"),
+    (dict(cxl_devices=0, pool="cxl"), "cxl_devices must be a whole number from 1 to 1024, got 0"),
+    (dict(cxl_devices=4), "cxl_devices=4 sizes the cxl pool, but the machine has none"),
+    (dict(rdma_nics=2), "rdma_nics=2 sizes the rdma pool, but the machine has none"),
+    (dict(pool="rdma", cxl_devices=2), "cxl_devices=2 sizes the cxl pool, but the machine has none"),
+    (dict(weights=["fp8"]), r"weights must be one of fp8, bf16, awq-int4, fp4, got \['fp8'\]"),
+    (dict(pool=5), "pool must be 'cxl', 'rdma' or 'cxl,rdma', got 5"),
+    (dict(kv_dtype=None), "kv_dtype must be one of auto, bf16, fp8, got None"),
+    (dict(dp=True), "dp must be a whole number from 1 to 256, got True"),
+    (dict(dp=np.bool_(True)), "dp must be a whole number from 1 to 256, got"),
+    (dict(gpus=8.0), "gpus must be a whole number"),
+    (dict(mem_fraction=float("nan")), r"mem_fraction must be in \(0, 1\)"),
+    (dict(mem_fraction=True), r"mem_fraction must be in \(0, 1\)"),
+    (dict(piecewise_cuda_graph=1, model="llama-3.1-70b"), "piecewise_cuda_graph must be True or False"),
+    (dict(chunked_prefill=4, dp=8), "chunked_prefill=4 is below dp=8"),
+    (dict(transfer=["rules"]), "transfer must be one of fitted, rules"),
+    (dict(max_total_tokens="100000"), "max_total_tokens must be a whole number"),
+])
+def test_contradictory_or_mistyped_machines_raise_value_error_naming_argument_value_and_rule(kw, msg):
+    if msg is None:
+        scenario("h200", **kw)
+        return
+    with pytest.raises(ValueError, match=msg):
+        scenario("h200", **kw)
+
+
+@pytest.mark.parametrize("gpu", [5, None, ["h200"]])
+def test_a_gpu_that_is_not_a_name_is_a_value_error(gpu):
+    with pytest.raises(ValueError, match="a GPU is named by a string"):
+        scenario(gpu)
+
+
+def test_numpy_scalars_are_taken_like_python_numbers():
+    a = scenario_dict("b200", gpus=np.int64(8), dp=np.int32(8), mem_fraction=np.float64(0.8), pool="cxl",
+                      cxl_devices=np.int16(3), piecewise_cuda_graph=np.bool_(False))
+    b = scenario_dict("b200", gpus=8, dp=8, mem_fraction=0.8, pool="cxl", cxl_devices=3)
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_a_pool_size_given_with_its_pool_is_kept():
+    t = scenario("h200", pool="cxl,rdma", cxl_devices=3, rdma_nics=4)
+    assert t.param("cxl_devices") == 3 and t.param("rdma_nics") == 4
+    t = scenario("h200", pool="cxl")
+    assert t.param("cxl_devices") == 2 and not t.has_param("rdma_nics")      # the testbed's two devices
+
+
+@pytest.mark.parametrize("field,value,msg", [
+    ("moe_intermediate_size", 0, "'moe_intermediate_size' must be positive"),
+    ("max_position_embeddings", 0, "'max_position_embeddings' must be positive"),
+    ("num_experts_per_tok", 0, "'num_experts_per_tok' must be positive"),
+    ("num_hidden_layers", -1, "'num_hidden_layers' must be a whole number"),
+    ("hidden_size", True, "'hidden_size' must be a whole number"),
+    ("hidden_size", np.bool_(True), "'hidden_size' must be a whole number"),
+])
+def test_a_config_with_a_non_positive_size_is_refused_naming_the_field(field, value, msg):
+    with pytest.raises(ValueError, match=msg):
+        from_hf_config({**CATALOG_CONFIGS["deepseek-v3"], field: value})
+
+
+@pytest.mark.parametrize("change,msg", [
+    ({"num_key_value_heads": 5}, "num_attention_heads 32 is not a multiple of num_key_value_heads 5"),
+    ({"intermediate_size": 0}, "'intermediate_size' must be positive"),
+    ({"intermediate_size": None}, "layer\\(s\\) have a dense MLP, but 'intermediate_size' is missing"),
+    ({"head_dim": 0}, "'head_dim' must be positive"),
+])
+def test_an_incoherent_dense_config_is_refused(change, msg):
+    with pytest.raises(ValueError, match=msg):
+        from_hf_config({**CATALOG_CONFIGS["llama-3.1-8b"], **change})
+
+
+def test_numpy_sizes_in_a_config_mapping_are_whole_numbers():
+    cfg = {k: (np.int64(v) if isinstance(v, int) else v) for k, v in CATALOG_CONFIGS["llama-3.1-8b"].items()}
+    assert from_hf_config(cfg, name="x").params_total() == get_model("llama-3.1-8b").params_total()
+
+
+# ---- hand-computed sizes that catch realistic slips --------------------------------------------------------
+def test_the_runtime_reserve_is_2_07_gib_as_the_testbed_logs_show():
+    """The testbed's logs: 93.5 GiB free of an H20's 97,871 MiB after distributed init: the reserve is
+    2.07 GiB = 2.07 x 2^30 B (not 2.07e9 B, not nothing)."""
+    assert RUNTIME_RESERVE == pytest.approx(2.07 * GIB, rel=1e-12)
+    assert (97871 * 2 ** 20 - RUNTIME_RESERVE) / GIB == pytest.approx(93.5, abs=0.02)
+
+
+def test_kv_pool_tokens_by_hand():
+    """100 GiB, mem_fraction 0.9, 50 GiB of weights, 1 MiB cells, pages of 64:
+    (100 - 2.07) x 0.9 - 50 = 38.137 GiB = 39,052 cells, 39,040 in whole pages."""
+    assert kv_pool_tokens(100 * GIB, 0.9, 50 * GIB, 2 ** 20, 64) == 39040
+    assert kv_pool_tokens(100 * GIB, 0.9, 50 * GIB, 2 ** 20, 1) == 39052
+    assert kv_pool_tokens(10 * GIB, 0.9, 50 * GIB, 2 ** 20, 1) == 0
+
+
+def test_new_token_ratio_by_hand():
+    """SGLang: init 0.7 x schedule_conservativeness, which DP attention scales by 0.3 (server_args.py
+    _handle_data_parallelism); the minimum is 0.14 x init, reached over 600 decode steps."""
+    assert new_token_ratio_default(False) == pytest.approx((0.7, 0.098, (0.7 - 0.098) / 600))
+    assert new_token_ratio_default(True) == pytest.approx((0.21, 0.0294, (0.21 - 0.0294) / 600))
+    assert new_token_ratio_default(False, 2.0)[0] == 1.0                        # capped at 1
+
+
+def test_nvlink_is_per_direction():
+    """NVLink 4 on H100/H200/H20: 900 GB/s both directions, 450 GB/s each; NVLink 5 on B200 1.8 TB/s, 900 each;
+    H800 400 GB/s, 200 each. The built scenario and the collectives use the per-direction figure."""
+    want = {"h100": 450e9, "h200": 450e9, "h20": 450e9, "b200": 900e9, "h800": 200e9}
+    for name, bw in want.items():
+        assert get_gpu(name).nvlink_bandwidth == bw
+    t = scenario("h100", gpus=2, model="qwen3-32b", weights="bf16")
+    assert t.node(t.gpus[0])["nvlink_bandwidth"] == 450e9
+    assert static_values(resolve(t, "gpu"))["link_bw"] == 450e9
+
+
+@pytest.mark.parametrize("model,page", [("deepseek-v3.2", 64), ("deepseek-v3", 1), ("deepseek-r1", 1),
+                                        ("llama-3.1-70b", 1), ("qwen3-32b", 1)])
+def test_page_size_is_64_only_for_deepseek_sparse_attention(model, page):
+    """SGLang pages the KV by 64 for DSA (its NSA backend); a dense model, dense MLA included, has page size 1."""
+    t = scenario("h200", model=model, weights="fp8")
+    assert resolve(t, "gpu").page == page
+
+
+@pytest.mark.parametrize("gpu,model,kv_dtype,entry", [
+    ("h200", "deepseek-r1", "auto", 2 * (512 + 64)),             # BF16 latent + RoPE: 1,152 B
+    ("h200", "deepseek-r1", "fp8", 512 + 4 * 4 + 2 * 64),        # FP8 latent, 4 fp32 scales, BF16 RoPE: 656 B
+    ("b200", "deepseek-v3.2", "auto", 656),                      # SGLang's rule: FP8 for DSA on Blackwell
+    ("b200", "deepseek-v3.2", "bf16", 1152),
+    ("h200", "qwen3-32b", "fp8", 2 * 8 * 128),                   # K and V, 8 heads of 128, one byte each
+])
+def test_a_given_kv_dtype_sets_the_entry_bytes(gpu, model, kv_dtype, entry):
+    t = scenario(gpu, model=model, kv_dtype=kv_dtype)
+    assert resolve(t, "gpu").entry_bytes == entry
+
+
+def test_weights_per_gpu_split_over_tp_by_hand():
+    """A dense GQA model's weights split over tp (KV heads replicated once there are fewer than GPUs): Llama-8B
+    BF16 on 1 GPU is 2 x params; on 2 GPUs half of it."""
+    m = get_model("llama-3.1-8b")
+    assert weights_per_gpu(m, 2.0, tp=1) == pytest.approx(2 * m.params_total())
+    assert weights_per_gpu(m, 2.0, tp=2) == pytest.approx(m.params_total())
+
+
+def test_given_server_settings_are_kept_and_size_the_reserve():
+    """A given chunked_prefill sizes SGLang's activation reserve: H200 at TP8 with 32,768 tokens reserves
+    512 + 1.5 x 32,768 + 2 x 512 + 1,024 = 51,712 MiB, mem_fraction_static (143,771 - 51,712) / 143,771 = 0.640;
+    given request and token caps reach the configuration as given."""
+    t = scenario("h200", model="deepseek-r1", chunked_prefill=32768, max_running_requests=64,
+                 max_total_tokens=100_000)
+    assert t.param("mem_fraction") == round((143771 - 51712) / 143771, 3) == 0.640
+    cfg = resolve(t, "gpu")
+    assert (cfg.prefill_chunk, cfg.max_running_requests, cfg.max_total_tokens) == (32768, 64, 100_000)
+
+
+def test_the_gpu_catalog_by_hand():
+    """Datasheet figures (constants.md section 4): HBM bandwidth, memory and generation of each GPU."""
+    want = {"h20": (4.0e12, 96e9, 90), "h100": (3.35e12, 80e9, 90), "h800": (3.35e12, 80e9, 90),
+            "h200": (4.8e12, 141e9, 90), "b200": (8.0e12, 180e9, 100)}
+    for name, (bw, mem, sm) in want.items():
+        g = get_gpu(name)
+        assert (g.hbm_bandwidth, g.memory_bytes, g.sm_version) == (bw, mem, sm), name
+        assert g.memory_mib * 2 ** 20 == pytest.approx(g.memory_bytes, rel=0.07)   # nvidia-smi shows a little more
+        assert g.host_gpus == 8 and g.nic_rate == 50e9 and g.nic_latency == 20e-6
+    assert get_gpu("h20").nics_per_gpu == 0.5 and get_gpu("h200").nics_per_gpu == 1.0
+    assert get_gpu("b200").flops_fp4 == 2 * get_gpu("b200").flops_fp8 and get_gpu("h200").flops_fp4 is None
+
+
+def test_a_large_gpu_reserves_at_least_10_gib():
+    """SGLang keeps at least 10,240 MiB on a GPU of more than 60 GiB: an H200 at TP1 with a 2K chunk would reserve
+    512 + 1.5 x 2,048 + 2 x 256 + 128 = 4,224 MiB, so 10,240 it is; an H20-sized 40 GiB GPU keeps its 4,224."""
+    assert mem_fraction_default(143771, tp=1, dp=1, chunk=2048, cuda_graph_max_bs=256) == round(
+        (143771 - 10240) / 143771, 3) == 0.929
+    assert mem_fraction_default(40960, tp=1, dp=1, chunk=2048, cuda_graph_max_bs=256) == round(
+        (40960 - 4224) / 40960, 3)

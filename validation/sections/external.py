@@ -23,7 +23,7 @@ def _rows(runs, transfer: str) -> list[dict]:
     for r in runs:
         p = predict_external(r, transfer=transfer)
         e = errors(r, p)
-        out.append({"id": r.id, "group": r.group, "workload": f"{r.isl}/{r.osl} c{r.concurrency} n{r.requests}",
+        out.append({"id": r.id, "group": r.group, "gpu": r.gpu, "workload": f"{r.isl}/{r.osl} c{r.concurrency} n{r.requests}",
                     "concurrency": r.concurrency,
                     "measured": {"ttft": r.ttft_mean_ms, "tpot": r.tpot_mean_ms, "throughput": r.output_tok_s},
                     "predicted": {"ttft": p["ttft_mean_ms"], "tpot": p["tpot_mean_ms"], "throughput": p["output_tok_s"]},
@@ -42,6 +42,24 @@ def _mape(rows) -> dict:
     return out
 
 
+COVERAGE = 0.8          # issue 32: a built machine's band holds at least this share of its generation's checks
+
+
+def coverage(rows) -> dict:
+    """Per GPU generation, per metric, the smallest error (%) at least ``COVERAGE`` of the checks of that
+    generation lie within: the ceil(0.8 n)-th smallest absolute error."""
+    from sacmodel.hardware.gpus import get_gpu
+    out: dict = {}
+    for gen in sorted({get_gpu(r["gpu"]).arch for r in rows}):
+        sub = [r for r in rows if get_gpu(r["gpu"]).arch == gen]
+        d = {"runs": len(sub)}
+        for k in ("ttft", "tpot", "throughput"):
+            e = sorted(abs(r["error_pct"][k]) for r in sub if k in r["error_pct"] and math.isfinite(r["error_pct"][k]))
+            d[k] = float(e[math.ceil(COVERAGE * len(e)) - 1]) if e else None
+        out[gen] = d
+    return out
+
+
 def external_case() -> dict | None:
     """Predictions of the external runs: before / after the kernel-efficiency fit, and the checks."""
     if not SHARED.exists():
@@ -53,6 +71,7 @@ def external_case() -> dict | None:
     rep["mape"] = {"before": _mape(rep["before"]), "after": _mape(rep["after"]), "checks": _mape(rep["checks"])}
     groups = sorted({r["group"] for r in rep["checks"]})
     rep["mape"]["by_group"] = {g: _mape([r for r in rep["checks"] if r["group"] == g]) for g in groups}
+    rep["coverage"] = coverage(rep["checks"])
     low = [r for r in rep["after"] + rep["checks"] if r["concurrency"] <= 8 and math.isfinite(r["predicted"]["ttft"])]
     gap = [r["measured"]["ttft"] - r["predicted"]["ttft"] for r in low]
     rep["low_load_ttft_gap_ms"] = {"runs": len(gap), "median": float(np.median(gap)), "min": float(np.min(gap)),

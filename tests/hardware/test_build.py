@@ -157,6 +157,8 @@ def test_transfer_rules_by_hand():
     assert b200["t_graph_kernel"][0] == fitted["t_graph_kernel"][0]        # latency-bound: not 148 SMs' share
     assert b200["prefill_eff"][0] == pytest.approx(eff["prefill_eff"] * 2.15 / (4500 / 1979))
     assert b200["prefill_attn_eff"][0] == pytest.approx(1460 / 2250, abs=0.001)  # FlashMLA's SM100 MHA
+    assert b200["moe_eff"][0] == eff["moe_eff"] and "assumed" in b200["moe_eff"][1]   # no Blackwell figure
+    assert b200["compute_eff"][0] == base.param("compute_eff") and "carried over" in b200["compute_eff"][1]
     assert transferred(get_gpu("h100"), "bf16")["prefill_eff"][0] == pytest.approx(0.65)
     same = transferred(get_gpu("h20"), "awq-int4")                         # the testbed's own class
     server = {"t_graph_kernel", "t_launch", "launch_overlap", "t_request"}

@@ -5,18 +5,26 @@ kind of thing; :data:`RULES` says which, and so how it transfers:
 
 - **host CPU** (Python launch of an eager kernel, HiSparse's per-step work, the tokenizer, the scheduler's
   copies): carried over unchanged; a host with a faster or slower CPU scales them by its single-thread speed.
-- **GPU kernel floor** (``t_graph_kernel``, a small kernel's time inside a CUDA graph): scaled by the SM count
-  (``sms`` of the testbed / ``sms`` of the GPU): a small kernel's waves shrink with more SMs at equal clocks.
+- **GPU kernel floor** (``t_graph_kernel``, a small kernel's time inside a CUDA graph): a latency (the graph's
+  launch gap and a small kernel's memory round trips), not a throughput: it does not shrink with more SMs. It
+  belongs to the GPU generation: carried over within Hopper (the testbed's H20 is a Hopper part) times the
+  Hopper factor fitted on the H200 runs' lowest-concurrency TPOT (:data:`GRAPH_KERNEL_SCALE`); Blackwell takes
+  Hopper's (no published Blackwell figure; a latency, so no SM or bandwidth scaling).
 - **kernel efficiency** (fractions of a peak: ``compute_eff``, ``prefill_eff``, ``moe_eff``): a property of the
-  kernel class on a GPU generation. Within the testbed's generation and weight format it carries over; for
-  another weight format or generation it comes from :data:`KERNEL_EFFICIENCY` when a measured machine of that
-  class is known (fitted on ``shared/data/external``, reported before and after in the validation report),
-  else it is carried over and the scenario says so.
+  kernel class on a GPU generation and weight format. Within the testbed's class it carries over; otherwise it
+  comes from :data:`KERNEL_EFFICIENCY` (each class with its source in :data:`KERNEL_SOURCES`: published GEMM
+  rates, or fitted on ``shared/data/external`` and reported before and after in the validation report), else
+  it is carried over and the scenario says so.
 - **published kernel** (``hbm_eff``: FlashMLA's dense decode against HBM; ``sparse_prefill_eff``: its sparse
-  prefill against the BF16 peak): a vendor's measurement of the kernel, not fitted; carried over.
+  prefill against the BF16 peak; ``prefill_attn_eff``: the dense prefill attention kernels per generation,
+  :data:`PREFILL_ATTN_EFF`): a vendor's measurement of the kernel, not fitted.
 - **workload** (the score process of the top-k selection): carried over; it belongs to the model and prompts.
 - **interconnect** (``t_collective``): carried over between NVLink generations (a small collective's latency is
   set by synchronisation, not bandwidth).
+- **server** (``launch_overlap``, ``t_launch``, ``t_request``): a built machine runs stock SGLang, whose eager
+  launches overlap the GPU's work (1; the testbed's fork adds them, 0), ``t_launch`` read from the same
+  measurement under that rule (:data:`T_LAUNCH_OVERLAPPED`), and the public harnesses' path outside the engine
+  (:data:`PUBLIC_REQUEST_PATH`) in place of the testbed's same-host client.
 """
 from __future__ import annotations
 
@@ -30,20 +38,23 @@ TESTBED_WEIGHTS = "awq-int4"
 
 # constant -> (kind, rule in words)
 RULES: dict[str, tuple[str, str]] = {
-    "t_graph_kernel": ("GPU kernel floor", "x SMs of the testbed's H20 / SMs of the GPU"),
+    "t_graph_kernel": ("GPU kernel floor", "per GPU generation (a latency, not scaled by SMs): the testbed's "
+                                           "Hopper value x GRAPH_KERNEL_SCALE"),
     "t_collective": ("interconnect", "carried over (NVLink synchronisation latency)"),
-    "t_launch": ("host CPU", "carried over (Python and driver time per eager kernel)"),
+    "t_launch": ("server", "sgl-project/sglang#12160 read under the machine's launch rule (T_LAUNCH_OVERLAPPED)"),
+    "launch_overlap": ("server", "1 on a built machine (stock SGLang launches asynchronously); the testbed's fork 0"),
     "compute_eff": ("kernel efficiency", "carried over within the kernel class (decode attention and GEMV)"),
     "prefill_eff": ("kernel efficiency", "per GPU generation and weight format: KERNEL_EFFICIENCY, else carried"),
     "moe_eff": ("kernel efficiency", "per GPU generation and weight format: KERNEL_EFFICIENCY, else carried"),
     "hbm_eff": ("published kernel", "carried over (a published kernel measurement, not fitted)"),
     "sparse_prefill_eff": ("published kernel", "carried over (a published kernel measurement, the same fraction of "
                                                "the BF16 peak on Hopper and Blackwell)"),
+    "prefill_attn_eff": ("published kernel", "per GPU generation: PREFILL_ATTN_EFF (FlashAttention-3, FlashMLA)"),
     "t_hs": ("host CPU", "carried over (HiSparse's per-step Python work)"),
     "t_hs_req": ("host CPU", "carried over (HiSparse's per-request work)"),
     "t_hs_admit": ("host CPU", "carried over (HiSparse's admission work per request)"),
     "t_token": ("host CPU", "carried over (the tokenizer's time per prompt token)"),
-    "t_request": ("host CPU", "carried over (the serving path outside the engine)"),
+    "t_request": ("server", "the public harnesses' path outside the engine (PUBLIC_REQUEST_PATH)"),
     "stage_copy_bw": ("host CPU", "carried over (one CPU thread's copy bandwidth)"),
     "score_correlation": ("workload", "carried over (the model's top-k selection drift)"),
     "drift_settling": ("workload", "carried over"),
@@ -52,15 +63,63 @@ RULES: dict[str, tuple[str, str]] = {
     "outstanding_lines": ("GPU kernel floor", "carried over (loads in flight of the gather kernel)"),
 }
 
-# Kernel efficiencies of a GPU generation and weight format other than the testbed's, fitted on the measured
-# runs of shared/data/external (the only constants fitted there; the report shows the predictions before and
-# after). Keys: (architecture, weights) -> {constant: value}; "t_graph_kernel_scale" multiplies the SM rule.
-KERNEL_EFFICIENCY: dict[tuple[str, str], dict[str, float]] = {
-    ("hopper", "fp8"): {"prefill_eff": 0.319, "moe_eff": 0.881, "t_graph_kernel_scale": 1.051},
+# Dense prefill attention (multi-head over decompressed keys, MLA's absorbed dense form, GQA's flash attention),
+# a fraction of the BF16 peak per GPU generation: (value, source)
+PREFILL_ATTN_EFF: dict[str, tuple[float, str]] = {
+    "hopper": (0.63, "FlashAttention-3 (Shah et al., arXiv 2407.08608, figure 'Attention forward speed, head dim 128 "
+                     "(H100 80GB SXM5)'): 565-648 TFLOP/s over 1K-16K, 625 at 2K, of the H100's 989 = 0.63 "
+                     "(FlashMLA's dense MLA 660 of 989 on H800 = 0.67, deepseek-ai/FlashMLA README)"),
+    "blackwell": (0.649, "deepseek-ai/FlashMLA README (066b5ba): the SM100 dense MHA prefill kernel reaches 1,460 "
+                         "TFLOP/s forward on B200, of 2,250 = 0.649"),
 }
+
+# Kernel efficiencies of a GPU generation and weight format other than the testbed's. Keys: (architecture,
+# weights) -> {constant: value}; each class's source in KERNEL_SOURCES. FITTED_CLASSES were fitted on
+# shared/data/external (the only constants fitted off the testbed; the report shows before and after).
+_HOPPER_FP8 = {"prefill_eff": 0.217, "moe_eff": 0.749}
+# aiconfigurator's measured DeepGEMM FP8 block GEMMs at prefill shapes run 1.9-2.4x (about 2.15x) faster on B200
+# than on H200, whose FP8 peaks differ by 4500 / 1979 = 2.27: the same shapes reach 2.15 / 2.27 = 0.947 of Hopper's
+# fraction of the peak
+B200_GEMM_RATIO = 2.15 / (4500 / 1979)
+KERNEL_EFFICIENCY: dict[tuple[str, str], dict[str, float]] = {
+    ("hopper", "fp8"): dict(_HOPPER_FP8),
+    ("hopper", "bf16"): {"prefill_eff": 0.65},
+    ("blackwell", "fp8"): {"prefill_eff": _HOPPER_FP8["prefill_eff"] * B200_GEMM_RATIO,
+                           "moe_eff": _HOPPER_FP8["moe_eff"]},
+}
+FITTED_CLASSES = {("hopper", "fp8"), ("blackwell", "fp8")}
 KERNEL_EFFICIENCY_SOURCE = ("fitted: kernel efficiencies of FP8 DeepSeek-R1 on 8 x H200 (SGLang 0.5.9, TP8), the 15 "
-                            "runs of shared/data/external/h200-deepseek-r1-sglang-tp8.csv: their TPOT and what an 8K "
-                            "prompt adds to the TTFT of a 1K one (sacmodel.fit.transfer.fit_kernel_efficiency)")
+                            "runs of shared/data/external/h200-deepseek-r1-sglang-tp8.csv, in stages: the kernel floor "
+                            "on the TPOT of the lowest concurrency, moe_eff on that of the highest, prefill_eff on what "
+                            "an 8K prompt adds to the TTFT of a 1K one (sacmodel.fit.transfer.fit_kernel_efficiency)")
+KERNEL_SOURCES: dict[tuple[str, str], str] = {
+    ("hopper", "fp8"): KERNEL_EFFICIENCY_SOURCE,
+    ("hopper", "bf16"): "published: torch BF16 GEMMs on H100 at DeepSeek-V3's N=2112, K=7168 reach 620 TFLOP/s at "
+                        "M=1024 and 716 at 4096 (vllm-project/vllm#23280), of 989 = 0.63-0.72: 0.65",
+    ("blackwell", "fp8"): "prefill_eff: the Hopper FP8 fit x 0.947, aiconfigurator's measured DeepGEMM FP8 GEMMs at "
+                          "prefill shapes 1.9-2.4x faster on B200 than H200 (ai-dynamo/aiconfigurator systems data) over "
+                          "the peak ratio 2.27; moe_eff: [assumed: Hopper FP8's fraction of HBM; no published Blackwell "
+                          "grouped-GEMM weight-read rate found]",
+}
+# the in-graph kernel floor per GPU generation: a factor on the testbed's (H20, Hopper) t_graph_kernel, fitted on
+# the H200 runs' lowest-concurrency TPOT; Blackwell takes Hopper's
+GRAPH_KERNEL_SCALE: dict[str, float] = {"hopper": 0.603}
+GRAPH_KERNEL_SOURCE = ("fitted on the TPOT of the lowest-concurrency runs of shared/data/external (8 x H200, "
+                       "concurrency 4); a latency, so Blackwell takes Hopper's [no published Blackwell figure]")
+
+# sgl-project/sglang#12160: a one-token DeepSeek-V3 forward takes 82.6 ms eager (61 layers x 23 kernels) and
+# 23.1 ms as a CUDA graph. Launched asynchronously, the GPU's 23.1 ms hides behind the launches, so each costs
+# the CPU 82.6 ms / 1,403 (with launches added to the GPU work, as the testbed's fork runs, 48.6 us).
+T_LAUNCH_OVERLAPPED = 82.6e-3 / (61 * 23)
+# The path outside the engine a public benchmark harness measures at low load (HTTP request and SSE stream,
+# the tokenizer manager, ZMQ hops to the scheduler and back through the detokenizer, the client itself)
+PUBLIC_REQUEST_PATH = 0.060
+PUBLIC_REQUEST_PATH_SOURCE = (
+    "a priori: public harnesses' low-load path outside the engine, 60-80 ms (issue 32; InferenceX's B300 and B200 "
+    "hosts reach a lone 1K prompt's first token in 71 and 160 ms with the same script, InferenceX-app "
+    "benchmarks.json), of which SGLang's own server path (http_server.py, tokenizer_manager.py, ZMQ to the "
+    "scheduler, detokenizer_manager.py at v0.5.9) is about 7 ms on one host (tenstorrent/tt-inference-server#3560: "
+    "a mock 2.6 ms forward, median TTFT 9.5 ms): most of it is the harness and its host; the lower end")
 
 
 @lru_cache(maxsize=1)
@@ -74,33 +133,48 @@ def _testbed_sms() -> int:
     return get_gpu(TESTBED_GPU).sms
 
 
-def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True) -> dict[str, tuple[float, str]]:
-    """Each testbed constant's value (SI) on ``gpu`` with ``weights``, with the rule that gave it.
+def _efficiencies(gpu: GPUSpec, weights: str, fitted: bool) -> tuple[dict, str]:
+    """(the kernel-efficiency table of ``gpu``'s class, its source): the published classes always, the fitted
+    ones only with ``fitted``."""
+    key = (gpu.arch, weights)
+    if key in KERNEL_EFFICIENCY and (fitted or key not in FITTED_CLASSES):
+        return KERNEL_EFFICIENCY[key], KERNEL_SOURCES[key]
+    return {}, ""
 
-    ``fitted=False``: the rules alone (what the report calls "before"); True: with :data:`KERNEL_EFFICIENCY`."""
+
+def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True) -> dict[str, tuple[float, str]]:
+    """Each testbed constant's value (SI) on ``gpu`` with ``weights``, with the rule that gave it, and the
+    constants a built machine adds (``launch_overlap``, ``prefill_attn_eff``).
+
+    ``fitted=False``: the rules and published figures alone (what the report calls "before"); True: with the
+    classes fitted on other machines' runs (:data:`FITTED_CLASSES`, :data:`GRAPH_KERNEL_SCALE`)."""
     cal = _testbed_calibration()
     same_class = gpu.arch == get_gpu(TESTBED_GPU).arch and weights == TESTBED_WEIGHTS
-    eff, eff_source = {}, KERNEL_EFFICIENCY_SOURCE
-    if fitted and not same_class:
-        eff = KERNEL_EFFICIENCY.get((gpu.arch, weights), {})
-        if not eff:             # another generation with these weights: its kernels are the nearest measured
-            near = [(a, v) for (a, w), v in KERNEL_EFFICIENCY.items() if w == weights]
-            if near:
-                eff = near[0][1]
-                eff_source = f"[assumed: the {near[0][0]} {weights} kernel efficiencies] " + KERNEL_EFFICIENCY_SOURCE
+    eff, eff_source = ({}, "") if same_class else _efficiencies(gpu, weights, fitted)
     out = {}
     for name, (value, _raw, _src) in cal.items():
         kind, rule = RULES.get(name, ("other", "carried over"))
         if name == "t_graph_kernel":
-            value = value * _testbed_sms() / gpu.sms * eff.get("t_graph_kernel_scale", 1.0)
-            rule = f"testbed x {_testbed_sms()}/{gpu.sms} SMs" + (" x fitted scale" if "t_graph_kernel_scale" in eff
-                                                                 else "")
+            scale = GRAPH_KERNEL_SCALE.get("hopper", 1.0) if fitted else 1.0
+            value *= scale
+            rule = (f"the testbed's (a Hopper H20) x {scale:.3g}, " + GRAPH_KERNEL_SOURCE) if fitted else \
+                "carried over (a latency: the testbed's H20 is a Hopper part; not scaled by SMs)"
+        elif name == "t_launch":
+            value, rule = T_LAUNCH_OVERLAPPED, "sgl-project/sglang#12160: 82.6 ms / (61 x 23) kernels, launched " \
+                                               "while the GPU runs (launch_overlap 1)"
+        elif name == "launch_overlap":
+            value, rule = 1.0, RULES[name][1]
+        elif name == "t_request":
+            value, rule = PUBLIC_REQUEST_PATH, PUBLIC_REQUEST_PATH_SOURCE
         elif name in eff:
             value, rule = eff[name], eff_source
         elif kind == "kernel efficiency" and not same_class:
             rule = f"carried over from the testbed ({TESTBED_GPU}, {TESTBED_WEIGHTS}) [no measured {gpu.arch} " \
                    f"{weights} machine]"
         out[name] = (value, rule)
+    out.setdefault("launch_overlap", (1.0, RULES["launch_overlap"][1]))
+    if not same_class and gpu.arch in PREFILL_ATTN_EFF:
+        out["prefill_attn_eff"] = PREFILL_ATTN_EFF[gpu.arch]
     return out
 
 
@@ -110,7 +184,7 @@ def calibration_for(gpu: GPUSpec, model, *, weights: str, dp: int, fitted: bool 
     cal = _testbed_calibration()
     out = {}
     for name, (value, rule) in transferred(gpu, weights, fitted=fitted).items():
-        raw_unit = cal[name][1].split()[1:] if cal[name][1] else []
+        raw_unit = cal[name][1].split()[1:] if name in cal and cal[name][1] else []
         out[name] = {"value": _format(value, " ".join(raw_unit)),
                      "source": f"sac-testbed, transferred to {gpu.name.upper()} ({rule})"}
     return out

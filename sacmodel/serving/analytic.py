@@ -125,7 +125,8 @@ def decode_iteration(mdl: Model, ld: Load, b: float, dp: int, groups: float | No
     n = max(dp * b, 1.0)
     part, eager = rank_part(mdl, busiest(b, occupancy_variance(b, ld, dp), active), ld, active)
     distinct = n if groups is None else min(n, groups)
-    return mdl.shared(int(round(n)), False, int(round(distinct))) + part + eager * mdl.t_eager
+    gpu = mdl.shared(int(round(n)), False, int(round(distinct))) + part
+    return (1.0 - eager) * gpu + eager * mdl.overlapped(gpu, mdl.t_eager)      # launches overlap the GPU work
 
 
 def prefill_iteration(mdl: Model, ld: Load, b: float, dp: int, per_rank: int, ranks: int) -> float:
@@ -143,8 +144,8 @@ def prefill_iteration(mdl: Model, ld: Load, b: float, dp: int, per_rank: int, ra
     tokens = per_rank * ranks * P + others * b
     seqs = others * b + per_rank * ranks
     eager = mdl.t_eager_pcg if per_rank * P <= mdl.pcg_tokens else mdl.t_eager     # piecewise CUDA graph
-    return mdl.shared(int(round(tokens)), True, int(round(tokens)), int(round(max(seqs, 1)))) + max(chunk, dec) \
-        + eager
+    gpu = mdl.shared(int(round(tokens)), True, int(round(tokens)), int(round(max(seqs, 1)))) + max(chunk, dec)
+    return mdl.overlapped(gpu, eager)                                         # launches overlap the GPU work
 
 
 def copy_time(cfg: Config, mdl: Model, ld: Load, per_rank: int, ranks: int) -> float:

@@ -11,7 +11,8 @@ The figures are in ``sacmodel/data/error_bands.json`` (each set with its section
 - **other machines** (report section 10): the error of predictions with the testbed's constants carried to
   another GPU, model or weight format by their transfer rules (:mod:`sacmodel.hardware.transfer`): the public
   checks fitted on nothing, the rules-only H200 runs, and the check groups of the same GPU and model; the
-  largest that applies.
+  largest that applies, and at least the error 80% of the public checks of the GPU's generation lie within
+  (so the band holds at least 80% of them; a generation with no check takes the widest one's x 1.5).
 
 A scenario whose constants were fitted on the testbed but which describes another GPU, weight format or model
 (a scenario built by ``sacmodel.scenario(gpu=...)``, ``h200-cxl-large``) gets the testbed's band widened by the
@@ -122,11 +123,32 @@ def testbed_band(system: str, cats: list[str]) -> tuple[dict[str, float], list[s
     return band, used
 
 
+def generation_coverage(gpu: str) -> tuple[str, dict] | None:
+    """(name, % per metric) that holds at least 80% of the public checks of ``gpu``'s generation (report
+    section 10); a generation with no check takes the widest generation's figures x ``no_check_factor``; None
+    for a GPU outside the catalog."""
+    from ..hardware.gpus import CATALOG
+    gens = band_table()["external"].get("generations")
+    if not gens or gpu not in CATALOG:
+        return None
+    arch = CATALOG[gpu].arch
+    if arch in gens:
+        return f"80% of the {arch} checks", gens[arch]
+    known = [v for k, v in gens.items() if isinstance(v, dict)]
+    wide = {m: max((v[m] for v in known if v.get(m) is not None), default=None) for m in METRICS}
+    return (f"no {arch} check: the widest generation's x {gens['no_check_factor']:g}",
+            {m: (x * gens["no_check_factor"] if x is not None else None) for m, x in wide.items()})
+
+
 def external_band(gpu: str, model: str) -> tuple[dict[str, float], list[str]]:
     """(% per metric, the sets that set it): the largest external error that applies to ``gpu`` and
-    ``model`` (the public checks always; the rules-only runs and each check group of the same GPU and model)."""
+    ``model`` (the public checks always; the error 80% of its generation's checks lie within; the rules-only
+    runs and each check group of the same GPU and model)."""
     ex = band_table()["external"]
     sets = [("public checks", ex["checks"])]
+    cov = generation_coverage(gpu)
+    if cov:
+        sets.append(cov)
     if (ex["rules_only"]["gpu"], ex["rules_only"]["model"]) == (gpu, model):
         sets.append(("rules-only H200 runs", ex["rules_only"]))
     sets += [(name, g) for name, g in ex["groups"].items() if name != "source" and (g["gpu"], g["model"]) == (gpu, model)]

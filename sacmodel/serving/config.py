@@ -225,7 +225,8 @@ def static_values(cfg: Config) -> dict[str, float]:
         sparse_prefill_eff=t.param("sparse_prefill_eff") if t.has_param("sparse_prefill_eff")
         else SPARSE_PREFILL_EFF,
         t_graph_kernel=t.param("t_graph_kernel"), t_collective=t.param("t_collective"),
-        t_launch=t.param("t_launch"), flop_unit=1.0, hs_on=1.0 if hs else 0.0,
+        t_launch=t.param("t_launch"), launch_overlap=_setting(t, "launch_overlap", 1.0),
+        prefill_attn_eff=_setting(t, "prefill_attn_eff", t.param("prefill_eff")), flop_unit=1.0, hs_on=1.0 if hs else 0.0,
         t_hs=t.param("t_hs") if hs else 0.0, t_hs_req=t.param("t_hs_req") if hs else 0.0,
         t_hs_admit=_setting(t, "t_hs_admit", 0.0) if hs else 0.0,
         t_kernel=t.param("t_kernel"),

@@ -188,7 +188,8 @@ def prefill_terms() -> dict[str, sp.Expr]:
     a prefix is first decompressed through kv_b), or the absorbed form over the latent (sparse over the
     top-k for DSA, dense otherwise). The indexer scores every earlier key unless the short dense path runs.
     The sparse kernel (FlashMLA's, SGLang's ``nsa_prefill_backend``) runs at its own published efficiency,
-    ``sparse_prefill_eff``; the GEMMs, the dense attention paths and the indexer at ``prefill_eff``.
+    ``sparse_prefill_eff``; the dense attention paths at the dense prefill kernels' own, ``prefill_attn_eff``;
+    the GEMMs and the indexer at ``prefill_eff``.
     """
     c = _common()
     P = sym("P", "dimensionless", "prompt tokens prefilled in this chunk")
@@ -212,7 +213,9 @@ def prefill_terms() -> dict[str, sp.Expr]:
         "prefill_proj": _roof(c["fu"] * 2 * P * c["layers"] * w, c["wb"] * c["layers"] * w, c["pw"], c["peff"]),
         "prefill_indexer": idx_on * c["layers"] * c["f_ix"] * pairs / (c["p8"] * c["peff"]),
         "prefill_attention": c["layers"] * (mha * f_mha * pairs + (1 - mha) * dense_on * c["f_at"] * absorbed)
-        / (c["p16"] * c["peff"]) + c["layers"] * (1 - mha) * (1 - dense_on) * c["f_at"] * absorbed
+        / (c["p16"] * sym("prefill_attn_eff", "dimensionless", "achieved fraction of peak BF16 FLOP/s of the dense "
+                          "prefill attention kernels (FlashAttention-3 on Hopper, FlashMLA's SM100 MHA on Blackwell)"))
+        + c["layers"] * (1 - mha) * (1 - dense_on) * c["f_at"] * absorbed
         / (c["p16"] * sym("sparse_prefill_eff", "dimensionless",
                           "achieved fraction of peak BF16 FLOP/s of the sparse MLA prefill kernel (FlashMLA)")),
         "prefill_decompress": mha * c["layers"] * c["fu"] * 2 * H * p_kvb / (c["pw"] * c["peff"]),

@@ -2,12 +2,12 @@
 # flake8: noqa
 
 from math import sqrt
-SOURCE_HASH = '250517f43c7c4c0cb16e9b4ccda9a259155ed73d3a61deee24dfd10d6ceab54d'
+SOURCE_HASH = 'a881361f6fcc9b1ffb18fcd67a52f3bcf7a77f4a81e40ed45a3c3c05c1cfd206'
 
 GROUPS = {
     'rank': (('L', 'M', 'M_max', 'attn_tp', 'b', 'compute_eff', 'entry_bytes', 'f_attn', 'f_index', 'flop_unit', 'hbm_bw', 'hbm_eff', 'hs_on', 'index_key_bytes', 'k_attn', 'kv_read_bytes', 'layers', 'p_attn_rep', 'p_attn_split', 'peak_bf16', 'peak_fp8', 'peak_w', 'pf_rate', 'rdma_bytes_per_miss', 'rdma_op_cost', 'rdma_ops_per_miss', 'rdma_share', 'rdma_topk_on', 'sw_bw', 'sw_lat', 'swap_inflight', 'swap_on', 't_hs', 't_hs_req', 't_kernel', 'w_bytes'), ('attn_proj', 'indexer', 'attention', 'hisparse', 'swap', 'rdma_topk')),
     'shared': (('N', 'N_d', 'S', 'coll_bytes', 'dense_layers', 'e_active', 'ep', 'ep_imbalance', 'flop_unit', 'hbm_bw', 'hbm_eff', 'head_bytes', 'layers', 'link_bw', 'mlp_eff', 'moe_eff', 'moe_layers', 'n_coll', 'n_experts', 'n_kernels', 'n_shared', 'p_dense_mlp', 'p_expert', 'p_head', 'peak_bf16', 'peak_w', 't_collective', 't_graph_kernel', 'tp', 'w_bytes'), ('fixed', 'comm', 'dense_mlp', 'moe', 'lm_head')),
-    'prefill': (('H', 'P', 'admit_on', 'attn_tp', 'dense_on', 'f_attn', 'f_index', 'f_mha', 'flop_unit', 'hbm_bw', 'hbm_eff', 'hs_on', 'index_on', 'k_attn', 'layers', 'mha_on', 'p_attn_rep', 'p_attn_split', 'p_kvb', 'peak_bf16', 'peak_fp8', 'peak_w', 'prefill_eff', 'sparse_prefill_eff', 't_hs_admit', 'w_bytes'), ('hisparse_admit', 'prefill_proj', 'prefill_indexer', 'prefill_attention', 'prefill_decompress')),
+    'prefill': (('H', 'P', 'admit_on', 'attn_tp', 'dense_on', 'f_attn', 'f_index', 'f_mha', 'flop_unit', 'hbm_bw', 'hbm_eff', 'hs_on', 'index_on', 'k_attn', 'layers', 'mha_on', 'p_attn_rep', 'p_attn_split', 'p_kvb', 'peak_bf16', 'peak_fp8', 'peak_w', 'prefill_attn_eff', 'prefill_eff', 'sparse_prefill_eff', 't_hs_admit', 'w_bytes'), ('hisparse_admit', 'prefill_proj', 'prefill_indexer', 'prefill_attention', 'prefill_decompress')),
     'eager': (('layers', 'n_kernels', 't_graph_kernel', 't_launch'), ('launch',)),
     'fetch': (('N_f', 'entry_bytes', 'layers', 'nic_bw', 'stage_copy_bw', 'stage_passes'), ('stage_copy', 'nic')),
     'staging': (('N_b', 'bk_bw', 'entry_bytes', 'layers'), ('cold_backup',)),
@@ -67,28 +67,28 @@ def shared__total(N, N_d, S, coll_bytes, dense_layers, e_active, ep, ep_imbalanc
     return N*coll_bytes*layers/link_bw + layers*(n_coll*t_collective + n_kernels*t_graph_kernel) + max(head_bytes*p_head/(hbm_bw*hbm_eff*tp), 2*S*flop_unit*p_head/(mlp_eff*peak_bf16*tp)) + max(w_bytes*(dense_layers*p_dense_mlp + moe_layers*n_shared*p_expert)/(hbm_bw*hbm_eff*tp), 2*N*flop_unit*(dense_layers*p_dense_mlp + moe_layers*n_shared*p_expert)/(mlp_eff*peak_w*tp)) + max(2*N*e_active*flop_unit*moe_layers*p_expert/(mlp_eff*peak_w*tp), ep*moe_layers*p_expert*w_bytes*min(n_experts/ep, n_experts*(1 - (-e_active/n_experts + 1)**N_d)/ep + ep_imbalance*sqrt(n_experts)*sqrt((1 - (-e_active/n_experts + 1)**N_d)*(-e_active/n_experts + 1)**N_d)/sqrt(ep))/(hbm_bw*moe_eff*tp))
 
 
-def prefill__hisparse_admit(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
+def prefill__hisparse_admit(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_attn_eff, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
     return admit_on*hs_on*t_hs_admit
 
 
-def prefill__prefill_proj(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
+def prefill__prefill_proj(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_attn_eff, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
     return max(layers*w_bytes*(p_attn_rep + p_attn_split/attn_tp)/(hbm_bw*hbm_eff), 2*P*flop_unit*layers*(p_attn_rep + p_attn_split/attn_tp)/(peak_w*prefill_eff))
 
 
-def prefill__prefill_indexer(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
+def prefill__prefill_indexer(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_attn_eff, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
     return f_index*index_on*layers*(H*P + (1/2)*P*(P + 1))/(peak_fp8*prefill_eff)
 
 
-def prefill__prefill_attention(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
-    return f_attn*layers*(1 - dense_on)*(1 - mha_on)*(dense_on*(H*P + (1/2)*P*(P + 1)) + (1 - dense_on)*(-(((1/2)*H*(H + 1)) if (H <= k_attn) else (k_attn*(H - k_attn) + (1/2)*k_attn*(k_attn + 1))) + (((1/2)*(H + P)*(H + P + 1)) if (k_attn >= H + P) else ((1/2)*k_attn*(k_attn + 1) + k_attn*(H + P - k_attn)))))/(peak_bf16*sparse_prefill_eff) + layers*(dense_on*f_attn*(1 - mha_on)*(dense_on*(H*P + (1/2)*P*(P + 1)) + (1 - dense_on)*(-(((1/2)*H*(H + 1)) if (H <= k_attn) else (k_attn*(H - k_attn) + (1/2)*k_attn*(k_attn + 1))) + (((1/2)*(H + P)*(H + P + 1)) if (k_attn >= H + P) else ((1/2)*k_attn*(k_attn + 1) + k_attn*(H + P - k_attn))))) + f_mha*mha_on*(H*P + (1/2)*P*(P + 1)))/(peak_bf16*prefill_eff)
+def prefill__prefill_attention(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_attn_eff, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
+    return f_attn*layers*(1 - dense_on)*(1 - mha_on)*(dense_on*(H*P + (1/2)*P*(P + 1)) + (1 - dense_on)*(-(((1/2)*H*(H + 1)) if (H <= k_attn) else (k_attn*(H - k_attn) + (1/2)*k_attn*(k_attn + 1))) + (((1/2)*(H + P)*(H + P + 1)) if (k_attn >= H + P) else ((1/2)*k_attn*(k_attn + 1) + k_attn*(H + P - k_attn)))))/(peak_bf16*sparse_prefill_eff) + layers*(dense_on*f_attn*(1 - mha_on)*(dense_on*(H*P + (1/2)*P*(P + 1)) + (1 - dense_on)*(-(((1/2)*H*(H + 1)) if (H <= k_attn) else (k_attn*(H - k_attn) + (1/2)*k_attn*(k_attn + 1))) + (((1/2)*(H + P)*(H + P + 1)) if (k_attn >= H + P) else ((1/2)*k_attn*(k_attn + 1) + k_attn*(H + P - k_attn))))) + f_mha*mha_on*(H*P + (1/2)*P*(P + 1)))/(peak_bf16*prefill_attn_eff)
 
 
-def prefill__prefill_decompress(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
+def prefill__prefill_decompress(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_attn_eff, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
     return 2*H*flop_unit*layers*mha_on*p_kvb/(peak_w*prefill_eff)
 
 
-def prefill__total(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
-    return 2*H*flop_unit*layers*mha_on*p_kvb/(peak_w*prefill_eff) + admit_on*hs_on*t_hs_admit + f_attn*layers*(1 - dense_on)*(1 - mha_on)*(dense_on*(H*P + (1/2)*P*(P + 1)) + (1 - dense_on)*(-(((1/2)*H*(H + 1)) if (H <= k_attn) else (k_attn*(H - k_attn) + (1/2)*k_attn*(k_attn + 1))) + (((1/2)*(H + P)*(H + P + 1)) if (k_attn >= H + P) else ((1/2)*k_attn*(k_attn + 1) + k_attn*(H + P - k_attn)))))/(peak_bf16*sparse_prefill_eff) + f_index*index_on*layers*(H*P + (1/2)*P*(P + 1))/(peak_fp8*prefill_eff) + layers*(dense_on*f_attn*(1 - mha_on)*(dense_on*(H*P + (1/2)*P*(P + 1)) + (1 - dense_on)*(-(((1/2)*H*(H + 1)) if (H <= k_attn) else (k_attn*(H - k_attn) + (1/2)*k_attn*(k_attn + 1))) + (((1/2)*(H + P)*(H + P + 1)) if (k_attn >= H + P) else ((1/2)*k_attn*(k_attn + 1) + k_attn*(H + P - k_attn))))) + f_mha*mha_on*(H*P + (1/2)*P*(P + 1)))/(peak_bf16*prefill_eff) + max(layers*w_bytes*(p_attn_rep + p_attn_split/attn_tp)/(hbm_bw*hbm_eff), 2*P*flop_unit*layers*(p_attn_rep + p_attn_split/attn_tp)/(peak_w*prefill_eff))
+def prefill__total(H, P, admit_on, attn_tp, dense_on, f_attn, f_index, f_mha, flop_unit, hbm_bw, hbm_eff, hs_on, index_on, k_attn, layers, mha_on, p_attn_rep, p_attn_split, p_kvb, peak_bf16, peak_fp8, peak_w, prefill_attn_eff, prefill_eff, sparse_prefill_eff, t_hs_admit, w_bytes):
+    return 2*H*flop_unit*layers*mha_on*p_kvb/(peak_w*prefill_eff) + admit_on*hs_on*t_hs_admit + f_attn*layers*(1 - dense_on)*(1 - mha_on)*(dense_on*(H*P + (1/2)*P*(P + 1)) + (1 - dense_on)*(-(((1/2)*H*(H + 1)) if (H <= k_attn) else (k_attn*(H - k_attn) + (1/2)*k_attn*(k_attn + 1))) + (((1/2)*(H + P)*(H + P + 1)) if (k_attn >= H + P) else ((1/2)*k_attn*(k_attn + 1) + k_attn*(H + P - k_attn)))))/(peak_bf16*sparse_prefill_eff) + f_index*index_on*layers*(H*P + (1/2)*P*(P + 1))/(peak_fp8*prefill_eff) + layers*(dense_on*f_attn*(1 - mha_on)*(dense_on*(H*P + (1/2)*P*(P + 1)) + (1 - dense_on)*(-(((1/2)*H*(H + 1)) if (H <= k_attn) else (k_attn*(H - k_attn) + (1/2)*k_attn*(k_attn + 1))) + (((1/2)*(H + P)*(H + P + 1)) if (k_attn >= H + P) else ((1/2)*k_attn*(k_attn + 1) + k_attn*(H + P - k_attn))))) + f_mha*mha_on*(H*P + (1/2)*P*(P + 1)))/(peak_bf16*prefill_attn_eff) + max(layers*w_bytes*(p_attn_rep + p_attn_split/attn_tp)/(hbm_bw*hbm_eff), 2*P*flop_unit*layers*(p_attn_rep + p_attn_split/attn_tp)/(peak_w*prefill_eff))
 
 
 def eager__launch(layers, n_kernels, t_graph_kernel, t_launch):

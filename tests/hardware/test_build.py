@@ -13,7 +13,8 @@ from sacmodel.hardware.scenarios import load_topology
 from sacmodel.hardware.sizing import (attention_split, collectives, cuda_graph_max_bs_default, decode_kernels,
                                       kv_cell_bytes, kv_dtype_default, mem_fraction_default, weights_per_gpu)
 from sacmodel.hardware.topology import TopologyError
-from sacmodel.hardware.transfer import KERNEL_EFFICIENCY, RULES, transferred
+from sacmodel.hardware.transfer import (GRAPH_KERNEL_SCALE, KERNEL_EFFICIENCY, PUBLIC_REQUEST_PATH, RULES,
+                                       transferred)
 from sacmodel.serving.config import resolve
 
 
@@ -132,26 +133,45 @@ def test_the_yaml_written_loads_to_the_same_scenario(tmp_path):
 
 
 def test_transfer_rules_by_hand():
-    """The in-graph kernel floor scales by the SM count (78 on the H20): on an H200 (132) by 78/132, times the
-    fitted Hopper-FP8 factor; host CPU constants carry over unchanged; Hopper FP8 efficiencies come from the
-    fitted table, and a generation without one takes the nearest measured FP8 class."""
+    """The in-graph kernel floor is a latency of the GPU generation: carried over unscaled by SMs (the testbed's
+    H20 is a Hopper part; an H200 and a B200 alike), times the Hopper factor once fitted; host CPU constants
+    carry over unchanged; a built machine overlaps its launches (t_launch = 82.6 ms / 1,403 kernels,
+    sgl-project/sglang#12160) and takes the public harnesses' request path; Hopper FP8 efficiencies come from
+    the fitted table, Hopper BF16 and dense prefill attention from published figures."""
     base = load_topology("sac-testbed")
     rules = transferred(get_gpu("h200"), "fp8", fitted=False)
-    assert rules["t_graph_kernel"][0] == pytest.approx(base.param("t_graph_kernel") * 78 / 132, rel=1e-12)
-    for name in ("t_launch", "t_hs", "t_token", "t_request", "stage_copy_bw"):
+    assert rules["t_graph_kernel"][0] == pytest.approx(base.param("t_graph_kernel"), rel=1e-12)
+    for name in ("t_hs", "t_token", "stage_copy_bw"):
         assert rules[name][0] == base.param(name) and RULES[name][0] == "host CPU"
+    assert rules["t_launch"][0] == pytest.approx(82.6e-3 / 1403) and rules["launch_overlap"][0] == 1.0
+    assert base.param("launch_overlap") == 0.0                              # the testbed's fork adds them
+    assert rules["t_request"][0] == PUBLIC_REQUEST_PATH == pytest.approx(0.060)
     assert rules["prefill_eff"][0] == base.param("prefill_eff")            # the rules alone: carried over
     for name in ("hbm_eff", "sparse_prefill_eff"):                         # published kernel figures: as they are
         assert rules[name] == (base.param(name), RULES[name][1]) and RULES[name][0] == "published kernel"
+    assert rules["prefill_attn_eff"][0] == pytest.approx(625 / 989, abs=0.005)   # FlashAttention-3 on H100
     fitted = transferred(get_gpu("h200"), "fp8")
     eff = KERNEL_EFFICIENCY[("hopper", "fp8")]
     assert fitted["prefill_eff"][0] == eff["prefill_eff"] and fitted["moe_eff"][0] == eff["moe_eff"]
-    assert fitted["t_graph_kernel"][0] == pytest.approx(rules["t_graph_kernel"][0] * eff["t_graph_kernel_scale"])
+    assert fitted["t_graph_kernel"][0] == pytest.approx(rules["t_graph_kernel"][0] * GRAPH_KERNEL_SCALE["hopper"])
     b200 = transferred(get_gpu("b200"), "fp8")
-    assert b200["prefill_eff"][0] == eff["prefill_eff"] and "assumed" in b200["prefill_eff"][1]
+    assert b200["t_graph_kernel"][0] == fitted["t_graph_kernel"][0]        # latency-bound: not 148 SMs' share
+    assert b200["prefill_eff"][0] == pytest.approx(eff["prefill_eff"] * 2.15 / (4500 / 1979))
+    assert b200["prefill_attn_eff"][0] == pytest.approx(1460 / 2250, abs=0.001)  # FlashMLA's SM100 MHA
+    assert b200["moe_eff"][0] == eff["moe_eff"] and "assumed" in b200["moe_eff"][1]   # no Blackwell figure
+    assert b200["compute_eff"][0] == base.param("compute_eff") and "carried over" in b200["compute_eff"][1]
+    assert transferred(get_gpu("h100"), "bf16")["prefill_eff"][0] == pytest.approx(0.65)
     same = transferred(get_gpu("h20"), "awq-int4")                         # the testbed's own class
-    assert all(v[0] == pytest.approx(base.param(k)) for k, v in same.items() if k != "t_graph_kernel")
-    assert same["t_graph_kernel"][0] == pytest.approx(base.param("t_graph_kernel"))
+    server = {"t_graph_kernel", "t_launch", "launch_overlap", "t_request"}
+    assert all(v[0] == pytest.approx(base.param(k)) for k, v in same.items() if k not in server)
+    assert "prefill_attn_eff" not in same                                  # its dense attention: its prefill_eff
+
+
+def test_a_floor_of_small_kernels_does_not_shrink_with_sms():
+    """A B200 (148 SMs) has the same in-graph kernel floor as an H200 (132): the rule that scaled it by SMs put
+    B200's floor below H200's."""
+    h, b = (sacmodel.scenario(g, model="deepseek-r1") for g in ("h200", "b200"))
+    assert b.param("t_graph_kernel") == h.param("t_graph_kernel")
 
 
 def test_every_testbed_constant_has_a_transfer_rule():

@@ -412,3 +412,39 @@ def test_miss_curves_of_requests_that_fit_the_buffer(cfg):
     c = curves.over_life((4090, 9))
     assert c[0] == 0 and c[1] == 4090 and c[5] == 4090 and c[-1] > 4090    # past B from age 6 on
     assert curves.over_life((4090, 9)) is c                                 # made once per shape
+
+
+def test_eager_launches_overlap_the_gpu_work_by_hand():
+    """An iteration without a CUDA graph: the CPU launches n kernels at t_launch each while the GPU runs the ones
+    launched before, so it lasts max(GPU + t_launch, n t_launch + t_graph_kernel), not GPU + the launches. A
+    server whose forward waits on the GPU between launches (launch_overlap 0, the testbed's fork) adds them."""
+    m = Model(resolve("h200-cxl-large", "gpu"))
+    m.t_launch, m.t_graph, m.launch_overlap = 50e-6, 5e-6, 1.0
+    n = 61 * 23
+    excess = n * (50e-6 - 5e-6)
+    assert m.overlapped(0.010, excess) == pytest.approx(n * 50e-6 + 5e-6)       # CPU-bound: the launches
+    assert m.overlapped(0.500, excess) == pytest.approx(0.500 + 50e-6)          # GPU-bound: they hide
+    assert m.overlapped(0.500, 0.0) == 0.500                                    # a graph replay
+    m.launch_overlap = 0.0
+    assert m.overlapped(0.500, excess) == pytest.approx(0.500 + excess)         # added, as before
+    m.launch_overlap = 0.5
+    assert m.overlapped(0.500, excess) == pytest.approx(0.5 * (0.50005 + 0.500 + excess))
+
+
+def test_the_testbed_adds_its_launches_and_a_built_machine_overlaps_them():
+    """The testbed's scenario says its fork adds the launches (its logs' admission intervals); a cold 8K prompt
+    of DeepSeek-V3.2 on a built 8 x H200 (DP8) reaches its first token sooner with the launches overlapped than
+    added, and no sooner than the prompt's GPU work alone."""
+    import sacmodel
+    from sacmodel.hardware.params import with_params
+    assert Model(resolve("sac-testbed", "gpu")).launch_overlap == 0.0
+    t = sacmodel.scenario("h200", model="deepseek-v3.2", dp=8)
+    assert t.param("launch_overlap") == 1.0
+    kw = dict(context=8192, output=16, concurrency=1, requests=1, prompts="distinct", prefix_cached=False)
+    over = sacmodel.predict(t, "gpu", **kw).ttft_mean_ms
+    added = sacmodel.predict(with_params(t, {"launch_overlap": 0.0}), "gpu", **kw).ttft_mean_ms
+    m = Model(resolve(t, "gpu"))
+    chunks = math.ceil(8192 / m.cfg.prefill_chunk)
+    assert over < added - 0.5 * chunks * 1e3 * m.t_eager
+    gpu_only = sum(m.prefill(m.cfg.prefill_chunk, i * m.cfg.prefill_chunk, i == 0) for i in range(chunks)) * 1e3
+    assert over > gpu_only

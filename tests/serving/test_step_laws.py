@@ -30,7 +30,7 @@ V = dict(layers=10.0, w_bytes=1.0, tp=4.0, attn_tp=2.0, peak_bf16=1e15, peak_fp8
          mlp_eff=0.5, p_head=1e9, head_bytes=2.0, n_kernels=20.0, t_graph_kernel=2e-6, n_coll=3.0, t_collective=1e-5,
          P=5.0, H=3.0, mha_on=0.0, dense_on=0.0, index_on=1.0, admit_on=1.0, t_hs_admit=2e-3, f_mha=3000.0,
          p_kvb=1e7, t_launch=5e-6, N_f=1000.0, nic_bw=1e10, stage_copy_bw=5e9, stage_passes=3.0, N_b=2000.0,
-         bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625)
+         bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4)
 
 
 def ev(group, **kw):
@@ -115,16 +115,19 @@ def test_prefill_terms_count_causal_pairs_position_by_position(P, H, k):
     kw = dict(P=float(P), H=float(H), k_attn=float(k))
     sparse = ev("prefill", **kw)
     assert sparse["prefill_indexer"] == pytest.approx(10 * 1000 * _pairs(P, H) / (2e15 * 0.25), rel=1e-12)
-    # the sparse kernel (FlashMLA) at its own efficiency, the dense paths at prefill_eff
+    # the sparse kernel (FlashMLA) at its own efficiency, the dense paths at the dense prefill kernels'
+    # (prefill_attn_eff, 0.4 here), neither at the GEMMs' prefill_eff
     assert sparse["prefill_attention"] == pytest.approx(10 * 2000 * _sparse(P, H, k) / (1e15 * 0.625), rel=1e-12)
     assert ev("prefill", prefill_eff=0.5, **kw)["prefill_attention"] == sparse["prefill_attention"]
     dense = ev("prefill", dense_on=1.0, index_on=0.0, **kw)
     assert dense["prefill_indexer"] == 0.0
-    assert dense["prefill_attention"] == pytest.approx(10 * 2000 * _pairs(P, H) / (1e15 * 0.25), rel=1e-12)
+    assert dense["prefill_attention"] == pytest.approx(10 * 2000 * _pairs(P, H) / (1e15 * 0.4), rel=1e-12)
     assert ev("prefill", dense_on=1.0, index_on=0.0, sparse_prefill_eff=0.1, **kw)["prefill_attention"] == \
         dense["prefill_attention"]
+    assert ev("prefill", dense_on=1.0, index_on=0.0, prefill_eff=0.5, **kw)["prefill_attention"] == \
+        dense["prefill_attention"]
     mha = ev("prefill", mha_on=1.0, **kw)
-    assert mha["prefill_attention"] == pytest.approx(10 * 3000 * _pairs(P, H) / (1e15 * 0.25), rel=1e-12)
+    assert mha["prefill_attention"] == pytest.approx(10 * 3000 * _pairs(P, H) / (1e15 * 0.4), rel=1e-12)
     assert mha["prefill_decompress"] == pytest.approx(10 * 2 * H * 1e7 / (2e15 * 0.25), rel=1e-12)
     assert sparse["prefill_decompress"] == 0.0
 

@@ -51,6 +51,15 @@ def bands(report: dict, old: dict) -> dict:
     for g, v in mape["by_group"].items():
         if g in ex["groups"]:
             ex["groups"][g].update({short: _r(v[m]) for short, m in zip(SHORT, ("ttft", "tpot", "throughput"))})
+    cov = report["external"].get("coverage", {})
+    gens = {"source": "validation/report.md section 10, the checks of each GPU generation: per metric the error "
+                      "80% of them lie within (the ceil(0.8 n)-th smallest absolute error; TPOT as tbt). A built "
+                      "machine's band is at least this, so it holds at least 80% of its generation's checks; a "
+                      "generation with no check takes the widest generation's figure x 1.5 (no_check_factor)"}
+    for gen, v in cov.items():
+        gens[gen] = {**{short: _r(v[m]) for short, m in zip(SHORT, ("ttft", "tpot", "throughput"))}, "runs": v["runs"]}
+    gens["no_check_factor"] = 1.5
+    ex["generations"] = gens
     return new
 
 

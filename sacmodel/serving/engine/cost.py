@@ -6,9 +6,10 @@ plus the slowest rank's own part: its prefill batch (each request's uncached tok
 (a + c L + g M with L the mean context and M the entries loaded per layer, from the rank's miss accumulator).
 Where the ranks' swap-ins share a bottleneck (a CXL device), its bandwidth goes to them by their demands: a rank
 whose misses are in leaves its share to the others (:func:`sacmodel.serving.costs.fair_share_finish`).
-An iteration without a CUDA graph (any rank prefilling, or a decode batch above the captured sizes) adds the
-CPU's launch time of its kernels beyond their in-graph floor; a prefill batch within SGLang's piecewise CUDA
-graph (``pcg_tokens``) launches only its attention eagerly. Runs of identical decode iterations are priced in
+An iteration without a CUDA graph (any rank prefilling, or a decode batch above the captured sizes) launches
+its kernels from the CPU one by one while the GPU runs those launched before: it lasts the longer of the GPU's
+work (after the first launch) and the CPU's launches (:meth:`Model.overlapped`), not their sum; a prefill batch
+within SGLang's piecewise CUDA graph (``pcg_tokens``) launches only its attention eagerly. Runs of identical decode iterations are priced in
 one jump.
 """
 from __future__ import annotations
@@ -173,7 +174,9 @@ class IterationCost:
                     top, best = p, (b, Lm, M, lg)
             if top > part:
                 part = top
-            T = shared + part + eager
+            T = shared + part
+            if eager:                               # launches overlap the GPU work (Model.overlapped)
+                T = model.overlapped(T, eager)
             self.misses = misses
             if jump == 1 or now + jump * T <= horizon + 1e-12:
                 return T, jump, shared, best

@@ -70,6 +70,8 @@ class Model:
         self.t_eager_pcg = eager.total(*eager.args(dict(self.v, n_kernels=float(piecewise_eager_kernels(cfg.model)))))
         # a rank with no batch in an iteration without a CUDA graph launches an IDLE batch (its MLP part)
         self.t_eager_idle = eager.total(*eager.args(dict(self.v, n_kernels=float(idle_eager_kernels(cfg.model)))))
+        self.t_launch, self.t_graph = float(self.v["t_launch"]), float(self.v["t_graph_kernel"])
+        self.launch_overlap = float(self.v["launch_overlap"])
         self._rank_cache: dict = {}
         self._shared_cache: dict = {}
         self._miss_cache = CurveCache()
@@ -79,6 +81,23 @@ class Model:
         names = self.shared_c.names
         self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, S=1.0, mlp_eff=1.0))
         self._shared_at = (names.index("N"), names.index("N_d"), names.index("S"), names.index("mlp_eff"))
+
+    def overlapped(self, gpu: float, excess: float) -> float:
+        """Seconds of an iteration whose GPU work is ``gpu`` s (its in-graph floor included) when it runs
+        without a CUDA graph and its eager launches cost the CPU ``excess`` s beyond that floor (``t_eager``,
+        ``t_eager_pcg``, 0 for a graph replay). The CPU launches kernels asynchronously while the GPU runs the
+        ones launched before, so the iteration lasts what the two allow together: the GPU's work after the
+        first kernel's launch, or the CPU's launches of all ``n`` kernels (``n t_launch``) and the last
+        kernel's run, whichever is longer: max(gpu + t_launch, n t_launch + t_graph_kernel). Not their sum.
+        ``launch_overlap`` (0-1) blends it with the sum ``gpu + excess``, for a server whose forward waits on the
+        GPU between its launches (the testbed's: 0, see its scenario)."""
+        tl, tg, f = self.t_launch, self.t_graph, self.launch_overlap
+        if excess <= 0.0 or tl <= tg:
+            return gpu
+        cpu = excess * tl / (tl - tg)           # excess = n (t_launch - t_graph_kernel)
+        a, b = gpu + tl, cpu + tg
+        both = a if a > b else b
+        return both if f >= 1.0 else f * both + (1.0 - f) * (gpu + excess)
 
     def _rank_values(self, b: int, active: int, swap: bool) -> dict:
         bw, lat = swap_route(self.cfg, active)

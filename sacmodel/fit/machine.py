@@ -1,0 +1,274 @@
+"""Your machine in a few runs: fit the constants a machine decides to its own benchmark runs (SGLang
+``bench_serving`` or vLLM ``bench serve`` results, :mod:`sacmodel.data.bench`).
+
+The interface is small on purpose: :data:`MACHINE_CONSTANTS` maps a constant's name to the scenario parameter it
+sets, its physical range, its kind (``software``: carried unchanged to another GPU; ``kernel``: moved by the
+transfer rules of :mod:`sacmodel.hardware.transfer`) and the run that pins it. Values are applied to a scenario
+through the scenario-override mechanism (:func:`sacmodel.hardware.params.with_params`), so when the kernel
+classes of the step model are renamed only this table changes.
+
+:func:`fit_machine` decides which constants the given runs identify (from the Jacobian of the log errors of
+TTFT, TPOT and throughput at the transferred values: a constant is identified when its linearised standard
+deviation, at a benchmark repeatability of :data:`NOISE`, stays under :data:`IDENTIFIED_SD` with the constants
+already taken), fits those within their ranges (least squares in log space), gives each a standard deviation
+(Gauss-Newton, from the Jacobian at the solution and the residuals' own scatter, never below the repeatability),
+and leaves every other constant at its transferred value, saying which run would pin it. The band a calibrated
+scenario prints is the leave-one-run-out error of the same protocol (:func:`cross_validate`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..data.bench import BenchRun
+
+NOISE = 0.02            # run-to-run repeatability of a benchmark's mean TPOT / throughput (log units)
+# each metric's repeatability relative to NOISE: a mean TTFT scatters about twice as much (the public H200 runs:
+# 260 ms at concurrency 4, 245 ms at 8), so its errors weigh half in the fit
+WEIGHT = {"ttft": 0.5, "tpot": 1.0, "throughput": 1.0}
+IDENTIFIED_SD = 0.25    # a constant is identified when its linearised sd (log units) is below this
+METRICS = ("ttft", "tpot", "throughput")
+
+
+@dataclass(frozen=True)
+class MachineConstant:
+    """A constant the machine decides: the scenario ``param`` it sets, its physical range (SI), ``kind``
+    (software / kernel) and the run that pins it."""
+    param: str
+    lo: float
+    hi: float
+    kind: str
+    pins: str
+    range_source: str
+    unit: float = 0.0       # > 0: fitted as value / unit (an additive time); 0: fitted as log(value) (a rate)
+
+    def to_x(self, v: float) -> float:
+        return v / self.unit if self.unit else math.log(v)
+
+    def from_x(self, x: float) -> float:
+        return x * self.unit if self.unit else math.exp(x)
+
+
+MACHINE_CONSTANTS: dict[str, MachineConstant] = {
+    "t_request": MachineConstant(
+        "t_request", 1e-4, 0.3, "software",
+        "a run at concurrency 1 with a short prompt (1K): its TTFT is this path plus one short prefill",
+        "HTTP, tokenizer, detokenizer and the client between the benchmark and the engine: about 1 ms on "
+        "localhost to 300 ms through a gateway (public harnesses show 60-80 ms, issue 32)", unit=0.01),
+    "t_graph_kernel": MachineConstant(
+        "t_graph_kernel", 1e-6, 15e-6, "kernel",
+        "a run at concurrency 1 (TPOT of a one-request decode step is the small-kernel floor)",
+        "an in-graph small kernel of a decode step: 1-15 us on Hopper and Blackwell"),
+    "moe_eff": MachineConstant(
+        "moe_eff", 0.3, 0.95, "kernel",
+        "a run at concurrency 64 or more (TPOT of a batch that reads most experts)",
+        "grouped-GEMM weight reads reach 0.5-0.9 of HBM bandwidth"),
+    "prefill_eff": MachineConstant(
+        "prefill_eff", 0.2, 0.9, "kernel",
+        "a run with long prompts (8K or more) at low concurrency, beside a 1K one (the TTFT the longer prompt adds)",
+        "prefill GEMMs reach 0.2-0.9 of the tensor-core peak"),
+    "compute_eff": MachineConstant(
+        "compute_eff", 0.1, 0.9, "kernel",
+        "a run at long context (32K or more) and high concurrency (decode attention over the context)",
+        "decode attention and small GEMMs reach 0.1-0.9 of the tensor-core peak"),
+}
+
+
+def apply_constants(topo, values: dict[str, float]):
+    """A private copy of ``topo`` with the named machine constants (SI) set, through the scenario-override
+    mechanism."""
+    from ..hardware.params import with_params
+    return with_params(topo, {MACHINE_CONSTANTS[k].param: v for k, v in values.items()})
+
+
+def bench_requests(run: BenchRun, seed: int = 0):
+    """The client's requests: each request's own lengths when the run has them, else lengths uniform in
+    [ratio x nominal, nominal] (SGLang's random dataset); all sent at once, or Poisson at the run's rate."""
+    from ..serving.engine.workload import Requests
+    rng = np.random.default_rng(seed)
+    n = run.requests
+    if run.input_lens is not None:
+        ins, outs = run.input_lens.astype(int), run.output_lens.astype(int)
+    else:
+        def lengths(nominal: int) -> np.ndarray:
+            lo = max(1, int(nominal * run.range_ratio))
+            return rng.integers(lo, nominal + 1, size=n)
+        ins, outs = lengths(run.isl), np.maximum(lengths(run.osl), 2)
+    arrival = np.zeros(n) if math.isinf(run.request_rate) else np.cumsum(rng.exponential(1 / run.request_rate, n))
+    return Requests(arrival, ins, outs, np.zeros(n))
+
+
+def predict_bench(topo, run: BenchRun) -> dict:
+    """TTFT and TPOT means (ms, over requests, as the benchmarks report them) and output throughput (tok/s)
+    of ``run`` on ``topo`` (GPU-only serving); ``feasible`` False with ``limit`` when it cannot be served."""
+    from ..serving.capacity import static_check
+    from ..serving.config import resolve
+    from ..serving.predict import simulate
+    cfg = resolve(topo, "gpu")
+    cap = static_check(cfg, context=run.isl, output=run.osl, concurrency=1, prompts="distinct")
+    if not cap["feasible"]:
+        return {"feasible": False, "limit": cap["limit"], "ttft": math.nan, "tpot": math.nan, "throughput": math.nan}
+    p = simulate(cfg, bench_requests(run), run.concurrency)
+    ok = p.per_request["completed"]
+    tpot = p.per_request["tbt_ms"]
+    return {"feasible": p.feasible, "limit": p.limit, "ttft": p.ttft_mean_ms,
+            "tpot": float(np.nanmean(tpot[ok])) if ok.any() else math.nan, "throughput": p.output_throughput_tok_s}
+
+
+def measured(run: BenchRun) -> dict:
+    return {"ttft": run.ttft_mean_ms, "tpot": run.tpot_mean_ms, "throughput": run.output_tok_s}
+
+
+def log_errors(run: BenchRun, pred: dict, weighted: bool = False) -> list[float]:
+    """log(predicted / measured) of TTFT, TPOT and throughput, those measured (3 for a run predicted unserved);
+    ``weighted``: each times its :data:`WEIGHT`."""
+    meas = measured(run)
+    out = []
+    for m in METRICS:
+        v, x = pred.get(m, math.nan), meas[m]
+        if not (x > 0 and math.isfinite(x)):
+            continue
+        e = math.log(v / x) if pred["feasible"] and v > 0 and math.isfinite(v) else 3.0
+        out.append(e * WEIGHT[m] if weighted else e)
+    return out
+
+
+def _metrics_of(run: BenchRun) -> list[str]:
+    return [m for m in METRICS if measured(run)[m] > 0 and math.isfinite(measured(run)[m])]
+
+
+@dataclass
+class MachineFit:
+    """What :func:`fit_machine` found. ``values``: every constant of :data:`MACHINE_CONSTANTS` (SI), fitted or
+    transferred; ``sd``: the fitted ones' relative standard deviation; ``fitted``: identified and fitted;
+    (log units; for a constant fitted by its unit, sd / value); ``unidentified``: name -> the run that would pin it; ``at_bound``: fitted ones that stopped at a bound."""
+    values: dict[str, float]
+    transferred: dict[str, float]
+    fitted: list[str]
+    sd: dict[str, float]
+    unidentified: dict[str, str]
+    at_bound: list[str]
+    rms: float
+    runs: list[str]
+    errors: list[dict] = field(default_factory=list)      # per run: {metric: signed relative error}
+    cv: dict | None = None                                # leave-one-run-out errors (cross_validate)
+
+
+def _to_x(names, values) -> np.ndarray:
+    return np.array([MACHINE_CONSTANTS[n].to_x(values[n]) for n in names])
+
+
+def _values(names, x) -> dict[str, float]:
+    return {n: MACHINE_CONSTANTS[n].from_x(float(v)) for n, v in zip(names, x)}
+
+
+def _residuals(topo, runs, names, x):
+    t = apply_constants(topo, _values(names, x)) if names else topo
+    return np.array([e for r in runs for e in log_errors(r, predict_bench(t, r), weighted=True)])
+
+
+def jacobian(topo, runs, names, values, step: float = 0.1) -> np.ndarray:
+    """d log-error / d x of every run's metrics, x = log(constant) (or constant / unit), by forward differences
+    of ``step`` (x 10 for a constant fitted by its unit)."""
+    x0 = _to_x(names, values)
+    r0 = _residuals(topo, runs, names, x0)
+    cols = []
+    for j, n in enumerate(names):
+        c = MACHINE_CONSTANTS[n]
+        h = step * (10 if c.unit else 1)
+        h = h if x0[j] + h <= c.to_x(c.hi) else -h
+        x = x0.copy()
+        x[j] += h
+        cols.append((_residuals(topo, runs, names, x) - r0) / h)
+    return np.array(cols).T
+
+
+def _sd(J: np.ndarray, sigma: float) -> np.ndarray:
+    try:
+        return sigma * np.sqrt(np.diag(np.linalg.inv(J.T @ J)))
+    except np.linalg.LinAlgError:
+        return np.full(J.shape[1], np.inf)
+
+
+def _tolerance(name: str) -> float:
+    """The linearised sd (in the fitted coordinate) below which a constant counts as identified:
+    :data:`IDENTIFIED_SD` in log units, a tenth of the range for one fitted by its unit."""
+    c = MACHINE_CONSTANTS[name]
+    return 0.1 * (c.hi - c.lo) / c.unit if c.unit else IDENTIFIED_SD
+
+
+def identify(J: np.ndarray, names: list[str]) -> list[str]:
+    """The constants the runs identify: taken greedily by sensitivity, each kept if every constant taken so
+    far keeps a linearised sd below its :func:`_tolerance` at a repeatability of :data:`NOISE`."""
+    order = np.argsort(-np.linalg.norm(J, axis=0))
+    chosen: list[int] = []
+    for j in order:
+        trial = chosen + [int(j)]
+        tol = np.array([_tolerance(names[k]) for k in trial])
+        if len(trial) <= J.shape[0] and (_sd(J[:, trial], NOISE) < tol).all():
+            chosen = trial
+    return [names[j] for j in sorted(chosen)]
+
+
+def transferred_values(topo, names=None) -> dict[str, float]:
+    return {n: topo.param(MACHINE_CONSTANTS[n].param) for n in (names or MACHINE_CONSTANTS)}
+
+
+def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | None = None) -> MachineFit:
+    """Fit the constants ``runs`` identify (of ``names``, default all of :data:`MACHINE_CONSTANTS`) on the
+    scenario ``topo`` (the machine with its transferred constants); see the module docstring."""
+    from scipy.optimize import least_squares
+    names = list(names or MACHINE_CONSTANTS)
+    base = transferred_values(topo, names)
+    start = {n: min(max(v, MACHINE_CONSTANTS[n].lo), MACHINE_CONSTANTS[n].hi) for n, v in base.items()}
+    J = jacobian(topo, runs, names, start) if jac is None else jac
+    fitted = identify(J, names)
+    values = dict(base)
+    sd, at_bound, rms = {}, [], float("nan")
+    if fitted:
+        lo = _to_x(fitted, {n: MACHINE_CONSTANTS[n].lo for n in fitted})
+        hi = _to_x(fitted, {n: MACHINE_CONSTANTS[n].hi for n in fitted})
+        x0 = np.clip(_to_x(fitted, start), lo + 1e-6, hi - 1e-6)
+        res = least_squares(lambda x: _residuals(topo, runs, fitted, x), x0, bounds=(lo, hi),
+                            x_scale=np.ones(len(fitted)), diff_step=0.03, ftol=1e-3, xtol=1e-3, max_nfev=20)
+        values.update(_values(fitted, res.x))
+        r = res.fun
+        n, p = len(r), len(fitted)
+        rms = float(np.sqrt(np.mean(r ** 2)))
+        sigma = max(NOISE, float(np.sqrt(np.sum(r ** 2) / (n - p))) if n > p else NOISE)
+        sdx = _sd(res.jac, sigma)
+        sd = {nm: float(sx * MACHINE_CONSTANTS[nm].unit / values[nm] if MACHINE_CONSTANTS[nm].unit else sx)
+              for nm, sx in zip(fitted, sdx)}
+        at_bound = [nm for nm, x, a, b in zip(fitted, res.x, lo, hi) if min(x - a, b - x) < 1e-3]
+    else:
+        rms = float(np.sqrt(np.mean(_residuals(topo, runs, [], np.array([])) ** 2)))
+    unident = {n: MACHINE_CONSTANTS[n].pins for n in names if n not in fitted}
+    final = apply_constants(topo, {n: values[n] for n in fitted})
+    errs = [{m: math.exp(e) - 1 for m, e in zip(_metrics_of(r), log_errors(r, predict_bench(final, r)))}
+            for r in runs]
+    return MachineFit(values, base, fitted, sd, unident, at_bound, rms, [r.source for r in runs], errs)
+
+
+def cross_validate(topo, runs: list[BenchRun], names=None, J: np.ndarray | None = None) -> dict:
+    """Leave one run out: fit on the others (the same identification rule, on their rows of the Jacobian),
+    predict the run left out. Returns ``errors`` (per run, signed relative error per metric) and ``band``
+    (per metric, the largest absolute error: what a calibrated scenario prints as its expected error)."""
+    names = list(names or MACHINE_CONSTANTS)
+    if len(runs) < 2:
+        return {"errors": [], "band": {}}
+    if J is None:
+        J = jacobian(topo, runs, names, transferred_values(topo, names))
+    rows = [len(_metrics_of(r)) for r in runs]
+    edges = np.cumsum([0] + rows)
+    errors = []
+    for i, run in enumerate(runs):
+        keep = np.concatenate([np.arange(edges[k], edges[k + 1]) for k in range(len(runs)) if k != i])
+        train = [r for k, r in enumerate(runs) if k != i]
+        f = fit_machine(topo, train, names, jac=J[keep])
+        t = apply_constants(topo, {n: f.values[n] for n in f.fitted})
+        e = log_errors(run, predict_bench(t, run))
+        errors.append({m: math.exp(x) - 1 for m, x in zip(_metrics_of(run), e)})
+    band = {m: max(abs(e[m]) for e in errors if m in e) for m in METRICS if any(m in e for e in errors)}
+    return {"errors": errors, "band": band}

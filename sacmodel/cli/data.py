@@ -171,7 +171,8 @@ def _print_bench_fit(a, fit, cv, out, seconds: float):
         rows.append({"constant": n, "kind": c.kind, "value": fit.values[n], "transferred": fit.transferred[n],
                      "sd_rel": fit.sd.get(n), "state": state})
     if a.json:
-        print_json({"constants": rows, "runs": fit.runs, "errors": fit.errors, "rms_log": fit.rms, "cross_validation": cv,
+        print_json({"constants": rows, "runs": fit.runs, "errors": fit.errors, "rms_log": fit.rms,
+                    "cross_validation": cv,
                     "written_to": None if out is None else str(out), "seconds": seconds})
         return
     con = console()

@@ -145,8 +145,8 @@ def _metrics_of(run: BenchRun) -> list[str]:
 @dataclass
 class MachineFit:
     """What :func:`fit_machine` found. ``values``: every constant of :data:`MACHINE_CONSTANTS` (SI), fitted or
-    transferred; ``sd``: the fitted ones' relative standard deviation; ``fitted``: identified and fitted;
-    (log units; for a constant fitted by its unit, sd / value); ``unidentified``: name -> the run that would pin it; ``at_bound``: fitted ones that stopped at a bound."""
+    transferred; ``fitted``: identified and fitted; ``sd``: the fitted ones' relative standard deviation (log
+    units; for a constant fitted by its unit, sd / value); ``unidentified``: name -> the run that would pin it; ``at_bound``: fitted ones that stopped at a bound."""
     values: dict[str, float]
     transferred: dict[str, float]
     fitted: list[str]

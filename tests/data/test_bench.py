@@ -44,7 +44,8 @@ def test_per_request_arrays_give_the_means_and_the_lengths(tmp_path):
 
 
 def test_vllm_save_result_json_recognised_by_content(tmp_path):
-    v = {"date": "20260101-000000", "endpoint_type": "openai", "backend": "openai", "model_id": "deepseek-ai/DeepSeek-R1",
+    v = {"date": "20260101-000000", "endpoint_type": "openai", "backend": "openai",
+         "model_id": "deepseek-ai/DeepSeek-R1",
          "tokenizer_id": "deepseek-ai/DeepSeek-R1", "num_prompts": 100, "request_rate": "inf", "burstiness": 1.0,
          "max_concurrency": 10, "duration": 50.0, "completed": 100, "failed": 0, "total_input_tokens": 102400,
          "total_output_tokens": 25600, "request_throughput": 2.0, "output_throughput": 512.0,

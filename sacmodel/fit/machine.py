@@ -120,6 +120,13 @@ def predict_bench(topo, run: BenchRun) -> dict:
             "tpot": float(np.nanmean(tpot[ok])) if ok.any() else math.nan, "throughput": p.output_throughput_tok_s}
 
 
+def predict_run(topo, run) -> dict:
+    """:func:`predict_bench` of a :class:`BenchRun`; any other run object (one with ``ttft_mean_ms``,
+    ``tpot_mean_ms``, ``output_tok_s``, ``source`` and a ``predict(topo)`` giving the same dict, as the
+    validation's testbed runs) predicts itself."""
+    return run.predict(topo) if hasattr(run, "predict") else predict_bench(topo, run)
+
+
 def measured(run: BenchRun) -> dict:
     return {"ttft": run.ttft_mean_ms, "tpot": run.tpot_mean_ms, "throughput": run.output_tok_s}
 
@@ -169,7 +176,7 @@ def _values(names, x) -> dict[str, float]:
 
 def _residuals(topo, runs, names, x):
     t = apply_constants(topo, _values(names, x)) if names else topo
-    return np.array([e for r in runs for e in log_errors(r, predict_bench(t, r), weighted=True)])
+    return np.array([e for r in runs for e in log_errors(r, predict_run(t, r), weighted=True)])
 
 
 def jacobian(topo, runs, names, values, step: float = 0.1) -> np.ndarray:
@@ -244,7 +251,7 @@ def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | Non
         rms = float(np.sqrt(np.mean(_residuals(topo, runs, [], np.array([])) ** 2)))
     unident = {n: MACHINE_CONSTANTS[n].pins for n in names if n not in fitted}
     final = apply_constants(topo, {n: values[n] for n in fitted})
-    errs = [{m: math.exp(e) - 1 for m, e in zip(_metrics_of(r), log_errors(r, predict_bench(final, r)))}
+    errs = [{m: math.exp(e) - 1 for m, e in zip(_metrics_of(r), log_errors(r, predict_run(final, r)))}
             for r in runs]
     return MachineFit(values, base, fitted, sd, unident, at_bound, rms, [r.source for r in runs], errs)
 
@@ -293,7 +300,7 @@ def cross_validate(topo, runs: list[BenchRun], names=None, J: np.ndarray | None 
         train = [r for k, r in enumerate(runs) if k != i]
         f = fit_machine(topo, train, names, jac=J[keep])
         t = apply_constants(topo, {n: f.values[n] for n in f.fitted})
-        e = log_errors(run, predict_bench(t, run))
+        e = log_errors(run, predict_run(t, run))
         errors.append({m: math.exp(x) - 1 for m, x in zip(_metrics_of(run), e)})
     band = {m: max(abs(e[m]) for e in errors if m in e) for m in METRICS if any(m in e for e in errors)}
     return {"errors": errors, "band": band}

@@ -91,11 +91,16 @@ def apply_machine(a) -> None:
 def _carried(spec, kw: dict):
     """``--scenario mine.yaml --gpu b200``: a scenario calibrated by ``sacmodel calibrate`` carried to another
     GPU (:func:`sacmodel.fit.machine.carry`); any other scenario with --gpu is refused."""
+    from pathlib import Path
+
     from ..fit.machine import carry, is_calibrated, machine_of
     from ..hardware.scenarios import as_topology
+    refuse = ValueError("give either --scenario or --gpu, not both (--gpu with --scenario carries a scenario "
+                        "written by `sacmodel calibrate` to another GPU)")
+    if not Path(str(spec)).is_file():
+        raise refuse
     topo = as_topology(spec)
     if not is_calibrated(topo):
-        raise ValueError("give either --scenario or --gpu, not both (--gpu with --scenario carries a scenario "
-                         "written by `sacmodel calibrate` to another GPU)")
+        raise refuse
     machine = {**machine_of(topo), **{k: v for k, v in kw.items() if k != "gpu"}}
     return carry(topo, kw["gpu"], machine)

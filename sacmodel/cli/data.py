@@ -172,7 +172,7 @@ def _print_bench_fit(a, fit, cv, out, seconds: float):
                      "sd_rel": fit.sd.get(n), "state": state})
     if a.json:
         print_json({"constants": rows, "runs": fit.runs, "errors": fit.errors, "rms_log": fit.rms,
-                    "cross_validation": cv,
+                    "cross_validation": cv, "warnings": fit.warnings(),
                     "written_to": None if out is None else str(out), "seconds": seconds})
         return
     con = console()
@@ -182,6 +182,9 @@ def _print_bench_fit(a, fit, cv, out, seconds: float):
         t.add_row(r["constant"], r["kind"], f"{r['value']:.4g}", "-" if r["sd_rel"] is None else
                   f"{100 * r['sd_rel']:.1f}%", f"{r['transferred']:.4g}", r["state"])
     con.print(t)
+    for w in fit.warnings():
+        con.print(f"warning: {w}: the model does not follow this run with these constants; they may be biased",
+                  highlight=False)
     if cv.get("band"):
         con.print("leave-one-run-out error: " + ", ".join(f"{m} {100 * v:.1f}%" for m, v in cv["band"].items()),
                   highlight=False)

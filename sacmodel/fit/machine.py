@@ -31,6 +31,7 @@ WEIGHT = {"ttft": 0.5, "tpot": 1.0, "throughput": 1.0}
 # errors beyond this (log units) weigh less than squared (soft L1): one metric the model cannot follow (a
 # queueing TTFT it under-predicts) does not drag every constant away from what the other metrics say
 ROBUST = 0.1
+FOLLOW = 0.2    # a fitted run still missed by more than this is named (MachineFit.warnings)
 IDENTIFIED_SD = 0.25    # a constant is identified when its linearised sd (log units) is below this
 METRICS = ("ttft", "tpot", "throughput")
 
@@ -164,6 +165,12 @@ class MachineFit:
     runs: list[str]
     errors: list[dict] = field(default_factory=list)      # per run: {metric: signed relative error}
     cv: dict | None = None                                # leave-one-run-out errors (cross_validate)
+
+    def warnings(self, limit: float = FOLLOW) -> list[str]:
+        """The fitted runs the model still misses by more than ``limit``: a mechanism the constants cannot
+        absorb, which may bias them (say so rather than trust them)."""
+        return [f"{src}: {m} {100 * e:+.0f}% after the fit" for src, errs in zip(self.runs, self.errors)
+                for m, e in errs.items() if abs(e) > limit]
 
 
 def _to_x(names, values) -> np.ndarray:

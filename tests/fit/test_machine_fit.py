@@ -118,3 +118,10 @@ def test_the_calibrated_scenario_has_provenance_its_band_and_carries_to_b200(bas
         assert b200.param(n) == pytest.approx(min(max(moved, lo), hi), rel=1e-9)
     assert b200.param("t_graph_kernel") != topo.param("t_graph_kernel")
     assert not is_calibrated(b200) and "carried to b200" in b200.calibration["t_request"].source
+
+
+def test_a_run_the_fit_cannot_follow_is_named():
+    from sacmodel.fit.machine import MachineFit
+    f = MachineFit({}, {}, [], {}, {}, [], 0.1, ["a.jsonl:1", "a.jsonl:2"],
+                   [{"ttft": 0.05, "tpot": -0.01}, {"ttft": -0.45, "tpot": 0.19}])
+    assert f.warnings() == ["a.jsonl:2: ttft -45% after the fit"]

@@ -82,3 +82,17 @@ def test_an_existing_out_file_is_refused_without_force(capsys, tmp_path, results
     assert rc == 2 and "exists; pass --force" in e and out.read_text() == "keep me\n"
     rc, o, e = run(capsys, "calibrate", str(results), "--out", str(tmp_path / "x.yaml"))
     assert rc == 2 and "give the machine they ran on: --gpu" in e
+
+
+def test_launch_arguments_from_a_server_log(capsys, tmp_path, results):
+    log = tmp_path / "server.log"
+    log.write_text("[2026-01-01 00:00:00] server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-R1', tp_size=8, "
+                   "dp_size=1, ep_size=1, mem_fraction_static=0.82, chunked_prefill_size=32768, "
+                   "enable_dp_attention=False)\n")
+    out = tmp_path / "log.yaml"
+    rc, o, e = run(capsys, "calibrate", str(results), "--server-log", str(log), "--gpu", "h200",
+                   "--params", "t_request", "--out", str(out), "--json")
+    assert rc == 0, e
+    topo = load_topology(out)
+    assert topo.model_name == "deepseek-r1" and len(topo.gpus) == 8
+    assert topo.serving["mem_fraction"].value == 0.82 and topo.serving["prefill_chunk"].value == 32768

@@ -1,4 +1,4 @@
-"""Section (issue 33): your machine in two runs. For each public group (``shared/data/external`` and the checks of
+"""Section 11 (issue 33): your machine in two runs. For each public group (``shared/data/external`` and the checks of
 ``validation/data/external_checks.csv``) and for the testbed, calibrate the machine constants
 (:mod:`sacmodel.fit.machine`) on two runs, the lowest and the highest load, and predict the others; zero-shot
 and two-run errors side by side, signed and absolute.
@@ -194,7 +194,7 @@ def render(rep) -> list[str]:
     case = rep.get("calibration")
     if not case:
         return []
-    L = ["## Your machine in two runs (issue 33)", "",
+    L = ["## 11. Your machine in two runs (issue 33)", "",
          "Each group's lowest- and highest-load runs (concurrency x (prompt + output)) are given to the fit of "
          "`sacmodel calibrate` (the constants they identify, each within its physical range, started from the "
          "testbed's constants carried by the transfer rules alone); the group's other runs are then predicted. "

@@ -152,7 +152,7 @@ def _calibrate_bench(a):
     with status(f"calibrate: {len(runs)} benchmark runs"):
         J = jacobian(topo, runs, names, transferred_values(topo, names))
         fit = fit_machine(topo, runs, names, jac=J)
-        cv = cross_validate(topo, runs, names, J)
+        cv = cross_validate(topo, runs, names, J, fit)
     if out is not None:
         write_calibrated(out, calibrated_scenario_dict(machine, fit, runs, cv),
                          f"# Calibrated by sacmodel calibrate on {len(runs)} benchmark runs: "

@@ -125,3 +125,18 @@ def test_a_run_the_fit_cannot_follow_is_named():
     f = MachineFit({}, {}, [], {}, {}, [], 0.1, ["a.jsonl:1", "a.jsonl:2"],
                    [{"ttft": 0.05, "tpot": -0.01}, {"ttft": -0.45, "tpot": 0.19}])
     assert f.warnings() == ["a.jsonl:2: ttft -45% after the fit"]
+
+
+def test_one_gauss_newton_step_is_the_exact_leave_one_out_fit_of_a_linear_model():
+    from sacmodel.fit.machine import MachineFit, _one_step
+    rng = np.random.default_rng(0)
+    J = rng.normal(size=(6, 2))
+    y = rng.normal(scale=0.1, size=6)
+    names = ["moe_eff", "prefill_eff"]
+    x_full = np.linalg.lstsq(J, y, rcond=None)[0] + np.log([0.6, 0.4])    # residual J (x - x0) - y
+    fit = MachineFit({n: float(np.exp(x)) for n, x in zip(names, x_full)}, {}, names, {}, {}, [], 0.0, [], [],
+                     jac=J, resid=J @ (x_full - np.log([0.6, 0.4])) - y)
+    keep = np.arange(2, 6)
+    got = _one_step(fit, J[keep], names, keep)
+    want = np.linalg.lstsq(J[keep], y[keep], rcond=None)[0] + np.log([0.6, 0.4])
+    assert [got[n] for n in names] == pytest.approx(np.exp(want).tolist(), rel=1e-9)

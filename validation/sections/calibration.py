@@ -56,6 +56,24 @@ def bench_runs(ext, throughput_measured: bool):
     return runs
 
 
+class OwnSettings:
+    """A run predicted on its own server settings (``scheduler_recv_interval`` differs within a machine's
+    runs): the machine constants of the scenario the fit passes are applied to the run's own scenario."""
+
+    def __init__(self, bench, ext, transfer: str = "rules"):
+        from sacmodel.hardware.build import scenario
+        self.bench, self.own = bench, scenario(ext.gpu, transfer=transfer, **ext.scenario_kwargs())
+        for k in ("source", "ttft_mean_ms", "tpot_mean_ms", "output_tok_s", "concurrency", "isl", "osl"):
+            setattr(self, k, getattr(bench, k))
+
+    def predict(self, topo) -> dict:
+        from sacmodel.fit.machine import apply_constants, predict_bench, transferred_values
+        return predict_bench(apply_constants(self.own, transferred_values(topo)), self.bench)
+
+
+MACHINE_KEYS = ("gpu", "gpus", "model", "weights", "kv_dtype", "tp", "dp", "ep")
+
+
 def _errors(run, pred, derived_tput: float | None) -> dict:
     meas = {"ttft": run.ttft_mean_ms, "tpot": run.tpot_mean_ms,
             "throughput": run.output_tok_s if derived_tput is None else derived_tput}
@@ -66,7 +84,7 @@ def two_run_group(name: str, ext: list, throughput_measured: bool) -> dict:
     """Zero-shot (rules only, and as shipped) and two-run predictions of one group's runs not fitted."""
     from sacmodel.fit.machine import apply_constants, fit_machine, predict_bench
     from sacmodel.hardware.build import scenario
-    runs = bench_runs(ext, throughput_measured)
+    runs = [OwnSettings(b, r) for b, r in zip(bench_runs(ext, throughput_measured), ext)]
     load = [r.concurrency * (r.isl + r.osl) for r in ext]
     lo, hi = int(np.argmin(load)), int(np.argmax(load))
     kw = ext[0].scenario_kwargs()
@@ -80,9 +98,9 @@ def two_run_group(name: str, ext: list, throughput_measured: bool) -> dict:
             continue
         derived = None if throughput_measured else bench_line(r, False)["output_throughput"]
         rows.append({"id": r.id, "workload": f"{r.isl}/{r.osl} c{r.concurrency}",
-                     "zero_shot_rules": _errors(b, predict_bench(rules, b), derived),
-                     "zero_shot_shipped": _errors(b, predict_bench(shipped, b), derived),
-                     "two_run": _errors(b, predict_bench(cal, b), derived)})
+                     "zero_shot_rules": _errors(b, b.predict(rules), derived),
+                     "zero_shot_shipped": _errors(b, OwnSettings(b.bench, r, "fitted").predict(shipped), derived),
+                     "two_run": _errors(b, b.predict(cal), derived)})
     return {"group": name, "calibrated_on": [ext[lo].id, ext[hi].id],
             "calibrated_on_workload": [f"{ext[j].isl}/{ext[j].osl} c{ext[j].concurrency}" for j in (lo, hi)],
             "fitted": {n: fit.values[n] for n in fit.fitted}, "sd_rel": fit.sd, "at_bound": fit.at_bound,
@@ -102,7 +120,8 @@ def summary(rows) -> dict:
     return out
 
 
-def public_groups() -> list[dict]:
+def public_groups(skipped: list[str]) -> list[dict]:
+    """Every public group (one machine each) with at least three runs; ``skipped`` gets the others."""
     from sacmodel.data.external import load_external_runs
     out = []
     if SHARED.exists():
@@ -111,12 +130,16 @@ def public_groups() -> list[dict]:
         for isl, osl in sorted({(r.isl, r.osl) for r in shared}):
             sub = [r for r in shared if (r.isl, r.osl) == (isl, osl)]
             out.append(two_run_group(f"shared/data/external H200 R1 TP8 {isl}/{osl}", sub, False))
-    if CHECKS.exists():
+    if CHECKS.exists():          # one calibration per machine: a group may hold runs of two (TP8 and TP4)
         checks = load_external_runs(CHECKS)
-        for g in sorted({r.group for r in checks}):
-            sub = [r for r in checks if r.group == g]
+        machines: dict = {}
+        for r in checks:
+            machines.setdefault((r.group, r.gpu, tuple(getattr(r, k) for k in MACHINE_KEYS)), []).append(r)
+        for (g, gpu, _), sub in sorted(machines.items(), key=lambda x: x[0][0]):
             if len(sub) >= 3:
-                out.append(two_run_group(f"check {g}", sub, True))
+                out.append(two_run_group(f"check {g} ({sub[0].gpus} x {gpu.upper()}, TP{sub[0].tp})", sub, True))
+            else:
+                skipped.append(f"{g} ({sub[0].gpus} x {gpu.upper()}, TP{sub[0].tp}): {len(sub)} runs")
     return out
 
 
@@ -179,7 +202,8 @@ def testbed_groups() -> list[dict]:
 
 
 def calibration_case() -> dict:
-    return {"public": public_groups() + testbed_groups()}
+    skipped: list[str] = []
+    return {"public": public_groups(skipped) + testbed_groups(), "skipped": skipped}
 
 
 def _f(x) -> str:
@@ -215,6 +239,9 @@ def render(rep) -> list[str]:
                 cells.append(f"{_a(s[v][m]['mape'])} ({_f(s[v][m]['signed'])})")
         L.append(f"| {g['group']} | {', '.join(g['calibrated_on_workload'])} | {len(g['rows'])} | "
                  + " | ".join(cells) + " |")
+    if case.get("skipped"):
+        L += ["", "Machines with fewer than three runs (two to fit, none left to predict): "
+              + "; ".join(case["skipped"]) + "."]
     L += ["", "Fitted constants per group (relative sd; unidentified ones stay transferred):", ""]
     for g in case["public"]:
         fitted = ", ".join(f"{n} {v:.4g} (+-{100 * g['sd_rel'][n]:.0f}%{', at bound' if n in g['at_bound'] else ''})"

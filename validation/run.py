@@ -25,8 +25,8 @@ from sacmodel.fit.calibrate import step_observations  # noqa: E402
 from sacmodel.fit.compare import compare_runs  # noqa: E402
 from sacmodel.hardware.params import get_param  # noqa: E402
 from sacmodel.hardware.scenarios import as_topology  # noqa: E402
-from sections import (access, bands, cluster, constants, cross_validation, external, microbench, runs,  # noqa: E402
-                      steps)
+from sections import (access, bands, calibration, cluster, constants, cross_validation, external,  # noqa: E402
+                      microbench, runs, steps)
 from sections.access import reference_vs_closed_form  # noqa: E402
 from sections.cross_validation import cross_validate  # noqa: E402
 from sections.microbench import microbench_case, plot_microbench  # noqa: E402
@@ -75,6 +75,7 @@ def write_markdown(rep):
     if cl.exists():
         L += ["## 9. " + cl.read_text().lstrip("# ")]
     L += external.render(rep)
+    L += calibration.render(rep)
     (HERE / "report.md").write_text("\n".join(L))
 
 
@@ -124,6 +125,8 @@ def main():
         (HERE / "cluster_section.md").write_text(cluster.render(PLOTS) + "\n")
     print("other machines ...", flush=True)
     rep["external"] = external.external_case()
+    print("two-run calibration ...", flush=True)
+    rep["calibration"] = calibration.calibration_case()
     print("elasticities ...", flush=True)
     rep["constants"] = constants.table_of(topo)
     rep["seconds"] = time.time() - t0

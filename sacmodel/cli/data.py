@@ -101,7 +101,111 @@ def _fit(a):
     return fit, what
 
 
+def _bench_machine(a) -> dict:
+    """The machine the benchmark runs were measured on: a server log's ``server_args``, then the flags."""
+    from ..data.bench import machine_from_server_log
+    machine = machine_from_server_log(a.server_log) if a.server_log else {}
+    machine.update(getattr(a, "machine_flags", None) or {})
+    if "gpu" not in machine:
+        raise ValueError("benchmark result files: give the machine they ran on: --gpu NAME (with --gpus, --tp, "
+                         "--model, ... or --server-log FILE for the rest)")
+    if "model" not in machine:
+        raise ValueError("benchmark result files: give the served model: --model NAME (or --server-log FILE)")
+    return machine
+
+
+def _calibrate_bench(a):
+    """``calibrate`` on SGLang bench_serving / vLLM bench serve results: fit the constants the runs identify
+    (:mod:`sacmodel.fit.machine`) and write a scenario of the machine with them and their provenance."""
+    import time
+    from pathlib import Path
+
+    from ..data.bench import load_bench_runs, same_model
+    from ..data.records import DataError
+    from ..fit.machine import (
+        MACHINE_CONSTANTS,
+        calibrated_scenario_dict,
+        cross_validate,
+        fit_machine,
+        jacobian,
+        transferred_values,
+        write_calibrated,
+    )
+    from ..hardware.build import scenario
+    from ..hardware.scenario_io import calibration_target
+    from ..util.progress import status
+    t0 = time.perf_counter()
+    machine = _bench_machine(a)
+    if a.out is None and not a.dry_run:
+        raise ValueError("benchmark result files: give --out FILE for the calibrated scenario (or --dry-run)")
+    out = None if a.dry_run else calibration_target(Path(a.out + ".scenario"), a.out, force=a.force)
+    names = list(a.params or MACHINE_CONSTANTS)
+    bad = [n for n in names if n not in MACHINE_CONSTANTS]
+    if bad:
+        raise ValueError(f"--params: {bad[0]!r} is not a machine constant a benchmark run can fit "
+                         f"({', '.join(MACHINE_CONSTANTS)})")
+    runs = load_bench_runs(a.paths)
+    for r in runs:
+        if not same_model(r.model, machine["model"]):
+            raise DataError(f"{r.source}: a run of {r.model}, not of {machine['model']} (--model); nothing written")
+    topo = scenario(**machine)
+    with status(f"calibrate: {len(runs)} benchmark runs"):
+        J = jacobian(topo, runs, names, transferred_values(topo, names))
+        fit = fit_machine(topo, runs, names, jac=J)
+        cv = cross_validate(topo, runs, names, J, fit)
+    if out is not None:
+        write_calibrated(out, calibrated_scenario_dict(machine, fit, runs, cv),
+                         f"# Calibrated by sacmodel calibrate on {len(runs)} benchmark runs: "
+                         f"{', '.join(sorted(set(str(p) for p in a.paths)))}\n")
+    _print_bench_fit(a, fit, cv, out, time.perf_counter() - t0)
+
+
+def _print_bench_fit(a, fit, cv, out, seconds: float):
+    from ..fit.machine import MACHINE_CONSTANTS
+    rows = []
+    for n, c in MACHINE_CONSTANTS.items():
+        if n not in fit.values:
+            continue
+        state = ("fitted" + (" (at its bound)" if n in fit.at_bound else "")) if n in fit.fitted else \
+            f"not identified: transferred; pinned by {fit.unidentified[n]}"
+        rows.append({"constant": n, "kind": c.kind, "value": fit.values[n], "transferred": fit.transferred[n],
+                     "sd_rel": fit.sd.get(n), "state": state})
+    if a.json:
+        print_json({"constants": rows, "runs": fit.runs, "errors": fit.errors, "rms_log": fit.rms,
+                    "cross_validation": cv, "warnings": fit.warnings(),
+                    "written_to": None if out is None else str(out), "seconds": seconds})
+        return
+    con = console()
+    t = table(f"calibrated on {len(fit.runs)} runs (rms log error {100 * fit.rms:.1f}%)",
+              ("constant", "kind", "value", "+-1 sd", "transferred", "state"), right=("value", "+-1 sd", "transferred"))
+    for r in rows:
+        t.add_row(r["constant"], r["kind"], f"{r['value']:.4g}", "-" if r["sd_rel"] is None else
+                  f"{100 * r['sd_rel']:.1f}%", f"{r['transferred']:.4g}", r["state"])
+    con.print(t)
+    for w in fit.warnings():
+        con.print(f"warning: {w}: the model does not follow this run with these constants; they may be biased",
+                  highlight=False)
+    if cv.get("band"):
+        con.print("leave-one-run-out error: " + ", ".join(f"{m} {100 * v:.1f}%" for m, v in cv["band"].items()),
+                  highlight=False)
+    con.print(("dry run: nothing written" if out is None else f"written to {out}") + f" ({seconds:.1f} s)",
+              highlight=False)
+
+
 def cmd_calibrate(a):
+    from ..data.bench import looks_like_bench
+    bench = [p for p in a.paths if looks_like_bench(p)]
+    machine = bool((getattr(a, "machine_flags", None) or {}).get("gpu") or getattr(a, "server_log", None))
+    if machine and a.paths and not bench:        # the testbed's runs need no machine: these are benchmark files
+        bench = list(a.paths)
+    if bench:
+        other = [p for p in a.paths if p not in bench]
+        if other:
+            raise ValueError(f"{other[0]}: not a benchmark result file; give SGLang bench_serving / vLLM bench serve "
+                             "results alone (or testbed runs alone)")
+        return _calibrate_bench(a)
+    if getattr(a, "server_log", None):
+        raise ValueError("--server-log: only with benchmark result files (SGLang bench_serving, vLLM bench serve)")
     from ..fit.calibrate import write_params
     from ..hardware.scenario_io import calibration_target
     from ..hardware.scenarios import resolve_scenario_path
@@ -170,12 +274,19 @@ def _register_validate(sub) -> None:
 def _register_calibrate(sub) -> None:
     p = _parser(sub, "calibrate", "fit the free parameters to measured runs and write them into a scenario",
                 ["sacmodel calibrate --dry-run", "sacmodel calibrate --microbench --out mine.yaml",
+                 "sacmodel calibrate results.jsonl --gpu h200 --gpus 8 --tp 8 --model deepseek-r1 --out mine.yaml",
                  "sacmodel calibrate my_runs/ --params t_graph_kernel,compute_eff --out mine.yaml"],
                 "Fit constants to measured runs. A folder of runs is read with its manifest.csv (in the folder or "
                 "its parent, also through a symbolic link) and each run's SGLang server log (the manifest's "
                 "log column): the decode-step constants are fitted to the logs' step times, so runs without "
                 "their logs can fit only the front-end and admission constants (--round 2 with --params naming "
-                "those) or be validated (`sacmodel validate`).")
+                "those) or be validated (`sacmodel validate`). SGLang bench_serving result files (--output-file "
+                "JSONL, with or without --output-details) and vLLM bench serve --save-result JSON are recognised "
+                "by content: give the machine with --gpu ... (or --server-log FILE and --gpu), and the constants "
+                "the runs identify (request path, small-kernel floor, MoE, prefill and decode efficiencies) are "
+                "fitted and written with --out into a scenario of that machine, each with the runs that fixed it, "
+                "its uncertainty and the calibration's leave-one-run-out error; the rest stay transferred, named "
+                "with the run that would pin them. `--scenario mine.yaml --gpu b200` carries it to another GPU.")
     add_scenario(p)
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="run files or folders (default: the shared calibration runs, ../shared/data)")
@@ -190,6 +301,10 @@ def _register_calibrate(sub) -> None:
     p.add_argument("--out", default=None, type=arg(out_file), metavar="YAML",
                    help="write a new scenario file instead of updating the given one")
     p.add_argument("--source", default=None, help="provenance text recorded with the fitted values")
+    p.add_argument("--server-log", default=None, type=arg(in_file), metavar="LOG",
+                   help="benchmark result files: take the server's launch arguments (tp, dp, ep, model, "
+                        "mem_fraction_static, chunked_prefill_size, ...) from this SGLang server log's server_args "
+                        "line; flags given override them")
     p.add_argument("--dry-run", action="store_true", help="fit and print the values; write no file")
     p.add_argument("--from-prior", action="store_true",
                    help="start every constant it fits from its a-priori value (the middle of its plausible "

@@ -80,12 +80,32 @@ def apply_machine(a) -> None:
         if machine_only:
             raise ValueError(f"{machine_only[0]} describes a machine: give --gpu too (or use --scenario)")
         return
-    if getattr(a, "scenario", "sac-testbed") not in (None, "sac-testbed"):
-        raise ValueError("give either --scenario or --gpu, not both")
     from ..hardware.build import scenario
     from ..hardware.scenarios import register_scenario
     kw = {k: getattr(a, k) for f, k in FLAGS.items() if getattr(a, k, None) is not None}
-    topo = scenario(kw.pop("gpu"), **kw)
+    a.machine_flags = dict(kw)            # what the user gave (calibrate builds its scenario from them)
+    if getattr(a, "scenario", "sac-testbed") not in (None, "sac-testbed"):
+        topo = _carried(a.scenario, kw)
+    else:
+        topo = scenario(kw.pop("gpu"), **kw)
     a.scenario = register_scenario(topo)
     if hasattr(a, "model"):            # the built scenario holds the model; no second override
         a.model = None
+
+
+def _carried(spec, kw: dict):
+    """``--scenario mine.yaml --gpu b200``: a scenario calibrated by ``sacmodel calibrate`` carried to another
+    GPU (:func:`sacmodel.fit.machine.carry`); any other scenario with --gpu is refused."""
+    from pathlib import Path
+
+    from ..fit.machine import carry, is_calibrated, machine_of
+    from ..hardware.scenarios import as_topology
+    refuse = ValueError("give either --scenario or --gpu, not both (--gpu with --scenario carries a scenario "
+                        "written by `sacmodel calibrate` to another GPU)")
+    if not Path(str(spec)).is_file():
+        raise refuse
+    topo = as_topology(spec)
+    if not is_calibrated(topo):
+        raise refuse
+    machine = {**machine_of(topo), **{k: v for k, v in kw.items() if k != "gpu"}}
+    return carry(topo, kw["gpu"], machine)

@@ -162,9 +162,32 @@ def external_band(gpu: str, model: str) -> tuple[dict[str, float], list[str]]:
     return band, used
 
 
+def own_band(topo) -> tuple[dict[str, float], str] | None:
+    """A scenario written by ``sacmodel calibrate`` from benchmark runs carries its own band, the calibration's
+    leave-one-run-out error, in its calibrated constants' source (``calibrated: ...; leave-one-run-out error:
+    TTFT 12.0%, TPOT 3.1%``; :mod:`sacmodel.fit.machine`): (% per metric, basis), or None. Throughput not
+    measured takes TPOT's (in a closed loop it moves with TPOT)."""
+    import re
+    for p in topo.calibration.values():
+        src = p.source or ""
+        if src.startswith("calibrated:") and "leave-one-run-out error:" in src:
+            found = dict(re.findall(r"(TTFT|TPOT|throughput) ([0-9.]+)%",
+                                    src.split("leave-one-run-out error:", 1)[1].split(";")[0]))
+            if "TTFT" in found and "TPOT" in found:
+                band = {"ttft": float(found["TTFT"]), "tbt": float(found["TPOT"]),
+                        "throughput": float(found.get("throughput", found["TPOT"]))}
+                return band, ("the calibration's own leave-one-run-out error on the benchmark runs it was fitted "
+                              "to (sacmodel calibrate)" + ("" if "throughput" in found else
+                                                           "; throughput not measured: TPOT's"))
+    return None
+
+
 def error_band(cfg, *, context: int, output: int, concurrency: int) -> tuple[dict[str, float], str]:
     """The expected relative error of a prediction's TTFT, TBT and throughput (keyed by the
     :class:`Prediction` fields) and one sentence saying where it comes from."""
+    own = own_band(cfg.topo)
+    if own is not None:
+        return {METRICS[m]: x / 100.0 for m, x in own[0].items()}, own[1]
     tb = band_table()["testbed"]
     system = tb["what_if"].get(cfg.system, cfg.system)
     cats = categories(system, context=context, output=output, concurrency=concurrency,

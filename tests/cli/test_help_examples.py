@@ -32,10 +32,27 @@ def _folder(tmp_path):
     runs = SHARED / "sac-testbed" / "runs"
     (work / "my_runs").symlink_to(runs)
     shutil.copy(next(runs.glob("*cxl2_ctx32k*.json")), work / "my_bench_cxl2_ctx32k.json")
+    (work / "results.jsonl").write_text(_bench_results())     # SGLang bench_serving --output-file lines
     (work / "path" / "to").mkdir(parents=True)
     cfg = {k: v for k, v in CATALOG_CONFIGS["deepseek-v3.2"].items() if not k.startswith("_")}
     (work / "path" / "to" / "config.json").write_text(json.dumps(cfg))
     return work
+
+
+def _bench_results() -> str:
+    """Two public H200 DeepSeek-R1 runs (shared/data/external) as bench_serving result lines."""
+    import csv
+    import math
+    rows = list(csv.DictReader((SHARED / "external" / "h200-deepseek-r1-sglang-tp8.csv").read_text().splitlines()))
+    out = []
+    for r in (rows[0], rows[-1]):
+        c, osl, ttft, tpot = int(r["concurrency"]), int(r["osl"]), float(r["ttft_mean_ms"]), float(r["tpot_mean_ms"])
+        out.append(json.dumps({"dataset_name": "random", "request_rate": math.inf, "max_concurrency": c,
+                               "random_input_len": int(r["isl"]), "random_output_len": osl,
+                               "random_range_ratio": 0.8, "completed": 10 * c, "duration": 1.0,
+                               "mean_ttft_ms": ttft, "mean_tpot_ms": tpot,
+                               "output_throughput": c * 0.9 * osl / (ttft / 1e3 + (0.9 * osl - 1) * tpot / 1e3)}))
+    return "\n".join(out) + "\n"
 
 
 EXAMPLES = _examples()

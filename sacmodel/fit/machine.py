@@ -1,0 +1,458 @@
+"""Your machine in a few runs: fit the constants a machine decides to its own benchmark runs (SGLang
+``bench_serving`` or vLLM ``bench serve`` results, :mod:`sacmodel.data.bench`).
+
+The interface is small on purpose: :data:`MACHINE_CONSTANTS` maps a constant's name to the scenario parameter it
+sets, its physical range, its kind (``software``: carried unchanged to another GPU; ``kernel``: moved by the
+transfer rules of :mod:`sacmodel.hardware.transfer`) and the run that pins it. Values are applied to a scenario
+through the scenario-override mechanism (:func:`sacmodel.hardware.params.with_params`), so when the kernel
+classes of the step model are renamed only this table changes.
+
+:func:`fit_machine` decides which constants the given runs identify (from the Jacobian of the log errors of
+TTFT, TPOT and throughput at the transferred values: a constant is identified when its linearised standard
+deviation, at a benchmark repeatability of :data:`NOISE`, stays under :data:`IDENTIFIED_SD` with the constants
+already taken), fits those within their ranges (least squares in log space), gives each a standard deviation
+(Gauss-Newton, from the Jacobian at the solution and the residuals' own scatter, never below the repeatability),
+and leaves every other constant at its transferred value, saying which run would pin it. The band a calibrated
+scenario prints is the leave-one-run-out error of the same protocol (:func:`cross_validate`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..data.bench import BenchRun
+
+NOISE = 0.02            # run-to-run repeatability of a benchmark's mean TPOT / throughput (log units)
+# each metric's repeatability relative to NOISE: a mean TTFT scatters about twice as much (the public H200 runs:
+# 260 ms at concurrency 4, 245 ms at 8), so its errors weigh half in the fit
+WEIGHT = {"ttft": 0.5, "tpot": 1.0, "throughput": 1.0}
+# errors beyond this (log units) weigh less than squared (soft L1): one metric the model cannot follow (a
+# queueing TTFT it under-predicts) does not drag every constant away from what the other metrics say
+ROBUST = 0.1
+FOLLOW = 0.2    # a fitted run still missed by more than this is named (MachineFit.warnings)
+IDENTIFIED_SD = 0.25    # a constant is identified when its linearised sd (log units) is below this
+METRICS = ("ttft", "tpot", "throughput")
+
+
+@dataclass(frozen=True)
+class MachineConstant:
+    """A constant the machine decides: the scenario ``param`` it sets, its physical range (SI), ``kind``
+    (software / kernel) and the run that pins it."""
+    param: str
+    lo: float
+    hi: float
+    kind: str
+    pins: str
+    range_source: str
+    unit: float = 0.0       # > 0: fitted as value / unit (an additive time); 0: fitted as log(value) (a rate)
+
+    def to_x(self, v: float) -> float:
+        return v / self.unit if self.unit else math.log(v)
+
+    def from_x(self, x: float) -> float:
+        return x * self.unit if self.unit else math.exp(x)
+
+
+MACHINE_CONSTANTS: dict[str, MachineConstant] = {
+    "t_request": MachineConstant(
+        "t_request", 1e-4, 0.3, "software",
+        "a run at concurrency 1 with a short prompt (1K): its TTFT is this path plus one short prefill",
+        "HTTP, tokenizer, detokenizer and the client between the benchmark and the engine: about 1 ms on "
+        "localhost to 300 ms through a gateway (public harnesses show 60-80 ms, issue 32)", unit=0.01),
+    "t_graph_kernel": MachineConstant(
+        "t_graph_kernel", 1e-6, 15e-6, "kernel",
+        "a run at concurrency 1 (TPOT of a one-request decode step is the small-kernel floor)",
+        "an in-graph small kernel of a decode step: 1-15 us on Hopper and Blackwell"),
+    "moe_eff": MachineConstant(
+        "moe_eff", 0.3, 0.95, "kernel",
+        "a run at concurrency 64 or more (TPOT of a batch that reads most experts)",
+        "grouped-GEMM weight reads reach 0.5-0.9 of HBM bandwidth"),
+    "prefill_eff": MachineConstant(
+        "prefill_eff", 0.2, 0.9, "kernel",
+        "a run with long prompts (8K or more) at low concurrency, beside a 1K one (the TTFT the longer prompt adds)",
+        "prefill GEMMs reach 0.2-0.9 of the tensor-core peak"),
+    "compute_eff": MachineConstant(
+        "compute_eff", 0.1, 0.9, "kernel",
+        "a run at long context (32K or more) and high concurrency (decode attention over the context)",
+        "decode attention and small GEMMs reach 0.1-0.9 of the tensor-core peak"),
+}
+
+
+def apply_constants(topo, values: dict[str, float]):
+    """A private copy of ``topo`` with the named machine constants (SI) set, through the scenario-override
+    mechanism."""
+    from ..hardware.params import with_params
+    return with_params(topo, {MACHINE_CONSTANTS[k].param: v for k, v in values.items()})
+
+
+def bench_requests(run: BenchRun, seed: int = 0):
+    """The client's requests: each request's own lengths when the run has them, else lengths uniform in
+    [ratio x nominal, nominal] (SGLang's random dataset); all sent at once, or Poisson at the run's rate."""
+    from ..serving.engine.workload import Requests
+    rng = np.random.default_rng(seed)
+    n = run.requests
+    if run.input_lens is not None:
+        ins, outs = run.input_lens.astype(int), run.output_lens.astype(int)
+    else:
+        def lengths(nominal: int) -> np.ndarray:
+            lo = max(1, int(nominal * run.range_ratio))
+            return rng.integers(lo, nominal + 1, size=n)
+        ins, outs = lengths(run.isl), np.maximum(lengths(run.osl), 2)
+    arrival = np.zeros(n) if math.isinf(run.request_rate) else np.cumsum(rng.exponential(1 / run.request_rate, n))
+    return Requests(arrival, ins, outs, np.zeros(n))
+
+
+def predict_bench(topo, run: BenchRun) -> dict:
+    """TTFT and TPOT means (ms, over requests, as the benchmarks report them) and output throughput (tok/s)
+    of ``run`` on ``topo`` (GPU-only serving); ``feasible`` False with ``limit`` when it cannot be served."""
+    from ..serving.capacity import static_check
+    from ..serving.config import resolve
+    from ..serving.predict import simulate
+    cfg = resolve(topo, "gpu")
+    cap = static_check(cfg, context=run.isl, output=run.osl, concurrency=1, prompts="distinct")
+    if not cap["feasible"]:
+        return {"feasible": False, "limit": cap["limit"], "ttft": math.nan, "tpot": math.nan, "throughput": math.nan}
+    p = simulate(cfg, bench_requests(run), run.concurrency)
+    ok = p.per_request["completed"]
+    tpot = p.per_request["tbt_ms"]
+    return {"feasible": p.feasible, "limit": p.limit, "ttft": p.ttft_mean_ms,
+            "tpot": float(np.nanmean(tpot[ok])) if ok.any() else math.nan, "throughput": p.output_throughput_tok_s}
+
+
+def predict_run(topo, run) -> dict:
+    """:func:`predict_bench` of a :class:`BenchRun`; any other run object (one with ``ttft_mean_ms``,
+    ``tpot_mean_ms``, ``output_tok_s``, ``source`` and a ``predict(topo)`` giving the same dict, as the
+    validation's testbed runs) predicts itself."""
+    return run.predict(topo) if hasattr(run, "predict") else predict_bench(topo, run)
+
+
+def measured(run: BenchRun) -> dict:
+    return {"ttft": run.ttft_mean_ms, "tpot": run.tpot_mean_ms, "throughput": run.output_tok_s}
+
+
+def log_errors(run: BenchRun, pred: dict, weighted: bool = False) -> list[float]:
+    """log(predicted / measured) of TTFT, TPOT and throughput, those measured (3 for a run predicted unserved);
+    ``weighted``: each times its :data:`WEIGHT`."""
+    meas = measured(run)
+    out = []
+    for m in METRICS:
+        v, x = pred.get(m, math.nan), meas[m]
+        if not (x > 0 and math.isfinite(x)):
+            continue
+        e = math.log(v / x) if pred["feasible"] and v > 0 and math.isfinite(v) else 3.0
+        out.append(e * WEIGHT[m] if weighted else e)
+    return out
+
+
+def _metrics_of(run: BenchRun) -> list[str]:
+    return [m for m in METRICS if measured(run)[m] > 0 and math.isfinite(measured(run)[m])]
+
+
+@dataclass
+class MachineFit:
+    """What :func:`fit_machine` found. ``values``: every constant of :data:`MACHINE_CONSTANTS` (SI), fitted or
+    transferred; ``fitted``: identified and fitted; ``sd``: the fitted ones' relative standard deviation (log
+    units; for a constant fitted by its unit, sd / value); ``unidentified``: name -> the run that would pin it; ``at_bound``: fitted ones that stopped at a bound."""
+    values: dict[str, float]
+    transferred: dict[str, float]
+    fitted: list[str]
+    sd: dict[str, float]
+    unidentified: dict[str, str]
+    at_bound: list[str]
+    rms: float
+    runs: list[str]
+    errors: list[dict] = field(default_factory=list)      # per run: {metric: signed relative error}
+    cv: dict | None = None                                # leave-one-run-out errors (cross_validate)
+    jac: np.ndarray | None = field(default=None, repr=False)     # weighted log errors' Jacobian at the solution
+    resid: np.ndarray | None = field(default=None, repr=False)   # (rows: the runs' metrics in order; cols: fitted)
+
+    def warnings(self, limit: float = FOLLOW) -> list[str]:
+        """The fitted runs the model still misses by more than ``limit``: a mechanism the constants cannot
+        absorb, which may bias them (say so rather than trust them)."""
+        return [f"{src}: {m} {100 * e:+.0f}% after the fit" for src, errs in zip(self.runs, self.errors)
+                for m, e in errs.items() if abs(e) > limit]
+
+
+def _to_x(names, values) -> np.ndarray:
+    return np.array([MACHINE_CONSTANTS[n].to_x(values[n]) for n in names])
+
+
+def _values(names, x) -> dict[str, float]:
+    return {n: MACHINE_CONSTANTS[n].from_x(float(v)) for n, v in zip(names, x)}
+
+
+def _residuals(topo, runs, names, x):
+    t = apply_constants(topo, _values(names, x)) if names else topo
+    return np.array([e for r in runs for e in log_errors(r, predict_run(t, r), weighted=True)])
+
+
+def jacobian(topo, runs, names, values, step: float = 0.1) -> np.ndarray:
+    """d log-error / d x of every run's metrics, x = log(constant) (or constant / unit), by forward differences
+    of ``step`` (x 10 for a constant fitted by its unit)."""
+    x0 = _to_x(names, values)
+    r0 = _residuals(topo, runs, names, x0)
+    cols = []
+    for j, n in enumerate(names):
+        c = MACHINE_CONSTANTS[n]
+        h = step * (10 if c.unit else 1)
+        h = h if x0[j] + h <= c.to_x(c.hi) else -h
+        x = x0.copy()
+        x[j] += h
+        cols.append((_residuals(topo, runs, names, x) - r0) / h)
+    return np.array(cols).T
+
+
+def _sd(J: np.ndarray, sigma: float) -> np.ndarray:
+    try:
+        return sigma * np.sqrt(np.diag(np.linalg.inv(J.T @ J)))
+    except np.linalg.LinAlgError:
+        return np.full(J.shape[1], np.inf)
+
+
+def _tolerance(name: str) -> float:
+    """The linearised sd (in the fitted coordinate) below which a constant counts as identified:
+    :data:`IDENTIFIED_SD` in log units, a tenth of the range for one fitted by its unit."""
+    c = MACHINE_CONSTANTS[name]
+    return 0.1 * (c.hi - c.lo) / c.unit if c.unit else IDENTIFIED_SD
+
+
+def identify(J: np.ndarray, names: list[str]) -> list[str]:
+    """The constants the runs identify: the largest set in which every constant's linearised sd, at a
+    repeatability of :data:`NOISE`, is below its :func:`_tolerance` (of sets of equal size, the one with the
+    smallest sum of sd / tolerance)."""
+    from itertools import combinations
+    tol = np.array([_tolerance(n) for n in names])
+    for k in range(min(len(names), J.shape[0]), 0, -1):
+        best, score = None, math.inf
+        for c in combinations(range(len(names)), k):
+            ratio = _sd(J[:, list(c)], NOISE) / tol[list(c)]
+            if (ratio < 1).all() and ratio.sum() < score:
+                best, score = c, float(ratio.sum())
+        if best is not None:
+            return [names[j] for j in best]
+    return []
+
+
+def transferred_values(topo, names=None) -> dict[str, float]:
+    return {n: topo.param(MACHINE_CONSTANTS[n].param) for n in (names or MACHINE_CONSTANTS)}
+
+
+def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | None = None) -> MachineFit:
+    """Fit the constants ``runs`` identify (of ``names``, default all of :data:`MACHINE_CONSTANTS`) on the
+    scenario ``topo`` (the machine with its transferred constants); see the module docstring."""
+    names = list(names or MACHINE_CONSTANTS)
+    base = transferred_values(topo, names)
+    start = {n: min(max(v, MACHINE_CONSTANTS[n].lo), MACHINE_CONSTANTS[n].hi) for n, v in base.items()}
+    J = jacobian(topo, runs, names, start) if jac is None else jac
+    fitted = identify(J, names)
+    values = dict(base)
+    sd, at_bound, rms = {}, [], float("nan")
+    jac_at = resid = None
+    while fitted:      # identified at the solution too, else the least identified one is left transferred
+        values, sd, at_bound, rms, ratio, jac_at, resid = _fit(topo, runs, fitted, base, start)
+        if max(ratio.values()) <= 1:
+            break
+        fitted = [n for n in fitted if n != max(ratio, key=ratio.get)]
+        values = dict(base)
+    if not fitted:
+        values, sd, at_bound, jac_at, resid = dict(base), {}, [], None, None
+        rms = float(np.sqrt(np.mean(_residuals(topo, runs, [], np.array([])) ** 2)))
+    unident = {n: MACHINE_CONSTANTS[n].pins for n in names if n not in fitted}
+    final = apply_constants(topo, {n: values[n] for n in fitted})
+    errs = [{m: math.exp(e) - 1 for m, e in zip(_metrics_of(r), log_errors(r, predict_run(final, r)))}
+            for r in runs]
+    return MachineFit(values, base, fitted, sd, unident, at_bound, rms, [r.source for r in runs], errs,
+                      jac=jac_at, resid=resid)
+
+
+def _fit(topo, runs, fitted, base, start):
+    """Least squares of the weighted log errors over ``fitted`` within their ranges: (values, sd, at_bound,
+    rms, ratio, jacobian, residuals); ``sd`` at the residuals' own scatter (at least :data:`NOISE`), ``ratio`` the sd at
+    :data:`NOISE` over the constant's tolerance (above 1: not identified at the solution)."""
+    from scipy.optimize import least_squares
+    values = dict(base)
+    sd, at_bound, rms, ratio, jac, fun = {}, [], float("nan"), {}, None, None
+    if fitted:
+        lo = _to_x(fitted, {n: MACHINE_CONSTANTS[n].lo for n in fitted})
+        hi = _to_x(fitted, {n: MACHINE_CONSTANTS[n].hi for n in fitted})
+        x0 = np.clip(_to_x(fitted, start), lo + 1e-6, hi - 1e-6)
+        res = least_squares(lambda x: _residuals(topo, runs, fitted, x), x0, bounds=(lo, hi),
+                            x_scale=np.ones(len(fitted)), diff_step=0.03, ftol=1e-3, xtol=1e-3, max_nfev=15,
+                            loss="soft_l1", f_scale=ROBUST)
+        values.update(_values(fitted, res.x))
+        r = res.fun
+        n, p = len(r), len(fitted)
+        rms = float(np.sqrt(np.mean(r ** 2)))
+        sigma = max(NOISE, float(np.sqrt(np.sum(r ** 2) / (n - p))) if n > p else NOISE)
+        sdx = _sd(res.jac, sigma)
+        sd = {nm: float(sx * MACHINE_CONSTANTS[nm].unit / values[nm] if MACHINE_CONSTANTS[nm].unit else sx)
+              for nm, sx in zip(fitted, sdx)}
+        at_bound = [nm for nm, x, a, b in zip(fitted, res.x, lo, hi) if min(x - a, b - x) < 1e-3]
+        ratio = {nm: float(sx / _tolerance(nm)) for nm, sx in zip(fitted, _sd(res.jac, NOISE))}
+        jac, fun = res.jac, res.fun
+    return values, sd, at_bound, rms, ratio, jac, fun
+
+
+def cross_validate(topo, runs: list[BenchRun], names=None, J: np.ndarray | None = None,
+                   fit: MachineFit | None = None) -> dict:
+    """Leave one run out: fit on the others (the same identification rule, on their rows of the Jacobian),
+    predict the run left out. Returns ``errors`` (per run, signed relative error per metric) and ``band``
+    (per metric, the largest absolute error: what a calibrated scenario prints as its expected error).
+
+    With up to :data:`EXACT_FOLDS` runs each fold is refitted from the transferred values; with more (and
+    ``fit``, the fit on all runs) each fold takes one Gauss-Newton step from ``fit`` without the left-out
+    run's rows (exact for a linear model), so a calibration on many runs stays within seconds."""
+    names = list(names or MACHINE_CONSTANTS)
+    if len(runs) < 2:
+        return {"errors": [], "band": {}}
+    if J is None:
+        J = jacobian(topo, runs, names, transferred_values(topo, names))
+    rows = [len(_metrics_of(r)) for r in runs]
+    edges = np.cumsum([0] + rows)
+    errors = []
+    for i, run in enumerate(runs):
+        keep = np.concatenate([np.arange(edges[k], edges[k + 1]) for k in range(len(runs)) if k != i])
+        if len(runs) > EXACT_FOLDS and fit is not None and fit.jac is not None:
+            values = _one_step(fit, J[keep], names, keep)
+        else:
+            f = fit_machine(topo, [r for k, r in enumerate(runs) if k != i], names, jac=J[keep])
+            values = {n: f.values[n] for n in f.fitted}
+        e = log_errors(run, predict_run(apply_constants(topo, values), run))
+        errors.append({m: math.exp(x) - 1 for m, x in zip(_metrics_of(run), e)})
+    band = {m: max(abs(e[m]) for e in errors if m in e) for m in METRICS if any(m in e for e in errors)}
+    return {"errors": errors, "band": band}
+
+
+EXACT_FOLDS = 3
+
+
+def _one_step(fit: MachineFit, J_keep: np.ndarray, names: list[str], keep: np.ndarray) -> dict[str, float]:
+    """The constants a fold identifies (on its rows of ``J_keep``, the Jacobian at the transferred values),
+    moved from ``fit`` by one Gauss-Newton step on the fold's rows of its Jacobian at the solution; the
+    others at their transferred values."""
+    ids = [n for n in identify(J_keep, names) if n in fit.fitted]
+    if not ids:
+        return {}
+    cols = [fit.fitted.index(n) for n in ids]
+    A, r = fit.jac[keep][:, cols], fit.resid[keep]
+    step = np.linalg.lstsq(A, -r, rcond=None)[0]
+    out = {}
+    for n, dx in zip(ids, step):
+        c = MACHINE_CONSTANTS[n]
+        x = min(max(c.to_x(fit.values[n]) + dx, c.to_x(c.lo)), c.to_x(c.hi))
+        out[n] = c.from_x(x)
+    return out
+
+
+# ---- a calibrated scenario: provenance, band, and carrying it to another GPU ---------------------------
+CALIBRATED = "calibrated:"          # the source of a calibrated constant starts with this
+BAND_TEXT = "leave-one-run-out error"  # ... and carries its band (read by sacmodel.serving.bands.own_band)
+
+
+def band_text(band: dict) -> str:
+    """``leave-one-run-out error: TTFT 12.0%, TPOT 3.1%, throughput 2.0%`` (the metrics measured)."""
+    names = {"ttft": "TTFT", "tpot": "TPOT", "throughput": "throughput"}
+    return f"{BAND_TEXT}: " + ", ".join(f"{names[m]} {100 * v:.1f}%" for m, v in band.items())
+
+
+def _runs_text(runs: list[BenchRun]) -> str:
+    return "; ".join(f"{r.source} (prompt {r.isl}, output {r.osl}, concurrency {r.concurrency}, {r.harness})"
+                     for r in runs)
+
+
+def calibration_entries(fit: MachineFit, runs: list[BenchRun], cv: dict, old: dict) -> dict:
+    """The ``calibration:`` entries of the calibrated constants (value, source with provenance) and the
+    unidentified ones' sources (value kept, named as transferred and what would pin them). ``old``: the
+    scenario's entries ({name: {value, source}})."""
+    from ..hardware.transfer import _format
+    out = {}
+    band = band_text(cv["band"]) if cv.get("band") else "no cross-validation (one run)"
+    for name in fit.fitted:
+        c = MACHINE_CONSTANTS[name]
+        unit = " ".join(str(old[c.param]["value"]).split()[1:])
+        bound = " [at its bound]" if name in fit.at_bound else ""
+        out[c.param] = {"value": _format(fit.values[name], unit),
+                        "source": f"{CALIBRATED} {len(runs)} runs ({_runs_text(runs)}); +-{100 * fit.sd[name]:.1f}% "
+                                  f"(1 sd, linearised){bound}; fit rms {100 * fit.rms:.1f}% (log); {band}; "
+                                  f"range {c.lo:g}-{c.hi:g} ({c.range_source})"}
+    for name, pins in fit.unidentified.items():
+        c = MACHINE_CONSTANTS[name]
+        out[c.param] = {"value": old[c.param]["value"],
+                        "source": f"not identified by the calibration runs, transferred: {old[c.param]['source']}; "
+                                  f"pinned by {pins}"}
+    return out
+
+
+def calibrated_scenario_dict(machine: dict, fit: MachineFit, runs: list[BenchRun], cv: dict) -> dict:
+    """:func:`sacmodel.hardware.build.scenario_dict` of ``machine`` with the calibration written in."""
+    from ..hardware.build import scenario_dict
+    kw = dict(machine)
+    data = scenario_dict(kw.pop("gpu"), **kw)
+    data["calibration"].update(calibration_entries(fit, runs, cv, data["calibration"]))
+    data["name"] = f"{data['name']}-calibrated"
+    data["description"] += f"; constants calibrated on {len(runs)} benchmark runs by sacmodel calibrate"
+    return data
+
+
+def write_calibrated(path, data: dict, head: str = "") -> None:
+    """Write a calibrated scenario as YAML, atomically (a temporary file checked by loading it, then renamed):
+    a failure leaves whatever was at ``path`` as it was."""
+    import yaml
+
+    from ..hardware.scenarios import load_topology
+    from ..util.files import write_text
+
+    class _Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data):
+            return True
+    text = head + yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+    write_text(path, text, check=lambda tmp: load_topology(tmp))
+
+
+def carry(topo, gpu: str, machine: dict):
+    """A scenario calibrated on one GPU carried to ``gpu``: the machine rebuilt on ``gpu`` (``machine``: the
+    other keywords of :func:`sacmodel.scenario`); software constants (the request path, the scheduler's host
+    work) keep their calibrated values; each calibrated kernel constant moves as the transfer rules move it
+    between the two GPUs (calibrated x target's transferred / source's transferred), within its range."""
+    from ..hardware.build import scenario
+    from ..hardware.params import with_params
+    from ..serving.bands import gpu_name
+    src_gpu = gpu_name(topo.node(topo.gpus[0]))
+    target = scenario(gpu, **machine)
+    source = scenario(src_gpu, **machine)
+    values = {}
+    for name, c in MACHINE_CONSTANTS.items():
+        p = topo.calibration.get(c.param)
+        if p is None or not (p.source or "").startswith(CALIBRATED):
+            continue
+        if c.kind == "software":
+            values[c.param] = p.value
+        else:
+            moved = p.value * target.param(c.param) / source.param(c.param)
+            values[c.param] = min(max(moved, c.lo), c.hi)
+    out = with_params(target, values)
+    for k in values:
+        rule = "kept (software)" if MACHINE_CONSTANTS[k].kind == "software" else \
+            f"moved from {src_gpu} by the transfer rules"
+        out.calibration[k].source = f"carried to {gpu}, {rule}, from {topo.calibration[k].source}"
+    return out
+
+
+def machine_of(topo) -> dict:
+    """The keywords of :func:`sacmodel.scenario` (besides the GPU) that describe a built scenario's server."""
+    from ..serving.config import weights_of
+    s = topo.serving
+    kw = {"gpus": len(topo.gpus), "model": topo.model_name, "weights": weights_of(topo)}
+    for k in ("tp", "dp", "ep"):
+        if k in s:
+            kw[k] = int(s[k].value)
+    if "mem_fraction" in s:
+        kw["mem_fraction"] = float(s["mem_fraction"].value)
+    return kw
+
+
+def is_calibrated(topo) -> bool:
+    """Whether any constant of the scenario was calibrated by :func:`fit_machine` (``sacmodel calibrate``)."""
+    return any((p.source or "").startswith(CALIBRATED) for p in topo.calibration.values())

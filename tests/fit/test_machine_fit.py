@@ -1,0 +1,142 @@
+"""Calibrating a machine on its own benchmark runs: result files made here from a prediction with known constants
+(SGLang bench_serving JSONL, vLLM bench serve JSON with per-request arrays) give the constants back; what the
+runs cannot identify stays transferred and is named; the calibrated scenario carries its provenance and band,
+and moves to another GPU by the transfer rules."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from sacmodel.data.bench import load_bench_file
+from sacmodel.fit.machine import (MACHINE_CONSTANTS, apply_constants, calibrated_scenario_dict, carry,
+                                  cross_validate, fit_machine, is_calibrated, jacobian, predict_bench,
+                                  transferred_values, write_calibrated)
+from sacmodel.hardware.build import scenario
+from sacmodel.hardware.scenarios import load_topology
+
+MACHINE = {"gpu": "h200", "gpus": 8, "tp": 8, "model": "deepseek-r1"}
+TRUE = {"t_request": 0.070, "t_graph_kernel": 5.0e-6, "moe_eff": 0.70}
+NAMES = ["t_request", "t_graph_kernel", "moe_eff"]
+
+
+@pytest.fixture(scope="module")
+def base():
+    kw = dict(MACHINE)
+    return scenario(kw.pop("gpu"), **kw)
+
+
+def sglang_line(isl, osl, conc, n) -> dict:
+    return {"backend": "sglang", "dataset_name": "random", "request_rate": math.inf, "max_concurrency": conc,
+            "random_input_len": isl, "random_output_len": osl, "random_range_ratio": 1.0, "num_prompts": n,
+            "duration": 1.0, "completed": n, "output_throughput": 1.0, "mean_ttft_ms": 1.0, "mean_tpot_ms": 1.0}
+
+
+def measured_file(path, truth, shapes):
+    """bench_serving JSONL whose means are the engine's prediction on ``truth`` (read back to get the
+    workload exactly as the fit will see it)."""
+    path.write_text("".join(json.dumps(sglang_line(*s)) + "\n" for s in shapes))
+    lines = []
+    for s, run in zip(shapes, load_bench_file(path)):
+        p = predict_bench(truth, run)
+        lines.append({**sglang_line(*s), "mean_ttft_ms": p["ttft"], "mean_tpot_ms": p["tpot"],
+                      "output_throughput": p["throughput"]})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return load_bench_file(path)
+
+
+def test_two_runs_give_back_the_constants_they_were_made_with(base, tmp_path):
+    truth = apply_constants(base, TRUE)
+    runs = measured_file(tmp_path / "results.jsonl", truth, [(1024, 128, 1, 3), (1024, 128, 64, 128)])
+    f = fit_machine(base, runs, NAMES)
+    assert set(f.fitted) == set(NAMES)
+    for n, v in TRUE.items():          # started 3-40x away (t_request 1.8 ms, floor 3.9 us, moe 0.88)
+        assert f.values[n] == pytest.approx(v, rel=0.08), (n, f.values[n])
+        assert 0 < f.sd[n] < 0.5
+    assert f.rms < 0.02 and all(abs(e) < 0.03 for r in f.errors for e in r.values())
+
+
+def test_a_lone_low_load_run_leaves_the_moe_rate_transferred_and_says_what_pins_it(base, tmp_path):
+    truth = apply_constants(base, TRUE)
+    runs = measured_file(tmp_path / "one.jsonl", truth, [(1024, 128, 1, 3)])
+    f = fit_machine(base, runs, NAMES)
+    assert "moe_eff" not in f.fitted and f.values["moe_eff"] == base.param("moe_eff")
+    assert "concurrency 64" in f.unidentified["moe_eff"]
+    assert "t_request" in f.fitted and f.values["t_request"] == pytest.approx(0.070, rel=0.15)
+
+
+def test_vllm_detailed_json_from_a_prediction_reads_back_the_same_workload(base, tmp_path):
+    truth = apply_constants(base, TRUE)
+    n, rng = 24, np.random.default_rng(3)
+    ins, outs = rng.integers(500, 1500, n), rng.integers(20, 60, n)
+    doc = {"date": "x", "endpoint_type": "openai", "backend": "openai", "model_id": "deepseek-ai/DeepSeek-R1",
+           "num_prompts": n, "request_rate": "inf", "max_concurrency": 8, "duration": 1.0, "completed": n,
+           "failed": 0, "output_throughput": 1.0, "mean_ttft_ms": 1.0, "mean_tpot_ms": 1.0,
+           "input_lens": ins.tolist(), "output_lens": outs.tolist(), "ttfts": [0.1] * n,
+           "itls": [[0.01] * (o - 1) for o in outs]}
+    p = tmp_path / "vllm.json"
+    p.write_text(json.dumps(doc))
+    (run,) = load_bench_file(p)
+    pred = predict_bench(truth, run)
+    doc.update(ttfts=[pred["ttft"] / 1e3] * n, itls=[[pred["tpot"] / 1e3] * (o - 1) for o in outs],
+               output_throughput=pred["throughput"])
+    p.write_text(json.dumps(doc))
+    (run,) = load_bench_file(p)
+    assert run.per_request and list(run.input_lens) == ins.tolist()
+    again = predict_bench(truth, run)
+    assert again["ttft"] == pytest.approx(run.ttft_mean_ms, rel=1e-6)
+    assert again["tpot"] == pytest.approx(run.tpot_mean_ms, rel=1e-6)
+
+
+def test_the_calibrated_scenario_has_provenance_its_band_and_carries_to_b200(base, tmp_path):
+    truth = apply_constants(base, TRUE)
+    runs = measured_file(tmp_path / "results.jsonl", truth, [(1024, 128, 1, 3), (1024, 128, 64, 128)])
+    J = jacobian(base, runs, NAMES, transferred_values(base, NAMES))
+    f = fit_machine(base, runs, NAMES, jac=J)
+    cv = cross_validate(base, runs, NAMES, J)
+    assert set(cv["band"]) == {"ttft", "tpot", "throughput"} and len(cv["errors"]) == 2
+    out = tmp_path / "mine.yaml"
+    write_calibrated(out, calibrated_scenario_dict(MACHINE, f, runs, cv))
+    topo = load_topology(out)
+    assert is_calibrated(topo)
+    src = topo.calibration["t_request"].source
+    assert src.startswith("calibrated: 2 runs") and "results.jsonl:2" in src and "leave-one-run-out error" in src
+    assert topo.param("t_request") == pytest.approx(f.values["t_request"], rel=1e-4)
+    assert "not identified" not in src and topo.calibration["prefill_eff"].source.startswith("calibrated") is False
+
+    from sacmodel.serving.bands import own_band
+    band, basis = own_band(topo)
+    assert band["ttft"] == pytest.approx(100 * cv["band"]["ttft"], abs=0.06) and "leave-one-run-out" in basis
+
+    kw = {k: v for k, v in MACHINE.items() if k != "gpu"}
+    b200 = carry(topo, "b200", kw)
+    rules_h200, rules_b200 = scenario("h200", **kw), scenario("b200", **kw)
+    assert b200.param("t_request") == topo.param("t_request")                       # software: kept
+    for n in ("t_graph_kernel", "moe_eff"):                                          # kernel: moved by the rules
+        moved = topo.param(n) * rules_b200.param(n) / rules_h200.param(n)
+        lo, hi = MACHINE_CONSTANTS[n].lo, MACHINE_CONSTANTS[n].hi
+        assert b200.param(n) == pytest.approx(min(max(moved, lo), hi), rel=1e-9)
+    assert b200.param("t_graph_kernel") != topo.param("t_graph_kernel")
+    assert not is_calibrated(b200) and "carried to b200" in b200.calibration["t_request"].source
+
+
+def test_a_run_the_fit_cannot_follow_is_named():
+    from sacmodel.fit.machine import MachineFit
+    f = MachineFit({}, {}, [], {}, {}, [], 0.1, ["a.jsonl:1", "a.jsonl:2"],
+                   [{"ttft": 0.05, "tpot": -0.01}, {"ttft": -0.45, "tpot": 0.19}])
+    assert f.warnings() == ["a.jsonl:2: ttft -45% after the fit"]
+
+
+def test_one_gauss_newton_step_is_the_exact_leave_one_out_fit_of_a_linear_model():
+    from sacmodel.fit.machine import MachineFit, _one_step
+    rng = np.random.default_rng(0)
+    J = rng.normal(size=(6, 2))
+    y = rng.normal(scale=0.1, size=6)
+    names = ["moe_eff", "prefill_eff"]
+    x_full = np.linalg.lstsq(J, y, rcond=None)[0] + np.log([0.6, 0.4])    # residual J (x - x0) - y
+    fit = MachineFit({n: float(np.exp(x)) for n, x in zip(names, x_full)}, {}, names, {}, {}, [], 0.0, [], [],
+                     jac=J, resid=J @ (x_full - np.log([0.6, 0.4])) - y)
+    keep = np.arange(2, 6)
+    got = _one_step(fit, J[keep], names, keep)
+    want = np.linalg.lstsq(J[keep], y[keep], rcond=None)[0] + np.log([0.6, 0.4])
+    assert [got[n] for n in names] == pytest.approx(np.exp(want).tolist(), rel=1e-9)

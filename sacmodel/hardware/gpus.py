@@ -2,7 +2,8 @@
 
 Throughputs are dense (no 2:4 sparsity); NVLink bandwidth is per GPU and per direction; ``memory_mib`` is what
 ``nvidia-smi`` reports as total memory (SGLang's default server settings are read from it); ``sms`` is the
-streaming-multiprocessor count (a small kernel's floor shrinks with it, see ``docs/model.md``).
+streaming-multiprocessor count (a small in-graph kernel's floor does not shrink with it: it is a latency of the
+GPU generation, see ``hardware/transfer.py`` and ``docs/model.md``).
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """GPU catalog: the numbers a cost model needs about a GPU, each with its source.
 
-Throughputs are dense (no 2:4 sparsity); NVLink bandwidth is per GPU and per direction (half the
-"bidirectional" figure of the datasheets); ``memory_mib`` is what ``nvidia-smi`` reports as total memory (SGLang's
-default server settings are read from it); ``sms`` is the streaming-multiprocessor count (a small kernel's floor
-shrinks with it, see ``docs/model.md``).
+Throughputs are dense (no 2:4 sparsity); NVLink bandwidth is per GPU and per direction; ``memory_mib`` is what
+``nvidia-smi`` reports as total memory (SGLang's default server settings are read from it); ``sms`` is the
+streaming-multiprocessor count (a small in-graph kernel's floor does not shrink with it: it is a latency of the
+GPU generation, see ``hardware/transfer.py`` and ``docs/model.md``).
 
 Beyond one host: ``host_gpus`` GPUs share one NVLink domain (an HGX/DGX baseboard of 8); a server over more GPUs
 spans hosts, and its collectives cross the hosts' network: ``nics_per_gpu`` NICs of ``nic_rate`` (B/s per

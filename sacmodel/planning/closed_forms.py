@@ -17,7 +17,7 @@ from ..serving.config import PositionError, resolve, static_values, swap_route
 from ..serving.costs import SYMBOLS, sym
 from ..serving.predict import predict
 from ..serving.engine.stepmodel import MLA_CHUNKED_PREFIX
-from ..serving.step import eager_terms, fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
+from ..serving.step import eager_iteration, fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
 from ..serving.systems import check_system
 from ..util.names import UNLOADED
 from .common import METRIC_ALIASES, WORKLOAD_SYMBOLS, SolverError, _metric_kind, _with_value, hardware_parameters
@@ -60,9 +60,9 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True, kind: str
     # a prefix hit is matched page-aligned: the last 1..page tokens are prefilled
     page = sym("E", "dimensionless", "KV page (tokens): the uncached tail of a prefix hit is 1..page tokens")
     E = L - page * sp.floor((L - 1) / page)
-    eager = sum(eager_terms().values())
     admit = prefill_terms()["hisparse_admit"].xreplace({S("admit_on"): 1})     # once per request
-    extend = _shared(E, 1, S("prefill_eff")) + _prefill(E, L - E, sparse, kind, system) + eager + admit
+    # eager launches overlap the iteration's GPU work (launch_overlap 1) or add to it (0), as in the engine
+    extend = eager_iteration(_shared(E, 1, S("prefill_eff")) + _prefill(E, L - E, sparse, kind, system) + admit)
     ttft = front["tokenize"] + front["request"] + extend
     if system == "rdma":
         copy_ = sum(fetch_terms().values()).xreplace({S("N_f"): L})
@@ -75,7 +75,7 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True, kind: str
     full, rest = sp.floor(L / C), L - C * sp.floor(L / C)        # whole chunks and the last part
 
     def chunk(P, H):
-        return _shared(P, 1, S("prefill_eff")) + _prefill(P, H, sparse, kind, system) + eager
+        return eager_iteration(_shared(P, 1, S("prefill_eff")) + _prefill(P, H, sparse, kind, system))
     i = sp.Symbol("i", integer=True, nonnegative=True)
     cold = (front["tokenize"] + front["request"] + admit + sp.Sum(chunk(C, i * C), (i, 0, full - 1))
             + sp.Piecewise((chunk(rest, full * C), rest > 0), (0, True)))

@@ -220,7 +220,7 @@ def launch_wait(mdl: Model, ld: Load, p_admission: float, b: float = 0.0) -> flo
     """Mean seconds a first token waits for the launch of its rank's next batch: the eager launches of an
     admission, which follows with probability ``p_admission`` (a CUDA-graph decode is launched at once), and
     with HiSparse the CPU preparation of the rank's decode of ``b`` requests before it."""
-    eager = mdl.t_eager_pcg if ld.E / ld.chunks <= mdl.pcg_tokens else mdl.t_eager
+    eager = mdl.launch_cpu(mdl.t_eager_pcg if ld.E / ld.chunks <= mdl.pcg_tokens else mdl.t_eager)
     v = mdl.v
     prep = v["hs_on"] * (v["t_hs"] + v["t_hs_req"] * b) * min(max(b, 0.0), 1.0)
     return min(max(p_admission, 0.0), 1.0) * eager + prep

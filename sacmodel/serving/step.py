@@ -234,6 +234,19 @@ def eager_terms() -> dict[str, sp.Expr]:
                                                      "driver)")) - tg)}
 
 
+def eager_iteration(gpu):
+    """Seconds of an iteration without a CUDA graph whose GPU work (its in-graph floor included) is ``gpu``: the
+    CPU launches the ``layers x n_kernels`` kernels at ``t_launch`` each while the GPU runs those launched before,
+    max(gpu + t_launch, n t_launch + t_graph_kernel); ``launch_overlap`` (0-1) blends it with the launches added,
+    gpu + :func:`eager_terms` (the form of :meth:`sacmodel.serving.engine.stepmodel.Model.overlapped`)."""
+    c = _common()
+    tl, tg = sym("t_launch", "second"), sym("t_graph_kernel", "second")
+    f = sym("launch_overlap", "dimensionless", "1: eager launches overlap the GPU's work; 0: added to it")
+    n = c["layers"] * sym("n_kernels", "dimensionless")
+    both = sp.Max(gpu + tl, n * tl + tg)
+    return f * both + (1 - f) * (gpu + sum(eager_terms().values()))
+
+
 @lru_cache(maxsize=1)
 def fetch_terms() -> dict[str, sp.Expr]:
     """Seconds to bring a request's prompt of ``N_f`` tokens from the RDMA pool into the host pool."""

@@ -2,7 +2,7 @@
 # flake8: noqa
 
 from math import sqrt
-SOURCE_HASH = 'a881361f6fcc9b1ffb18fcd67a52f3bcf7a77f4a81e40ed45a3c3c05c1cfd206'
+SOURCE_HASH = '1319013133a50ed5f14445b9e1531108c81d0c95e7910eaf1136295aff70136a'
 
 GROUPS = {
     'rank': (('L', 'M', 'M_max', 'attn_tp', 'b', 'compute_eff', 'entry_bytes', 'f_attn', 'f_index', 'flop_unit', 'hbm_bw', 'hbm_eff', 'hs_on', 'index_key_bytes', 'k_attn', 'kv_read_bytes', 'layers', 'p_attn_rep', 'p_attn_split', 'peak_bf16', 'peak_fp8', 'peak_w', 'pf_rate', 'rdma_bytes_per_miss', 'rdma_op_cost', 'rdma_ops_per_miss', 'rdma_share', 'rdma_topk_on', 'sw_bw', 'sw_lat', 'swap_inflight', 'swap_on', 't_hs', 't_hs_req', 't_kernel', 'w_bytes'), ('attn_proj', 'indexer', 'attention', 'hisparse', 'swap', 'rdma_topk')),

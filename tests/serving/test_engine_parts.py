@@ -429,6 +429,12 @@ def test_eager_launches_overlap_the_gpu_work_by_hand():
     assert m.overlapped(0.500, excess) == pytest.approx(0.500 + excess)         # added, as before
     m.launch_overlap = 0.5
     assert m.overlapped(0.500, excess) == pytest.approx(0.5 * (0.50005 + 0.500 + excess))
+    # the CPU has launched them all (and hands the last batch's first tokens on) after n t_launch when they
+    # overlap, after the excess over the floor where the fork adds them (its fit's reading)
+    m.launch_overlap = 1.0
+    assert m.launch_cpu(excess) == pytest.approx(n * 50e-6) and m.launch_cpu(0.0) == 0.0
+    m.launch_overlap = 0.0
+    assert m.launch_cpu(excess) == excess
 
 
 def test_the_testbed_adds_its_launches_and_a_built_machine_overlaps_them():

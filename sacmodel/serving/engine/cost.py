@@ -104,9 +104,10 @@ class IterationCost:
         batch's first tokens on and its loop next takes requests in: the CPU work before its launch (HiSparse's
         step preparation, serialised with the GPU, or its admission work) and the eager launches of an iteration
         without a CUDA graph; a rank with no batch of its own then launches an IDLE batch."""
-        launch = self.launch_time(ranks, admits, decoding)
-        v, running = self.model.v, ranks.running          # HiSparse's t_hs, t_hs_req, t_hs_admit: 0 without it
-        out = [self.t_eager_idle if launch else 0.0] * self.dp
+        model = self.model
+        launch = model.launch_cpu(self.launch_time(ranks, admits, decoding))
+        v, running = model.v, ranks.running          # HiSparse's t_hs, t_hs_req, t_hs_admit: 0 without it
+        out = [model.launch_cpu(self.t_eager_idle) if launch else 0.0] * self.dp
         for r in decoding:
             out[r] = launch + v["t_hs"] + v["t_hs_req"] * running[r]
         for r, batch in admits:

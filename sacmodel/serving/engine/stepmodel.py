@@ -99,6 +99,15 @@ class Model:
         both = a if a > b else b
         return both if f >= 1.0 else f * both + (1.0 - f) * (gpu + excess)
 
+    def launch_cpu(self, excess: float) -> float:
+        """Seconds until the CPU has launched an eager iteration whose launches exceed its in-graph floor by
+        ``excess``: all n kernels at ``t_launch`` where they overlap the GPU (``launch_overlap`` 1), the excess
+        where the testbed's fork adds them (0; the time its fit was made with)."""
+        tl, tg, f = self.t_launch, self.t_graph, self.launch_overlap
+        if excess <= 0.0 or tl <= tg or f <= 0.0:
+            return excess
+        return f * excess * tl / (tl - tg) + (1.0 - f) * excess
+
     def _rank_values(self, b: int, active: int, swap: bool) -> dict:
         bw, lat = swap_route(self.cfg, active)
         return dict(self.v, b=float(b), sw_bw=bw, sw_lat=lat, M_max=0.0,

@@ -311,7 +311,7 @@ def fill(pred: Prediction, cfg: Config, reqs: Requests, res) -> Prediction:
     pred.success_fraction = float(ok.mean()) if len(ok) else 1.0
     if res.crash is not None:
         pred.feasible = False
-        pred.limit = "max_total_tokens: " + res.crash.reason
+        pred.limit = f"{res.crash.resource}: {res.crash.reason}"
     ttft = (res.first - res.release) * 1e3
     e2e = (res.done - res.release) * 1e3
     multi = ok & (out > 1)
@@ -368,6 +368,8 @@ def breakdown(cfg: Config, res, duration: float) -> dict:
         out["ttft_copy_wait_ms"] = s["first_token_copy_wait_s"] / max(len(res.first), 1) * 1e3
     out["peak_device_tokens_per_rank"] = s.get("peak_used", 0.0)
     out["peak_requests_per_rank"] = s.get("peak_rank_requests", 0)
+    if "peak_host" in s:
+        out["peak_host_tokens_per_rank"] = s["peak_host"]
     if cfg.system != "gpu":
         bw, _ = swap_route(cfg, cfg.dp)
         out["swap_bandwidth_share_GBps"] = bw / 1e9

@@ -156,11 +156,16 @@ def _usage_table(con, p):
     usage = p.capacity.get("usage", {})
     if not usage:
         return
-    t = table("memory use vs capacity", ("limit", "used", "capacity", "use"), right=("used", "capacity", "use"))
+    # what the engine held at most per rank: below the capacity, or the run stopped (host pool) or queued
+    peaks = {"max_total_tokens": p.breakdown.get("peak_device_tokens_per_rank"),
+             "host_pool": p.breakdown.get("peak_host_tokens_per_rank")}
+    t = table("memory use vs capacity (used: every request in flight at once; engine peak: what the run held)",
+              ("limit", "used", "capacity", "use", "engine peak"), right=("used", "capacity", "use", "engine peak"))
     for k, u in usage.items():
         f = (lambda x: f"{x:,.0f} tok") if _usage_unit(k, u) == "tokens" else (lambda x: f"{x / 1e9:,.1f} GB")
         share = f"{u['used'] / u['capacity']:.0%}" if u["capacity"] > 0 else "-"
-        t.add_row(USAGE_LABELS.get(k, k), f(u["used"]), f(u["capacity"]), share)
+        peak = peaks.get(k)
+        t.add_row(USAGE_LABELS.get(k, k), f(u["used"]), f(u["capacity"]), share, "-" if peak is None else f(peak))
     con.print(t)
 
 
@@ -216,8 +221,8 @@ def cmd_compare(a):
 
 
 # ---- command-line options -----------------------------------------------------------------------
-FIXES = {"host_pool": "a larger HiSparse host pool (the scenario's host_pool setting) or fewer requests in flight "
-                      "(--concurrency)",
+FIXES = {"host_pool": "fewer requests a rank (--max-running-requests, or --concurrency) or a larger HiSparse host "
+                      "pool (--set host_to_device_ratio=R)",
          "cxl_pool": "more CXL devices (--cxl-devices N)", "remote_pool": "more remote memory or --prompts shared",
          "max_total_tokens": "--max-total-tokens, or fewer requests in flight (--concurrency)",
          "hbm": "more GPUs or fewer requests in flight (--concurrency)",

@@ -94,7 +94,7 @@ def static_check(cfg: Config, *, context: int, output: int, concurrency: int, pr
         ratio = host / cfg.max_total_tokens if cfg.max_total_tokens else 2.0
         # the requests the device pool lets in at once, each with its prompt (a shared prompt's prefix: once,
         # in its prefix-cache entry; a request stages its tail, at most a page) and its decode tokens
-        at_once = min(per_rank, device_admits(cfg, context, output, shared))
+        at_once = min(per_rank, device_admits(cfg, context, output, shared), cfg.max_running_requests)
         own = min(cfg.page, context) if shared else context
         usage["host_pool"] = ((context if shared else 0) + at_once * host_tokens(own, output), host)
         alone["host_pool"] = (host_tokens(context, output), host)

@@ -242,5 +242,9 @@ class HostPool:
             own[i] = 0.0
 
     def _crash(self, now: float, r: int, need: float, used: float) -> None:
+        tb = self.table
+        most = min((tb.L[i] + max(tb.out[i] - 2, 0) for i in range(tb.n)), default=1)
         self.memory.crash = Crash(now, r, f"HiSparse host pool allocation of {need:.0f} tokens failed on rank {r} "
-                                          f"({used:.0f} of {self.capacity:,} slots in use; SGLang stops)", "host_pool")
+                                          f"({used:.0f} of {self.capacity:,} slots in use; SGLang stops; "
+                                          f"{self.capacity // max(most, 1)} requests of {most:,} tokens fit a rank)",
+                                  "host_pool")

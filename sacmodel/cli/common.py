@@ -286,6 +286,6 @@ def prompts_of(a, scenario=None) -> str:
 def workload_text(prompts: str, prefix_cached: bool = True) -> str:
     """The workload in a header: who the users are and whether their prompts are cached."""
     if prompts == "shared":
-        return ("one shared prompt, " + ("cached" if prefix_cached else "prefilled by every request")
-                + ", identical outputs (the testbed benchmark)")
-    return "independent users: distinct prompts" + (", each cached" if prefix_cached else ", each prefilled")
+        return ("one shared cached prompt" if prefix_cached else "one shared prompt prefilled by every request") \
+            + " and identical outputs: the testbed benchmark"
+    return f"independent users: distinct prompts (each {'cached' if prefix_cached else 'prefilled'}) and outputs"

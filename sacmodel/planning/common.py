@@ -32,12 +32,13 @@ def queues(pred) -> bool:
     configuration serves fewer users than asked, and their waits are in its TTFT, not in its TBT. The
     engine's peak when it ran (``breakdown``), else (analytic) the capacity check's ``fits_at_once``. Open
     loop (``rate``): False; ``plan.overloaded`` judges a rate."""
-    if not pred.feasible or pred.config.get("rate"):
+    config = getattr(pred, "config", None) or {}
+    if not pred.feasible or config.get("rate"):
         return False
-    peak = pred.breakdown.get("peak_requests_per_rank")
+    peak = (getattr(pred, "breakdown", None) or {}).get("peak_requests_per_rank")
     if peak is None:
-        return not pred.capacity.get("fits_at_once", True)
-    return peak < math.ceil(min(pred.concurrency, pred.requests) / (pred.config.get("dp") or 1))
+        return not (getattr(pred, "capacity", None) or {}).get("fits_at_once", True)
+    return peak < math.ceil(min(pred.concurrency, pred.requests) / (config.get("dp") or 1))
 
 
 def latency_slo(slo: dict) -> bool:

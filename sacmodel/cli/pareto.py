@@ -80,7 +80,7 @@ def _table(res, pts, every: bool, prompts: str) -> None:
     queued = sum(p.queued for p in res.points)
     wl = res.points[0].workload if res.points else {}
     who = workload_text(prompts, wl.get("prefix_cached", True))
-    con.print(f"{res.scenario}, context {tok(res.context)}, output {_out(res.output, tok)}, {who}: "
+    con.print(f"{res.scenario}, context {tok(res.context)}, output {_out(res.output, tok)} ({who}): "
               f"{len(res.points)} configurations, {bad} infeasible" + (f", {queued} queue" if queued else ""),
               highlight=False)
     con.print(f"x: tok/s/user = 1000 / mean TBT (1 / TPOT); y: output tok/s per GPU ({gpus} GPUs)", highlight=False)
@@ -88,8 +88,8 @@ def _table(res, pts, every: bool, prompts: str) -> None:
     con.print(("rows: every configuration" if every else "rows: each system's frontier (--all: every configuration)")
               + f"\nacross: on the frontier across systems ({len(res.frontier)} "
               + ("point)" if len(res.frontier) == 1 else "points)")
-              + "; queues: its memory holds fewer requests than the client keeps in flight (they wait; off the "
-                "frontier)", highlight=False)
+              + ("; queues: its memory holds fewer requests than the client keeps in flight (they wait; off the "
+                 "frontier)" if queued else ""), highlight=False)
 
 
 def _csv_value(v):

@@ -265,6 +265,7 @@ def cmd_plan(a):
         return
     con = console()
     con.print(r.message)
+    con.print("workload: " + workload_text(prompts_of(a), not a.cold), highlight=False)
     if r.tried:
         cols = ["value", "meets", "feasible", *slos]
         t = table(f"tried {r.vary}", cols, right=cols)

@@ -102,7 +102,10 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
 
     ``vary``: cxl_devices, rdma_nics (pools grow by cloning their first member), dp (GPUs), device_buffer,
     or a hardware number such as ``node:cxl_device.capacity`` / ``node:host_dram.capacity`` (give ``step``).
-    The prediction at one step less is returned too (it misses the SLO), with the cost of the parts.
+    ``workload``: :func:`predict` arguments (``prompts``: "distinct", "shared", or absent for the scenario's
+    workload, else independent users). A configuration whose requests queue for memory misses an SLO that
+    bounds no TTFT or E2E (:func:`~sacmodel.planning.common.queues`). The prediction at one step less is
+    returned too (it misses the SLO), with the cost of the parts.
     """
     _check_slo(slo)
     check_system(system)

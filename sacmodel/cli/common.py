@@ -266,7 +266,32 @@ def add_model_options(p):
     p.add_argument("--model", type=arg(path_text), default=None, metavar="NAME|CONFIG",
                    help="catalog model (see `sacmodel models`) or a Hugging Face config.json path, in place of "
                         "the scenario's model (default: the scenario's)")
-    p.add_argument("--prompts", choices=("shared", "distinct"), default=None,
-                   help="shared: every request reuses one cached prompt (capacity counts its KV once); distinct: "
-                        "each request has its own prompt (capacity counts every prefix). Default: the serving "
-                        "model's (see README)")
+    add_prompts(p)
+
+
+PROMPTS_HELP = ("distinct: independent users, each request with its own prompt and its own output tokens (capacity "
+                "counts every prompt); shared: every request reuses one cached prompt and, decoding greedily, "
+                "generates the same tokens (the SAC testbed's benchmark: a MoE layer reads the experts of one "
+                "token; capacity counts the prompt once). Default: the scenario's workload: field (sac-testbed: "
+                "shared), else distinct")
+
+
+def add_prompts(p) -> None:
+    p.add_argument("--prompts", choices=("shared", "distinct"), default=None, help=PROMPTS_HELP)
+
+
+def prompts_of(a, scenario=None) -> str:
+    """The prompts a command's predictions use: ``--prompts``, else the scenario's workload (else distinct)."""
+    if getattr(a, "prompts", None):
+        return a.prompts
+    from ..hardware.scenarios import as_topology
+    from ..serving.predict import default_prompts
+    return default_prompts(as_topology(scenario if scenario is not None else a.scenario))
+
+
+def workload_text(prompts: str, prefix_cached: bool = True) -> str:
+    """The workload in a header: who the users are and whether their prompts are cached."""
+    if prompts == "shared":
+        return ("one shared cached prompt" if prefix_cached else "one shared prompt prefilled by every request") \
+            + " and identical outputs: the testbed benchmark"
+    return f"independent users: distinct prompts (each {'cached' if prefix_cached else 'prefilled'}) and outputs"

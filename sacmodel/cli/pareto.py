@@ -7,13 +7,13 @@ from __future__ import annotations
 import sys
 
 from ..util.names import LIMITS, SYSTEMS
-from .common import (add_json, add_output, add_plot, add_scenario, add_server_limits, console, print_json,
-                     server_limits, table, write_csv)
+from .common import (add_json, add_output, add_plot, add_prompts, add_scenario, add_server_limits, console,
+                     print_json, prompts_of, server_limits, table, workload_text, write_csv)
 from .types import Bad, arg, count, system_list, tokens
 
 CSV_COLUMNS = ("system", "concurrency", "dp", "tp", "cxl_devices", "rdma_nics", "tok_s_per_user", "tok_s_per_gpu",
                "ttft_mean_ms", "ttft_p99_ms", "tbt_mean_ms", "e2e_mean_ms", "output_throughput_tok_s", "feasible",
-               "success_fraction", "on_frontier", "on_system_frontier", "limit")
+               "success_fraction", "queued", "on_frontier", "on_system_frontier", "limit")
 
 
 def count_list(s: str, what: str | None = None, hi: int = LIMITS["concurrency"]) -> list[int]:
@@ -65,25 +65,31 @@ def _rows(res, every: bool):
     return pts
 
 
-def _table(res, pts, every: bool) -> None:
+def _table(res, pts, every: bool, prompts: str) -> None:
     cols = ("system", "conc", "dp", "cxl", "tok/s/user", "tok/s/GPU", "TTFT ms", "TBT ms", "across")
     t = table(None, cols, right=cols[1:8])
     n = lambda v, nd=1: "-" if v is None or v != v else f"{v:,.{nd}f}"  # noqa: E731
     for p in pts:
         t.add_row(p.system, str(p.concurrency), str(p.dp), "-" if p.cxl_devices is None else str(p.cxl_devices),
                   n(p.tok_s_per_user), n(p.tok_s_per_gpu), n(p.ttft_mean_ms, 0), n(p.tbt_mean_ms),
-                  ("yes" if p.on_frontier else "") if p.feasible else "infeasible")
+                  ("queues" if p.queued else "yes" if p.on_frontier else "") if p.feasible else "infeasible")
     con = console()
     bad = sum(not p.feasible for p in res.points)
     gpus = "/".join(str(g) for g in sorted({p.gpus for p in res.points}))
     tok = lambda v: f"{v // 1024}K" if v % 1024 == 0 else f"{v:,}"  # noqa: E731
-    con.print(f"{res.scenario}, context {tok(res.context)}, output {_out(res.output, tok)}: {len(res.points)} "
-              f"configurations, {bad} infeasible", highlight=False)
+    queued = sum(p.queued for p in res.points)
+    wl = res.points[0].workload if res.points else {}
+    who = workload_text(prompts, wl.get("prefix_cached", True))
+    con.print(f"{res.scenario}, context {tok(res.context)}, output {_out(res.output, tok)} ({who}): "
+              f"{len(res.points)} configurations, {bad} infeasible" + (f", {queued} queue" if queued else ""),
+              highlight=False)
     con.print(f"x: tok/s/user = 1000 / mean TBT (1 / TPOT); y: output tok/s per GPU ({gpus} GPUs)", highlight=False)
     con.print(t)
     con.print(("rows: every configuration" if every else "rows: each system's frontier (--all: every configuration)")
               + f"\nacross: on the frontier across systems ({len(res.frontier)} "
-              + ("point)" if len(res.frontier) == 1 else "points)"), highlight=False)
+              + ("point)" if len(res.frontier) == 1 else "points)")
+              + ("; queues: its memory holds fewer requests than the client keeps in flight (they wait; off the "
+                 "frontier)" if queued else ""), highlight=False)
 
 
 def _csv_value(v):
@@ -102,6 +108,8 @@ def cmd_pareto(a):
     kw = {"requests": a.requests, **server_limits(a)} if a.requests else dict(server_limits(a))
     if a.draws:
         kw["draws"] = a.draws
+    if a.prompts:
+        kw["prompts"] = a.prompts
     res = pareto(a.scenario, a.systems, context=a.context, output=a.output, concurrencies=a.concurrencies,
                  cxl_devices=a.cxl_device_list, dp=a.dp_list, device_buffer=a.device_buffer, method=a.method, **kw)
     pts = _rows(res, a.all)
@@ -115,7 +123,7 @@ def cmd_pareto(a):
         print_json({**res.to_dict(), **({"sglang": cmds} if a.emit else {})})
         return
     if a.csv != "-":
-        _table(res, pts, a.all)
+        _table(res, pts, a.all, prompts_of(a))
     for c in cmds:
         print("\n" + c["command"])
     if a.plot:
@@ -132,8 +140,8 @@ def register(sub) -> None:
                 "Predict every configuration of --system x --concurrency x --cxl-devices x --dp and mark the "
                 "frontier of output throughput per GPU against interactivity (tokens/s per user = 1 / TPOT), "
                 "the chart of serving benchmarks such as InferenceMAX. A configuration is on the frontier when "
-                "every request completes and no other configuration is at least as good on both axes and better "
-                "on one. The table lists each system's frontier and marks the frontier across systems.")
+                "every request completes without waiting in the server's queue (its memory holds every request "
+                "in flight) and no other configuration is at least as good on both axes and better on one. The table lists each system's frontier and marks the frontier across systems.")
     add_scenario(p)
     p.add_argument("--system", "--systems", dest="systems", type=arg(system_list), default="gpu,dram,cxl,rdma",
                    metavar="LIST", help=f"comma-separated systems from {', '.join(SYSTEMS)} (default gpu,dram,cxl,rdma)")
@@ -153,6 +161,7 @@ def register(sub) -> None:
                    help="GPU buffer slots per request and layer for pool systems (default: the scenario's)")
     p.add_argument("--requests", type=arg(count, hi=LIMITS["requests"]), default=None, metavar="N",
                    help="requests per prediction (default 8 x concurrency, as the testbed benchmark)")
+    add_prompts(p)
     p.add_argument("--draws", type=arg(count, hi=64), default=None, metavar="N",
                    help="draws of the requests' randomness each prediction averages (default 4)")
     p.add_argument("--method", choices=("engine", "analytic"), default="engine",

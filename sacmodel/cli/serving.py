@@ -6,8 +6,8 @@ import sys
 
 from ..util.names import MAIN_SYSTEMS, SYSTEMS
 from .common import (DEFAULT_CONTEXTS, LIMITS_TEXT, _fmt, _model_name, _parser, _scenario, _workload, add_json,
-                     add_model_options, add_plot, add_scenario, add_systems, add_workload, console, print_json, table,
-                     write_csv)
+                     add_model_options, add_plot, add_scenario, add_systems, add_workload, console, print_json,
+                     prompts_of, table, workload_text, write_csv)
 from .trust import print_band, print_binding, print_compare_bands
 from .types import LIMITS, arg, byte_size, count, setting, token_list
 
@@ -55,14 +55,13 @@ def _usage_unit(key: str, u: dict) -> str:
 
 
 def _describe(p, a) -> str:
-    cold = "cold prompts (prefilled)" if not p.config.get("prefix_cached", not a.cold) else "cached prompt"
-    prompts = f", {a.prompts} prompts" if getattr(a, "prompts", None) else ""
+    kind = workload_text(p.config.get("prompts") or prompts_of(a), p.config.get("prefix_cached", not a.cold))
     rate = f", Poisson {p.config['rate']:g} req/s" if p.config.get("rate") else ""
     tok = lambda n: f"{n // 1024}K" if n and n % 1024 == 0 else f"{n:,}"  # noqa: E731
     out = p.output if isinstance(p.output, int) else None
     out_text = tok(out) if out is not None else "{}:{} uniform".format(*map(tok, a.output))
     return (f"{p.system} on {p.scenario} ({_model_name(a)}): context {tok(p.context)}, output {out_text}, "
-            f"concurrency {p.concurrency}, {p.requests:,} requests{rate}, {cold}{prompts}")
+            f"concurrency {p.concurrency}, {p.requests:,} requests{rate}, {kind}")
 
 
 def cmd_predict(a):
@@ -157,11 +156,16 @@ def _usage_table(con, p):
     usage = p.capacity.get("usage", {})
     if not usage:
         return
-    t = table("memory use vs capacity", ("limit", "used", "capacity", "use"), right=("used", "capacity", "use"))
+    # what the engine held at most per rank: below the capacity, or the run stopped (host pool) or queued
+    peaks = {"max_total_tokens": p.breakdown.get("peak_device_tokens_per_rank"),
+             "host_pool": p.breakdown.get("peak_host_tokens_per_rank")}
+    t = table("memory use vs capacity (used: every request in flight at once; engine peak: what the run held)",
+              ("limit", "used", "capacity", "use", "engine peak"), right=("used", "capacity", "use", "engine peak"))
     for k, u in usage.items():
         f = (lambda x: f"{x:,.0f} tok") if _usage_unit(k, u) == "tokens" else (lambda x: f"{x / 1e9:,.1f} GB")
         share = f"{u['used'] / u['capacity']:.0%}" if u["capacity"] > 0 else "-"
-        t.add_row(USAGE_LABELS.get(k, k), f(u["used"]), f(u["capacity"]), share)
+        peak = peaks.get(k)
+        t.add_row(USAGE_LABELS.get(k, k), f(u["used"]), f(u["capacity"]), share, "-" if peak is None else f(peak))
     con.print(t)
 
 
@@ -179,10 +183,7 @@ def cmd_compare(a):
     rows = [(L, compare(scenario, systems, **{**_workload(a), "context": L}))
             for L in track(a.contexts, f"compare {len(systems)} systems")]
     n = a.requests or 8 * a.concurrency
-    prompts = getattr(a, "prompts", None) or "shared"
-    kind = ("cold prompts (each prefilled)" if a.cold else
-            f"{n:,} requests sharing one cached prompt" if prompts == "shared" else
-            f"{n:,} requests, each with its own cached prompt")
+    kind = f"{n:,} requests, " + workload_text(prompts_of(a, scenario), not a.cold)
     title = f"{a.scenario} ({_model_name(a)}): output {a.output} tokens, concurrency {a.concurrency}, {kind}"
     if a.plot:
         from ..plots.serving import plot_compare
@@ -220,8 +221,8 @@ def cmd_compare(a):
 
 
 # ---- command-line options -----------------------------------------------------------------------
-FIXES = {"host_pool": "a larger HiSparse host pool (the scenario's host_pool setting) or fewer requests in flight "
-                      "(--concurrency)",
+FIXES = {"host_pool": "fewer requests a rank (--max-running-requests, or --concurrency) or a larger HiSparse host "
+                      "pool (--set host_to_device_ratio=R)",
          "cxl_pool": "more CXL devices (--cxl-devices N)", "remote_pool": "more remote memory or --prompts shared",
          "max_total_tokens": "--max-total-tokens, or fewer requests in flight (--concurrency)",
          "hbm": "more GPUs or fewer requests in flight (--concurrency)",

@@ -20,12 +20,15 @@ from .common import (
     add_scenario,
     add_server_limits,
     add_systems,
+    add_prompts,
     add_workload,
     console,
     plain,
     print_json,
+    prompts_of,
     server_limits,
     table,
+    workload_text,
     write_csv,
 )
 from .types import (
@@ -75,6 +78,8 @@ def _loaded_workload(a) -> dict:
                                                       "max_running_requests") if getattr(a, k, None) is not None]
         if isinstance(a.output, tuple):
             given.append("--output MIN:MAX")
+        if getattr(a, "prompts", None):
+            given.append("--prompts")
         if given or getattr(a, "cold", False):
             raise ValueError(f"{', '.join(given) or '--cold'}: no effect with --unloaded (one request alone, cached "
                              "prompt); drop --unloaded for the loaded engine")
@@ -83,6 +88,8 @@ def _loaded_workload(a) -> dict:
               requests=a.requests, rate=a.rate, **res, **server_limits(a))
     if getattr(a, "cold", False):
         kw["prefix_cached"] = False
+    if getattr(a, "prompts", None):
+        kw["prompts"] = a.prompts
     return {k: v for k, v in kw.items() if v is not None}
 
 
@@ -92,7 +99,7 @@ def _model_line(a, wl: dict) -> str:
     c = wl.get("concurrency")          # absent when the concurrency is what varies
     n = wl.get("requests") or (f"{8 * c:,}" if c else "8 x concurrency")
     how = f"Poisson {wl['rate']:g} req/s" if wl.get("rate") else f"{n if isinstance(n, str) else f'{n:,}'} requests"
-    prompt = "cold prompts" if wl.get("prefix_cached") is False else "cached prompt"
+    prompt = workload_text(wl.get("prompts") or prompts_of(a), wl.get("prefix_cached") is not False)
     at = f"at concurrency {c}" if c else "over concurrency"
     return f"loaded: serving engine {at} ({how}, {prompt}); --unloaded for the closed form"
 
@@ -258,6 +265,7 @@ def cmd_plan(a):
         return
     con = console()
     con.print(r.message)
+    con.print("workload: " + workload_text(prompts_of(a), not a.cold), highlight=False)
     if r.tried:
         cols = ["value", "meets", "feasible", *slos]
         t = table(f"tried {r.vary}", cols, right=cols)
@@ -370,6 +378,8 @@ def cmd_sweep(a):
         fixed.setdefault("concurrency", DEFAULT_CONCURRENCY)
         if a.cold:
             fixed["prefix_cached"] = False
+        if a.prompts:
+            fixed["prompts"] = a.prompts
         if "context" not in grid and "context" not in fixed:
             raise ValueError("give --context or put context in a --grid")
         rows = sweep_predict(a.scenario, a.system, grid, fixed=fixed, scheduler=a.scheduler, workers=a.workers)
@@ -378,11 +388,13 @@ def cmd_sweep(a):
         res = ("cxl_devices", "rdma_nics", "device_buffer")
         header, body = keys + list(res), [[r[k] for k in keys] + [r["config"][k] for k in res] for r in rows]
         cols = {h: [row[i] for row in body] for i, h in enumerate(header)}
-        model = "loaded: serving engine at every point"
+        model = "loaded: serving engine at every point, " + workload_text(prompts_of(a), not a.cold)
     else:
-        if a.concurrency or a.requests or a.rate or a.cold or server_limits(a) or isinstance(a.output, tuple):
-            raise ValueError("--concurrency/--requests/--rate/--cold/--max-total-tokens/--max-running-requests and "
-                             "--output MIN:MAX need --full (the vectorised sweep is the unloaded closed form)")
+        if a.concurrency or a.requests or a.rate or a.cold or a.prompts or server_limits(a) or \
+                isinstance(a.output, tuple):
+            raise ValueError("--concurrency/--requests/--rate/--cold/--prompts/--max-total-tokens/"
+                             "--max-running-requests and --output MIN:MAX need --full (the vectorised sweep is the "
+                             "unloaded closed form)")
         out = sweep(a.scenario, a.system, grid, a.metric, context=a.context, output=a.output,
                     **{k: v for k, v in dict(cxl_devices=a.cxl_devices, rdma_nics=a.rdma_nics,
                                              device_buffer=a.device_buffer).items() if v is not None})
@@ -424,6 +436,7 @@ def _solver_workload(p, context_required=False, unloaded_flag=False):
     p.add_argument("--rate", type=arg(number, lo=RATE_RANGE[0], hi=RATE_RANGE[1], lo_open=False), default=None,
                    metavar="REQ/S", help="open loop: Poisson arrivals per second (default: closed loop)")
     p.add_argument("--cold", action="store_true", help="uncached prompts: every request is prefilled")
+    add_prompts(p)
     add_resources(p)
     add_server_limits(p)
     if unloaded_flag:
@@ -550,6 +563,7 @@ def _register_plan(sub) -> None:
     p.add_argument("--prices", type=arg(in_file), default=None, metavar="YAML",
                    help="price table: 'parts: {gpu: {usd_per_hour: 2.0}, ...}' (default: the built-in one)")
     add_workload(p)
+    add_prompts(p)
     add_json(p)
     from .pareto import add_emit
     add_emit(p)

@@ -345,7 +345,7 @@ def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dic
 
 
 V2_FIELDS = {"schema_version", "name", "description", "model", "cluster", "nodes", "links", "pools", "serving",
-             "calibration"}
+             "calibration", "workload"}
 
 
 def load_v2(data: dict, where: str, path: Path | None, load_host: Callable[[Any], Topology]) -> Topology:

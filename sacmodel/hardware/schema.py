@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 import networkx as nx
 import yaml
@@ -116,12 +116,21 @@ class LinkSpec(BaseModel):
     protocol: Name
 
 
+class WorkloadSpec(BaseModel):
+    """The workload a scenario stands for when a prediction names none (``workload:``): its prompts, with the
+    source that says so. Without it a prediction assumes independent users (distinct prompts)."""
+    model_config = ConfigDict(extra="forbid")
+    prompts: Literal["shared", "distinct"]
+    source: Text
+
+
 class ScenarioFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     schema_version: StrictInt
     name: Name
     description: Text = ""
     model: Name
+    workload: Optional[WorkloadSpec] = None
     nodes: list[dict[str, Any]] = Field(max_length=LIMITS["nodes"])
     links: list[dict[str, Any]] = Field(max_length=LIMITS["edges"])
     pools: dict[str, list[Name]] = {}
@@ -298,7 +307,8 @@ def build(data: Any, where: str, path: Path | None) -> Topology:
     topo = Topology(name=sf.name, graph=g, gpus=gpus, pools=pools, model_name=sf.model,
                     serving=_params(sf.serving, f"{where}: serving"),
                     calibration=_params(sf.calibration, f"{where}: calibration"),
-                    path=path, description=sf.description)
+                    path=path, description=sf.description,
+                    workload=sf.workload.prompts if sf.workload else None)
     _check_whole(topo, sf.model, where)
     return topo
 

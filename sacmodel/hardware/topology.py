@@ -204,6 +204,7 @@ class Topology:
     description: str = ""
     model_overrides: dict = field(default_factory=dict)   # config.json fields replaced (e.g. index_topk)
     cluster: Any = None     # schema version 2: the cluster (sacmodel.hardware.cluster.ClusterSpec)
+    workload: str | None = None   # the prompts of the workload it stands for ("shared"); None: independent users
     _routes: dict = field(default_factory=dict, repr=False)
 
     # ---- the graph, and its attributes without it --------------------------------------------------

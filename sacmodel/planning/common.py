@@ -25,6 +25,28 @@ class SolverError(ValueError):
     """A question the solvers cannot answer as asked (bad metric, parameter or range)."""
 
 
+def queues(pred) -> bool:
+    """Whether the requests of a closed-loop prediction wait in the server's queue: some data-parallel rank
+    never held as many requests at once as the client keeps in flight on it (``concurrency`` dealt
+    round-robin over the ranks), because its memory or ``max_running_requests`` admits fewer. Such a
+    configuration serves fewer users than asked, and their waits are in its TTFT, not in its TBT. The
+    engine's peak when it ran (``breakdown``), else (analytic) the capacity check's ``fits_at_once``. Open
+    loop (``rate``): False; ``plan.overloaded`` judges a rate."""
+    config = getattr(pred, "config", None) or {}
+    if not pred.feasible or config.get("rate"):
+        return False
+    peak = (getattr(pred, "breakdown", None) or {}).get("peak_requests_per_rank")
+    if peak is None:
+        return not (getattr(pred, "capacity", None) or {}).get("fits_at_once", True)
+    return peak < math.ceil(min(pred.concurrency, pred.requests) / (config.get("dp") or 1))
+
+
+def latency_slo(slo: dict) -> bool:
+    """Whether an SLO bounds a latency a queue's wait is part of (TTFT or E2E): then a configuration that
+    queues is judged by it; otherwise queueing itself misses the SLO (:func:`queues`)."""
+    return any(m.startswith(("ttft", "e2e")) for m in slo)
+
+
 def _topology(scenario) -> Topology:
     """The loaded scenario, or a clear error for something that is not a scenario (None, a number...)."""
     if scenario is None or isinstance(scenario, (bool, int, float)):

@@ -28,7 +28,7 @@ from ..serving.predict import predict
 from ..serving.systems import check_system
 from ..util.names import LIMITS
 from ..util.progress import track
-from .common import SolverError, _positive_tokens, _topology, _with_value
+from .common import SolverError, _positive_tokens, _topology, _with_value, queues
 
 DEFAULT_CONCURRENCIES = (4, 8, 16, 32, 64, 128, 256)      # InferenceMAX's usual client sweep
 SERVER_SETTINGS = ("dp", "cxl_devices", "rdma_nics", "device_buffer", "max_total_tokens", "max_running_requests")
@@ -58,6 +58,7 @@ class ParetoPoint:
     tbt_mean_ms: float
     e2e_mean_ms: float
     output_throughput_tok_s: float      # the whole server's
+    queued: bool = False                # requests waited for memory: fewer users served at once than asked
     on_frontier: bool = False           # on the frontier across every system and setting
     on_system_frontier: bool = False    # on the frontier of its own system
     settings: dict = field(default_factory=dict)
@@ -245,17 +246,19 @@ def _point(p, system, concurrency, dp, tp, devices, server, workload) -> ParetoP
     settings = {"dp": dp, **server, **({"rdma_nics": rnics} if rnics is not None else {})}
     return ParetoPoint(system, concurrency, dp, tp, gpus, devices, rnics, ok, float(p.success_fraction), p.limit,
                        1000.0 / tbt if ok else math.nan, thr / gpus if ok else math.nan, p.ttft_mean_ms,
-                       p.ttft_p99_ms, tbt, p.e2e_mean_ms, thr, settings=settings,
+                       p.ttft_p99_ms, tbt, p.e2e_mean_ms, thr, queues(p), settings=settings,
                        workload={**workload, "concurrency": concurrency})
 
 
 def _mark(points: list[ParetoPoint]) -> None:
-    """Set ``on_frontier`` (across all points) and ``on_system_frontier`` (within each system)."""
+    """Set ``on_frontier`` (across all points) and ``on_system_frontier`` (within each system), over the
+    configurations that serve their users: every request completes and none waits in the queue (a queued
+    point's TBT is that of fewer users, its wait hidden in its TTFT)."""
     if not points:
         return
     x = np.array([p.tok_s_per_user for p in points])
     y = np.array([p.tok_s_per_gpu for p in points])
-    ok = np.array([p.feasible for p in points])
+    ok = np.array([p.feasible and not p.queued for p in points])
     for p, on in zip(points, pareto_front(x, y, ok)):
         p.on_frontier = bool(on)
     for s in {p.system for p in points}:

@@ -15,7 +15,7 @@ from ..serving.systems import check_system
 from ..util.names import HIGHER_IS_BETTER, LIMITS, LOADED, PRICE_FILE
 from ..util.progress import status, track
 from .closed_forms import _check_vary
-from .common import SolverError, _positive_tokens, _topology, _with_value, with_pool_size
+from .common import SolverError, _positive_tokens, _topology, _with_value, latency_slo, queues, with_pool_size
 
 
 def prices(path: str | Path | None = None) -> dict[str, dict]:
@@ -71,7 +71,11 @@ class PlanResult:
 
 
 def _meets(pred, slo: dict) -> bool:
+    """Every request completes within the SLO, and the server holds all of them at once unless the SLO bounds
+    the TTFT or E2E that the queue's wait would be part of (:func:`~sacmodel.planning.common.queues`)."""
     if not pred.feasible or pred.success_fraction < 1.0:
+        return False
+    if not latency_slo(slo) and queues(pred):
         return False
     for m, target in slo.items():
         v = getattr(pred, m, None)
@@ -98,7 +102,10 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
 
     ``vary``: cxl_devices, rdma_nics (pools grow by cloning their first member), dp (GPUs), device_buffer,
     or a hardware number such as ``node:cxl_device.capacity`` / ``node:host_dram.capacity`` (give ``step``).
-    The prediction at one step less is returned too (it misses the SLO), with the cost of the parts.
+    ``workload``: :func:`predict` arguments (``prompts``: "distinct", "shared", or absent for the scenario's
+    workload, else independent users). A configuration whose requests queue for memory misses an SLO that
+    bounds no TTFT or E2E (:func:`~sacmodel.planning.common.queues`). The prediction at one step less is
+    returned too (it misses the SLO), with the cost of the parts.
     """
     _check_slo(slo)
     check_system(system)
@@ -116,7 +123,7 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
         over = overloaded(t, system, {**workload, **kw}, p)
         ok = _meets(p, slo) and not over
         res.tried.append({"value": v, "meets": ok, "feasible": p.feasible, "limit": p.limit,
-                          "success_fraction": p.success_fraction, "overloaded": over,
+                          "success_fraction": p.success_fraction, "overloaded": over, "queued": queues(p),
                           **{m: getattr(p, m) for m in slo}})
         if ok:
             res.found, res.value, res.prediction = True, v, p.to_dict()
@@ -168,6 +175,9 @@ def why_not(topo, system: str, workload: dict, slo: dict, last) -> str:
             if not _meets_one(getattr(last, m, None), m, t)]
     if last.success_fraction < 1.0:
         miss.append(f"only {last.success_fraction:.0%} of the requests complete ({last.limit})")
+    if not latency_slo(slo) and queues(last):
+        miss.append(f"requests queue: a rank held at most {last.breakdown.get('peak_requests_per_rank', '?')} at "
+                    f"once (its memory admits no more); bound ttft_mean_ms in the SLO to accept the wait")
     out = "At the largest value: " + ", ".join(miss) + "."
     lat = {m: t for m, t in slo.items() if m.startswith(("ttft", "e2e"))}
     if lat:

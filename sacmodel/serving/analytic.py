@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import brentq
 
+from .capacity import host_pool_tokens, host_tokens
 from .config import FETCH_SYSTEMS, Config, backup_bandwidth, fetch_bandwidth
 from .access import ndtr
 from .engine.stepmodel import Model
@@ -358,12 +359,30 @@ def prefill_only(cfg: Config, mdl: Model, ld: Load, C: int, rate: float | None) 
     return Terms(0.0, 0.0, T_p, 0.0, 0.0, X, pre, 1.0, min(1.0, X * ld.chunks * T_p))
 
 
+def _host_pool_stop(cfg: Config, reqs: Requests, decoding: float) -> str | None:
+    """The limit where the requests a rank decodes at once overflow its HiSparse host pool (SGLang stops there,
+    :class:`~sacmodel.serving.engine.memory.HostPool`), else None."""
+    cap = host_pool_tokens(cfg)
+    if cap is None or not len(reqs):
+        return None
+    shared = reqs.prompt is not None and bool(reqs.cached.any())
+    L, out = float(reqs.context.mean()), float(reqs.output.mean())
+    held = (L if shared else 0.0) + math.ceil(decoding - 1e-9) * host_tokens(min(cfg.page, L) if shared else L, out)
+    if held <= cap:
+        return None
+    return (f"host_pool: {held:,.0f} of {cap:,} host-pool slots a rank for the {math.ceil(decoding - 1e-9)} requests "
+            "it decodes at once; a HiSparse allocation that finds the pool full stops the server")
+
+
 def steady_state(cfg: Config, reqs: Requests, concurrency: int, rate: float | None = None) -> dict:
     """Metrics of the steady state (fields of :class:`sacmodel.serving.predict.Prediction`; ms, tokens/s)."""
     mdl = Model(cfg)
     ld = load_of(cfg, mdl, reqs, rate)
     C = max(1, min(concurrency, len(reqs)))
     t = solve(cfg, mdl, ld, C, rate) if ld.O > 1 else prefill_only(cfg, mdl, ld, C, rate)
+    stop = _host_pool_stop(cfg, reqs, t.b)
+    if stop:
+        return {"feasible": False, "success_fraction": 0.0, "limit": stop}
     tr = mdl.v["t_request"]
     tbt = t.S / (ld.O - 1.0) if ld.O > 1 else math.nan
     return {"ttft_mean_ms": (t.pre + tr) * 1e3, "tbt_mean_ms": tbt * 1e3, "e2e_mean_ms": (t.R + tr) * 1e3,

@@ -9,8 +9,16 @@ stores the prompts remotely.
 
 A configuration is **infeasible** only where the real server cannot serve it however long requests wait: the
 weights do not fit the memory budget, one request alone does not fit the pool, or the pools allocated at start-up
-do not fit their memory. More requests in flight than the pool holds at once is not infeasible: the scheduler
-keeps them waiting (``fits_at_once`` says whether they all fit together; the engine runs the queue).
+do not fit their memory. More requests in flight than the device pool holds at once is not infeasible: the
+scheduler keeps them waiting (``fits_at_once`` says whether they all fit together; the engine runs the queue).
+
+The HiSparse host pool is not part of SGLang's admission: a request takes its prompt's host slots when its
+prefill is staged, and one more slot per decode step for the token before; when an allocation finds the pool
+full, ``HiSparseCoordinator`` raises ``RuntimeError("HiSparse host mem pool alloc failed ...")`` and the server
+stops (sgl-project/sglang ``managers/hisparse_coordinator.py``, ``admit_request_into_staging`` and
+``_eager_backup_previous_token``; the same in the testbed's fork, magicYang1573/sglang branch
+hisparse-cxl-prefix-cache-opt-rdma). Its row of the memory table counts the requests the device pool admits at
+once; the engine stops where the pool runs out (:class:`~sacmodel.serving.engine.memory.HostPool`).
 """
 from __future__ import annotations
 
@@ -42,6 +50,28 @@ def _per_request_slots(cfg: Config, context: int, output: int, shared: bool) -> 
     return max(prefix, 0), per_req
 
 
+def host_pool_tokens(cfg: Config) -> int | None:
+    """Slots of a rank's HiSparse host pool: ``int(host_to_device_ratio x max_total_tokens)``, as
+    ``MLATokenToKVPoolHost`` sizes it (None: no host pool; ``rdma-topk`` reads the remote pool directly)."""
+    if not cfg.hisparse or cfg.system == "rdma-topk":
+        return None
+    t = cfg.topo
+    ratio = t.param("host_to_device_ratio") if t.has_param("host_to_device_ratio") else 2.0
+    return int(ratio * cfg.max_total_tokens)
+
+
+def host_tokens(prompt: int, output: int) -> int:
+    """Host-pool slots a request holds at most: its prompt's (staged after prefill) and the decode tokens backed
+    up one step late (the first decode step backs nothing up; the last token is never written): ``output - 2``."""
+    return int(prompt) + max(int(output) - 2, 0)
+
+
+def device_admits(cfg: Config, context: int, output: int, shared: bool) -> int:
+    """Requests a rank's device pool holds at once (its slots less the shared prefix's, over one request's)."""
+    prefix, per_req = _per_request_slots(cfg, context, output, shared)
+    return max(int((cfg.max_total_tokens - prefix) // per_req), 0) if per_req > 0 else 0
+
+
 def static_check(cfg: Config, *, context: int, output: int, concurrency: int, prompts: str = "shared") -> dict:
     """Usage and capacity per resource; whether the run can be served at all and whether it fits at once.
 
@@ -59,11 +89,15 @@ def static_check(cfg: Config, *, context: int, output: int, concurrency: int, pr
     usage: dict[str, tuple[float, float]] = {"hbm": (weights + cfg.max_total_tokens * slot, total),
                                              "max_total_tokens": (prefix + per_rank * per_req, cfg.max_total_tokens)}
     alone = {"max_total_tokens": (prefix + per_req, cfg.max_total_tokens)}
-    if cfg.hisparse and cfg.system != "rdma-topk":      # rdma-topk reads the remote pool, no host pool
-        ratio = t.param("host_to_device_ratio") if t.has_param("host_to_device_ratio") else 2.0
-        host = ratio * cfg.max_total_tokens
-        usage["host_pool"] = ((context if shared else per_rank * context) + per_rank * (cfg.page + output), host)
-        alone["host_pool"] = (context + cfg.page + output, host)
+    host = host_pool_tokens(cfg)
+    if host is not None:
+        ratio = host / cfg.max_total_tokens if cfg.max_total_tokens else 2.0
+        # the requests the device pool lets in at once, each with its prompt (a shared prompt's prefix: once,
+        # in its prefix-cache entry; a request stages its tail, at most a page) and its decode tokens
+        at_once = min(per_rank, device_admits(cfg, context, output, shared), cfg.max_running_requests)
+        own = min(cfg.page, context) if shared else context
+        usage["host_pool"] = ((context if shared else 0) + at_once * host_tokens(own, output), host)
+        alone["host_pool"] = (host_tokens(context, output), host)
         _pool_memory(cfg, usage, ratio, context, concurrency, shared)
     if cfg.system in ("rdma", "rdma-topk"):
         remote = t.nodes_of("remote_memory")
@@ -80,6 +114,9 @@ def static_check(cfg: Config, *, context: int, output: int, concurrency: int, pr
     start = {k: usage[k] for k in ("host_dram", "cxl_pool") if k in usage}     # allocated at start-up
     never = {k: u / c for k, (u, c) in {**alone, **start}.items() if u > c}
     over = {k: u / c for k, (u, c) in usage.items() if u > c}
+    if host is not None:
+        out["host_pool_tokens"] = host
+        out["host_requests_per_rank"] = host // max(host_tokens(context, output), 1)    # distinct prompts
     return dict(out, feasible=not never, fits_at_once=not over,
                 limit=_limit_text(max(never, key=never.get), alone, start) if never else None)
 

@@ -1,7 +1,8 @@
 """Serving model: TTFT, TBT, throughput, completion and memory of each KV-cache architecture.
 
-:func:`predict` builds the workload (the SAC testbed's benchmark by default: ``requests`` released at once,
-at most ``concurrency`` in flight, all hitting one cached prompt), checks capacity (:mod:`sacmodel.serving.capacity`)
+:func:`predict` builds the workload (``requests`` released at once, at most ``concurrency`` in flight; independent
+users with distinct prompts unless the scenario's ``workload:`` or ``prompts=`` says they share one, as the SAC
+testbed's benchmark does), checks capacity (:mod:`sacmodel.serving.capacity`)
 and runs the event engine (:mod:`sacmodel.serving.engine.loop`) over the step model (:mod:`sacmodel.serving.step`). A run whose
 device pool overflows stops where the server did; ``success_fraction`` says which share of the requests
 completed and ``limit`` names the resource.
@@ -154,6 +155,12 @@ def workload(cfg: Config, *, context: int, output, requests: int, rate: float | 
                     delay=delay)
 
 
+def default_prompts(topo) -> str:
+    """The prompts of the workload a scenario stands for when a prediction names none: its ``workload:``
+    field (the SAC testbed's: one shared prompt, its benchmark), else ``"distinct"`` (independent users)."""
+    return getattr(topo, "workload", None) or "distinct"
+
+
 def percentile(x, q: float) -> float:
     """``np.percentile(x, q)`` (linear interpolation, the same arithmetic) without importing ``numpy.ma``,
     which numpy 2.4's percentile does (40 ms of a 0.5 s command)."""
@@ -177,8 +184,8 @@ def _check(context, concurrency, requests, rate, prompts, method):
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate)
                              or rate <= 0):
         raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
-    if prompts not in ("shared", "distinct"):
-        raise ConfigError(f"prompts must be 'shared' or 'distinct', not {prompts!r}")
+    if prompts not in (None, "shared", "distinct"):
+        raise ConfigError(f"prompts must be 'shared', 'distinct' or None (the scenario's workload), not {prompts!r}")
     if method not in ("engine", "analytic"):
         raise ConfigError(f"method must be 'engine' or 'analytic', not {method!r}")
 
@@ -186,7 +193,7 @@ def _check(context, concurrency, requests, rate, prompts, method):
 def predict(scenario, system: str, *, context: int, output, concurrency: int, requests: int | None = None,
             cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
             rate: float | None = None, max_total_tokens: int | None = None, max_running_requests: int | None = None,
-            seed: int = 0, prefix_cached: bool = True, prompts: str = "shared", method: str = "engine",
+            seed: int = 0, prefix_cached: bool = True, prompts: str | None = None, method: str = "engine",
             outputs=None, record: bool = False, cold_staging: bool = True, exact_prompt: bool = True,
             draws: int = DRAWS) -> Prediction:
     """Predict TTFT, TBT, E2E latency, throughput and completion of ``system`` on ``scenario``.
@@ -194,9 +201,11 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     Closed loop (default): ``requests`` (default 8 x concurrency) released at t = 0, at most ``concurrency``
     in flight; open loop: Poisson arrivals at ``rate`` requests/s. ``output``: an int, or a ``(min, max)``
     pair drawn uniformly per request (``seed``), or the exact lengths in ``outputs``. ``prefix_cached=False``:
-    every prompt is prefilled from scratch (the testbed's first round). ``prompts="shared"``: every request
-    hits one cached prompt (the testbed benchmark; the prefix is stored once); ``"distinct"``: each request
-    has its own prompt (what capacity planning usually means). ``cold_staging`` (shared prompt): each rank's
+    every prompt is prefilled from scratch (the testbed's first round). ``prompts="distinct"``: independent
+    users, each request with its own prompt (and its own output tokens); ``"shared"``: every request hits one
+    cached prompt (the testbed benchmark: the prefix is stored once, and greedy decoding gives every request
+    the same tokens, so a MoE layer reads the experts of one token); None (default): the scenario's
+    ``workload:`` (:func:`default_prompts`), else distinct. ``cold_staging`` (shared prompt): each rank's
     first hit finds no host-pool entry under its prefix key and backs the prompt up again, as in the testbed's
     second round; False: the entry exists (steady state). ``exact_prompt`` (default True): a prompt of
     ``context`` tokens has exactly ``context`` tokens; False: its last partial page varies from request to
@@ -214,6 +223,7 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     lo, hi = output_spec(output)
     cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics,
                   max_total_tokens=max_total_tokens, max_running_requests=max_running_requests)
+    prompts = default_prompts(cfg.topo) if prompts is None else prompts
     if cfg.model.max_position and context + hi > cfg.model.max_position:
         raise PositionError(f"context {context} + output {hi} exceeds {cfg.model.name}'s maximum position "
                           f"{cfg.model.max_position}")
@@ -305,7 +315,7 @@ def fill(pred: Prediction, cfg: Config, reqs: Requests, res) -> Prediction:
     pred.success_fraction = float(ok.mean()) if len(ok) else 1.0
     if res.crash is not None:
         pred.feasible = False
-        pred.limit = "max_total_tokens: " + res.crash.reason
+        pred.limit = f"{res.crash.resource}: {res.crash.reason}"
     ttft = (res.first - res.release) * 1e3
     e2e = (res.done - res.release) * 1e3
     multi = ok & (out > 1)
@@ -362,6 +372,8 @@ def breakdown(cfg: Config, res, duration: float) -> dict:
         out["ttft_copy_wait_ms"] = s["first_token_copy_wait_s"] / max(len(res.first), 1) * 1e3
     out["peak_device_tokens_per_rank"] = s.get("peak_used", 0.0)
     out["peak_requests_per_rank"] = s.get("peak_rank_requests", 0)
+    if "peak_host" in s:
+        out["peak_host_tokens_per_rank"] = s["peak_host"]
     if cfg.system != "gpu":
         bw, _ = swap_route(cfg, cfg.dp)
         out["swap_bandwidth_share_GBps"] = bw / 1e9

@@ -70,7 +70,7 @@ def test_loaded_sensitivity_names_the_adapter_link(tmp_path):
     """At 36 GB/s per device the template's single adapter link binds the swap-in; the NIC's links are on no
     route of the cxl system, so their elasticity is 0 without a prediction."""
     t = template(tmp_path, "36 GB/s")
-    wl = dict(context=131072, output=256, concurrency=64, draws=4)
+    wl = dict(context=131072, output=256, concurrency=64, draws=4, prompts="shared")    # the issue's benchmark
     used = links_used(t, "cxl", wl)
     assert ("cxl_adapter", "rc") in used and ("nic[0]", "remote_pool") not in used
     rows = sensitivity_loaded(t, "cxl", "tbt_mean_ms", rel=0.05, **wl,

@@ -73,7 +73,8 @@ def test_issue_example_the_single_adapter_binds(tmp_path, device_bw, resource, k
     36 GB/s the adapter binds. The swap term's utilisation is the share of its time spent copying at the
     saturated resource: copy / (t_kernel + latency + copy)."""
     t = template(tmp_path, device_bw)
-    p = predict(t, "cxl", context=131072, output=256, concurrency=64, draws=1)
+    p = predict(t, "cxl", context=131072, output=256, concurrency=64, draws=1,
+                prompts="shared")      # the issue's example: the benchmark's workload
     sw = _swap(p)
     assert (sw["resource"], sw["kind"], sw["next"]) == (resource, kind, nxt)
     assert p.breakdown["swap_bandwidth_share_GBps"] == pytest.approx(share)

@@ -48,11 +48,12 @@ def test_the_new_token_ratio_is_sglangs_dp_attention_default_from_two_ranks_on(d
 
 def test_a_crashed_server_takes_no_more_requests():
     # HiSparse: 6144 + 64 = 6208 slots per request and rank; 20,000 slots hold 3. Nine requests to rank 0
-    # (a router's choice): the fourth allocation fails; a request submitted after that is never sent
+    # (a router's choice): the fourth allocation fails; a request submitted after that is never sent. The
+    # host pool (2 x 20,000 slots) holds the three 8K prompts (three 16K prompts would fill it first)
     cfg = resolve("sac-testbed", "dram", device_buffer=6144, max_total_tokens=20000)
     eng = open_engine(cfg, max_output=8)
     for _ in range(9):
-        eng.submit(0.0, 16384, 8, 0.0, rank=0)
+        eng.submit(0.0, 8192, 8, 0.0, rank=0)
     while eng.memory.crash is None and eng.step():
         pass
     crash = eng.memory.crash

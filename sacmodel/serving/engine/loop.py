@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..capacity import host_pool_tokens
 from ..config import Config
 from .client import Client
 from .cost import IterationCost
 from .distinct import DistinctTokens
 from .emit import Emission
 from .frontend import FrontEnd
-from .memory import Crash, DeviceMemory, SGLangMemory
+from .memory import Crash, DeviceMemory, HostPool, SGLangMemory
 from .misses import MissCurves
 from .scheduler import Dispatch, Ranks
 from .staging import Staging
@@ -97,8 +98,10 @@ class Engine:
         self.memory = _memory(cfg, table, reqs.prefix_pages)
         self.staging = Staging(cfg, table, model, reqs.cold_staging)
         self.distinct = DistinctTokens(cfg.dp, table.pid)
+        host = host_pool_tokens(cfg)
+        self.host = HostPool(cfg.dp, host, table, self.memory) if host is not None else None
         self.ranks = Ranks(cfg.dp, cfg, table, self.memory, self.staging, self.distinct,
-                           MissCurves(model, table.max_out))
+                           MissCurves(model, table.max_out), self.host)
         self.dispatch = Dispatch(cfg.dp, first_round, self.ranks.rank_of)
         self.cost = IterationCost(model, table)
         self.emit = Emission(self.frontend, self.ranks.rank_of, table.out)
@@ -275,7 +278,7 @@ class Engine:
         """The iteration's prefill batches ran: their requests stage to decode (or end); memory peaks noted."""
         ranks, stats, staged = self.ranks, self.stats, self.staging.staged
         for r, batch in admits:
-            self.finished += ranks.finish_prefill(r, batch, self.it, self.emit.unsent)
+            self.finished += ranks.finish_prefill(r, batch, self.it, self.emit.unsent, self.t)
             stats.peak_rank_requests = max(stats.peak_rank_requests, ranks.running[r] + len(staged[r]))
         self.memory.note_peak()       # only admissions take memory
 
@@ -293,5 +296,8 @@ class Engine:
         c = self.client
         first = np.array(c.first, dtype=float) + tr
         done = np.array(c.done, dtype=float) + tr             # every finished request's last token is delivered
+        stats = self.stats.as_dict(self.memory.peak)
+        if self.host is not None:
+            stats["peak_host"] = self.host.peak
         return EngineResult(np.array(c.sent, dtype=float), first, done, np.isfinite(done), self.memory.crash,
-                            self.stats.as_dict(self.memory.peak), self.timeline.rows)
+                            stats, self.timeline.rows)

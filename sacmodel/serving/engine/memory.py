@@ -16,10 +16,11 @@ from .workload import RequestTable
 
 @dataclass
 class Crash:
-    """The server stopped at ``time`` (s) because rank ``rank`` failed for ``reason``."""
+    """The server stopped at ``time`` (s) because rank ``rank`` failed for ``reason`` (in ``resource``)."""
     time: float
     rank: int
     reason: str
+    resource: str = "max_total_tokens"
 
 
 class DeviceMemory:
@@ -169,3 +170,81 @@ class SGLangMemory(DeviceMemory):
     def reset_ratio(self, r: int, decoded: float, max_new: float, batch: int) -> None:
         """After a retraction: the ratio the survivors' progress suggests (``Scheduler.update_running_batch``)."""
         self.ratio[r] = min(1.0, (decoded + self.RETRACT_STEPS * batch) / (max_new + 1))
+
+
+class HostPool:
+    """A rank's HiSparse host pool (``capacity`` slots per rank), as the coordinator allocates it.
+
+    A request takes its prompt's slots when its prefill is staged (a prefix hit whose prompt has a host-cache
+    entry on the rank takes only its own tail; the first such hit of a prompt on a rank holds the entry, kept
+    while the run lasts) and, from its second decode step on, one slot per step for the token before; it gives
+    them back when it ends. SGLang does not admit by the host pool: an allocation that finds it full raises and
+    the server stops (``crash`` on the device memory, which the loop watches). ``peak``: the most any rank held.
+    """
+
+    def __init__(self, dp: int, capacity: int, table: RequestTable, memory: DeviceMemory):
+        self.capacity, self.table, self.memory = capacity, table, memory
+        self.static = [0.0] * dp              # prompt slots of the running and staged requests, and the entries
+        self.own = [0.0] * table.n            # prompt slots each request holds
+        self.entries: list[set] = [set() for _ in range(dp)]   # prompts with a host-cache entry on each rank
+        self.peak = 0.0
+        self.running = self.clock = self.sum_join = None       # the ranks' decode state (bind)
+
+    def bind(self, running: list[int], clock: list[int], sum_join: list[int]) -> None:
+        self.running, self.clock, self.sum_join = running, clock, sum_join
+
+    def add(self, i: int) -> None:
+        self.own.append(0.0)
+
+    def decoded(self, r: int) -> float:
+        """Decode tokens the running requests of rank ``r`` have backed up (steps run since each joined)."""
+        return float(self.running[r] * self.clock[r] - self.sum_join[r])
+
+    def stage(self, r: int, i: int, now: float) -> bool:
+        """Request ``i``'s prefill on rank ``r`` is staged: its prompt's slots; False (and a crash) if full."""
+        tb = self.table
+        pid = tb.pid[i] if tb.pid is not None else None
+        need = float(tb.L[i])
+        if pid is not None and tb.hit[i]:
+            need = float(tb.todo[i])                              # its own tail; the prefix is in the entry
+            if pid not in self.entries[r]:
+                self.entries[r].add(pid)
+                self.static[r] += tb.L[i] - tb.todo[i]
+        used = self.static[r] + self.decoded(r)
+        if used + need > self.capacity:
+            self._crash(now, r, need, used)
+            return False
+        self.static[r] += need
+        self.own[i] = need
+        self.peak = max(self.peak, used + need)
+        return True
+
+    def steps_fit(self, r: int) -> int:
+        """Decode steps rank ``r`` can run before a backup finds its host pool full."""
+        b = self.running[r]
+        free = self.capacity - self.static[r] - self.decoded(r)
+        return int(free // b) + 1 if b and free >= 0 else (1 << 30 if not b else 0)
+
+    def check(self, ranks: list[int], now: float) -> bool:
+        """The decoding ``ranks``' next step backs its tokens up: False (and a crash) where a pool is full."""
+        for r in ranks:
+            used = self.static[r] + self.decoded(r)
+            if used > self.capacity:
+                self._crash(now, r, self.running[r], used - self.running[r])
+                return False
+            self.peak = max(self.peak, used)
+        return True
+
+    def free(self, r: int, requests) -> None:
+        own = self.own
+        for i in requests:
+            self.static[r] -= own[i]
+            own[i] = 0.0
+
+    def _crash(self, now: float, r: int, need: float, used: float) -> None:
+        tb = self.table
+        most = min((tb.L[i] + max(tb.out[i] - 2, 0) for i in range(tb.n)), default=1)
+        self.memory.crash = Crash(now, r, f"HiSparse host pool allocation of {need:.0f} tokens failed on rank {r} "
+                                          f"({used:.0f} of {self.capacity:,} slots in use; SGLang stops; "
+                                          f"{self.capacity // max(most, 1)} requests of {most:,} tokens fit a rank)",
+                                  "host_pool")

@@ -22,7 +22,7 @@ from collections import deque
 import numpy as np
 
 from .distinct import DistinctTokens
-from .memory import DeviceMemory, SGLangMemory
+from .memory import DeviceMemory, HostPool, SGLangMemory
 from .misses import MissCurves
 from .staging import Staging
 from .workload import RequestTable
@@ -74,8 +74,8 @@ class Ranks:
     """Per-rank scheduler state (lists indexed by rank) and per-request progress (lists indexed by request)."""
 
     def __init__(self, dp: int, cfg, table: RequestTable, memory: DeviceMemory, staging: Staging,
-                 distinct: DistinctTokens, curves: MissCurves):
-        self.dp, self.table, self.memory, self.staging = dp, table, memory, staging
+                 distinct: DistinctTokens, curves: MissCurves, host: HostPool | None = None):
+        self.dp, self.table, self.memory, self.staging, self.host = dp, table, memory, staging, host
         self.distinct = distinct
         self.curves = curves
         # each request's miss curve over its life (None: none), made when it joins decode and dropped when it ends
@@ -107,9 +107,13 @@ class Ranks:
         self.paged = isinstance(memory, SGLangMemory)        # SGLang's own admission and retraction
         if self.paged:
             memory.bind(self.running, self.clock, self.sum_join)
+        if host is not None:
+            host.bind(self.running, self.clock, self.sum_join)
 
     def add(self, i: int) -> None:
         """Request ``i`` was appended to the table."""
+        if self.host is not None:
+            self.host.add(i)
         self.rank_of.append(0)
         self.prefilled.append(0)
         self.joined.append(0)
@@ -137,6 +141,8 @@ class Ranks:
                 n_dec += running[r]
             elif paged and not waiting[r]:
                 memory.idle(r)
+        if self.host is not None and decoding:     # the decode step's backups find room, or the server stops
+            self.host.check(decoding, now)
         if paged and decoding:        # a rank's retraction touches only that rank: checked after the batches
             full = memory.full(decoding)
             for r in full:
@@ -179,11 +185,11 @@ class Ranks:
             w.popleft()
         return batch, n_tok, n_new
 
-    def finish_prefill(self, r: int, batch: list, it: int, done: list[int]) -> int:
+    def finish_prefill(self, r: int, batch: list, it: int, done: list[int], now: float = 0.0) -> int:
         """The batch's prefill ran: requests whose prompt is done (appended to ``done``, their first tokens to
-        send) are staged to decode from iteration ``it`` on, or end (one output token). Returns how many
-        ended."""
-        prefilled, todo, out, hooks = self.prefilled, self.table.todo, self.table.out, self.hooks
+        send) are staged to decode from iteration ``it`` on (taking their host-pool slots at ``now``, s), or end
+        (one output token). Returns how many ended."""
+        prefilled, todo, out, hooks, host = self.prefilled, self.table.todo, self.table.out, self.hooks, self.host
         ended = 0
         for i, take in batch:
             prefilled[i] += take
@@ -197,6 +203,8 @@ class Ranks:
                     self.memory.free(r, (i,), running=False)
                 ended += 1
             else:
+                if host is not None and not host.stage(r, i, now):
+                    return ended                          # the server stopped
                 self.staging.stage(r, i, it)
         return ended
 
@@ -300,6 +308,8 @@ class Ranks:
         jump = min(to_end + 1, 256 if youngest >= 512 else 2 * youngest + 1)
         if self.paged:                               # until the first pool fills up
             jump = min(jump, self.memory.fewest_steps(decoding))
+        if self.host is not None:                    # until a host pool fills up
+            jump = min(jump, min(self.host.steps_fit(r) for r in decoding))
         return max(1, jump)
 
     def advance(self, decoding: list[int], jump: int, ended: list) -> int:
@@ -339,6 +349,8 @@ class Ranks:
         if self.distinct.on:
             self.distinct.leave(r, gone, joined, ck)
         self.memory.free(r, gone)
+        if self.host is not None:
+            self.host.free(r, gone)
         if self.hooks is not None:
             for i in gone:
                 self.hooks.ended(r, i)

@@ -28,12 +28,12 @@ settings.load_profile("checks")
 def pytest_addoption(parser):
     parser.addoption("--fuzz-long", action="store_true",
                      help="run the fuzz suite (tests/fuzz) with many more examples (SACMODEL_FUZZ_LONG_EXAMPLES); "
-                          "implied by -m long")
+                          "-m long implies it")
 
 
-def _long_run(config) -> bool:
-    """``-m long`` (the campaigns' command) or ``--fuzz-long``."""
-    return config.getoption("markexpr", "").strip() == "long" or config.getoption("--fuzz-long")
+def _campaign(config) -> bool:
+    """``-m long``: the campaigns' command."""
+    return config.getoption("markexpr", "").strip() == "long"
 
 
 def pytest_configure(config):
@@ -44,8 +44,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "fuzz: hostile-input fuzzing in a sandbox (tests/fuzz)")
     config.addinivalue_line("markers", "long: a campaign rather than a check: run by `pytest -m long`, "
                                        "deselected by default (addopts)")
-    if _long_run(config):
+    if _campaign(config) or config.getoption("--fuzz-long"):
         os.environ["SACMODEL_FUZZ_EXAMPLES"] = os.environ.get("SACMODEL_FUZZ_LONG_EXAMPLES", "2000")
+    if _campaign(config):
         settings.load_profile("long")
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(_WorkerResults(), "sacmodel-worker-results")
@@ -59,7 +60,7 @@ def pytest_collection_modifyitems(config, items):
     """Under ``-m long``, every hypothesis test is part of the campaign: marked ``long`` and, where it fixes its
     own number of examples, run with LONG_FACTOR times as many (the fuzz suite's sizes come from
     SACMODEL_FUZZ_EXAMPLES instead)."""
-    if not _long_run(config):
+    if not _campaign(config):
         return
     for item in items:
         s = _hypothesis_settings(item)

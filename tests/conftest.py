@@ -52,6 +52,16 @@ def pytest_configure(config):
         config.pluginmanager.register(_WorkerResults(), "sacmodel-worker-results")
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (addopts): one worker per core for the suite or a folder; none (this process) when the
+    command names only test files or tests (``pytest tests/x/test_y.py``: two workers would import and collect
+    everything twice for a few seconds of tests)."""
+    args = [a for a in config.args if not a.startswith("-")]
+    if args and all(a.split("::")[0].endswith(".py") for a in args):
+        return 0
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def _hypothesis_settings(item):
     return getattr(getattr(item, "obj", None), "_hypothesis_internal_use_settings", None)
 

@@ -14,22 +14,31 @@ def _reference_case(args):
     return simulate(**c, steps=steps, seed=seed, dims=256, per_step=True)["misses_per_step"]
 
 
-def reference_vs_closed_form(seeds: int = 6, workers: int = 1):
-    """Mean misses per step of the numpy reference (drifting query, real top-k, LRU) vs the closed forms."""
+CASES = [dict(context=16384, topk=1024, buffer_slots=2048, correlation=0.99),
+         dict(context=16384, topk=1024, buffer_slots=3072, correlation=0.995),
+         dict(context=32768, topk=2048, buffer_slots=4096, correlation=0.98),
+         dict(context=8192, topk=512, buffer_slots=1024, correlation=0.95)]
+STEPS_OF = [300 if c["correlation"] >= 0.995 else 120 for c in CASES]
+SEEDS = 6
+
+
+def reference_jobs(seeds: int = SEEDS) -> list[tuple]:
+    """The reference simulations, each the argument of :func:`_reference_case` (any order, any process)."""
+    return [(c, n, s) for c, n in zip(CASES, STEPS_OF) for s in range(seeds)]
+
+
+def reference_vs_closed_form(seeds: int = SEEDS, workers: int = 1, sims_all: list | None = None):
+    """Mean misses per step of the numpy reference (drifting query, real top-k, LRU) vs the closed forms;
+    ``sims_all``: the results of :func:`reference_jobs` (in their order), computed here when not given."""
     from sacmodel.serving.access import exact_steady_state, miss_series
-    cases = [dict(context=16384, topk=1024, buffer_slots=2048, correlation=0.99),
-             dict(context=16384, topk=1024, buffer_slots=3072, correlation=0.995),
-             dict(context=32768, topk=2048, buffer_slots=4096, correlation=0.98),
-             dict(context=8192, topk=512, buffer_slots=1024, correlation=0.95)]
-    steps_of = [300 if c["correlation"] >= 0.995 else 120 for c in cases]
-    jobs = [(c, n, s) for c, n in zip(cases, steps_of) for s in range(seeds)]
-    if workers > 1:
+    jobs = reference_jobs(seeds)
+    if sims_all is None and workers > 1:
         with ProcessPoolExecutor(workers) as ex:
             sims_all = list(ex.map(_reference_case, jobs))
-    else:
+    elif sims_all is None:
         sims_all = [_reference_case(j) for j in jobs]
     rows = []
-    for i, (c, steps) in enumerate(zip(cases, steps_of)):
+    for i, (c, steps) in enumerate(zip(CASES, STEPS_OF)):
         sims = np.mean(sims_all[i * seeds:(i + 1) * seeds], axis=0)
         closed = miss_series(**c, steps=steps, exact=True)
         m_ss, t_c = exact_steady_state(**c)

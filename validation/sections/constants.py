@@ -56,15 +56,39 @@ def _carries(el: dict) -> str:
     return f"{LABEL[m]} of {s} ({el[best[1]]:+.2f})"
 
 
-def table_of(topo) -> dict:
-    """Every fitted or a-priori constant: value, bounds, range, stage, transfer rule, elasticities at 1% and 5%."""
-    stage = {**{k: "1 (micro-benchmark)" for k in MICROBENCH_PARAMS if not k.startswith(("node:", "link:"))},
-             **{k: "2 (server logs)" for k in STEP_PARAMS}, **{k: "3 (runs)" for k in SERVING_PARAMS},
-             **{k: "3, measured (server logs)" for k in MEASURED_PARAMS},
-             **{k: "4 (cold rounds)" for k in PREFILL_PARAMS}, **{k: "a priori" for k in A_PRIORI}}
+def _stages() -> dict:
+    return {**{k: "1 (micro-benchmark)" for k in MICROBENCH_PARAMS if not k.startswith(("node:", "link:"))},
+            **{k: "2 (server logs)" for k in STEP_PARAMS}, **{k: "3 (runs)" for k in SERVING_PARAMS},
+            **{k: "3, measured (server logs)" for k in MEASURED_PARAMS},
+            **{k: "4 (cold rounds)" for k in PREFILL_PARAMS}, **{k: "a priori" for k in A_PRIORI}}
+
+
+FIELDS = {(STEPS[0], ELASTICITY_DRAWS): "elasticity", (STEPS[1], ELASTICITY_DRAWS): "elasticity_5pct",
+          (STEPS[0], SENSITIVITY_DRAWS): "elasticity_default_draws",
+          (STEPS[1], SENSITIVITY_DRAWS): "elasticity_5pct_default_draws"}
+
+
+def elasticity_jobs(topo) -> list[tuple]:
+    """The independent pieces of the elasticities: (topology, [constant], step, draws), one per constant, step and
+    number of draws, each the arguments of :func:`elasticities` (run them in any order, in any process)."""
+    names = [k for k in _stages() if topo.has_param(k)]
+    return [(topo, [name], rel, draws) for rel, draws in FIELDS for name in names]
+
+
+def table_of(topo, done: list[dict] | None = None, reuse: dict | None = None) -> dict:
+    """Every fitted or a-priori constant: value, bounds, range, stage, transfer rule, elasticities at 1% and 5%.
+    ``done``: the results of :func:`elasticity_jobs` (in their order), computed here when not given; ``reuse``:
+    a previous table whose elasticities are taken instead (``--quick``: those of the last full run)."""
+    stage = _stages()
     names = [k for k in stage if topo.has_param(k)]
-    el = {rel: elasticities(topo, names, rel) for rel in STEPS}
-    few = {rel: elasticities(topo, names, rel, SENSITIVITY_DRAWS) for rel in STEPS}
+    if reuse is not None and all(k in reuse and all(f in reuse[k] for f in FIELDS.values()) for k in names):
+        el = {f: {k: reuse[k][f] for k in names} for f in FIELDS.values()}
+    else:
+        jobs = elasticity_jobs(topo)
+        done = done if done is not None else [elasticities(*j) for j in jobs]
+        el = {f: {} for f in FIELDS.values()}
+        for (_, (name,), rel, draws), got in zip(jobs, done):
+            el[FIELDS[rel, draws]][name] = got[name]
     out = {}
     for k in names:
         unit, scale = (PARAM_UNITS[k][0], PARAM_UNITS[k][1]) if k in PARAM_UNITS else ("", 1.0)
@@ -72,9 +96,8 @@ def table_of(topo) -> dict:
                   "bounds": f"{PARAM_UNITS[k][2]:g} .. {PARAM_UNITS[k][3]:g} {unit}".strip() if k in PARAM_UNITS else "-",
                   "plausible": PLAUSIBLE.get(k, topo.calibration[k].source if k in topo.calibration else ""),
                   "stage": stage[k], "transfer": RULES.get(k, ("", "carried over"))[1],
-                  "elasticity": el[STEPS[0]][k], "elasticity_5pct": el[STEPS[1]][k],
-                  "elasticity_default_draws": few[STEPS[0]][k], "elasticity_5pct_default_draws": few[STEPS[1]][k],
-                  "carries": _carries(el[STEPS[1]][k])}
+                  **{f: el[f][k] for f in FIELDS.values()},
+                  "carries": _carries(el["elasticity_5pct"][k])}
     return out
 
 

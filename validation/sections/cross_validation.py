@@ -43,19 +43,29 @@ def _fold(args):
     return name, errors(comps), params, len(train), round(time.time() - t0, 1)
 
 
-def cross_validate(runs, obs, workers):
-    jobs = [(name, runs, obs) for name in CATEGORIES]
+def fold_jobs(runs, obs) -> list[tuple]:
+    """One fold per category, each the argument of :func:`_fold` (any order, any process)."""
+    return [(name, runs, obs) for name in CATEGORIES]
+
+
+def collect(results) -> dict:
+    """The section's figures from the folds' results (in :func:`fold_jobs`' order)."""
     out = {}
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as ex:
-            results = list(ex.map(_fold, jobs))
-    else:
-        results = [_fold(j) for j in jobs]
     for name, rows, params, n_train, secs in results:
         out[name] = {"runs": rows, "mape_pct": mape(rows), "trained_on": n_train, "seconds": secs,
                      "params": {k: v / PARAM_UNITS[k][1] for k, v in params.items()}}
         print(f"  left out {name}: trained on {n_train}, tested on {len(rows)} ({secs} s)", flush=True)
     return out
+
+
+def cross_validate(runs, obs, workers):
+    jobs = fold_jobs(runs, obs)
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as ex:
+            results = list(ex.map(_fold, jobs))
+    else:
+        results = [_fold(j) for j in jobs]
+    return collect(results)
 
 
 def render(rep) -> list[str]:

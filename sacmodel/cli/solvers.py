@@ -155,7 +155,8 @@ def cmd_breakeven(a):
     wl.pop(a.vary, None)
     if "context" not in wl and a.vary != "context":
         raise ValueError("give --context (or --vary context)")
-    be = breakeven(a.scenario, a.a, a.b, metric=m, vary=a.vary, lo=lo, hi=hi, ratio=a.ratio, points=a.points, **wl)
+    be = breakeven(a.scenario, a.a, a.b, metric=m, vary=a.vary, lo=lo, hi=hi, ratio=a.ratio, points=a.points,
+                   curve=bool(a.csv), **wl)
     model = _model_line(a, wl)
     if a.plot:
         from ..plots.serving import plot_breakeven
@@ -174,8 +175,15 @@ def cmd_breakeven(a):
     if be.found:
         res = "-" if be.residual is None else f"{be.residual:.1e}"
         print(f"method: {be.method}; relative residual {res}; {_sides(be)}")
+    print(_tally(be.predictions))
     if a.plot:
         print(f"plot written to {a.plot}", file=sys.stderr)
+
+
+def _tally(counts: dict) -> str:
+    """'predictions: 14 engine, 30 analytic': what a search ran."""
+    from sacmodel.planning.search import tally_line
+    return tally_line(counts)
 
 
 def _value(s: str, name: str, what: str) -> float:

@@ -320,8 +320,10 @@ def predict_command(a, settings: dict) -> str:
 
 
 def cmd_sensitivity(a):
+    from sacmodel.planning.search import Tally
     from sacmodel.planning.sensitivity import sensitivity, sensitivity_loaded, symbol_kind
     m = _metric_for(a)
+    counts = Tally()
     wl = _loaded_workload(a)
     if a.draws is not None:
         if a.unloaded:
@@ -329,12 +331,12 @@ def cmd_sensitivity(a):
                              "--unloaded for the loaded engine")
         wl["draws"] = a.draws
     if a.unloaded:
-        rows = sensitivity(a.scenario, a.system, m, **wl)
+        rows = sensitivity(a.scenario, a.system, m, counts=counts, **wl)
         kind = symbol_kind
     else:
         from sacmodel.planning.common import hardware_parameters
         rows = sensitivity_loaded(a.scenario, a.system, m, params=hardware_parameters(a.scenario) if a.hardware
-                                  else None, **wl)
+                                  else None, counts=counts, **wl)
         kind = lambda n: "hardware" if n.startswith(("node:", "link:", "node@", "link@")) else "software"  # noqa: E731
         rows = [(n, e, v, "") for n, e, v, _ in rows]
     if a.hardware:
@@ -351,7 +353,8 @@ def cmd_sensitivity(a):
     if a.csv:
         write_csv(a.csv, list(out[0]) if out else ["parameter"], [list(r.values()) for r in out])
     if a.json:
-        print_json({"metric": m, "model": "unloaded" if a.unloaded else "loaded", "workload": wl, "rows": out})
+        print_json({"metric": m, "model": "unloaded" if a.unloaded else "loaded", "workload": wl, "rows": out,
+                    "predictions": counts.to_dict()})
         return
     if a.csv == "-":
         return
@@ -364,6 +367,7 @@ def cmd_sensitivity(a):
     con.print(f"elasticity d ln(metric) / d ln(parameter) of {what}", highlight=False)
     con.print(t)
     con.print(_model_line(a, wl))
+    con.print(counts.line(), highlight=False)
 
 
 def cmd_sweep(a):

@@ -84,6 +84,8 @@ def _table(res, pts, every: bool) -> None:
     con.print(("rows: every configuration" if every else "rows: each system's frontier (--all: every configuration)")
               + f"\nacross: on the frontier across systems ({len(res.frontier)} "
               + ("point)" if len(res.frontier) == 1 else "points)"), highlight=False)
+    from sacmodel.planning.search import tally_line
+    con.print(tally_line(res.predictions), highlight=False)
 
 
 def _csv_value(v):

@@ -282,6 +282,7 @@ def cmd_plan(a):
         for k, v in (r.prices or {}).items():
             con.print(f"  {k:<12} {v['usd_per_hour']:6.2f} USD/h  {v.get('source', 'no source given')}",
                       highlight=False, markup=False, soft_wrap=True)
+    con.print(_tally(r.predictions), highlight=False)
     if r.found:
         con.print("check it: " + predict_command(a, {a.max_load or a.vary: r.value}), highlight=False,
                   soft_wrap=True)

@@ -208,7 +208,7 @@ def cmd_winner_map(a):
         wl.pop(k, None)
     if "context" not in (xn, yn) and "context" not in wl:
         raise ValueError("give --context or vary context on --x/--y")
-    wm = winner_map(a.scenario, a.systems, m, (xn, xv), (yn, yv), **wl)
+    wm = winner_map(a.scenario, a.systems, m, (xn, xv), (yn, yv), values=bool(a.csv), **wl)
     systems = a.systems
     name = lambda i: systems[i] if i >= 0 else None  # noqa: E731
     counts = {s: int((wm["winner"] == i).sum()) for i, s in enumerate(systems)}
@@ -230,7 +230,7 @@ def cmd_winner_map(a):
         print_json({"metric": m, "model": "unloaded" if a.unloaded else "loaded", "workload": wl, "x_name": xn,
                     "y_name": yn, "x": wm["x"], "y": wm["y"],
                     "winner": [[name(i) for i in row] for row in wm["winner"]], "counts": counts,
-                    "none_feasible": none})
+                    "none_feasible": none, "predictions": wm["predictions"]})
         return
     if a.csv == "-":
         return
@@ -238,6 +238,7 @@ def cmd_winner_map(a):
     print(model)
     print("best system: " + ", ".join(f"{s} at {n} points" for s, n in counts.items())
           + (f", none feasible at {none}" if none else ""))
+    print(_tally(wm["predictions"]))
     if a.plot:
         print(f"plot written to {a.plot}", file=sys.stderr)
 

@@ -139,7 +139,8 @@ def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, re
     if not base.feasible:
         raise SolverError(f"the configuration is infeasible ({base.limit}): no sensitivity to report")
     used, keys = _links_of(probe), [k for k in probe._routes if k != ("miss curves",)]
-    before = reads(copy.deepcopy(topo), system, workload, keys)
+    paths = {k: v for k, v in probe._routes.items() if _is_path(k)}
+    before = reads(copy.deepcopy(topo), system, workload, keys, paths)
     out = []
     for name in track(params, f"sensitivity of {metric} ({system})"):
         try:
@@ -156,8 +157,7 @@ def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, re
             t = copy.deepcopy(topo)
             set_param(t, name, moved(name, v0, fac))
             moved_topos.append(t)
-        if before is not None and all(reads(copy.deepcopy(t), system, workload, keys) == before
-                                      for t in moved_topos):
+        if before is not None and all(reads(t, system, workload, keys, paths) == before for t in moved_topos):
             out.append((name, 0.0, v0, "loaded: moves no number the prediction reads"))
             continue
         vals = []
@@ -175,13 +175,14 @@ RESOURCES = ("cxl_devices", "rdma_nics", "device_buffer", "max_total_tokens", "m
 _AGES = np.unique(np.geomspace(1, 1 << 20, 64).round())     # ages at which the score process is compared
 
 
-def reads(topo, system: str, workload: dict, keys) -> tuple | None:
+def reads(topo, system: str, workload: dict, keys, paths: dict | None = None) -> tuple | None:
     """Every number of ``topo`` a prediction of ``system`` at ``workload`` reads, given the route-cache ``keys``
     the prediction computed: the resolved configuration, the step model's static values, the score process,
     the capacity check, and each route's share (swap-in routes, prefix-copy and backup bandwidths, nearest
     DRAM). Two scenarios with equal ``reads`` give the same prediction (the engine is deterministic and reads
-    the scenario through nothing else). ``topo`` is changed (its routes are recomputed): pass a copy. None
-    when a key is of a kind this does not know (then nothing can be concluded)."""
+    the scenario through nothing else). ``topo``'s route cache is emptied and refilled (starting from
+    ``paths``: the routes' node paths, which the scenario's numbers do not choose). None when a key is of a
+    kind this does not know (then nothing can be concluded)."""
     from dataclasses import fields
 
     from ..serving.capacity import static_check
@@ -192,6 +193,7 @@ def reads(topo, system: str, workload: dict, keys) -> tuple | None:
     import inspect
     prompts = workload.get("prompts", inspect.signature(predict).parameters["prompts"].default)
     topo._routes.clear()
+    topo._routes.update(paths or {})
     cfg = resolve(topo, system, **{k: workload[k] for k in RESOURCES if workload.get(k) is not None})
     out = [tuple((f.name, getattr(cfg, f.name)) for f in fields(cfg) if f.name != "topo"), cfg.buffer_alloc,
            cfg.entry_bytes, tuple(sorted(static_values(cfg).items())), tuple(score_correlation(cfg, _AGES)),
@@ -201,7 +203,7 @@ def reads(topo, system: str, workload: dict, keys) -> tuple | None:
         from ..serving.engine.stepmodel import Model
         out.append(Model(cfg).pf_dma_bw())
     for k in sorted(keys, key=repr):
-        if len(k) == 2 and all(isinstance(x, str) for x in k):
+        if _is_path(k):
             continue                    # a path: chosen by the weights set when the scenario was loaded
         if k[0] == "binding routes":
             continue                    # what binds each term: computed after the metrics, from them
@@ -218,10 +220,14 @@ def reads(topo, system: str, workload: dict, keys) -> tuple | None:
     return tuple(out)
 
 
+def _is_path(key) -> bool:
+    """A route-cache key of a node path (source, destination)."""
+    return len(key) == 2 and all(isinstance(x, str) for x in key)
+
+
 def _links_of(probe) -> set[tuple[str, str]]:
     """The directed links on the routes left in ``probe``'s route cache (its routes started empty)."""
-    return {(u, v) for k, path in probe._routes.items()
-            if len(k) == 2 and all(isinstance(x, str) for x in k) and isinstance(path, list)
+    return {(u, v) for k, path in probe._routes.items() if _is_path(k) and isinstance(path, list)
             for u, v in zip(path, path[1:])}
 
 

@@ -136,9 +136,9 @@ class _Sides:
                     self.tally.add("closed_form")
                     self.memo[key] = float(fast(x))
                 else:
-                    self.tally.add("closed_form" if self.kind == "unloaded" else method)
-                    extra = {"method": method} if method != "engine" else {}
-                    self.memo[key] = evaluate(self.topo, s, self.metric, self.vary, x, **self.fixed, **extra)
+                    kw = {**self.fixed, **({"method": method} if method != "engine" else {})}
+                    self.tally.add("closed_form" if self.kind == "unloaded" else kw.get("method", "engine"))
+                    self.memo[key] = evaluate(self.topo, s, self.metric, self.vary, x, **kw)
         return self.memo[key]
 
     def d(self, x: float) -> float:

@@ -182,8 +182,9 @@ def _loaded_map(topo, systems, metric, x, y, fixed, values: bool, counts: Tally)
     def at(i, j, s, method="engine"):
         t, kw = _with_value(topo, xn, xv[i])
         t, kw2 = _with_value(t, yn, yv[j])
-        counts.add(method)
-        return evaluate(t, s, metric, **{**fixed, **kw, **kw2, **({"method": method} if method != "engine" else {})})
+        args = {**fixed, **kw, **kw2, **({"method": method} if method != "engine" else {})}
+        counts.add(args.get("method", "engine"))
+        return evaluate(t, s, metric, **args)
     coarse = [(i, j) for i in _every_other(len(xv)) for j in _every_other(len(yv))]
     cells = list(itertools.product(range(len(xv)), range(len(yv)))) if values else coarse
     for (i, j), k in track([(c, k) for c in cells for k in range(len(systems))], "winner map"):

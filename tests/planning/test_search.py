@@ -100,3 +100,22 @@ def test_reads_see_a_binding_number_and_not_an_idle_one():
     assert moved("node:gpu.hbm_bandwidth") != base
     assert moved("node@dram0.bandwidth") == base and moved("link@rc0->gpu_s0[1].bandwidth") == base
     assert reads(copy.deepcopy(topo), "cxl", wl, keys + [("unknown kind", 1)]) is None
+
+
+def test_loaded_winner_map_decides_between_agreeing_points(monkeypatch):
+    """Stub loaded metric: cxl's TBT is x + y, dram's is 12 (dram wins where x + y > 12), the analytic estimate
+    3% high for both. The map decided from every other point and the estimate equals the map of every point,
+    with fewer engine evaluations; a cell next to the boundary runs the engine."""
+    import sacmodel.planning.sweep as sweep_mod
+
+    def fake_evaluate(topo, system, metric, method="engine", **kw):
+        v = kw["context"] / 1000 + kw["output"] / 1000 if system == "cxl" else 12.0
+        return v * (1.03 if method == "analytic" else 1.0)
+    monkeypatch.setattr(sweep_mod, "evaluate", fake_evaluate)
+    grid = (("context", np.arange(1, 10) * 1000.0), ("output", np.arange(1, 10) * 1000.0))
+    every = sweep_mod.winner_map("sac-testbed", ["cxl", "dram"], "tbt_mean_ms", *grid, values=True, concurrency=8)
+    fast = sweep_mod.winner_map("sac-testbed", ["cxl", "dram"], "tbt_mean_ms", *grid, concurrency=8)
+    assert fast["winner"].tolist() == every["winner"].tolist()
+    assert every["predictions"]["engine"] == 2 * 81
+    assert fast["predictions"]["engine"] < every["predictions"]["engine"] * 0.75
+    assert {0, 1} == set(fast["winner"].ravel().tolist())

@@ -6,18 +6,20 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-import sympy as sp
-from scipy.optimize import brentq
 
 from ..hardware.topology import Topology
 from ..serving.costs import SYMBOLS
 from ..serving.systems import check_system
+from ..util.lazy import lazy_module
 from ..util.names import HIGHER_IS_BETTER, LIMITS, fmt_value, kind_of
 from ..util.progress import status, track
 from .closed_forms import _check_vary, evaluate, mean_misses_grid, symbolic
 from .common import DISCRETE, WORKLOAD_SYMBOLS, SolverError, _metric_kind, _positive_tokens, _topology
 from .search import Tally, scan
 from .sweep import _lambdify
+
+sp = lazy_module("sympy")      # loads when an expression is first built (a loaded search needs none)
+optimize = lazy_module("scipy.optimize")      # brentq: loads when a crossing is refined
 
 
 @dataclass
@@ -248,7 +250,7 @@ def _grid_roots(d, xs: np.ndarray, diff: np.ndarray, ok: np.ndarray, discrete: b
             roots.append(float(hi_i))
         elif diff[i + 1] != 0:
             t = tol or dict(xtol=1e-9 * max(1.0, abs(xs[i])), rtol=1e-12)
-            roots.append(float(brentq(d, xs[i], xs[i + 1], **t)))
+            roots.append(float(optimize.brentq(d, xs[i], xs[i + 1], **t)))
     return sorted(set(roots))
 
 

@@ -6,7 +6,6 @@ import copy
 import math
 
 import numpy as np
-import sympy as sp
 
 from ..hardware.params import get_param, link_of, set_param
 from ..hardware.topology import TopologyError
@@ -14,11 +13,14 @@ from ..serving.config import resolve
 from ..serving.costs import SYMBOLS
 from ..serving.predict import predict
 from ..serving.systems import check_system
+from ..util.lazy import lazy_module
 from ..util.names import LOADED
 from ..util.progress import track
 from .closed_forms import mean_misses, scenario_values, symbolic, unloaded_expression
 from .common import SolverError, _positive_tokens, _topology, hardware_parameters
 from .search import Tally
+
+sp = lazy_module("sympy")      # loads when an expression is first built (a loaded search needs none)
 
 HARDWARE_SYMBOLS = {"sw_bw": "pool-route bandwidth the GPU gets", "sw_lat": "pool-route load latency",
                     "hbm_bw": "GPU HBM bandwidth", "peak_bf16": "GPU BF16 FLOP/s", "peak_fp8": "GPU FP8 FLOP/s",

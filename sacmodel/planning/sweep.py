@@ -8,16 +8,18 @@ import math
 import os
 
 import numpy as np
-import sympy as sp
 
 from ..serving.config import ConfigError
 from ..serving.predict import predict
 from ..serving.systems import check_system
+from ..util.lazy import lazy_module
 from ..util.names import HIGHER_IS_BETTER, LIMITS, kind_of
 from ..util.progress import track
 from .closed_forms import _check_vary, evaluate, mean_misses_grid, symbolic
 from .common import WORKLOAD_SYMBOLS, SolverError, _finite_array, _metric_kind, _positive_tokens, _topology, _with_value
 from .search import Tally
+
+sp = lazy_module("sympy")      # loads when an expression is first built (a loaded search needs none)
 
 _LAMBDAS: dict = {}
 

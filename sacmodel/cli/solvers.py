@@ -513,7 +513,7 @@ def _register_breakeven(sub) -> None:
                    help=f"grid points scanned for crossings (default 48, 2 to {LIMITS['points']:,}); counts "
                         "are bisected exactly between them")
     _solver_workload(p, unloaded_flag=True)
-    add_plot(p, "draw both curves and the crossings")
+    add_plot(p, "draw both curves (at the points the search ran; with --csv at every grid point) and the crossings")
     add_json(p)
     p.set_defaults(func=cmd_breakeven)
 

@@ -1,4 +1,5 @@
-"""Benchmark: vectorised sweep points per second, predict calls per second, lambdified fetch model speed.
+"""Benchmark: vectorised sweep points per second, predict calls per second, lambdified fetch model speed, and the
+CPU time and prediction counts of the searches (breakeven, sensitivity, pareto, winner-map, max_load).
 
     python benchmarks/bench.py
 
@@ -91,3 +92,41 @@ t = time.perf_counter()
 rows = sweep_predict("sac-testbed", "cxl", combos, fixed={"output": 1024}, progress=False)
 dt = time.perf_counter() - t
 print(f"sweep_predict on all local cores: {len(rows)} predictions in {dt:.1f} s ({len(rows) / dt:.0f} predict/s)")
+
+# issue 34: searches that reuse work. CPU seconds of this process for each search (the CLI adds its start-up,
+# about 1 s of imports), with the predictions each ran, by method.
+from sacmodel.planning.breakeven import breakeven  # noqa: E402
+from sacmodel.planning.pareto import pareto  # noqa: E402
+from sacmodel.planning.plan import max_load  # noqa: E402
+from sacmodel.planning.search import Tally, tally_line  # noqa: E402
+from sacmodel.planning.sensitivity import sensitivity_loaded  # noqa: E402
+from sacmodel.planning.sweep import winner_map  # noqa: E402
+
+
+def search(label, fn):
+    t = time.process_time()
+    counts = fn()
+    print(f"{label}: {time.process_time() - t:.2f} s CPU; {tally_line(counts)}")
+
+
+search("breakeven (README: cxl vs dram, tbt x1.1 over context 8K-256K, concurrency 64)",
+       lambda: breakeven("sac-testbed", "cxl", "dram", metric="tbt_mean_ms", vary="context", lo=8192, hi=262144,
+                         ratio=1.1, output=1024, concurrency=64).predictions)
+
+
+def _sensitivity():
+    c = Tally()
+    sensitivity_loaded("sac-testbed", "cxl", "tbt_mean_ms", context=131072, output=1024, concurrency=16, counts=c)
+    return c.to_dict()
+
+
+search("sensitivity (cxl, 128K, concurrency 16, every parameter, 16 draws)", _sensitivity)
+search("pareto (cxl,dram,rdma at 64K, the default 112 configurations)",
+       lambda: pareto("sac-testbed", ["cxl", "dram", "rdma"], context=65536).predictions)
+search("winner-map (context 8K-128K x output 256-8K, 5 x 6, dram,cxl,rdma, tbt at concurrency 64)",
+       lambda: winner_map("sac-testbed", ["dram", "cxl", "rdma"], "tbt_mean_ms",
+                          ("context", np.linspace(8192, 131072, 5)), ("output", np.linspace(256, 8192, 6)),
+                          concurrency=64)["predictions"])
+search("plan --max-load concurrency (cxl, 128K, tbt <= 80 ms)",
+       lambda: max_load("sac-testbed", "cxl", workload={"context": 131072, "output": 1024},
+                        slo={"tbt_mean_ms": 80.0}, max_value=1024).predictions)

@@ -309,7 +309,7 @@ def test_breakeven_winner_of_a_throughput_metric(monkeypatch):
         return float(value) if system == "cxl" else level["dram"]
     monkeypatch.setattr(solvers, "evaluate", fake_evaluate)
     kw = dict(metric="output_throughput_tok_s", vary="concurrency", lo=1, hi=40, context=32768, output=64)
-    be = solvers.breakeven("sac-testbed", "cxl", "dram", **kw)
+    be = solvers.breakeven("sac-testbed", "cxl", "dram", curve=True, **kw)
     assert be.found and be.values == [11.0] and (be.winner_below, be.winner_above) == ("dram", "cxl")
     assert be.residual == pytest.approx(0.5 / 10.5)            # |a - b| / b at the root n = 11
     assert be.curve["x"] == [float(n) for n in range(1, 41)]   # 48 points over 40 integers: each once

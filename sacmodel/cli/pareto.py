@@ -90,6 +90,8 @@ def _table(res, pts, every: bool, prompts: str) -> None:
               + ("point)" if len(res.frontier) == 1 else "points)")
               + ("; queues: its memory holds fewer requests than the client keeps in flight (they wait; off the "
                  "frontier)" if queued else ""), highlight=False)
+    from sacmodel.planning.search import tally_line
+    con.print(tally_line(res.predictions), highlight=False)
 
 
 def _csv_value(v):

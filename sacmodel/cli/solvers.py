@@ -162,7 +162,8 @@ def cmd_breakeven(a):
     wl.pop(a.vary, None)
     if "context" not in wl and a.vary != "context":
         raise ValueError("give --context (or --vary context)")
-    be = breakeven(a.scenario, a.a, a.b, metric=m, vary=a.vary, lo=lo, hi=hi, ratio=a.ratio, points=a.points, **wl)
+    be = breakeven(a.scenario, a.a, a.b, metric=m, vary=a.vary, lo=lo, hi=hi, ratio=a.ratio, points=a.points,
+                   curve=bool(a.csv), **wl)
     model = _model_line(a, wl)
     if a.plot:
         from ..plots.serving import plot_breakeven
@@ -181,8 +182,15 @@ def cmd_breakeven(a):
     if be.found:
         res = "-" if be.residual is None else f"{be.residual:.1e}"
         print(f"method: {be.method}; relative residual {res}; {_sides(be)}")
+    print(_tally(be.predictions))
     if a.plot:
         print(f"plot written to {a.plot}", file=sys.stderr)
+
+
+def _tally(counts: dict) -> str:
+    """'predictions: 14 engine, 30 analytic': what a search ran."""
+    from sacmodel.planning.search import tally_line
+    return tally_line(counts)
 
 
 def _value(s: str, name: str, what: str) -> float:
@@ -207,7 +215,7 @@ def cmd_winner_map(a):
         wl.pop(k, None)
     if "context" not in (xn, yn) and "context" not in wl:
         raise ValueError("give --context or vary context on --x/--y")
-    wm = winner_map(a.scenario, a.systems, m, (xn, xv), (yn, yv), **wl)
+    wm = winner_map(a.scenario, a.systems, m, (xn, xv), (yn, yv), values=bool(a.csv), **wl)
     systems = a.systems
     name = lambda i: systems[i] if i >= 0 else None  # noqa: E731
     counts = {s: int((wm["winner"] == i).sum()) for i, s in enumerate(systems)}
@@ -229,7 +237,7 @@ def cmd_winner_map(a):
         print_json({"metric": m, "model": "unloaded" if a.unloaded else "loaded", "workload": wl, "x_name": xn,
                     "y_name": yn, "x": wm["x"], "y": wm["y"],
                     "winner": [[name(i) for i in row] for row in wm["winner"]], "counts": counts,
-                    "none_feasible": none})
+                    "none_feasible": none, "predictions": wm["predictions"]})
         return
     if a.csv == "-":
         return
@@ -237,6 +245,7 @@ def cmd_winner_map(a):
     print(model)
     print("best system: " + ", ".join(f"{s} at {n} points" for s, n in counts.items())
           + (f", none feasible at {none}" if none else ""))
+    print(_tally(wm["predictions"]))
     if a.plot:
         print(f"plot written to {a.plot}", file=sys.stderr)
 
@@ -282,6 +291,7 @@ def cmd_plan(a):
         for k, v in (r.prices or {}).items():
             con.print(f"  {k:<12} {v['usd_per_hour']:6.2f} USD/h  {v.get('source', 'no source given')}",
                       highlight=False, markup=False, soft_wrap=True)
+    con.print(_tally(r.predictions), highlight=False)
     if r.found:
         con.print("check it: " + predict_command(a, {a.max_load or a.vary: r.value}), highlight=False,
                   soft_wrap=True)
@@ -320,8 +330,10 @@ def predict_command(a, settings: dict) -> str:
 
 
 def cmd_sensitivity(a):
+    from sacmodel.planning.search import Tally
     from sacmodel.planning.sensitivity import sensitivity, sensitivity_loaded, symbol_kind
     m = _metric_for(a)
+    counts = Tally()
     wl = _loaded_workload(a)
     if a.draws is not None:
         if a.unloaded:
@@ -329,12 +341,12 @@ def cmd_sensitivity(a):
                              "--unloaded for the loaded engine")
         wl["draws"] = a.draws
     if a.unloaded:
-        rows = sensitivity(a.scenario, a.system, m, **wl)
+        rows = sensitivity(a.scenario, a.system, m, counts=counts, **wl)
         kind = symbol_kind
     else:
         from sacmodel.planning.common import hardware_parameters
         rows = sensitivity_loaded(a.scenario, a.system, m, params=hardware_parameters(a.scenario) if a.hardware
-                                  else None, **wl)
+                                  else None, counts=counts, **wl)
         kind = lambda n: "hardware" if n.startswith(("node:", "link:", "node@", "link@")) else "software"  # noqa: E731
         rows = [(n, e, v, "") for n, e, v, _ in rows]
     if a.hardware:
@@ -351,7 +363,8 @@ def cmd_sensitivity(a):
     if a.csv:
         write_csv(a.csv, list(out[0]) if out else ["parameter"], [list(r.values()) for r in out])
     if a.json:
-        print_json({"metric": m, "model": "unloaded" if a.unloaded else "loaded", "workload": wl, "rows": out})
+        print_json({"metric": m, "model": "unloaded" if a.unloaded else "loaded", "workload": wl, "rows": out,
+                    "predictions": counts.to_dict()})
         return
     if a.csv == "-":
         return
@@ -364,6 +377,7 @@ def cmd_sensitivity(a):
     con.print(f"elasticity d ln(metric) / d ln(parameter) of {what}", highlight=False)
     con.print(t)
     con.print(_model_line(a, wl))
+    con.print(counts.line(), highlight=False)
 
 
 def cmd_sweep(a):
@@ -512,7 +526,7 @@ def _register_breakeven(sub) -> None:
                    help=f"grid points scanned for crossings (default 48, 2 to {LIMITS['points']:,}); counts "
                         "are bisected exactly between them")
     _solver_workload(p, unloaded_flag=True)
-    add_plot(p, "draw both curves and the crossings")
+    add_plot(p, "draw both curves (at the points the search ran; with --csv at every grid point) and the crossings")
     add_json(p)
     p.set_defaults(func=cmd_breakeven)
 

@@ -6,17 +6,20 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-import sympy as sp
-from scipy.optimize import brentq
 
 from ..hardware.topology import Topology
 from ..serving.costs import SYMBOLS
 from ..serving.systems import check_system
+from ..util.lazy import lazy_module
 from ..util.names import HIGHER_IS_BETTER, LIMITS, fmt_value, kind_of
-from ..util.progress import track
+from ..util.progress import status, track
 from .closed_forms import _check_vary, evaluate, mean_misses_grid, symbolic
 from .common import DISCRETE, WORKLOAD_SYMBOLS, SolverError, _metric_kind, _positive_tokens, _topology
+from .search import Tally, scan
 from .sweep import _lambdify
+
+sp = lazy_module("sympy")      # loads when an expression is first built (a loaded search needs none)
+optimize = lazy_module("scipy.optimize")      # brentq: loads when a crossing is refined
 
 
 @dataclass
@@ -37,10 +40,11 @@ class BreakEven:
     winner_above: str | None = None           # winner just above it
     winner: str | None = None                 # winner throughout, when nothing crosses
     ratio: float = 1.0
-    curve: dict = field(default_factory=dict, repr=False)
+    curve: dict = field(default_factory=dict, repr=False)      # x and each system's metric at the grid points run
     searched: tuple | None = None        # (lo, hi) of the grid points where both systems have a value
     range_note: str = ""                 # says so when that is narrower than [lo, hi], and why
     message: str = ""
+    predictions: dict = field(default_factory=dict)    # predictions run, by method (engine, analytic, closed_form)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -52,7 +56,7 @@ def _better(metric: str, fa: float, fb: float, ratio: float, a: str, b: str) -> 
 
 
 def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi: float, ratio: float = 1.0,
-              points: int = 48, **fixed) -> BreakEven:
+              points: int = 48, curve: bool = False, **fixed) -> BreakEven:
     """Find where ``metric(a) = ratio x metric(b)`` as ``vary`` goes from ``lo`` to ``hi``.
 
     ``vary``: context, output, topk, concurrency, cxl_devices, rdma_nics, device_buffer, a scenario parameter
@@ -60,6 +64,14 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     = 1.1 asks where ``a`` becomes 10% worse than ``b`` (for latency metrics). Unloaded metrics are solved
     in closed form by sympy when it can, else numerically (scipy ``brentq`` between sign changes on a
     grid of ``points``); every crossing in the range is reported.
+
+    A loaded metric is first estimated at every grid point by the analytic steady state, which brackets the
+    crossings; the engine then runs at the ends of the grid, every :data:`~sacmodel.planning.search.PROBE_EVERY`
+    points, and where the estimate (corrected by the engine's values) changes sign, until each sign change is
+    located between two grid neighbours (:func:`sacmodel.planning.search.scan`), and ``brentq`` refines it to
+    a relative 1e-3 (:data:`LOADED_RTOL`). ``curve=True`` runs the engine at every grid point instead (the
+    whole ``curve``, e.g. for a CSV); otherwise ``curve`` holds the grid points the search evaluated.
+    ``predictions`` counts the predictions run, by method.
     """
     topo, kind = _check_arguments(scenario, a, b, metric, vary, lo, hi, ratio, points, fixed)
     asked = (lo, hi)
@@ -68,47 +80,112 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
         raise SolverError(f"{vary}: the model's positions end at {hi:,.0f}, below --lo {lo:,.0f}")
     discrete = vary in DISCRETE
     fast = {s: _unloaded_fn(topo, s, metric, vary, fixed) for s in (a, b)} if kind == "unloaded" else {}
-
-    def f(s, x):
-        with np.errstate(divide="ignore", invalid="ignore"):      # e.g. TBT at output 1: nan, not a warning
-            if fast.get(s):
-                return float(fast[s](x))
-            return evaluate(topo, s, metric, vary, x, **fixed)
-    d = lambda x: f(a, x) - ratio * f(b, x)  # noqa: E731
+    sides = _Sides(topo, a, b, metric, vary, ratio, fixed, fast, kind)
     res = BreakEven(a, b, metric, vary, lo, hi, False, None, ratio=ratio)
-
     sym_roots = _symbolic_roots(topo, a, b, metric, vary, lo, hi, ratio, fixed) if kind == "unloaded" else None
-    if discrete:
-        xs = np.unique(np.round(np.linspace(lo, hi, min(points, int(hi - lo) + 1))).astype(int)).astype(float)
-    elif lo > 0 and hi / lo > 20:
-        xs = np.geomspace(lo, hi, points)
+    xs = _grid(lo, hi, points, discrete)
+    if kind == "loaded" and not curve:
+        with status(f"breakeven {a} vs {b} over {vary}"):
+            xs = xs[sorted(scan(len(xs), lambda i: sides.d(xs[i]), sides.hint(xs)))]
     else:
-        xs = np.linspace(lo, hi, points)
-    pairs = [(s_, x) for s_ in (a, b) for x in xs]
-    if kind == "loaded" or not all(fast.values()):
-        pairs = track(pairs, f"breakeven {a} vs {b} over {vary}")
-    vals = np.array([f(s_, x) for s_, x in pairs])
-    fa, fb = vals[:len(xs)], vals[len(xs):]
+        pairs = [(s_, x) for s_ in (a, b) for x in xs]
+        for s_, x in (track(pairs, f"breakeven {a} vs {b} over {vary}")
+                      if kind == "loaded" or not all(fast.values()) else pairs):
+            sides.f(s_, x)
+    fa, fb = np.array([sides.f(a, x) for x in xs]), np.array([sides.f(b, x) for x in xs])
     res.curve = {"x": xs.tolist(), a: fa.tolist(), b: fb.tolist()}
     diff = fa - ratio * fb
     ok = np.isfinite(diff)
     if not ok.any():
         res.message = "both systems are infeasible over the whole range"
-        return res
-    res.searched = (float(xs[ok].min()), float(xs[ok].max()))
-    if sym_roots is not None:
-        roots, res.method = sym_roots, "symbolic"
     else:
-        roots = _grid_roots(d, xs, diff, ok, discrete)
+        res.searched = (float(xs[ok].min()), float(xs[ok].max()))
+        if sym_roots is not None:
+            roots, res.method = sym_roots, "symbolic"
+        else:
+            tol = dict(xtol=0.5 if vary in ROUNDED else 1e-30, rtol=LOADED_RTOL) if kind == "loaded" else None
+            roots = _grid_roots(sides.d, xs, diff, ok, discrete, tol)
+        _conclude(res, topo, sides, asked, xs, fa, fb, ok, roots)
+    res.predictions = sides.tally.to_dict()
+    return res
+
+
+# The engine's crossing is refined to this relative width (or to one whole number of a rounded quantity): the
+# draws' own spread moves it by more (the README's example crosses at 16,072-16,162 tokens over seeds 0-3, 0.3%)
+LOADED_RTOL = 1e-3
+# on a longer grid the analytic estimate runs at every other point (a crossing is then bracketed to two grid
+# intervals, and the engine's first guess narrows it to one)
+HINT_EVERY_OTHER = 24
+# quantities a prediction takes as whole numbers (:func:`sacmodel.planning.common._with_value` rounds them)
+ROUNDED = {"context", "output", "concurrency", "requests", "cxl_devices", "rdma_nics", "device_buffer", "topk", "dp"}
+
+
+class _Sides:
+    """The two systems' metric at a value of the varied quantity, each computed once (by the closed form, the
+    engine or the analytic steady state), and a tally of the predictions run."""
+
+    def __init__(self, topo, a, b, metric, vary, ratio, fixed, fast, kind):
+        self.topo, self.a, self.b, self.metric, self.vary, self.ratio = topo, a, b, metric, vary, ratio
+        self.fixed, self.fast, self.kind = fixed, fast, kind
+        self.tally, self.memo = Tally(), {}
+
+    def f(self, s: str, x: float, method: str = "engine") -> float:
+        fast = self.fast.get(s)
+        key = (s, float(x) if fast or self.vary not in ROUNDED else int(round(x)), method)
+        if key not in self.memo:
+            with np.errstate(divide="ignore", invalid="ignore"):  # e.g. TBT at output 1: nan, not a warning
+                if fast:
+                    self.tally.add("closed_form")
+                    self.memo[key] = float(fast(x))
+                else:
+                    kw = {**self.fixed, **({"method": method} if method != "engine" else {})}
+                    self.tally.add("closed_form" if self.kind == "unloaded" else kw.get("method", "engine"))
+                    self.memo[key] = evaluate(self.topo, s, self.metric, self.vary, x, **kw)
+        return self.memo[key]
+
+    def d(self, x: float) -> float:
+        return self.f(self.a, x) - self.ratio * self.f(self.b, x)
+
+    def hint(self, xs) -> np.ndarray | None:
+        """The difference by the analytic steady state at the grid points (every other one on a grid of more than
+        HINT_EVERY_OTHER points, linear in between; nan where it has no value), or None when it has none
+        anywhere (a percentile metric, a workload it does not take)."""
+        def one(x):
+            try:
+                return self.f(self.a, x, "analytic") - self.ratio * self.f(self.b, x, "analytic")
+            except (ValueError, ArithmeticError):
+                return math.nan
+        n = len(xs)
+        at = sorted({*range(0, n, 2 if n > HINT_EVERY_OTHER else 1), n - 1})
+        with np.errstate(invalid="ignore"):
+            h = np.full(n, math.nan)
+            h[at] = [one(xs[i]) for i in at]
+            for i, j in zip(at, at[1:]):
+                if j > i + 1 and math.isfinite(h[i]) and math.isfinite(h[j]):
+                    h[i + 1:j] = np.interp(np.arange(i + 1, j), [i, j], [h[i], h[j]])
+        return h if np.isfinite(h).any() else None
+
+
+def _grid(lo: float, hi: float, points: int, discrete: bool) -> np.ndarray:
+    if discrete:
+        return np.unique(np.round(np.linspace(lo, hi, min(points, int(hi - lo) + 1))).astype(int)).astype(float)
+    if lo > 0 and hi / lo > 20:
+        return np.geomspace(lo, hi, points)
+    return np.linspace(lo, hi, points)
+
+
+def _conclude(res: BreakEven, topo, sides: _Sides, asked, xs, fa, fb, ok, roots) -> None:
+    """The message, the winner on each side of the first crossing (or throughout) and the residual."""
+    a, b, metric, vary, ratio, f = res.a, res.b, res.metric, res.vary, res.ratio, sides.f
     at = lambda x: fmt_value(x, kind_of(vary))  # noqa: E731
     res.range_note = _range_note(topo, vary, *asked, res.searched, at)
     if not roots:
         w = {_better(metric, x, y, ratio, a, b) for x, y in zip(fa[ok], fb[ok])}
         res.winner = w.pop() if len(w) == 1 else None
-        res.message = (f"no crossing for {vary} in [{at(lo)}, {at(hi)}]: "
+        res.message = (f"no crossing for {vary} in [{at(res.lo)}, {at(res.hi)}]: "
                        f"{_throughout(metric, a, b, ratio, res.winner)}" if res.winner
                        else "no crossing found, but the winner changes where a system becomes infeasible")
-        return res
+        return
     res.found, res.values, res.value = True, roots, roots[0]
     fa0, fb0 = f(a, roots[0]), f(b, roots[0])
     res.residual = abs(fa0 - ratio * fb0) / max(abs(fb0), 1e-300)   # for a discrete vary: the gap there
@@ -122,7 +199,6 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
                                           else "")
     res.message = (f"{a} and {b} cross at {where}" if ratio == 1 else
                    f"{metric} of {a} reaches {ratio:g} x that of {b} at {where}")
-    return res
 
 
 def _check_arguments(scenario, a, b, metric, vary, lo, hi, ratio, points, fixed) -> tuple[Topology, str]:
@@ -151,9 +227,11 @@ def _check_arguments(scenario, a, b, metric, vary, lo, hi, ratio, points, fixed)
     return topo, kind
 
 
-def _grid_roots(d, xs: np.ndarray, diff: np.ndarray, ok: np.ndarray, discrete: bool) -> list[float]:
+def _grid_roots(d, xs: np.ndarray, diff: np.ndarray, ok: np.ndarray, discrete: bool,
+                tol: dict | None = None) -> list[float]:
     """Zeros of ``d`` between the grid points where ``diff`` (= d on the grid) changes sign: brentq, or for a
-    discrete quantity the first whole value on the other side (bisection)."""
+    discrete quantity the first whole value on the other side (bisection). ``tol``: brentq's ``xtol`` and
+    ``rtol`` (default: 1e-9 of the value and 1e-12)."""
     roots = []
     for i in range(len(xs) - 1):
         if not (ok[i] and ok[i + 1]) or diff[i] * diff[i + 1] > 0:
@@ -171,7 +249,8 @@ def _grid_roots(d, xs: np.ndarray, diff: np.ndarray, ok: np.ndarray, discrete: b
                     hi_i = mid
             roots.append(float(hi_i))
         elif diff[i + 1] != 0:
-            roots.append(float(brentq(d, xs[i], xs[i + 1], xtol=1e-9 * max(1.0, abs(xs[i])), rtol=1e-12)))
+            t = tol or dict(xtol=1e-9 * max(1.0, abs(xs[i])), rtol=1e-12)
+            roots.append(float(optimize.brentq(d, xs[i], xs[i + 1], **t)))
     return sorted(set(roots))
 
 

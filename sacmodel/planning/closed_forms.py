@@ -8,7 +8,6 @@ import functools
 import math
 
 import numpy as np
-import sympy as sp
 
 from ..hardware.params import get_param
 from ..hardware.scenarios import as_topology
@@ -19,8 +18,11 @@ from ..serving.predict import predict
 from ..serving.engine.stepmodel import MLA_CHUNKED_PREFIX
 from ..serving.step import eager_iteration, fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
 from ..serving.systems import check_system
+from ..util.lazy import lazy_module
 from ..util.names import UNLOADED
 from .common import METRIC_ALIASES, WORKLOAD_SYMBOLS, SolverError, _metric_kind, _with_value, hardware_parameters
+
+sp = lazy_module("sympy")      # loads when an expression is first built (a loaded search needs none)
 
 
 def _workload_symbols():

@@ -29,6 +29,7 @@ from ..serving.systems import check_system
 from ..util.names import LIMITS
 from ..util.progress import track
 from .common import SolverError, _positive_tokens, _topology, _with_value, queues
+from .search import Tally
 
 DEFAULT_CONCURRENCIES = (4, 8, 16, 32, 64, 128, 256)      # InferenceMAX's usual client sweep
 SERVER_SETTINGS = ("dp", "cxl_devices", "rdma_nics", "device_buffer", "max_total_tokens", "max_running_requests")
@@ -79,6 +80,7 @@ class ParetoResult:
     output: int | tuple             # tokens per request, or (min, max) drawn uniformly per request
     points: list[ParetoPoint]
     topology: Topology | None = field(default=None, repr=False)     # the scenario the settings apply to
+    predictions: dict = field(default_factory=dict)      # predictions run, by method (engine, analytic)
 
     @property
     def frontier(self) -> list[ParetoPoint]:
@@ -95,7 +97,7 @@ class ParetoResult:
                 "x": "tok_s_per_user = 1000 / tbt_mean_ms (interactivity, 1 / TPOT)",
                 "y": "tok_s_per_gpu = output_throughput_tok_s / gpus",
                 "points": [{**asdict(p), "label": p.label} for p in self.points],
-                "frontier": [self.points.index(p) for p in self.frontier]}
+                "frontier": [self.points.index(p) for p in self.frontier], "predictions": self.predictions}
 
 
 def pareto_front(x, y, valid=None) -> np.ndarray:
@@ -224,17 +226,19 @@ def pareto(scenario, systems, *, context: int, output: int = 1024, concurrencies
     extra = {"method": method, **({"draws": draws} if draws is not None else {}), **workload}
     grid = [(d, s, n, c) for d in dps for s in systems for n in (devs if system_uses(s, "cxl") else [None])
             for c in conc]
-    points, topo = [], {}
+    points, topo, counts = [], {}, Tally()
     for d, s, n, c in track(grid, f"pareto: {len(grid)} configurations"):
         if (d, n) not in topo:
             t = with_dp(base, d)
             topo[d, n] = (*(_with_value(t, "cxl_devices", n) if n is not None else (t, {})), resolve(t, "gpu").tp)
         t, kw, tp = topo[d, n]
         p = predict(t, s, context=context, output=output, concurrency=c, **server, **kw, **extra)
+        counts.add(method)
         points.append(_point(p, s, c, d, tp, n, {**server, **kw},
                              {"context": context, "output": output, **workload}))
     _mark(points)
-    return ParetoResult(base.name, int(context), output if isinstance(output, tuple) else int(output), points, base)
+    return ParetoResult(base.name, int(context), output if isinstance(output, tuple) else int(output), points, base,
+                        counts.to_dict())
 
 
 def _point(p, system, concurrency, dp, tp, devices, server, workload) -> ParetoPoint:

@@ -16,6 +16,7 @@ from ..util.names import HIGHER_IS_BETTER, LIMITS, LOADED, PRICE_FILE
 from ..util.progress import status, track
 from .closed_forms import _check_vary
 from .common import SolverError, _positive_tokens, _topology, _with_value, latency_slo, queues, with_pool_size
+from .search import Tally
 
 
 def prices(path: str | Path | None = None) -> dict[str, dict]:
@@ -65,6 +66,7 @@ class PlanResult:
     prices: dict | None = None                         # part -> {usd_per_hour, source} of the parts priced
     message: str = ""
     tried: list = field(default_factory=list)
+    predictions: dict = field(default_factory=dict)    # predictions run, by method (engine, analytic)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -115,12 +117,27 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
     res = PlanResult(system, vary, dict(slo), False, None)
     step = step or (512 if vary == "device_buffer" else 1)
     _check_range(vary, min_value, max_value, step)
+    counts = Tally()
+    try:
+        return _scan_plan(res, topo, system, workload, slo, vary, min_value, max_value, step, price_table, counts)
+    finally:
+        res.predictions = counts.to_dict()
+
+
+def _counted(counts: Tally, topo, system: str, **kw):
+    """``predict``, counted."""
+    counts.add(kw.get("method", "engine"))
+    return predict(topo, system, **kw)
+
+
+def _scan_plan(res, topo, system, workload, slo, vary, min_value, max_value, step, price_table, counts):
+    """:func:`plan`'s scan from ``min_value`` up: the first value meeting the SLO ends it."""
     prev = None
     for v in track(np.arange(min_value, max_value + step / 2, step), f"plan {system}: {vary}"):
         v = int(v) if float(v).is_integer() else float(v)
         t, kw = _with_value(topo, vary, v)
-        p = predict(t, system, **{**workload, **kw})
-        over = overloaded(t, system, {**workload, **kw}, p)
+        p = _counted(counts, t, system, **{**workload, **kw})
+        over = overloaded(t, system, {**workload, **kw}, p, counts)
         ok = _meets(p, slo) and not over
         res.tried.append({"value": v, "meets": ok, "feasible": p.feasible, "limit": p.limit,
                           "success_fraction": p.success_fraction, "overloaded": over, "queued": queues(p),
@@ -144,17 +161,17 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
     res.message = f"no {vary} in [{min_value}, {max_value}] meets the SLO. " + (
         f"At the largest value Poisson arrivals at {workload['rate']:g} req/s outpace what it serves: the queue "
         "grows without bound (lower the rate or raise --max)." if last.get("overloaded")
-        else why_not(topo, system, workload, slo, prev))
+        else why_not(topo, system, workload, slo, prev, counts))
     return res
 
 
-def overloaded(topo, system: str, workload: dict, pred) -> bool:
+def overloaded(topo, system: str, workload: dict, pred, counts: Tally | None = None) -> bool:
     """Open loop only: True when the Poisson rate exceeds what the configuration serves at the same concurrency
     (its closed-loop request throughput), so the queue grows without bound over a long run."""
     rate = workload.get("rate")
     if not rate or not pred.feasible:
         return False
-    cap = predict(topo, system, **{**workload, "rate": None}).request_throughput_req_s
+    cap = _counted(counts or Tally(), topo, system, **{**workload, "rate": None}).request_throughput_req_s
     return bool(rate > cap)
 
 
@@ -163,7 +180,7 @@ def per_million_tokens(usd_per_hour: float, tok_s: float) -> float | None:
     return usd_per_hour / (tok_s * 3600) * 1e6 if tok_s and math.isfinite(tok_s) and tok_s > 0 else None
 
 
-def why_not(topo, system: str, workload: dict, slo: dict, last) -> str:
+def why_not(topo, system: str, workload: dict, slo: dict, last, counts: Tally | None = None) -> str:
     """Why the largest configuration tried misses the SLO: the limit it hits, the metrics against their targets,
     and for TTFT/E2E targets whether one request alone on the machine already misses them (then no resource
     count helps)."""
@@ -181,7 +198,8 @@ def why_not(topo, system: str, workload: dict, slo: dict, last) -> str:
     out = "At the largest value: " + ", ".join(miss) + "."
     lat = {m: t for m, t in slo.items() if m.startswith(("ttft", "e2e"))}
     if lat:
-        alone = predict(topo, system, **{**workload, "concurrency": 1, "requests": 1, "rate": None, "draws": 1})
+        alone = _counted(counts or Tally(), topo, system,
+                         **{**workload, "concurrency": 1, "requests": 1, "rate": None, "draws": 1})
         worse = [f"{m.split('_')[0].upper()} {getattr(alone, m.replace('p50', 'mean').replace('p99', 'mean')):,.1f}"
                  for m, t in lat.items() if alone.feasible and
                  not _meets_one(getattr(alone, m.replace("p50", "mean").replace("p99", "mean")), m, t)]
@@ -202,6 +220,8 @@ def max_load(scenario, system: str, *, workload: dict, slo: dict, vary: str = "c
     """Largest ``vary`` (concurrency or context) in [min, max] that a configuration sustains within the SLO.
 
     Bisection assumes the metrics worsen monotonically in ``vary``; the neighbours of the answer are checked.
+    The analytic steady state brackets the answer first, and the engine searches from its guess outward.
+    ``predictions`` counts the predictions run.
     """
     _check_slo(slo)
     check_system(system)
@@ -219,12 +239,61 @@ def max_load(scenario, system: str, *, workload: dict, slo: dict, vary: str = "c
         if workload.get(key) and workload[key] > len(topo.pools.get(pool, [])):
             topo = with_pool_size(topo, pool, workload[key])
 
-    def meets(v):
-        p = predict(topo, system, **{**workload, vary: v})
-        return _meets(p, slo), p
+    counts, seen = Tally(), {}
+
+    def meets(v, method="engine"):
+        if (v, method) not in seen:
+            p = _counted(counts, topo, system, **{**workload, vary: v, **({"method": method} if method != "engine"
+                                                                         else {})})
+            seen[v, method] = (_meets(p, slo), p)
+        return seen[v, method]
     res = PlanResult(system, vary, dict(slo), False, None)
     with status(f"max_load {system}: bisection on {vary}"):
-        return _max_load(res, meets, vary, min_value, max_value)
+        guess = _analytic_edge(meets, slo, min_value, max_value) if vary != "rate" else None
+        _max_load(res, meets, vary, min_value, max_value, guess)
+    res.predictions = counts.to_dict()
+    return res
+
+
+def _analytic_edge(meets, slo: dict, lo: int, hi: int) -> int | None:
+    """The largest value in [lo, hi] meeting the SLO by the analytic steady state (bisection), or None when it
+    gives no value for an SLO metric (percentiles) or raises."""
+    try:
+        ok, p = meets(lo, "analytic")
+        if not all(math.isfinite(getattr(p, m, math.nan)) for m in slo) and p.feasible:
+            return None
+        if not ok:
+            return lo
+        if meets(hi, "analytic")[0]:
+            return hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if meets(mid, "analytic")[0] else (lo, mid)
+        return lo
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def _gallop(meets, g: int, lo: int, hi: int) -> tuple[int | None, int | None]:
+    """From the guess ``g``, steps of 1, 2, 4... away from it until the engine's answer changes: (last value
+    meeting, first missing) with nothing between them left to try (None: every value up to that end meets, or
+    misses)."""
+    step = 1
+    if meets(g)[0]:
+        a = g
+        while a < hi:
+            b = min(a + step, hi)
+            if not meets(b)[0]:
+                return a, b
+            a, step = b, 2 * step
+        return a, None
+    b = g
+    while b > lo:
+        a = max(b - step, lo)
+        if meets(a)[0]:
+            return a, b
+        b, step = a, 2 * step
+    return None, b
 
 
 def _check_workload(workload) -> None:
@@ -244,18 +313,23 @@ def _check_range(vary: str, lo, hi, step) -> None:
         raise SolverError(f"{vary}: at most {LIMITS['points']:,} values from min to max (a documented limit)")
 
 
-def _max_load(res, meets, vary, min_value, max_value):
-    ok_lo, p_lo = meets(min_value)
-    if not ok_lo:
+def _max_load(res, meets, vary, min_value, max_value, guess=None):
+    """Bisection for the largest value meeting the SLO; with the analytic ``guess`` of it, the engine first
+    gallops from there (:func:`_gallop`) so that the bisection starts from a narrow bracket."""
+    if guess is None:
+        ok_lo, p_lo = meets(min_value)
+        ok_hi = ok_lo and meets(max_value)[0]
+        lo, hi = (min_value if ok_lo else None), (None if ok_hi else max_value)
+    else:
+        lo, hi = _gallop(meets, guess, min_value, max_value)
+    if lo is None:
         res.message = f"even {vary} = {min_value} misses the SLO"
-        res.prediction = p_lo.to_dict()
+        res.prediction = meets(min_value)[1].to_dict()
         return res
-    ok_hi, p_hi = meets(max_value)
-    if ok_hi:
-        res.found, res.value, res.prediction = True, max_value, p_hi.to_dict()
+    if hi is None:
+        res.found, res.value, res.prediction = True, max_value, meets(max_value)[1].to_dict()
         res.message = f"{vary} = {max_value} (the upper end) still meets the SLO"
         return res
-    lo, hi = min_value, max_value
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if meets(mid)[0]:

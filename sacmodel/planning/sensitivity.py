@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import math
 
-import sympy as sp
+import numpy as np
 
 from ..hardware.params import get_param, link_of, set_param
 from ..hardware.topology import TopologyError
@@ -13,10 +13,14 @@ from ..serving.config import resolve
 from ..serving.costs import SYMBOLS
 from ..serving.predict import predict
 from ..serving.systems import check_system
+from ..util.lazy import lazy_module
 from ..util.names import LOADED
 from ..util.progress import track
 from .closed_forms import mean_misses, scenario_values, symbolic, unloaded_expression
 from .common import SolverError, _positive_tokens, _topology, hardware_parameters
+from .search import Tally
+
+sp = lazy_module("sympy")      # loads when an expression is first built (a loaded search needs none)
 
 HARDWARE_SYMBOLS = {"sw_bw": "pool-route bandwidth the GPU gets", "sw_lat": "pool-route load latency",
                     "hbm_bw": "GPU HBM bandwidth", "peak_bf16": "GPU BF16 FLOP/s", "peak_fp8": "GPU FP8 FLOP/s",
@@ -39,14 +43,16 @@ def symbol_kind(name: str) -> str:
 
 
 def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, output: int = 1024,
-                **resources) -> list[tuple[str, float, float, str]]:
+                counts: Tally | None = None, **resources) -> list[tuple[str, float, float, str]]:
     """Elasticities d ln(metric) / d ln(p) at a point for every bound symbol p, ranked by |elasticity|.
 
     Returns (symbol, elasticity, value, meaning). Symbols are the topology, model and calibration numbers
     the unloaded metric depends on (e.g. ``sw_bw`` = the pool-route bandwidth the GPU sees); every constant of the
     scenario's ``calibration:`` that enters the metric only through the misses of the score process
     (``score_correlation``, ``drift_settling``, ``settling_steps``) is ranked too, by central differences of 1%.
+    ``counts``: a :class:`~sacmodel.planning.search.Tally` the closed-form evaluations are added to.
     """
+    counts = counts if counts is not None else Tally()
     _positive_tokens("context", context)
     _positive_tokens("output", output)
     scenario = _topology(scenario)
@@ -56,6 +62,7 @@ def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, out
     vals.update(L=float(context), O=float(output),
                 m_mean=mean_misses(scenario, system, context=context, output=output, **resources))
     f = float(expr.xreplace({s: vals[s.name] for s in expr.free_symbols}))
+    counts.add("closed_form")
     out = []
     for s in sorted(expr.free_symbols, key=lambda s: s.name):
         if s.name in ("L", "O"):
@@ -70,6 +77,7 @@ def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, out
         if name in seen or name in SYMBOLS:       # a symbol of the form: its derivative above is exact
             continue
         el = _numeric_elasticity(scenario, system, metric, name, context, output, resources)
+        counts.add("closed_form", 2)
         if el:
             out.append((name, el, get_param(scenario, name), "calibration constant (numeric, 1% steps)"))
     return sorted(out, key=lambda r: -abs(r[1]))
@@ -105,13 +113,16 @@ SENSITIVITY_DRAWS = 16      # draws of the requests' randomness each prediction 
 
 
 def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, rel: float = 0.01,
-                       params=None, **workload) -> list[tuple[str, float, float, str]]:
+                       params=None, counts: Tally | None = None, **workload) -> list[tuple[str, float, float, str]]:
     """Elasticities of a loaded metric (``predict`` at the given workload) by central log differences.
 
     ``params`` default: every hardware number (:func:`hardware_parameters`) and every constant of the scenario's
     ``calibration:`` (fitted and a priori). Each prediction averages ``draws`` (default 16) draws of the
     requests' randomness, so that the elasticity at a 1% step agrees with the one at 5%. A parameter whose
-    change makes the configuration infeasible gets elasticity nan.
+    change makes the configuration infeasible gets elasticity nan. A parameter whose change moves none of the
+    numbers the prediction reads (:func:`reads`: a link on no route it uses, a bandwidth that binds nowhere, a
+    constant of another system) has elasticity 0 without running the engine. ``counts``: a
+    :class:`~sacmodel.planning.search.Tally` the predictions run are added to.
     """
     if metric not in LOADED:
         raise SolverError(f"loaded sensitivity takes a Prediction metric ({', '.join(LOADED)})")
@@ -121,10 +132,17 @@ def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, re
     topo = _topology(scenario)
     params = list(params or hardware_parameters(topo) + list(topo.calibration))
     workload.setdefault("draws", SENSITIVITY_DRAWS)
-    base = predict(topo, system, **workload)
+    counts = counts if counts is not None else Tally()
+    method = workload.get("method", "engine")
+    probe = copy.deepcopy(topo)        # routes start empty: what the prediction computes is left in them
+    probe._routes.clear()
+    base = predict(probe, system, **workload)
+    counts.add(method)
     if not base.feasible:
         raise SolverError(f"the configuration is infeasible ({base.limit}): no sensitivity to report")
-    used = links_used(topo, system, workload) if any(p.startswith("link@") for p in params) else set()
+    used, keys = _links_of(probe), [k for k in probe._routes if k != ("miss curves",)]
+    paths = {k: v for k, v in probe._routes.items() if _is_path(k)}
+    before = reads(copy.deepcopy(topo), system, workload, keys, paths)
     out = []
     for name in track(params, f"sensitivity of {metric} ({system})"):
         try:
@@ -136,16 +154,83 @@ def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, re
         if name.startswith("link@") and link_of(topo, name) not in used:
             out.append((name, 0.0, v0, "loaded: on no route the prediction uses"))
             continue
-        vals = []
+        moved_topos = []
         for fac in (1 + rel, 1 / (1 + rel)):
             t = copy.deepcopy(topo)
             set_param(t, name, moved(name, v0, fac))
+            moved_topos.append(t)
+        if before is not None and all(reads(t, system, workload, keys, paths) == before for t in moved_topos):
+            out.append((name, 0.0, v0, "loaded: moves no number the prediction reads"))
+            continue
+        vals = []
+        for t in moved_topos:
             p = predict(t, system, **workload)
+            counts.add(method)
             vals.append(getattr(p, metric) if p.feasible else math.nan)
         el = (math.log(vals[0]) - math.log(vals[1])) / (2 * math.log(1 + rel)) if all(
             v > 0 for v in vals) else math.nan
         out.append((name, el, v0, "loaded, numeric"))
     return sorted(out, key=lambda r: -abs(r[1]) if math.isfinite(r[1]) else 0)
+
+
+RESOURCES = ("cxl_devices", "rdma_nics", "device_buffer", "max_total_tokens", "max_running_requests")
+_AGES = np.unique(np.geomspace(1, 1 << 20, 64).round())     # ages at which the score process is compared
+
+
+def reads(topo, system: str, workload: dict, keys, paths: dict | None = None) -> tuple | None:
+    """Every number of ``topo`` a prediction of ``system`` at ``workload`` reads, given the route-cache ``keys``
+    the prediction computed: the resolved configuration, the step model's static values, the score process,
+    the capacity check, and each route's share (swap-in routes, prefix-copy and backup bandwidths, nearest
+    DRAM). Two scenarios with equal ``reads`` give the same prediction (the engine is deterministic and reads
+    the scenario through nothing else). ``topo``'s route cache is emptied and refilled (starting from
+    ``paths``: the routes' node paths, which the scenario's numbers do not choose). None when a key is of a
+    kind this does not know (then nothing can be concluded)."""
+    from dataclasses import fields
+
+    from ..serving.capacity import static_check
+    from ..serving.config import backup_bandwidth, fetch_bandwidth, score_correlation, static_values, swap_route
+    from ..serving.predict import output_spec
+    if any(workload.get(k) is None for k in ("context", "output", "concurrency")):
+        return None
+    import inspect
+    prompts = workload.get("prompts", inspect.signature(predict).parameters["prompts"].default)
+    topo._routes.clear()
+    topo._routes.update(paths or {})
+    cfg = resolve(topo, system, **{k: workload[k] for k in RESOURCES if workload.get(k) is not None})
+    out = [tuple((f.name, getattr(cfg, f.name)) for f in fields(cfg) if f.name != "topo"), cfg.buffer_alloc,
+           cfg.entry_bytes, tuple(sorted(static_values(cfg).items())), tuple(score_correlation(cfg, _AGES)),
+           repr(static_check(cfg, context=workload["context"], output=output_spec(workload["output"])[1],
+                             concurrency=workload["concurrency"], prompts=prompts))]
+    if system == "cxl-prefetch":
+        from ..serving.engine.stepmodel import Model
+        out.append(Model(cfg).pf_dma_bw())
+    for k in sorted(keys, key=repr):
+        if _is_path(k):
+            continue                    # a path: chosen by the weights set when the scenario was loaded
+        if k[0] == "binding routes":
+            continue                    # what binds each term: computed after the metrics, from them
+        if k[0] == "swap" and k[1:3] == (cfg.system, cfg.cxl_devices):
+            out.append(swap_route(cfg, k[3]))
+        elif k[0] == "fetch" and k[1] == cfg.rdma_nics:
+            out.append(tuple(fetch_bandwidth(cfg, k[2]).items()))
+        elif k[0] == "backup" and k[1:3] == (cfg.system, cfg.cxl_devices):
+            out.append(tuple(backup_bandwidth(cfg, k[3]).items()))
+        elif k[0] == "nearest" and k[1] == "dram":
+            out.append(topo.pool_for(topo.gpus.index(k[2]), "dram"))
+        else:
+            return None
+    return tuple(out)
+
+
+def _is_path(key) -> bool:
+    """A route-cache key of a node path (source, destination)."""
+    return len(key) == 2 and all(isinstance(x, str) for x in key)
+
+
+def _links_of(probe) -> set[tuple[str, str]]:
+    """The directed links on the routes left in ``probe``'s route cache (its routes started empty)."""
+    return {(u, v) for k, path in probe._routes.items() if _is_path(k) and isinstance(path, list)
+            for u, v in zip(path, path[1:])}
 
 
 def links_used(topo, system: str, workload: dict) -> set[tuple[str, str]]:
@@ -155,6 +240,4 @@ def links_used(topo, system: str, workload: dict) -> set[tuple[str, str]]:
     probe = copy.deepcopy(topo)
     probe._routes.clear()
     predict(probe, system, **{**workload, "draws": 1})
-    return {(u, v) for k, path in probe._routes.items()
-            if len(k) == 2 and all(isinstance(x, str) for x in k) and isinstance(path, list)
-            for u, v in zip(path, path[1:])}
+    return _links_of(probe)

@@ -8,15 +8,18 @@ import math
 import os
 
 import numpy as np
-import sympy as sp
 
 from ..serving.config import ConfigError
 from ..serving.predict import predict
 from ..serving.systems import check_system
+from ..util.lazy import lazy_module
 from ..util.names import HIGHER_IS_BETTER, LIMITS, kind_of
 from ..util.progress import track
 from .closed_forms import _check_vary, evaluate, mean_misses_grid, symbolic
 from .common import WORKLOAD_SYMBOLS, SolverError, _finite_array, _metric_kind, _positive_tokens, _topology, _with_value
+from .search import Tally
+
+sp = lazy_module("sympy")      # loads when an expression is first built (a loaded search needs none)
 
 _LAMBDAS: dict = {}
 
@@ -122,14 +125,17 @@ def sweep_predict(scenario, system: str, grid: dict, *, fixed: dict | None = Non
         return list(track(results, label, total=len(jobs)) if progress else results)
 
 
-def winner_map(scenario, systems, metric: str, x: tuple[str, np.ndarray], y: tuple[str, np.ndarray],
-               **fixed) -> dict:
+def winner_map(scenario, systems, metric: str, x: tuple[str, np.ndarray], y: tuple[str, np.ndarray], *,
+               values: bool = False, counts: Tally | None = None, **fixed) -> dict:
     """Which system has the best ``metric`` at every (x, y) grid point.
 
     An unloaded metric (``tbt``, ``ttft``, ``e2e``...: one request alone) is evaluated by vectorised sweeps of
-    its closed form; a loaded one (``tbt_mean_ms``...: a Prediction field) by ``predict`` at every point with
-    the ``fixed`` workload (give ``concurrency``). ``winner`` holds indices into ``systems``, -1 where no
-    system is feasible; ``values`` the metric per system (nan where infeasible).
+    its closed form; a loaded one (``tbt_mean_ms``...: a Prediction field) by ``predict`` with the ``fixed``
+    workload (give ``concurrency``): every system at every other point of each axis (and the last), then at a
+    point between them only where those around it disagree on the winner or the analytic steady state names
+    another (elsewhere the winner is decided; ``values=True`` runs every point). ``winner`` holds indices
+    into ``systems``, -1 where no system is feasible; ``values`` the metric per system (nan where infeasible or
+    not run); ``predictions`` the predictions run by method (also added to ``counts``).
     """
     if isinstance(systems, str) or not systems:
         raise SolverError("systems must be a non-empty list of system names")
@@ -145,29 +151,66 @@ def winner_map(scenario, systems, metric: str, x: tuple[str, np.ndarray], y: tup
         raise SolverError(f"the map has {cells:,} cells; at most {limit:,} for {len(systems)} {kind} systems "
                           "(a documented limit)")
     topo = _topology(scenario)
-    vals = []
-    for s in systems:
-        if kind == "unloaded":
-            v = sweep(topo, s, {xn: xv, yn: yv}, metric, **fixed)[metric]
-        else:
-            v = _loaded_grid(topo, s, metric, (xn, xv), (yn, yv), fixed)
-        vals.append(np.asarray(v, dtype=float).reshape(len(xv), len(yv)))
-    arr = np.stack(vals)
+    counts = counts if counts is not None else Tally()
+    if kind == "unloaded":
+        arr = np.stack([np.asarray(sweep(topo, s, {xn: xv, yn: yv}, metric, **fixed)[metric],
+                                   dtype=float).reshape(len(xv), len(yv)) for s in systems])
+        counts.add("closed_form", arr.size)
+        best, decided = _best(arr, metric), {}
+    else:
+        arr, decided = _loaded_map(topo, systems, metric, (xn, xv), (yn, yv), fixed, values, counts)
+        best = _best(arr, metric)
+    for (i, j), w in decided.items():
+        best[i, j] = w
+    return {"x": xv, "y": yv, "winner": best, "systems": list(systems), "values": arr, "kind": kind,
+            "predictions": counts.to_dict()}
+
+
+def _best(arr: np.ndarray, metric: str) -> np.ndarray:
+    """Index of the best system at each point (-1 where none has a value)."""
     ok = np.isfinite(arr)
     pick = np.where(ok, arr, -np.inf if metric in HIGHER_IS_BETTER else np.inf)
     best = np.argmax(pick, axis=0) if metric in HIGHER_IS_BETTER else np.argmin(pick, axis=0)
-    best = np.where(ok.any(axis=0), best, -1)
-    return {"x": xv, "y": yv, "winner": best, "systems": list(systems), "values": arr, "kind": kind}
+    return np.where(ok.any(axis=0), best, -1)
 
 
-def _loaded_grid(topo, system, metric, x, y, fixed) -> list[float]:
-    """``predict`` at every (x, y) point (x-major), nan where infeasible."""
+def _loaded_map(topo, systems, metric, x, y, fixed, values: bool, counts: Tally):
+    """The loaded metric of each system (nan where not run) and the winners decided without the engine."""
     (xn, xv), (yn, yv) = x, y
     _check_vary(topo, xn)
     _check_vary(topo, yn)
-    out = []
-    for xi, yi in track(list(itertools.product(xv, yv)), f"winner map: {system}"):
-        t, kw = _with_value(topo, xn, xi)
-        t, kw2 = _with_value(t, yn, yi)
-        out.append(evaluate(t, system, metric, **{**fixed, **kw, **kw2}))
-    return out
+    arr = np.full((len(systems), len(xv), len(yv)), math.nan)
+
+    def at(i, j, s, method="engine"):
+        t, kw = _with_value(topo, xn, xv[i])
+        t, kw2 = _with_value(t, yn, yv[j])
+        args = {**fixed, **kw, **kw2, **({"method": method} if method != "engine" else {})}
+        counts.add(args.get("method", "engine"))
+        return evaluate(t, s, metric, **args)
+    coarse = [(i, j) for i in _every_other(len(xv)) for j in _every_other(len(yv))]
+    cells = list(itertools.product(range(len(xv)), range(len(yv)))) if values else coarse
+    for (i, j), k in track([(c, k) for c in cells for k in range(len(systems))], "winner map"):
+        arr[k, i, j] = at(i, j, systems[k])
+    decided = {}
+    if values:
+        return arr, decided
+    won = _best(arr, metric)
+    for i, j in itertools.product(range(len(xv)), range(len(yv))):
+        if (i, j) in coarse:
+            continue
+        near = {int(won[a, b]) for a in (i - 1, i, i + 1) for b in (j - 1, j, j + 1) if (a, b) in coarse}
+        if len(near) == 1:
+            try:
+                hint = _best(np.array([[[at(i, j, s, "analytic")]] for s in systems]), metric)[0, 0]
+            except (ValueError, ArithmeticError):
+                hint = None
+            if hint == next(iter(near)):
+                decided[i, j] = int(hint)
+                continue
+        for k, s in enumerate(systems):
+            arr[k, i, j] = at(i, j, s)
+    return arr, decided
+
+
+def _every_other(n: int) -> list[int]:
+    return sorted({*range(0, n, 2), n - 1})

@@ -227,8 +227,15 @@ def out_file(s: str, what: str | None = None, suffixes: tuple[str, ...] | None =
                 raise _bad(what, f"{s!r} is a symbolic link to {os.readlink(p)!r}, whose folder "
                                  f"{str(target.parent)!r} does not exist")
             raise _bad(what, f"{s!r}: the folder {str(p.parent)!r} does not exist")
+        from ..util.files import OutputError, resolve_output
+        try:
+            resolve_output(p)             # a read-only file is refused before the command runs
+        except OutputError as exc:
+            raise _bad(what, str(exc)) from None
     except OSError as exc:               # a name too long for the file system, a loop of links
         raise _bad(what, f"{s[:200]!r}: cannot write there ({exc.strerror})") from None
+    except RuntimeError:                 # Path.resolve on a loop of symbolic links (Python < 3.13)
+        raise _bad(what, f"{s[:200]!r}: a loop of symbolic links; cannot write there") from None
     if suffixes and p.suffix.lower() not in suffixes:
         raise _bad(what, f"{s!r}: give a file name ending in one of {', '.join(suffixes)}")
     return s

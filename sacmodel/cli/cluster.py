@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..util.names import ROUTERS, SYSTEMS
 from ..util.files import write_text
-from .common import console, plain, print_json, table
+from .common import _scenario, console, plain, print_json, table
 
 
 class ConfigError(ValueError):
@@ -94,7 +94,7 @@ def cmd_replay(a):
     for s in systems:
         for r in routers:
             label = s if len(routers) == 1 else f"{s} / {r}"
-            runs[label] = replay(a.scenario, s, tr, router=r, instances=a.instances, cache_capacity=cap, pd=pd,
+            runs[label] = replay(_scenario(a), s, tr, router=r, instances=a.instances, cache_capacity=cap, pd=pd,
                                  time_scale=a.time_scale, concurrency=a.concurrency, cache=cache, slo=slo,
                                  router_params=_router_params(a), block_tokens=a.block_tokens,
                                  tiers=_list(a.tiers) if a.tiers else None,
@@ -232,7 +232,7 @@ def cmd_cluster_plan(a, fallback):
     values = a.values or (f"{a.min or 1}:{a.max or 8}" if vary == "instances" else None)
     if values is None:
         raise ConfigError(f"--values: list the {vary} values to try")
-    r = cluster_plan(a.scenario, a.system, a.trace, slo, vary=vary, values=values, fixed=_cluster_workload(a),
+    r = cluster_plan(_scenario(a), a.system, a.trace, slo, vary=vary, values=values, fixed=_cluster_workload(a),
                      scheduler=getattr(a, "scheduler", None), progress=True)
     if a.json:
         print_json(r.to_dict(), inf_as_text=True)
@@ -281,7 +281,7 @@ def cmd_cluster_sweep(a, fallback):
         if not eq:
             raise ConfigError(f"--grid {g!r}: write AXIS=V1,V2 (axes: instances, pool, router, pd)")
         grid[name.strip()] = vals
-    rows = cluster_sweep(a.scenario, a.system, a.trace, grid, fixed=_cluster_workload(a), scheduler=a.scheduler,
+    rows = cluster_sweep(_scenario(a), a.system, a.trace, grid, fixed=_cluster_workload(a), scheduler=a.scheduler,
                          workers=a.workers, progress=True)
     keys = list(dict.fromkeys(k for r in rows for k in r if k != "hit_rate"))
     buf = io.StringIO()

@@ -105,9 +105,15 @@ def _scenario(a):
 
     from ..hardware.models import get_model
     from ..hardware.scenarios import as_topology
-    get_model(a.model)                      # a clear error now for an unknown name or a broken config.json
+    new = get_model(a.model)                # a clear error now for an unknown name or a broken config.json
     t = as_topology(a.scenario)
-    return replace(t, model_name=a.model, model_overrides={}, _routes={})
+    out = replace(t, model_name=a.model, model_overrides={}, _routes={})
+    if "page_tokens" in t.serving and get_model(t.model_name).sparse != new.sparse:
+        # SGLang's page size follows the attention (64 for DeepSeek DSA, else 1), not the scenario's old model
+        import copy
+        out.serving = copy.deepcopy(t.serving)
+        out.serving["page_tokens"].value = 64 if new.sparse else 1
+    return out
 
 
 def _model_name(a) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from ..util.names import LIMITS, SYSTEMS
-from .common import (add_json, add_output, add_plot, add_scenario, add_server_limits, console, print_json,
+from .common import (_scenario, add_json, add_output, add_plot, add_scenario, add_server_limits, console, print_json,
                      server_limits, table, write_csv)
 from .types import Bad, arg, count, system_list, tokens
 
@@ -40,7 +40,7 @@ def emit_plan(a, r, workload: dict) -> str:
         print("sacmodel: no configuration met the SLO: no launch command to print", file=sys.stderr)
         return ""
     from sacmodel.planning.emit import plan_command
-    return plan_command(a.scenario, r, workload)
+    return plan_command(_scenario(a), r, workload)
 
 
 def _commands(res) -> list[dict]:
@@ -102,7 +102,7 @@ def cmd_pareto(a):
     kw = {"requests": a.requests, **server_limits(a)} if a.requests else dict(server_limits(a))
     if a.draws:
         kw["draws"] = a.draws
-    res = pareto(a.scenario, a.systems, context=a.context, output=a.output, concurrencies=a.concurrencies,
+    res = pareto(_scenario(a), a.systems, context=a.context, output=a.output, concurrencies=a.concurrencies,
                  cxl_devices=a.cxl_device_list, dp=a.dp_list, device_buffer=a.device_buffer, method=a.method, **kw)
     pts = _rows(res, a.all)
     if a.plot:

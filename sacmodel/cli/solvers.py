@@ -12,6 +12,7 @@ from ..util.names import HIGHER_IS_BETTER, LOADED, SHORT_METRICS, SYSTEMS, UNLOA
 from .common import (
     DEFAULT_CONCURRENCY,
     LIMITS_TEXT,
+    _scenario,
     _workload,
     add_json,
     add_output,
@@ -102,13 +103,13 @@ def cmd_expr(a):
     import sympy as sp
 
     from sacmodel.planning.closed_forms import symbol_docs, symbolic
-    e = symbolic(a.system, a.metric, a.scenario if a.bind else None,
+    e = symbolic(a.system, a.metric, _scenario(a) if a.bind else None,
                  **(dict(context=a.context, output=a.output) if a.bind else {}))
     unit = "bytes" if a.metric.startswith("bytes") else "s"
     loaded = None
     if a.bind and a.concurrency and a.metric in SHORT_METRICS:
         from ..serving.predict import predict
-        p = predict(a.scenario, a.system, context=a.context, output=a.output, concurrency=a.concurrency)
+        p = predict(_scenario(a), a.system, context=a.context, output=a.output, concurrency=a.concurrency)
         loaded = getattr(p, SHORT_METRICS[a.metric]) if p.feasible else None
     if a.json:
         print_json({"metric": a.metric, "unit": unit, "model": "unloaded", "plain": str(e), "latex": sp.latex(e),
@@ -155,7 +156,7 @@ def cmd_breakeven(a):
     wl.pop(a.vary, None)
     if "context" not in wl and a.vary != "context":
         raise ValueError("give --context (or --vary context)")
-    be = breakeven(a.scenario, a.a, a.b, metric=m, vary=a.vary, lo=lo, hi=hi, ratio=a.ratio, points=a.points, **wl)
+    be = breakeven(_scenario(a), a.a, a.b, metric=m, vary=a.vary, lo=lo, hi=hi, ratio=a.ratio, points=a.points, **wl)
     model = _model_line(a, wl)
     if a.plot:
         from ..plots.serving import plot_breakeven
@@ -200,7 +201,7 @@ def cmd_winner_map(a):
         wl.pop(k, None)
     if "context" not in (xn, yn) and "context" not in wl:
         raise ValueError("give --context or vary context on --x/--y")
-    wm = winner_map(a.scenario, a.systems, m, (xn, xv), (yn, yv), **wl)
+    wm = winner_map(_scenario(a), a.systems, m, (xn, xv), (yn, yv), **wl)
     systems = a.systems
     name = lambda i: systems[i] if i >= 0 else None  # noqa: E731
     counts = {s: int((wm["winner"] == i).sum()) for i, s in enumerate(systems)}
@@ -240,11 +241,11 @@ def cmd_plan(a):
     wl = {k: v for k, v in _workload(a).items() if v is not None}
     if a.max_load:
         wl.pop(a.max_load, None)
-        r = max_load(a.scenario, a.system, workload=wl, slo=slos, vary=a.max_load,
+        r = max_load(_scenario(a), a.system, workload=wl, slo=slos, vary=a.max_load,
                      max_value=a.max or MAX_LOAD_DEFAULT[a.max_load], min_value=a.min or 1)
     else:
         wl.pop(a.vary, None)
-        r = plan(a.scenario, a.system, workload=wl, slo=slos, vary=a.vary, max_value=a.max or 16,
+        r = plan(_scenario(a), a.system, workload=wl, slo=slos, vary=a.vary, max_value=a.max or 16,
                  min_value=a.min or 1, price_table=a.prices)
     from .pareto import emit_plan
     sglang = emit_plan(a, r, wl)          # --emit sglang: the answer's launch command ("" without it)
@@ -321,11 +322,11 @@ def cmd_sensitivity(a):
                              "--unloaded for the loaded engine")
         wl["draws"] = a.draws
     if a.unloaded:
-        rows = sensitivity(a.scenario, a.system, m, **wl)
+        rows = sensitivity(_scenario(a), a.system, m, **wl)
         kind = symbol_kind
     else:
         from sacmodel.planning.common import hardware_parameters
-        rows = sensitivity_loaded(a.scenario, a.system, m, params=hardware_parameters(a.scenario) if a.hardware
+        rows = sensitivity_loaded(_scenario(a), a.system, m, params=hardware_parameters(_scenario(a)) if a.hardware
                                   else None, **wl)
         kind = lambda n: "hardware" if n.startswith(("node:", "link:", "node@", "link@")) else "software"  # noqa: E731
         rows = [(n, e, v, "") for n, e, v, _ in rows]
@@ -372,7 +373,7 @@ def cmd_sweep(a):
             fixed["prefix_cached"] = False
         if "context" not in grid and "context" not in fixed:
             raise ValueError("give --context or put context in a --grid")
-        rows = sweep_predict(a.scenario, a.system, grid, fixed=fixed, scheduler=a.scheduler, workers=a.workers)
+        rows = sweep_predict(_scenario(a), a.system, grid, fixed=fixed, scheduler=a.scheduler, workers=a.workers)
         keys = ["system", "context", "output", "concurrency", "requests", "feasible", "limit", "ttft_mean_ms",
                 "ttft_p99_ms", "tbt_mean_ms", "e2e_mean_ms", "output_throughput_tok_s"]
         res = ("cxl_devices", "rdma_nics", "device_buffer")
@@ -383,7 +384,7 @@ def cmd_sweep(a):
         if a.concurrency or a.requests or a.rate or a.cold or server_limits(a) or isinstance(a.output, tuple):
             raise ValueError("--concurrency/--requests/--rate/--cold/--max-total-tokens/--max-running-requests and "
                              "--output MIN:MAX need --full (the vectorised sweep is the unloaded closed form)")
-        out = sweep(a.scenario, a.system, grid, a.metric, context=a.context, output=a.output,
+        out = sweep(_scenario(a), a.system, grid, a.metric, context=a.context, output=a.output,
                     **{k: v for k, v in dict(cxl_devices=a.cxl_devices, rdma_nics=a.rdma_nics,
                                              device_buffer=a.device_buffer).items() if v is not None})
         unit = "bytes" if a.metric.startswith("bytes") else "s"

@@ -221,7 +221,9 @@ def _check_physical(f: str, x: float, path: Path, lineno: int) -> None:
     fraction of the pool (0 to 1); the generation throughput 0 to 1e10 tokens/s."""
     name = next(k for k, v in _KEYS.items() if v == f)
     if f in COUNT_FIELDS:
-        if x < 0 or x > LIMITS["count"] or not float(x).is_integer():
+        if x < 0:
+            raise DataError(f"{path}: line {lineno}: negative {f} in a batch line ({name} {x:g})")
+        if x > LIMITS["count"] or not float(x).is_integer():
             raise DataError(f"{path}: line {lineno}: {name} {x:.6g} is not a count a server prints "
                             f"(a whole number from 0 to {LIMITS['count']:,})")
     elif f == "usage" and not 0 <= x <= 1:

@@ -13,10 +13,8 @@ import os
 import re
 from pathlib import Path
 
-from ..util.names import LIMITS, LOADED, SHORT_METRICS, SYSTEMS, kind_of
+from ..util.names import LIMITS, LOADED, RATE_RANGE, SHORT_METRICS, SYSTEMS, TIME_SCALE_RANGE, kind_of  # noqa: F401
 
-RATE_RANGE = (1e-4, 1e6)           # --rate, requests/s
-TIME_SCALE_RANGE = (1e-6, 1e6)     # replay --time-scale
 PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff")
 
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"

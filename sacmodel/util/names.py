@@ -42,6 +42,9 @@ LIMITS = {
     "tiers": 64,                    # KV tiers of a cluster file
 }
 
+RATE_RANGE = (1e-4, 1e6)           # requests/s of an open-loop workload (predict rate=, --rate)
+TIME_SCALE_RANGE = (1e-6, 1e6)     # replay time_scale= (--time-scale): arrivals that many times faster
+
 TOKEN_NAMES = ("context", "output", "topk", "device_buffer")
 COUNT_NAMES = ("concurrency", "requests", "cxl_devices", "rdma_nics", "dp")
 WORKLOAD_NAMES = TOKEN_NAMES + COUNT_NAMES + ("rate",)

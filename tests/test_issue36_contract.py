@@ -33,3 +33,77 @@ def test_replay_refuses_block_tokens_zero_and_a_vanishing_time_scale(kw, names):
 def test_predict_refuses_a_rate_no_run_can_hold(rate):
     with pytest.raises(ValueError, match=r"rate must be a number of requests/s from 0\.0001 to 1e\+06, got"):
         sacmodel.predict("sac-testbed", "gpu", context=8192, output=16, concurrency=4, requests=4, rate=rate)
+
+
+# ---- Sizes without bounds: refused or answered before anything large is allocated ----------------------------
+def test_a_cluster_file_with_a_billion_nics_is_refused_naming_the_field(tmp_path):
+    from sacmodel.hardware.scenarios import TOPOLOGY_DIR
+    src = (TOPOLOGY_DIR / "sac-cluster-4x.yaml").read_text()
+    line = '      nics: {value: 2, source: "sac-system.md RDMA baseline: 2 x ConnectX-7 per host"}'
+    assert line in src
+    p = tmp_path / "big.yaml"
+    p.write_text(src.replace(line, "      nics: {value: 1000000000, source: x}"))
+    with pytest.raises(ValueError, match=r"network\.rdma\.nics: must be a whole number from 1 to 1,024, got 1e\+09"):
+        sacmodel.load_cluster(p)
+
+
+@pytest.mark.parametrize("args,names", [
+    ((10 ** 7, 10 ** 7, 1000, 100, 10), ("groups x prompts_per_group", "at most 1,000,000")),
+    ((10, 10, 10 ** 7, 10 ** 7, 10), ("system_tokens + question_tokens", "16,777,216")),
+    ((100, 100, 10 ** 6, 100, 10), ("block ids", "larger block_tokens"))])
+def test_shared_prefix_refuses_sizes_before_allocating(args, names):
+    import tracemalloc
+    tracemalloc.start()
+    with pytest.raises(ValueError) as e:
+        sacmodel.shared_prefix(*args, rate=1.0)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert all(n in str(e.value) for n in names) and peak < 64 << 20
+
+
+def test_shared_prefix_block_ids_by_hand():
+    # 2 groups x 3 prompts, 128 system + 64 question tokens in 64-token blocks: 3 blocks, the first 2 shared
+    tr = sacmodel.shared_prefix(2, 3, 128, 64, 10, rate=1.0)
+    rows = [tr.blocks[a:b].tolist() for a, b in zip(tr.offsets[:-1], tr.offsets[1:])]
+    assert len(rows) == 6 and all(len(r) == 3 for r in rows)
+    for r in rows:
+        g = r[0] // 3
+        assert r[:2] == [3 * g, 3 * g + 1] and r[2] // 3 >= 2          # (group, block), then (prompt, block)
+    assert len({r[2] for r in rows}) == 6                               # every prompt its own question block
+
+
+def test_a_1024_member_pool_builds_without_routing_every_member():
+    import time
+    t = time.perf_counter()
+    topo = sacmodel.scenario("h200", pool="cxl", cxl_devices=1024)
+    assert len(topo.pools["cxl"]) == 1024
+    assert len(topo._routes) < 2000           # routes of every member to every GPU would be over 16,000
+    p = sacmodel.predict(topo, "cxl", context=8192, output=16, concurrency=4, requests=4)
+    assert p.feasible and time.perf_counter() - t < 30       # minutes before
+
+
+def test_pareto_front_of_ten_million_points_answers():
+    import time
+
+    import numpy as np
+    from sacmodel.planning.pareto import pareto_front
+    rng = np.random.default_rng(0)
+    x = rng.random(10 ** 7)
+    y = 1.0 - x + 0.01 * rng.random(10 ** 7)
+    t = time.perf_counter()
+    on = pareto_front(x, y)
+    assert time.perf_counter() - t < 60
+    xo, yo = x[on], y[on]
+    k = np.argsort(xo)
+    assert on.sum() >= 1 and (np.diff(yo[k]) < 0).all()      # along the front, more x costs y
+
+
+def test_pareto_front_by_hand_ties_and_invalid_points():
+    import numpy as np
+    from sacmodel.planning.pareto import pareto_front
+    x = np.array([1.0, 2.0, 2.0, 3.0, 3.0, 0.5, np.nan, 4.0])
+    y = np.array([5.0, 4.0, 4.0, 1.0, 2.0, 5.0, 9.0, 9.0])
+    valid = np.array([True, True, True, True, True, True, True, False])
+    # (1,5) beats (0.5,5); the two (2,4) tie and both stay; (3,2) beats (3,1); NaN and the invalid (4,9) are
+    # never on it and dominate nothing
+    assert pareto_front(x, y, valid).tolist() == [True, True, True, False, True, False, False, False]

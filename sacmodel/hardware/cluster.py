@@ -133,10 +133,12 @@ def parse_capacity(value, field_: str, bytes_per_token: float | None) -> float:
     raise UnitError(f"{field_}: {s!r} is not a capacity; give tokens ('3M', '200000 token') or bytes ('1 TB')")
 
 
-def _count(raw, where: str) -> int:
+def _count(raw, where: str, hi: int = 1024) -> int:
+    """A count of devices (NICs, CXL devices, replicas): a whole number from 1 to ``hi`` (the
+    ``--cxl-devices`` / ``--rdma-nics`` bound), checked before anything is built from it."""
     v, _, _ = _num(raw, "dimensionless", where)
-    if v != int(v) or v < 1:
-        raise TopologyError(f"{where}: must be a positive whole number, got {v:g}")
+    if v != int(v) or v < 1 or v > hi:
+        raise TopologyError(f"{where}: must be a whole number from 1 to {hi:,}, got {v:g}")
     return int(v)
 
 

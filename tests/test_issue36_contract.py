@@ -107,3 +107,22 @@ def test_pareto_front_by_hand_ties_and_invalid_points():
     # (1,5) beats (0.5,5); the two (2,4) tie and both stay; (3,2) beats (3,1); NaN and the invalid (4,9) are
     # never on it and dominate nothing
     assert pareto_front(x, y, valid).tolist() == [True, True, True, False, True, False, False, False]
+
+
+# ---- Tracebacks from documented calls ------------------------------------------------------------------------
+@pytest.mark.parametrize("system", ["gpu", "dram", "cxl", "rdma"])
+def test_unloaded_ttft_sensitivity_answers_for_every_system(capsys, system):
+    rows = sacmodel.sensitivity("sac-testbed", system, "ttft", context=32768)
+    assert rows and all(abs(el) < 10 for _, el, _, _ in rows)
+    # a faster GPU never slows the first token, and no single rate more than proportionally speeds it
+    for name, el, _, _ in rows:
+        if name in ("peak_bf16", "peak_fp8", "hbm_bw"):
+            assert -1.0 - 1e-9 <= el <= 0.0
+    assert main(["sensitivity", "--unloaded", "--metric", "ttft", "--system", system, "--context", "32K"]) == 0
+
+
+def test_unloaded_sensitivity_refuses_a_loaded_argument_by_name():
+    with pytest.raises(ValueError, match=r"draws=4 is not an argument of the unloaded closed form"):
+        sacmodel.sensitivity("sac-testbed", "cxl", "tbt", context=8192, draws=4)
+    with pytest.raises(ValueError, match=r"concurrency=64"):
+        sacmodel.sensitivity("sac-testbed", "cxl", "tbt", context=8192, concurrency=64)

@@ -126,3 +126,25 @@ def test_unloaded_sensitivity_refuses_a_loaded_argument_by_name():
         sacmodel.sensitivity("sac-testbed", "cxl", "tbt", context=8192, draws=4)
     with pytest.raises(ValueError, match=r"concurrency=64"):
         sacmodel.sensitivity("sac-testbed", "cxl", "tbt", context=8192, concurrency=64)
+
+
+@pytest.mark.parametrize("role,other", [("decode", "prefill"), ("prefill", "decode")])
+def test_a_cluster_of_one_role_only_is_refused_naming_the_missing_role(tmp_path, capsys, role, other):
+    from sacmodel.hardware.scenarios import TOPOLOGY_DIR
+    src = (TOPOLOGY_DIR / "sac-cluster-4x.yaml").read_text()
+    assert "role: both" in src
+    p = tmp_path / f"all-{role}.yaml"
+    p.write_text(src.replace("role: both", f"role: {role}"))
+    with pytest.raises(ValueError, match=rf"every instance has role '{role}'; a disaggregated cluster needs a {other}"):
+        sacmodel.load_cluster(p)
+    one_line_error(capsys, "replay", MOONCAKE, "--scenario", str(p), "--systems", "cxl", "--limit", "4",
+                   names=(f"needs a {other} instance",))
+
+
+@pytest.mark.parametrize("kw,arg", [(dict(weights=["fp8"]), "weights"), (dict(pool=5), "pool"),
+                                    (dict(pool=["cxl", 3]), "pool"), (dict(kv_dtype=["bf16"]), "kv_dtype")])
+def test_scenario_with_a_value_of_the_wrong_type_raises_value_error_naming_it(kw, arg):
+    (k, v), = kw.items()
+    with pytest.raises(ValueError) as e:
+        sacmodel.scenario("h200", **kw)
+    assert f"{arg} must be" in str(e.value) and repr(v) in str(e.value)

@@ -280,7 +280,7 @@ class Setup:
             roles = [i.role for i in insts]
             if "both" in roles:
                 raise ConfigError(f"{cl.name}: mixes co-located and disaggregated instances; give pd")
-            split = (roles.count("prefill"), roles.count("decode"))
+            split = parse_pd((roles.count("prefill"), roles.count("decode")), None)   # one of each at least
             insts = [i for i in insts if i.role == "prefill"] + [i for i in insts if i.role == "decode"]
         self.insts, self.split = insts, split
         self.router_params = dict(router_params or {})

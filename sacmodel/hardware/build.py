@@ -87,9 +87,9 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
     for name, v in (("dp", dp), ("ep", ep)):
         if tp % v:
             raise TopologyError(f"scenario: {name}={v} must divide tp={tp}")
-    if weights not in WEIGHT_BYTES:
+    if not isinstance(weights, str) or weights not in WEIGHT_BYTES:
         raise TopologyError(f"scenario: weights must be one of {', '.join(WEIGHT_BYTES)}, got {weights!r}")
-    if kv_dtype not in ("auto", "bf16", "fp8"):
+    if not isinstance(kv_dtype, str) or kv_dtype not in ("auto", "bf16", "fp8"):
         raise TopologyError(f"scenario: kv_dtype must be auto, bf16 or fp8, got {kv_dtype!r}")
     pools = _pools(pool)
     kv = kv_dtype_default(m, g.sm_version) if kv_dtype == "auto" else kv_dtype
@@ -121,6 +121,8 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
 def _pools(pool) -> tuple[str, ...]:
     if pool is None or pool == "":
         return ()
+    if not isinstance(pool, (str, list, tuple)) or not all(isinstance(p, str) for p in pool):
+        raise TopologyError(f"scenario: pool must be cxl and/or rdma (a name, 'cxl,rdma' or a list), got {pool!r}")
     names = tuple(p.strip() for p in (pool.split(",") if isinstance(pool, str) else pool))
     bad = [p for p in names if p not in POOLS]
     if bad:

@@ -343,6 +343,11 @@ def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dic
         raise TopologyError(f"{w}.instances: no instances")
     if len({i.id for i in instances}) != len(instances):
         raise TopologyError(f"{w}.instances: duplicate instance ids")
+    roles = {i.role for i in instances}
+    if roles in ({"prefill"}, {"decode"}):
+        (only,) = roles
+        raise TopologyError(f"{w}.instances: every instance has role {only!r}; a disaggregated cluster needs a "
+                            f"{'decode' if only == 'prefill' else 'prefill'} instance too (or role 'both')")
     return instances
 
 

@@ -233,7 +233,7 @@ def cmd_cluster_plan(a, fallback):
     if values is None:
         raise ConfigError(f"--values: list the {vary} values to try")
     r = cluster_plan(_scenario(a), a.system, a.trace, slo, vary=vary, values=values, fixed=_cluster_workload(a),
-                     scheduler=getattr(a, "scheduler", None), progress=True)
+                     scheduler=getattr(a, "scheduler", None), progress=True, price_table=getattr(a, "prices", None))
     if a.json:
         print_json(r.to_dict(), inf_as_text=True)
         return

@@ -273,7 +273,8 @@ def cmd_plan(a):
         con.print("prices from " + (a.prices if a.prices else "the built-in table (sacmodel/data/prices.yaml; "
                                     "--prices FILE for yours)") + ":", highlight=False)
         for k, v in (r.prices or {}).items():
-            con.print(f"  {k:<12} {v['usd_per_hour']:6.2f} USD/h  {v.get('source', 'no source given')}",
+            per = "USD/GB/h" if k.endswith("_gb") else "USD/h"
+            con.print(f"  {k:<12} {v['usd_per_hour']:8.6g} {per:<8}  {v.get('source', 'no source given')}",
                       highlight=False, markup=False, soft_wrap=True)
     if r.found:
         con.print("check it: " + predict_command(a, {a.max_load or a.vary: r.value}), highlight=False,
@@ -549,7 +550,9 @@ def _register_plan(sub) -> None:
                    help="largest value tried (default 16 for --vary; with --max-load: 1,024 for concurrency, "
                         "1M tokens for context, 64K for output)")
     p.add_argument("--prices", type=arg(in_file), default=None, metavar="YAML",
-                   help="price table: 'parts: {gpu: {usd_per_hour: 2.0}, ...}' (default: the built-in one)")
+                   help="price table: 'parts: {gpu: {usd_per_hour: 2.0}}' prices every GPU; rows gpu_h20 ... gpu_b200, "
+                        "dram_gb, cxl_gb (per GB), cxl_adapter, cxl_switch, rdma_nic; a part the plan needs and the "
+                        "table lacks is named (default: the built-in table, sacmodel/data/prices.yaml)")
     add_workload(p)
     add_json(p)
     from .pareto import add_emit

@@ -5,50 +5,59 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ..serving.config import resolve
 from ..serving.predict import predict
 from ..serving.systems import check_system
-from ..util.names import HIGHER_IS_BETTER, LIMITS, LOADED, PRICE_FILE
+from ..util.names import HIGHER_IS_BETTER, LIMITS, LOADED
 from ..util.progress import status, track
 from .closed_forms import _check_vary
 from .common import SolverError, _positive_tokens, _topology, _with_value, with_pool_size
-
-
-def prices(path: str | Path | None = None) -> dict[str, dict]:
-    """The price table (USD per hour of each part); see ``sacmodel/data/prices.yaml`` for sources."""
-    from ..hardware.schema import read_yaml
-    p = Path(path) if path else PRICE_FILE
-    data = read_yaml(p, err=SolverError, what="price table")     # regular file, size and depth limits
-    parts = data.get("parts") if isinstance(data, dict) else None
-    if not isinstance(parts, dict) or not parts:
-        raise SolverError(f"{p}: a price table maps 'parts:' to entries like 'gpu: {{usd_per_hour: 2.0}}'")
-    for k, v in parts.items():
-        usd = v.get("usd_per_hour") if isinstance(v, dict) else None
-        if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and usd >= 0):
-            raise SolverError(f"{p}: parts.{k}.usd_per_hour must be a non-negative number, got {usd!r}")
-    return parts
+from .pricing import GB, check_parts, gpu_part, per_gb_or_device, prices, usd  # noqa: F401  (prices re-exported)
 
 
 def configuration_cost(scenario, system: str, *, cxl_devices=None, rdma_nics=None, dp=None,
                        price_table=None) -> dict[str, float]:
-    """USD per hour of the parts a configuration uses (GPUs; CXL devices, adapters, switch; NICs)."""
+    """USD per hour of the parts a configuration uses, by price-table row (:mod:`.pricing`): its GPUs
+    (``gpu_<model>`` or ``gpu``); the ``dram`` system's host KV pool (``dram_gb``); the CXL memory of the devices
+    used (``cxl_gb``), adapters and switch; the ``rdma`` system's NICs and remote pool (``rdma_nic``,
+    ``dram_gb``); ``total`` their sum. A table without a part this needs is refused naming every one missing."""
     cfg = resolve(scenario, system)   # counts above the scenario's pool size are priced as planned additions
-    pt = prices(price_table)
-    t = cfg.topo
-    n_gpu = int(dp or cfg.dp)
-    parts = {"gpu": n_gpu}
-    if system in ("cxl", "cxl-prefetch"):
-        parts.update(cxl_device=cxl_devices or cfg.cxl_devices, cxl_adapter=len(t.nodes_of("cxl_adapter")),
-                     cxl_switch=len(t.nodes_of("cxl_switch")))
-    if system in ("rdma", "rdma-topk"):
-        parts["rdma_nic"] = rdma_nics or cfg.rdma_nics
-    cost = {k: n * float(pt[k]["usd_per_hour"]) for k, n in parts.items()}
+    table = prices(price_table)
+    counts = parts_used(cfg, table, system, cxl_devices=cxl_devices, rdma_nics=rdma_nics, dp=dp)
+    check_parts(table, list(counts), price_table)
+    cost = {k: n * usd(table, k) for k, n in counts.items()}
     cost["total"] = sum(cost.values())
     return cost
+
+
+def parts_used(cfg, table: dict, system: str, *, cxl_devices=None, rdma_nics=None, dp=None) -> dict[str, float]:
+    """Price-table row -> how many of it (GPUs, GB, devices) the configuration uses."""
+    t = cfg.topo
+    counts: dict[str, float] = {gpu_part(t, table): int(dp or cfg.tp)}     # tp = the server's GPUs
+    if system == "dram":
+        counts["dram_gb"] = sum(t.node(m)["capacity"] for m in t.pools.get("dram", [])) / GB
+    if system in ("cxl", "cxl-prefetch"):
+        n = int(cxl_devices or cfg.cxl_devices)
+        members = t.pools["cxl"]
+        gb = sum(t.node(members[min(i, len(members) - 1)])["capacity"] for i in range(n)) / GB
+        row, amount = per_gb_or_device(table, gb, n)
+        counts.update({row: amount, "cxl_adapter": len(t.nodes_of("cxl_adapter")),
+                       "cxl_switch": len(t.nodes_of("cxl_switch"))})
+    if system in ("rdma", "rdma-topk"):
+        counts["rdma_nic"] = int(rdma_nics or cfg.rdma_nics)
+        counts["dram_gb"] = sum(t.node(m)["capacity"] for m in t.nodes_of("remote_memory")) / GB
+    return counts
+
+
+def plan_parts(scenario, system: str, price_table=None) -> dict:
+    """The price table, checked for every part a plan of ``system`` on ``scenario`` prices (before any
+    prediction runs)."""
+    table = prices(price_table)
+    check_parts(table, list(parts_used(resolve(scenario, system), table, system)), price_table)
+    return table
 
 
 @dataclass
@@ -105,6 +114,7 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
     _check_workload(workload)
     topo = _topology(scenario)
     _check_vary(topo, vary)
+    table = plan_parts(topo, system, price_table)        # a table that cannot price the answer: refused now
     res = PlanResult(system, vary, dict(slo), False, None)
     step = step or (512 if vary == "device_buffer" else 1)
     _check_range(vary, min_value, max_value, step)
@@ -127,7 +137,6 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
             res.cost_usd_per_hour = configuration_cost(t, system, price_table=price_table, **kwc)
             res.cost_usd_per_million_tokens = per_million_tokens(res.cost_usd_per_hour["total"],
                                                                  p.output_throughput_tok_s)
-            table = prices(price_table)
             res.prices = {k: dict(table[k]) for k in res.cost_usd_per_hour if k in table}
             res.message = (f"smallest {vary} meeting the SLO: {v}" +
                            ("" if prev is None else f" ({vary} = {v - step} misses it)"))

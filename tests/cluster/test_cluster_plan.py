@@ -20,10 +20,11 @@ def burst(tmp_path, n=24, gap_ms=200):
 
 def test_cost_per_hour_by_hand():
     c = cost_per_hour("sac-cluster-4x", "cxl", 4, None)
-    # 4 hosts x 8 GPUs x $2; a 2 TB pool is two 1 TB devices; two CXL adapters per host; one switch
-    assert c["gpu"] == 64.0 and c["cxl_device"] == pytest.approx(2 * 0.23)
+    # 4 hosts x 8 H20s x $1.35; a 2 TB pool is two 1 TB devices = 2,000 GB x $0.000228; two CXL adapters per
+    # host; one switch
+    assert c["gpu_h20"] == pytest.approx(32 * 1.35) and c["cxl_gb"] == pytest.approx(2000 * 0.000228)
     assert c["cxl_adapter"] == pytest.approx(8 * 0.04) and c["cxl_switch"] == pytest.approx(0.38)
-    assert c["total"] == pytest.approx(64 + 0.46 + 0.32 + 0.38)
+    assert c["total"] == pytest.approx(43.2 + 0.456 + 0.32 + 0.38)
     assert cost_per_hour("sac-cluster-4x", "rdma", 2, None)["rdma_nic"] == pytest.approx((4 + 4) * 0.06)
 
 

@@ -148,3 +148,43 @@ def test_scenario_with_a_value_of_the_wrong_type_raises_value_error_naming_it(kw
     with pytest.raises(ValueError) as e:
         sacmodel.scenario("h200", **kw)
     assert f"{arg} must be" in str(e.value) and repr(v) in str(e.value)
+
+
+# ---- A planner's rough edges -------------------------------------------------------------------------------
+WL = dict(context=8192, output=16, concurrency=4, requests=8)
+
+
+@pytest.mark.parametrize("system", ["gpu", "dram"])
+def test_plan_of_gpu_or_dram_sizes_gpus_not_cxl_devices(system):
+    from sacmodel.planning.plan import plan
+    r = plan("sac-testbed", system, workload=WL, slo={"tbt_mean_ms": 1000})
+    assert r.vary == "dp" and r.found and 1 <= r.value <= 8 and "cxl" not in r.message
+    with pytest.raises(ValueError, match=rf"vary='cxl_devices' changes nothing for system '{system}'"):
+        plan("sac-testbed", system, workload=WL, slo={"tbt_mean_ms": 1000}, vary="cxl_devices")
+
+
+def test_plan_of_rdma_sizes_nics_and_says_when_nothing_changes():
+    from sacmodel.planning.plan import plan
+    r = plan("sac-testbed", "rdma", workload=WL, slo={"tbt_mean_ms": 1000}, max_value=2)
+    assert r.vary == "rdma_nics"
+    # device_buffer far above what the requests touch: every value the same, and the message says so
+    flat = plan("sac-testbed", "gpu", workload=WL, slo={"tbt_mean_ms": 1e-3}, vary="device_buffer", min_value=4096,
+                max_value=5120, step=512)
+    assert not flat.found and "does not bind here; vary another resource" in flat.message
+
+
+@needs_shared
+def test_cluster_plan_takes_an_azure_trace_and_a_gpu_built_check_command_runs(capsys):
+    azure = str(SHARED / "traces" / "azure_llm_2023_conv.csv")
+    assert main(["plan", "--trace", azure, "--system", "cxl", "--values", "1", "--limit", "10",
+                 "--slo", "ttft_p99_ms=10000000"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--trace", MOONCAKE, "--gpu", "h100", "--gpus", "4", "--model", "llama-3.1-8b",
+                 "--system", "gpu", "--values", "1", "--limit", "5", "--time-scale", "0.01",
+                 "--slo", "ttft_p99_ms=10000000"]) == 0
+    out = capsys.readouterr().out
+    check = out[out.index("check it: ") + len("check it: "):].splitlines()[0]
+    import shlex
+    words = shlex.split(check)
+    assert words[:2] == ["sacmodel", "replay"] and "--model" in words and "--scenario" not in words
+    assert main(words[1:]) == 0                       # the printed command runs as written

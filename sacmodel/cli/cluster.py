@@ -262,7 +262,15 @@ def replay_command(a, vary: str, value) -> str:
     system and fixed settings, and the chosen value of what it varied)."""
     import shlex
     flag = {"instances": "--instances", "pool": "--cache-capacity", "router": "--router", "pd": "--pd"}[vary]
-    words = ["sacmodel", "replay", a.trace, "--scenario", a.scenario, "--system", a.system, flag, str(value)]
+    words = ["sacmodel", "replay", a.trace]
+    if getattr(a, "gpu", None):           # a machine built from flags: the same flags, not its in-memory name
+        from .machine import machine_words
+        words += machine_words(a)
+    else:
+        words += ["--scenario", a.scenario]
+        if getattr(a, "model", None):
+            words += ["--model", a.model]
+    words += ["--system", a.system, flag, str(value)]
     for f, v in (("--time-scale", a.time_scale if a.time_scale != 1.0 else None), ("--limit", a.limit),
                  ("--slo", a.slo_window), ("--cxl-devices", getattr(a, "cxl_devices", None)),
                  ("--rdma-nics", getattr(a, "rdma_nics", None)), ("--device-buffer", getattr(a, "device_buffer", None))):

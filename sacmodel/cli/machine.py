@@ -80,7 +80,22 @@ def apply_machine(a) -> None:
     from ..hardware.build import scenario
     from ..hardware.scenarios import register_scenario
     kw = {k: getattr(a, k) for f, k in FLAGS.items() if getattr(a, k, None) is not None}
+    # kept to print a command that builds the same machine again (the model is cleared below)
+    a.machine_flags = {f: getattr(a, k) for f, k in FLAGS.items() if getattr(a, k, None) is not None}
     topo = scenario(kw.pop("gpu"), **kw)
     a.scenario = register_scenario(topo)
     if hasattr(a, "model"):            # the built scenario holds the model; no second override
         a.model = None
+
+
+def machine_words(a, skip=("--cxl-devices", "--rdma-nics")) -> list[str]:
+    """The machine flags as given (``--gpu h100 --gpus 4 --model ...``), except those in ``skip``."""
+    given = getattr(a, "machine_flags", None)
+    if given is None:
+        given = {f: getattr(a, k) for f, k in FLAGS.items() if getattr(a, k, None) is not None}
+    out = []
+    for f, v in given.items():
+        if v is False or f in skip:
+            continue
+        out += [f] if v is True else [f, str(v)]
+    return out

@@ -244,8 +244,10 @@ def cmd_plan(a):
         r = max_load(_scenario(a), a.system, workload=wl, slo=slos, vary=a.max_load,
                      max_value=a.max or MAX_LOAD_DEFAULT[a.max_load], min_value=a.min or 1)
     else:
+        from sacmodel.planning.plan import DEFAULT_VARY
+        a.vary = a.vary or DEFAULT_VARY[a.system]
         wl.pop(a.vary, None)
-        r = plan(_scenario(a), a.system, workload=wl, slo=slos, vary=a.vary, max_value=a.max or 16,
+        r = plan(_scenario(a), a.system, workload=wl, slo=slos, vary=a.vary, max_value=a.max,
                  min_value=a.min or 1, price_table=a.prices)
     from .pareto import emit_plan
     sglang = emit_plan(a, r, wl)          # --emit sglang: the answer's launch command ("" without it)
@@ -289,11 +291,11 @@ def predict_command(a, settings: dict) -> str:
     --set NAME=VALUE)."""
     import shlex
 
-    from .machine import FLAGS
+    from .machine import machine_words
     words = ["sacmodel", "predict", "--system", a.system]
-    if getattr(a, "gpu", None):
-        words += [x for f, k in FLAGS.items() if getattr(a, k, None) is not None
-                  and f not in ("--cxl-devices", "--rdma-nics") for x in (f, str(getattr(a, k)))]
+    if getattr(a, "gpu", None):      # predict's own flags (pool sizes, limits) are written below
+        words += machine_words(a, skip=("--cxl-devices", "--rdma-nics", "--max-total-tokens",
+                                        "--max-running-requests"))
     elif a.scenario != "sac-testbed":
         words += ["--scenario", a.scenario]
     opts = {"--context": a.context, "--concurrency": a.concurrency, "--requests": a.requests, "--rate": a.rate,
@@ -540,8 +542,9 @@ def _register_plan(sub) -> None:
     p.add_argument("--system", choices=SYSTEMS, required=True, help="system to plan")
     p.add_argument("--slo", action="append", required=True, type=slo, metavar="METRIC=VALUE",
                    help="a target, e.g. tbt_mean_ms=80 (at most) or output_throughput_tok_s=750 (at least); repeat")
-    p.add_argument("--vary", default="cxl_devices", type=arg(vary_name), metavar="NAME",
-                   help="resource to size: cxl_devices (default), rdma_nics, dp, device_buffer, or node:KIND.FIELD")
+    p.add_argument("--vary", default=None, type=arg(vary_name), metavar="NAME",
+                   help="resource to size: cxl_devices, rdma_nics, dp (GPUs), device_buffer, or node:KIND.FIELD "
+                        "(default: the system's pool devices, cxl_devices or rdma_nics; dp for gpu and dram)")
     p.add_argument("--max-load", choices=("concurrency", "context", "output"), default=None,
                    help="instead: the largest concurrency, context or output the configuration sustains within the SLO")
     p.add_argument("--min", type=arg(count, hi=LIMITS["tokens"]), default=None, metavar="N",

@@ -134,7 +134,12 @@ def cluster_sweep(scenario, system: str, trace, grid: dict, *, fixed: dict | Non
         for v in axes[names.index("pd")]:
             parse_pd(v, n0)
     combos = [dict(zip(names, vals)) for vals in itertools.product(*axes)]
-    jobs = [(scenario, system, trace, c, dict(fixed or {}), price_table) for c in combos]
+    fixed = dict(fixed or {})
+    if "cache" not in fixed:             # a trace without prefix information (Azure's): no prefix cache, as replay
+        from sacmodel.cluster.workload import load_workload
+        if not load_workload(trace, fixed.get("limit"))[0].has_prefix_info:
+            fixed["cache"] = "none"
+    jobs = [(scenario, system, trace, c, dict(fixed), price_table) for c in combos]
     if scheduler:
         try:
             from dask.distributed import Client

@@ -101,18 +101,40 @@ def _check_slo(slo: dict):
             raise SolverError(f"SLO {m} must be a positive number")
 
 
-def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_devices", max_value: float = 16,
+DEFAULT_VARY = {"cxl": "cxl_devices", "cxl-prefetch": "cxl_devices", "rdma": "rdma_nics", "rdma-topk": "rdma_nics",
+                "gpu": "dp", "dram": "dp"}
+POOL_OF = {"cxl_devices": ("cxl", "cxl-prefetch"), "rdma_nics": ("rdma", "rdma-topk")}
+
+
+def plan_axis(topo, system: str, vary: str | None, max_value) -> tuple[str, float]:
+    """What a plan of ``system`` sizes (default: its pool's devices, or dp = GPUs for gpu and dram) and the
+    largest value it tries (default 16, the scenario's GPUs for dp); a pool size of a system without that
+    pool is refused (it would change nothing)."""
+    vary = DEFAULT_VARY[system] if vary is None else vary
+    if vary in POOL_OF and system not in POOL_OF[vary]:
+        raise SolverError(f"plan: vary={vary!r} changes nothing for system {system!r} (it has no "
+                          f"{'CXL' if vary == 'cxl_devices' else 'RDMA'} pool); vary dp (GPUs), device_buffer or "
+                          "a hardware number")
+    if max_value is None:
+        max_value = len(topo.gpus) if vary == "dp" else 16
+    return vary, max_value
+
+
+def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str | None = None, max_value: float | None = None,
          min_value: float = 1, step: float | None = None, price_table=None) -> PlanResult:
     """Smallest ``vary`` in [min, max] (in ``step``s) meeting the SLO.
 
     ``vary``: cxl_devices, rdma_nics (pools grow by cloning their first member), dp (GPUs), device_buffer,
-    or a hardware number such as ``node:cxl_device.capacity`` / ``node:host_dram.capacity`` (give ``step``).
-    The prediction at one step less is returned too (it misses the SLO), with the cost of the parts.
+    or a hardware number such as ``node:cxl_device.capacity`` / ``node:host_dram.capacity`` (give ``step``);
+    default: the system's pool devices (cxl_devices, rdma_nics), dp for gpu and dram. ``max_value`` default: 16,
+    the scenario's GPUs for dp. The prediction at one step less is returned too (it misses the SLO), with the
+    cost of the parts.
     """
     _check_slo(slo)
     check_system(system)
     _check_workload(workload)
     topo = _topology(scenario)
+    vary, max_value = plan_axis(topo, system, vary, max_value)
     _check_vary(topo, vary)
     table = plan_parts(topo, system, price_table)        # a table that cannot price the answer: refused now
     res = PlanResult(system, vary, dict(slo), False, None)
@@ -146,8 +168,17 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
     res.message = f"no {vary} in [{min_value}, {max_value}] meets the SLO. " + (
         f"At the largest value Poisson arrivals at {workload['rate']:g} req/s outpace what it serves: the queue "
         "grows without bound (lower the rate or raise --max)." if last.get("overloaded")
-        else why_not(topo, system, workload, slo, prev))
+        else why_not(topo, system, workload, slo, prev)) + _flat(res.tried, slo, vary)
     return res
+
+
+def _flat(tried: list, slo: dict, vary: str) -> str:
+    """A hint when every value tried gave the same prediction: the resource varied does not bind."""
+    if len(tried) < 2 or any(any(r[m] != tried[0][m] for m in slo) for r in tried):
+        return ""
+    others = ", ".join(v for v in ("cxl_devices", "rdma_nics", "dp", "device_buffer") if v != vary)
+    return (f" Every {vary} from {tried[0]['value']} to {tried[-1]['value']} gives the same prediction: {vary} does "
+            f"not bind here; vary another resource ({others}, or a hardware number).")
 
 
 def overloaded(topo, system: str, workload: dict, pred) -> bool:

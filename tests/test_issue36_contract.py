@@ -188,3 +188,63 @@ def test_cluster_plan_takes_an_azure_trace_and_a_gpu_built_check_command_runs(ca
     words = shlex.split(check)
     assert words[:2] == ["sacmodel", "replay"] and "--model" in words and "--scenario" not in words
     assert main(words[1:]) == 0                       # the printed command runs as written
+
+
+def test_compare_at_80_columns_never_splits_a_number(capsys, monkeypatch):
+    import json
+    import re
+    monkeypatch.setenv("COLUMNS", "80")
+    args = ["compare", "--contexts", "16K", "--concurrency", "4", "--requests", "8",
+            "--systems", "gpu,dram,cxl,rdma,cxl-prefetch,rdma-topk"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert main(args + ["--json"]) == 0
+    res = json.loads(capsys.readouterr().out)[0]
+    assert all(len(ln) <= 80 for ln in out.splitlines())
+    words = set(re.findall(r"[\d,.]+x?", out))
+    for s in ("gpu", "dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk"):
+        for m, nd in (("ttft_mean_ms", 1), ("tbt_mean_ms", 1), ("output_throughput_tok_s", 1)):
+            v = res[s][m]
+            shown = {f"{v:,.{d}f}" for d in (0, 1, 2)}
+            assert shown & words, (s, m, v)                 # each number whole on its line
+    for head in ("cxl/rdma", "cxl/dram"):                    # no column dropped or cut
+        assert head in out
+
+
+def test_token_counts_print_whole():
+    from sacmodel.util.names import fmt_value
+    assert fmt_value(163392.0, "tokens") == "163,392 tokens"
+    assert fmt_value(163392.4999, "tokens") == "163,392 tokens"
+
+
+def test_an_unknown_flag_points_to_the_subcommands_help(capsys):
+    err = one_line_error(capsys, "compare", "--contxt", "8K")
+    assert "sacmodel compare: error: unrecognized arguments: --contxt 8K" in err
+    assert "(see sacmodel compare --help)" in err
+
+
+def test_scenario_help_lists_every_built_in_scenario(capsys):
+    from sacmodel.hardware.scenarios import builtin_scenarios
+    assert main(["predict", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split()).replace("- ", "-")
+    assert len(builtin_scenarios()) == 3
+    for name in builtin_scenarios():
+        assert name in text
+
+
+@pytest.mark.parametrize("prompts,phrase", [("distinct", "each request its own cached prompt"),
+                                            ("shared", "one cached prompt shared by all")])
+def test_predict_header_says_which_prompts_once(capsys, prompts, phrase):
+    assert main(["predict", "--system", "gpu", "--context", "8K", "--concurrency", "2", "--requests", "4",
+                 "--prompts", prompts]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert phrase in head and "distinct prompts" not in head and head.count("prompt") == 1
+
+
+@pytest.mark.parametrize("system,concurrency", [("rdma", 1), ("cxl", 1), ("rdma", 16), ("dram", 1)])
+def test_first_token_rows_that_add_up_explain_the_ttft_once(system, concurrency):
+    p = sacmodel.predict("sac-testbed", system, context=32768, output=64, concurrency=concurrency, requests=16)
+    rows = [e for e in p.binding.values() if e["part"] == "ttft"]
+    adding = sum(e["seconds"] for e in rows if not e.get("when")) * 1e3
+    # the rows not marked overlapping add up to the mean TTFT (a few % over: kernel launches counted per chunk)
+    assert 0.95 * p.ttft_mean_ms <= adding <= 1.05 * p.ttft_mean_ms + 1.0

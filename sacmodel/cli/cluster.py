@@ -18,6 +18,8 @@ from .common import _scenario, console, plain, print_json, table
 class ConfigError(ValueError):
     """A bad cluster option (exit 2 from the CLI, like every ValueError of the library)."""
 
+MOONCAKE = "../shared/data/traces/mooncake_conversation_trace.jsonl"   # the help examples' shipped trace
+
 
 def _list(s: str) -> list[str]:
     return [x.strip() for x in str(s).split(",") if x.strip()]
@@ -335,11 +337,13 @@ def _register_replay(sub, add_scenario) -> None:
     trace_help = "Mooncake JSONL, Azure CSV or a testbed run JSON"
     p = _parser(sub, "replay", "replay a request trace through an instance or a cluster (routers, prefix "
                                "caches, P/D disaggregation)",
-                ["sacmodel replay trace.jsonl --limit 2000",
-                 "sacmodel replay trace.jsonl --scenario sac-cluster-4x --router kv,round_robin --csv out.csv",
-                 "sacmodel replay trace.csv --cache none --time-scale 0.5 --systems cxl,rdma",
-                 "sacmodel replay trace.jsonl --scenario sac-cluster-4x --system gpu --instances 8 --router kv "
-                 "--router-param queue_threshold=2"])
+                [f"sacmodel replay {MOONCAKE} --limit 2000",
+                 f"sacmodel replay {MOONCAKE} --limit 1000 --scenario sac-cluster-4x --router kv,round_robin "
+                 "--csv out.csv",
+                 "sacmodel replay ../shared/data/traces/azure_llm_2023_conv.csv --limit 1000 --cache none "
+                 "--time-scale 0.5 --systems cxl,rdma",
+                 f"sacmodel replay {MOONCAKE} --limit 1000 --scenario sac-cluster-4x --system gpu --instances 8 "
+                 "--router kv --router-param queue_threshold=2"])
     add_scenario(p)
     p.add_argument("trace", type=arg(in_file), help=trace_help)
     p.add_argument("--systems", default=None, metavar="LIST", help="comma-separated systems (default dram,cxl,rdma)")
@@ -380,9 +384,10 @@ def _register_hitrate(sub, add_scenario) -> None:
     from .types import LIMITS, arg, count, in_file, plot_file, tokens
     trace_help = "Mooncake JSONL, Azure CSV or a testbed run JSON"
     p = _parser(sub, "hitrate", "prefix-cache hit rate of a trace vs capacity (fast path, no timing)",
-                ["sacmodel hitrate trace.jsonl --capacity 1M,3M,10M,inf",
-                 "sacmodel hitrate trace.jsonl --instances 4 --router prefix_affinity,round_robin --plot hit.png",
-                 "sacmodel hitrate trace.jsonl --capacity inf --ranks 8 --router round_robin,kv"])
+                [f"sacmodel hitrate {MOONCAKE} --capacity 1M,3M,10M,inf",
+                 f"sacmodel hitrate {MOONCAKE} --instances 4 --router prefix_affinity,round_robin "
+                 "--plot hit.png",
+                 f"sacmodel hitrate {MOONCAKE} --capacity inf --ranks 8 --router round_robin,kv"])
     p.add_argument("trace", type=arg(in_file), help=trace_help)
     p.add_argument("--capacity", default="1M,3M,10M,inf", metavar="LIST", help="tokens per instance, comma-separated")
     p.add_argument("--block-tokens", type=arg(tokens), default=512, metavar="TOKENS",

@@ -80,7 +80,7 @@ def fmt_value(x: float, kind: str, digits: int = 4) -> str:
         return str(x)
     g = lambda v: f"{v:.{digits}g}"  # noqa: E731
     if kind == "tokens":
-        return f"{x:,.0f} tokens" if float(x).is_integer() else f"{x:,.1f} tokens"
+        return f"{round(x):,} tokens"            # tokens are whole: 163,392 tokens, never 163,392.000
     if kind == "count":
         return f"{x:g}"
     if kind == "rate":

@@ -37,3 +37,44 @@ def test_disaggregated_requests_hand_their_kv_to_a_decode_instance():
     assert np.all(np.asarray(r["handoff_s"], float)[multi] > 0)  # the KV crosses the network: it takes time
     colo = _replay(pd=None).per_request
     assert np.all(np.nan_to_num(np.asarray(colo["handoff_s"], float)) == 0)
+
+
+@needs_shared
+def test_the_kv_hand_off_grows_with_the_prompt_it_moves():
+    from sacmodel.hardware.cluster import kv_bytes_per_token
+    from sacmodel.hardware.scenarios import cluster_of
+    p = _replay(pd="2:2")
+    r = p.per_request
+    n_in = np.asarray(r["input_tokens"])
+    multi = np.asarray(r["output_tokens"]) > 1
+    h = np.asarray(r["handoff_s"], float)[multi]
+    order = np.argsort(n_in[multi])
+    long, short = order[-1], order[0]
+    assert h[long] > h[short]
+    # no faster than the hosts' NICs (2 x 100 Gb/s in sac-cluster-4x) can move the longest prompt's KV
+    bpt = kv_bytes_per_token(cluster_of("sac-cluster-4x").host)
+    assert h[long] >= n_in[multi][long] * bpt / (2 * 12.5e9)
+
+
+def test_a_closed_loop_run_never_holds_more_than_its_concurrency(tmp_path):
+    """A measured run replayed: its client keeps ``max_concurrency`` requests in flight, and sends the next
+    when one ends; every request is sent and completes."""
+    import json
+    n = 12
+    one = {"success": True, "prompt_len": 8192, "output_len": 32, "ttft_ms": 500.0, "latency_ms": 1700.0}
+    d = {"config": {"target_input_tokens": 8192, "max_concurrency": 4, "output_tokens": 32, "round2_output_min": 32,
+                    "round2_output_max": 32, "round2_num_requests": n, "round1_max_concurrency": 4},
+         "round1": {"metrics": {"num_requests": 4, "num_success": 4, "ttft_mean_ms": 3000.0, "tbt_mean_ms": 40.0,
+                                "output_throughput_tok_s": 90.0, "total_output_tokens": 128}},
+         "round2": {"metrics": {"num_requests": n, "num_success": n, "ttft_mean_ms": 500.0, "tbt_mean_ms": 40.0,
+                                "output_throughput_tok_s": 90.0, "e2e_mean_ms": 1800.0},
+                    "per_request": [dict(one) for _ in range(n)]}}
+    f = tmp_path / "small_dram_ctx8k.json"
+    f.write_text(json.dumps(d))
+    p = sacmodel.replay("sac-testbed", "dram", str(f))
+    r = p.per_request
+    assert p.summary["closed_loop"] == 4 and int(np.sum(r["completed"])) == n
+    start = np.asarray(r["arrival"], float)
+    end = start + np.asarray(r["e2e_ms"], float) / 1e3
+    most = max(int(np.sum((start <= t) & (t < end))) for t in start)
+    assert most == 4                     # the client fills its 4 slots and never more

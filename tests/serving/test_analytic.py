@@ -322,3 +322,16 @@ def test_wave_batch_is_a_fixed_point_and_moves_smoothly():
     finally:
         mdl.v["t_token"] = t_token
     assert abs(g2 / g - 1) < 0.05
+
+
+def test_a_prompt_not_a_multiple_of_the_chunk_takes_one_more_chunk():
+    """Issue 36: chunks = ceil(E / chunk); the remainder is a chunk of its own (floor drops it)."""
+    cfg, mdl, _ = setup("cxl")
+    c = cfg.prefill_chunk
+    reqs = workload(cfg, context=3 * c + 100, output=16, requests=2, prefix_cached=False, prompts="distinct",
+                    cold_staging=False)
+    ld = an.load_of(cfg, mdl, reqs, None)
+    assert ld.E == 3 * c + 100 and ld.chunks == 4
+    reqs = workload(cfg, context=3 * c, output=16, requests=2, prefix_cached=False, prompts="distinct",
+                    cold_staging=False)
+    assert an.load_of(cfg, mdl, reqs, None).chunks == 3

@@ -71,6 +71,12 @@ def test_iteration_terms_by_hand():
     assert Tp == pytest.approx(shared + max(chunk, dec) + mdl.t_eager)
     assert an.prefill_iteration(mdl, ld, 0.0, 8, 2, 8) == pytest.approx(
         mdl.shared(round(16 * ld.E), True, round(16 * ld.E), 16) + 2 * chunk + mdl.t_eager)
+    # the others decode 128 each: their part outlasts the one-page chunk, and the iteration waits for it
+    dec_big = mdl.rank_time(128, 8, ld.L + ld.age, 128 * ld.m, True)
+    assert dec_big > chunk
+    eager = mdl.t_eager_pcg if ld.E <= mdl.pcg_tokens else mdl.t_eager
+    assert an.prefill_iteration(mdl, ld, 128.0, 8, 1, 1) == pytest.approx(
+        mdl.shared(round(ld.E + 7 * 128), True, round(ld.E + 7 * 128), 7 * 128 + 1) + dec_big + eager)
 
 
 def test_copies_by_hand():

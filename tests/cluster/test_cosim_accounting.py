@@ -78,3 +78,21 @@ def test_a_closed_loop_run_never_holds_more_than_its_concurrency(tmp_path):
     end = start + np.asarray(r["e2e_ms"], float) / 1e3
     most = max(int(np.sum((start <= t) & (t < end))) for t in start)
     assert most == 4                     # the client fills its 4 slots and never more
+
+
+@needs_shared
+@pytest.mark.parametrize("pd", [None, "2:2"])
+def test_the_routers_bookkeeping_is_empty_once_every_request_ended(pd):
+    """Every request the router counted in flight, prefilling or holding blocks is released by its end (the
+    prefill side at its first token in a disaggregated run, the decode side at its last)."""
+    from sacmodel.cluster.cosim import CoSim
+    from sacmodel.cluster.replay import Setup
+    setup = Setup("sac-cluster-4x", "gpu", TRACE, router="kv", instances=None, pd=pd, time_scale=1.0,
+                  concurrency=None, cache="trace", slo=None, router_params=None, limit=30, resources={})
+    setup.build(None, None, None)
+    sim = CoSim(setup)
+    sim.run()
+    states = [sim.state_pre] + ([sim.state_dec] if pd else [])
+    for s in states:
+        assert all(x == 0 for x in s.in_flight) and all(abs(x) < 1e-9 for x in s.prefill_tokens)
+        assert all(not a for a in s.active) and sum(s.assigned) > 0

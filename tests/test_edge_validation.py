@@ -333,8 +333,8 @@ def test_traceback_trace_non_utf8(capsys, tmp_path):
 
 # ---- wrong success ------------------------------------------------------------------------------------------
 def test_wrong_success_out_of_order_timestamps(capsys, tmp_path):
-    p = mooncake(tmp_path, '{"timestamp": 500, "input_length": 100, "output_length": 5}',
-                 '{"timestamp": 200, "input_length": 100, "output_length": 5}')
+    p = mooncake(tmp_path, '{"timestamp": 500, "input_length": 100, "output_length": 5, "hash_ids": []}',
+                 '{"timestamp": 200, "input_length": 100, "output_length": 5, "hash_ids": []}')
     refused(capsys, "replay", str(p), "--systems", "dram", names=("t.jsonl:3", "time order"))
     c = tmp_path / "a.csv"
     c.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:50.0,374,44\n"
@@ -343,7 +343,7 @@ def test_wrong_success_out_of_order_timestamps(capsys, tmp_path):
 
 
 def test_wrong_success_equal_timestamps_are_in_order(tmp_path):
-    p = mooncake(tmp_path, '{"timestamp": 0, "input_length": 100, "output_length": 5}')
+    p = mooncake(tmp_path, '{"timestamp": 0, "input_length": 100, "output_length": 5, "hash_ids": []}')
     assert list(load_trace(p).arrival) == [0.0, 0.0]
 
 

@@ -92,7 +92,7 @@ def cmd_models(a):
                   f"{r['kv_bytes_fp8']:g}", f"{r['kv_bytes_bf16']:g}", str(r["topk"] or "-"))
     con = console()
     con.print(t)
-    con.print("Any Hugging Face config.json works too: --model path/to/config.json")
+    con.print("Any Hugging Face config.json works too, e.g. --model examples/deepseek-v3.2/config.json")
 
 
 # ---- command-line options -----------------------------------------------------------------------

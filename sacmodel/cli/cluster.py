@@ -12,11 +12,13 @@ from rich.table import Table
 
 from ..util.names import ROUTERS, SYSTEMS
 from ..util.files import write_text
-from .common import console, plain, print_json, table
+from .common import _scenario, console, plain, print_json, table
 
 
 class ConfigError(ValueError):
     """A bad cluster option (exit 2 from the CLI, like every ValueError of the library)."""
+
+MOONCAKE = "../shared/data/traces/mooncake_conversation_trace.jsonl"   # the help examples' shipped trace
 
 
 def _list(s: str) -> list[str]:
@@ -94,7 +96,7 @@ def cmd_replay(a):
     for s in systems:
         for r in routers:
             label = s if len(routers) == 1 else f"{s} / {r}"
-            runs[label] = replay(a.scenario, s, tr, router=r, instances=a.instances, cache_capacity=cap, pd=pd,
+            runs[label] = replay(_scenario(a), s, tr, router=r, instances=a.instances, cache_capacity=cap, pd=pd,
                                  time_scale=a.time_scale, concurrency=a.concurrency, cache=cache, slo=slo,
                                  router_params=_router_params(a), block_tokens=a.block_tokens,
                                  tiers=_list(a.tiers) if a.tiers else None,
@@ -234,8 +236,8 @@ def cmd_cluster_plan(a, fallback):
     values = a.values or (f"{a.min or 1}:{a.max or 8}" if vary == "instances" else None)
     if values is None:
         raise ConfigError(f"--values: list the {vary} values to try")
-    r = cluster_plan(a.scenario, a.system, a.trace, slo, vary=vary, values=values, fixed=_cluster_workload(a),
-                     scheduler=getattr(a, "scheduler", None), progress=True)
+    r = cluster_plan(_scenario(a), a.system, a.trace, slo, vary=vary, values=values, fixed=_cluster_workload(a),
+                     scheduler=getattr(a, "scheduler", None), progress=True, price_table=getattr(a, "prices", None))
     if a.json:
         print_json(r.to_dict(), inf_as_text=True)
         return
@@ -264,7 +266,15 @@ def replay_command(a, vary: str, value) -> str:
     system and fixed settings, and the chosen value of what it varied)."""
     import shlex
     flag = {"instances": "--instances", "pool": "--cache-capacity", "router": "--router", "pd": "--pd"}[vary]
-    words = ["sacmodel", "replay", a.trace, "--scenario", a.scenario, "--system", a.system, flag, str(value)]
+    words = ["sacmodel", "replay", a.trace]
+    if getattr(a, "gpu", None):           # a machine built from flags: the same flags, not its in-memory name
+        from .machine import machine_words
+        words += machine_words(a)
+    else:
+        words += ["--scenario", a.scenario]
+        if getattr(a, "model", None):
+            words += ["--model", a.model]
+    words += ["--system", a.system, flag, str(value)]
     for f, v in (("--time-scale", a.time_scale if a.time_scale != 1.0 else None), ("--limit", a.limit),
                  ("--slo", a.slo_window), ("--cxl-devices", getattr(a, "cxl_devices", None)),
                  ("--rdma-nics", getattr(a, "rdma_nics", None)), ("--device-buffer", getattr(a, "device_buffer", None))):
@@ -283,7 +293,7 @@ def cmd_cluster_sweep(a, fallback):
         if not eq:
             raise ConfigError(f"--grid {g!r}: write AXIS=V1,V2 (axes: instances, pool, router, pd)")
         grid[name.strip()] = vals
-    rows = cluster_sweep(a.scenario, a.system, a.trace, grid, fixed=_cluster_workload(a), scheduler=a.scheduler,
+    rows = cluster_sweep(_scenario(a), a.system, a.trace, grid, fixed=_cluster_workload(a), scheduler=a.scheduler,
                          workers=a.workers, progress=True)
     keys = list(dict.fromkeys(k for r in rows for k in r if k != "hit_rate"))
     buf = io.StringIO()
@@ -329,11 +339,13 @@ def _register_replay(sub, add_scenario) -> None:
     trace_help = "Mooncake JSONL, Azure CSV or a testbed run JSON"
     p = _parser(sub, "replay", "replay a request trace through an instance or a cluster (routers, prefix "
                                "caches, P/D disaggregation)",
-                ["sacmodel replay trace.jsonl --limit 2000",
-                 "sacmodel replay trace.jsonl --scenario sac-cluster-4x --router kv,round_robin --csv out.csv",
-                 "sacmodel replay trace.csv --cache none --time-scale 0.5 --systems cxl,rdma",
-                 "sacmodel replay trace.jsonl --scenario sac-cluster-4x --system gpu --instances 8 --router kv "
-                 "--router-param queue_threshold=2"])
+                [f"sacmodel replay {MOONCAKE} --limit 2000",
+                 f"sacmodel replay {MOONCAKE} --limit 1000 --scenario sac-cluster-4x --router kv,round_robin "
+                 "--csv out.csv",
+                 "sacmodel replay ../shared/data/traces/azure_llm_2023_conv.csv --limit 1000 --cache none "
+                 "--time-scale 0.5 --systems cxl,rdma",
+                 f"sacmodel replay {MOONCAKE} --limit 1000 --scenario sac-cluster-4x --system gpu --instances 8 "
+                 "--router kv --router-param queue_threshold=2"])
     add_scenario(p)
     p.add_argument("trace", type=arg(in_file), help=trace_help)
     p.add_argument("--systems", default=None, metavar="LIST", help="comma-separated systems (default dram,cxl,rdma)")
@@ -374,9 +386,10 @@ def _register_hitrate(sub, add_scenario) -> None:
     from .types import LIMITS, arg, count, in_file, plot_file, tokens
     trace_help = "Mooncake JSONL, Azure CSV or a testbed run JSON"
     p = _parser(sub, "hitrate", "prefix-cache hit rate of a trace vs capacity (fast path, no timing)",
-                ["sacmodel hitrate trace.jsonl --capacity 1M,3M,10M,inf",
-                 "sacmodel hitrate trace.jsonl --instances 4 --router prefix_affinity,round_robin --plot hit.png",
-                 "sacmodel hitrate trace.jsonl --capacity inf --ranks 8 --router round_robin,kv"])
+                [f"sacmodel hitrate {MOONCAKE} --capacity 1M,3M,10M,inf",
+                 f"sacmodel hitrate {MOONCAKE} --instances 4 --router prefix_affinity,round_robin "
+                 "--plot hit.png",
+                 f"sacmodel hitrate {MOONCAKE} --capacity inf --ranks 8 --router round_robin,kv"])
     p.add_argument("trace", type=arg(in_file), help=trace_help)
     p.add_argument("--capacity", default="1M,3M,10M,inf", metavar="LIST", help="tokens per instance, comma-separated")
     p.add_argument("--block-tokens", type=arg(tokens), default=512, metavar="TOKENS",

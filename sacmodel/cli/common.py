@@ -105,9 +105,15 @@ def _scenario(a):
 
     from ..hardware.models import get_model
     from ..hardware.scenarios import as_topology
-    get_model(a.model)                      # a clear error now for an unknown name or a broken config.json
+    new = get_model(a.model)                # a clear error now for an unknown name or a broken config.json
     t = as_topology(a.scenario)
-    return replace(t, model_name=a.model, model_overrides={}, _routes={})
+    out = replace(t, model_name=a.model, model_overrides={}, _routes={})
+    if "page_tokens" in t.serving and get_model(t.model_name).sparse != new.sparse:
+        # SGLang's page size follows the attention (64 for DeepSeek DSA, else 1), not the scenario's old model
+        import copy
+        out.serving = copy.deepcopy(t.serving)
+        out.serving["page_tokens"].value = 64 if new.sparse else 1
+    return out
 
 
 def _model_name(a) -> str:
@@ -131,7 +137,16 @@ def _workload(a):
     return kw
 
 
-SCENARIO_HELP = ("built-in scenario name (sac-testbed, h200-cxl-large; see `sacmodel scenarios`) or a path to a "
+def _builtin_names() -> str:
+    """The shipped scenarios (``topologies/*.yaml``, found as :mod:`sacmodel.hardware.scenarios` finds them,
+    without importing it: ``--help`` starts fast)."""
+    from pathlib import Path
+    pkg = Path(__file__).resolve().parents[1]
+    d = next((d for d in (pkg / "topologies", pkg.parent / "topologies") if d.is_dir()), None)
+    return ", ".join(sorted(p.stem for p in d.glob("*.yaml"))) if d else "sac-testbed"
+
+
+SCENARIO_HELP = (f"built-in scenario name ({_builtin_names()}; see `sacmodel scenarios`) or a path to a "
                  "scenario YAML (start one with `sacmodel scenarios --template`); default: sac-testbed")
 
 
@@ -151,6 +166,17 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but an unknown option is reported by the sub-command it was given to, pointing to
+        that command's --help (argparse leaves it to the top-level parser)."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            sub = next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+            cmd = getattr(ns, "command", None)
+            owner = sub.choices.get(cmd, self) if sub is not None and cmd else self
+            owner.error(f"unrecognized arguments: {' '.join(extras)}")
+        return ns
 
 
 class _Formatter(argparse.HelpFormatter):

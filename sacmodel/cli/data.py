@@ -259,7 +259,9 @@ def register(sub) -> None:
 def _register_validate(sub) -> None:
     p = _parser(sub, "validate", "predicted vs measured for run files (testbed or SGLang bench_serving format)",
                 ["sacmodel validate ../shared/data/sac-testbed/runs",
-                 "sacmodel validate my_bench_cxl2_ctx32k.json --system cxl --csv errors.csv"])
+                 "sacmodel validate ../shared/data/sac-testbed/runs/dc_0417-p3_04_cxl2_ctx32k_conc64_r2fix2k_n256.json "
+                 "--system cxl "
+                 "--csv errors.csv"])
     add_scenario(p)
     p.add_argument("paths", nargs="+", metavar="PATH", help="run JSON files or folders of them")
     p.add_argument("--system", choices=SYSTEMS, default=None, help="system of the runs, when file names do not say it")
@@ -274,8 +276,9 @@ def _register_validate(sub) -> None:
 def _register_calibrate(sub) -> None:
     p = _parser(sub, "calibrate", "fit the free parameters to measured runs and write them into a scenario",
                 ["sacmodel calibrate --dry-run", "sacmodel calibrate --microbench --out mine.yaml",
-                 "sacmodel calibrate results.jsonl --gpu h200 --gpus 8 --tp 8 --model deepseek-r1 --out mine.yaml",
-                 "sacmodel calibrate my_runs/ --params t_graph_kernel,compute_eff --out mine.yaml"],
+                 "sacmodel calibrate examples/bench_serving_h200.jsonl --gpu h200 --gpus 8 --tp 8 --model deepseek-r1 --out mine.yaml",
+                 "sacmodel calibrate ../shared/data/sac-testbed/runs/ --params t_graph_kernel,compute_eff "
+                 "--out mine.yaml"],
                 "Fit constants to measured runs. A folder of runs is read with its manifest.csv (in the folder or "
                 "its parent, also through a symbolic link) and each run's SGLang server log (the manifest's "
                 "log column): the decode-step constants are fitted to the logs' step times, so runs without "

@@ -84,6 +84,8 @@ def apply_machine(a) -> None:
     from ..hardware.scenarios import register_scenario
     kw = {k: getattr(a, k) for f, k in FLAGS.items() if getattr(a, k, None) is not None}
     a.machine_flags = dict(kw)            # what the user gave (calibrate builds its scenario from them)
+    # kept to print a command that builds the same machine again (the model is cleared below)
+    a.machine_given = {f: getattr(a, k) for f, k in FLAGS.items() if getattr(a, k, None) is not None}
     if getattr(a, "scenario", "sac-testbed") not in (None, "sac-testbed"):
         topo = _carried(a.scenario, kw)
     else:
@@ -109,3 +111,16 @@ def _carried(spec, kw: dict):
         raise refuse
     machine = {**machine_of(topo), **{k: v for k, v in kw.items() if k != "gpu"}}
     return carry(topo, kw["gpu"], machine)
+
+
+def machine_words(a, skip=("--cxl-devices", "--rdma-nics")) -> list[str]:
+    """The machine flags as given (``--gpu h100 --gpus 4 --model ...``), except those in ``skip``."""
+    given = getattr(a, "machine_given", None)
+    if given is None:
+        given = {f: getattr(a, k) for f, k in FLAGS.items() if getattr(a, k, None) is not None}
+    out = []
+    for f, v in given.items():
+        if v is False or f in skip:
+            continue
+        out += [f] if v is True else [f, str(v)]
+    return out

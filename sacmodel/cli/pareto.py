@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 
 from ..util.names import LIMITS, SYSTEMS
-from .common import (add_json, add_output, add_plot, add_prompts, add_scenario, add_server_limits, console,
-                     print_json, prompts_of, server_limits, table, workload_text, write_csv)
+from .common import (_scenario, add_json, add_output, add_plot, add_prompts, add_scenario, add_server_limits,
+                     console, print_json, prompts_of, server_limits, table, workload_text, write_csv)
 from .types import Bad, arg, count, system_list, tokens
 
 CSV_COLUMNS = ("system", "concurrency", "dp", "tp", "cxl_devices", "rdma_nics", "tok_s_per_user", "tok_s_per_gpu",
@@ -40,7 +40,7 @@ def emit_plan(a, r, workload: dict) -> str:
         print("sacmodel: no configuration met the SLO: no launch command to print", file=sys.stderr)
         return ""
     from sacmodel.planning.emit import plan_command
-    return plan_command(a.scenario, r, workload)
+    return plan_command(_scenario(a), r, workload)
 
 
 def _commands(res) -> list[dict]:
@@ -112,7 +112,7 @@ def cmd_pareto(a):
         kw["draws"] = a.draws
     if a.prompts:
         kw["prompts"] = a.prompts
-    res = pareto(a.scenario, a.systems, context=a.context, output=a.output, concurrencies=a.concurrencies,
+    res = pareto(_scenario(a), a.systems, context=a.context, output=a.output, concurrencies=a.concurrencies,
                  cxl_devices=a.cxl_device_list, dp=a.dp_list, device_buffer=a.device_buffer, method=a.method, **kw)
     pts = _rows(res, a.all)
     if a.plot:

@@ -197,10 +197,9 @@ def cmd_compare(a):
         return
     if a.csv == "-":
         return
-    t = table(None, ("context", "metric", *systems), right=("context", *systems))
     ratios = [(x, y) for x, y in (("cxl", "rdma"), ("cxl", "dram")) if x in systems and y in systems]
-    for x, y in ratios:
-        t.add_column(f"{x}/{y}", justify="right")
+    heads = ["context", "metric", *systems, *[f"{x}/{y}" for x, y in ratios]]
+    body = []
     for L, res in rows:
         for j, (m, label, nd) in enumerate(COMPARE_METRICS):
             cells = [(f"{L // 1024}K" if L % 1024 == 0 else f"{L:,}") if j == 0 else "", label]
@@ -210,14 +209,34 @@ def cmd_compare(a):
             for x, y in ratios:
                 px, py = res[x], res[y]
                 cells.append(f"{getattr(px, m) / getattr(py, m):.2f}x" if px.feasible and py.feasible else "-")
-            t.add_row(*cells, end_section=j == len(COMPARE_METRICS) - 1)
+            body.append((cells, j == len(COMPARE_METRICS) - 1))
     con = console()
     con.print(title, highlight=False)
-    con.print(t)
+    for cols in column_groups(heads, [c for c, _ in body], 2, con.width):
+        t = table(None, [heads[i] for i in cols], right=[heads[i] for i in cols if i != 1])
+        for cells, end in body:
+            t.add_row(*[cells[i] for i in cols], end_section=end)
+        con.print(t)
     _explain_limits(con, rows)
     print_compare_bands(con, rows)
     if a.plot:
         print(f"plot written to {a.plot}", file=sys.stderr)
+
+
+def column_groups(heads: list[str], rows: list[list[str]], keep: int, width: int) -> list[list[int]]:
+    """Column indices of the tables a wide table is split into so that each fits ``width`` with every cell on
+    one line (a number is never split across lines): the first ``keep`` columns in each, the others in order."""
+    need = [max([len(h)] + [len(r[i]) for r in rows]) + 2 for i, h in enumerate(heads)]   # a cell and its gap
+    base = sum(need[:keep])
+    groups, cur, used = [], [], base
+    for i in range(keep, len(heads)):
+        if cur and used + need[i] > width:
+            groups.append(cur)
+            cur, used = [], base
+        cur.append(i)
+        used += need[i]
+    groups.append(cur)
+    return [list(range(keep)) + g for g in groups]
 
 
 # ---- command-line options -----------------------------------------------------------------------
@@ -255,7 +274,7 @@ def _register_predict(sub) -> None:
                 ["sacmodel predict --system cxl --context 128K --concurrency 64",
                  "sacmodel predict --system rdma --context 32K --rate 0.5 --requests 400",
                  "sacmodel predict --system dram --context 64K --cold --json",
-                 "sacmodel predict --system cxl --context 32K --model path/to/config.json"],
+                 "sacmodel predict --system cxl --context 32K --model examples/deepseek-v3.2/config.json"],
                 "Predict one system on one workload with the event-driven engine (or --method analytic). "
                 + LIMITS_TEXT + ".")
     add_scenario(p)

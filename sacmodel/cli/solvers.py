@@ -12,6 +12,7 @@ from ..util.names import HIGHER_IS_BETTER, LOADED, SHORT_METRICS, SYSTEMS, UNLOA
 from .common import (
     DEFAULT_CONCURRENCY,
     LIMITS_TEXT,
+    _scenario,
     _workload,
     add_json,
     add_output,
@@ -109,13 +110,13 @@ def cmd_expr(a):
     import sympy as sp
 
     from sacmodel.planning.closed_forms import symbol_docs, symbolic
-    e = symbolic(a.system, a.metric, a.scenario if a.bind else None,
+    e = symbolic(a.system, a.metric, _scenario(a) if a.bind else None,
                  **(dict(context=a.context, output=a.output) if a.bind else {}))
     unit = "bytes" if a.metric.startswith("bytes") else "s"
     loaded = None
     if a.bind and a.concurrency and a.metric in SHORT_METRICS:
         from ..serving.predict import predict
-        p = predict(a.scenario, a.system, context=a.context, output=a.output, concurrency=a.concurrency)
+        p = predict(_scenario(a), a.system, context=a.context, output=a.output, concurrency=a.concurrency)
         loaded = getattr(p, SHORT_METRICS[a.metric]) if p.feasible else None
     if a.json:
         print_json({"metric": a.metric, "unit": unit, "model": "unloaded", "plain": str(e), "latex": sp.latex(e),
@@ -162,7 +163,7 @@ def cmd_breakeven(a):
     wl.pop(a.vary, None)
     if "context" not in wl and a.vary != "context":
         raise ValueError("give --context (or --vary context)")
-    be = breakeven(a.scenario, a.a, a.b, metric=m, vary=a.vary, lo=lo, hi=hi, ratio=a.ratio, points=a.points,
+    be = breakeven(_scenario(a), a.a, a.b, metric=m, vary=a.vary, lo=lo, hi=hi, ratio=a.ratio, points=a.points,
                    curve=bool(a.csv), **wl)
     model = _model_line(a, wl)
     if a.plot:
@@ -215,7 +216,7 @@ def cmd_winner_map(a):
         wl.pop(k, None)
     if "context" not in (xn, yn) and "context" not in wl:
         raise ValueError("give --context or vary context on --x/--y")
-    wm = winner_map(a.scenario, a.systems, m, (xn, xv), (yn, yv), values=bool(a.csv), **wl)
+    wm = winner_map(_scenario(a), a.systems, m, (xn, xv), (yn, yv), values=bool(a.csv), **wl)
     systems = a.systems
     name = lambda i: systems[i] if i >= 0 else None  # noqa: E731
     counts = {s: int((wm["winner"] == i).sum()) for i, s in enumerate(systems)}
@@ -256,11 +257,13 @@ def cmd_plan(a):
     wl = {k: v for k, v in _workload(a).items() if v is not None}
     if a.max_load:
         wl.pop(a.max_load, None)
-        r = max_load(a.scenario, a.system, workload=wl, slo=slos, vary=a.max_load,
+        r = max_load(_scenario(a), a.system, workload=wl, slo=slos, vary=a.max_load,
                      max_value=a.max or MAX_LOAD_DEFAULT[a.max_load], min_value=a.min or 1)
     else:
+        from sacmodel.planning.plan import DEFAULT_VARY
+        a.vary = a.vary or DEFAULT_VARY[a.system]
         wl.pop(a.vary, None)
-        r = plan(a.scenario, a.system, workload=wl, slo=slos, vary=a.vary, max_value=a.max or 16,
+        r = plan(_scenario(a), a.system, workload=wl, slo=slos, vary=a.vary, max_value=a.max,
                  min_value=a.min or 1, price_table=a.prices)
     from .pareto import emit_plan
     sglang = emit_plan(a, r, wl)          # --emit sglang: the answer's launch command ("" without it)
@@ -289,7 +292,8 @@ def cmd_plan(a):
         con.print("prices from " + (a.prices if a.prices else "the built-in table (sacmodel/data/prices.yaml; "
                                     "--prices FILE for yours)") + ":", highlight=False)
         for k, v in (r.prices or {}).items():
-            con.print(f"  {k:<12} {v['usd_per_hour']:6.2f} USD/h  {v.get('source', 'no source given')}",
+            per = "USD/GB/h" if k.endswith("_gb") else "USD/h"
+            con.print(f"  {k:<12} {v['usd_per_hour']:8.6g} {per:<8}  {v.get('source', 'no source given')}",
                       highlight=False, markup=False, soft_wrap=True)
     con.print(_tally(r.predictions), highlight=False)
     if r.found:
@@ -305,11 +309,11 @@ def predict_command(a, settings: dict) -> str:
     --set NAME=VALUE)."""
     import shlex
 
-    from .machine import FLAGS
+    from .machine import machine_words
     words = ["sacmodel", "predict", "--system", a.system]
-    if getattr(a, "gpu", None):
-        words += [x for f, k in FLAGS.items() if getattr(a, k, None) is not None
-                  and f not in ("--cxl-devices", "--rdma-nics") for x in (f, str(getattr(a, k)))]
+    if getattr(a, "gpu", None):      # predict's own flags (pool sizes, limits) are written below
+        words += machine_words(a, skip=("--cxl-devices", "--rdma-nics", "--max-total-tokens",
+                                        "--max-running-requests"))
     elif a.scenario != "sac-testbed":
         words += ["--scenario", a.scenario]
     opts = {"--context": a.context, "--concurrency": a.concurrency, "--requests": a.requests, "--rate": a.rate,
@@ -341,11 +345,11 @@ def cmd_sensitivity(a):
                              "--unloaded for the loaded engine")
         wl["draws"] = a.draws
     if a.unloaded:
-        rows = sensitivity(a.scenario, a.system, m, counts=counts, **wl)
+        rows = sensitivity(_scenario(a), a.system, m, counts=counts, **wl)
         kind = symbol_kind
     else:
         from sacmodel.planning.common import hardware_parameters
-        rows = sensitivity_loaded(a.scenario, a.system, m, params=hardware_parameters(a.scenario) if a.hardware
+        rows = sensitivity_loaded(_scenario(a), a.system, m, params=hardware_parameters(_scenario(a)) if a.hardware
                                   else None, counts=counts, **wl)
         kind = lambda n: "hardware" if n.startswith(("node:", "link:", "node@", "link@")) else "software"  # noqa: E731
         rows = [(n, e, v, "") for n, e, v, _ in rows]
@@ -396,7 +400,7 @@ def cmd_sweep(a):
             fixed["prompts"] = a.prompts
         if "context" not in grid and "context" not in fixed:
             raise ValueError("give --context or put context in a --grid")
-        rows = sweep_predict(a.scenario, a.system, grid, fixed=fixed, scheduler=a.scheduler, workers=a.workers)
+        rows = sweep_predict(_scenario(a), a.system, grid, fixed=fixed, scheduler=a.scheduler, workers=a.workers)
         keys = ["system", "context", "output", "concurrency", "requests", "feasible", "limit", "ttft_mean_ms",
                 "ttft_p99_ms", "tbt_mean_ms", "e2e_mean_ms", "output_throughput_tok_s"]
         res = ("cxl_devices", "rdma_nics", "device_buffer")
@@ -409,7 +413,7 @@ def cmd_sweep(a):
             raise ValueError("--concurrency/--requests/--rate/--cold/--prompts/--max-total-tokens/"
                              "--max-running-requests and --output MIN:MAX need --full (the vectorised sweep is the "
                              "unloaded closed form)")
-        out = sweep(a.scenario, a.system, grid, a.metric, context=a.context, output=a.output,
+        out = sweep(_scenario(a), a.system, grid, a.metric, context=a.context, output=a.output,
                     **{k: v for k, v in dict(cxl_devices=a.cxl_devices, rdma_nics=a.rdma_nics,
                                              device_buffer=a.device_buffer).items() if v is not None})
         unit = "bytes" if a.metric.startswith("bytes") else "s"
@@ -565,8 +569,9 @@ def _register_plan(sub) -> None:
     p.add_argument("--system", choices=SYSTEMS, required=True, help="system to plan")
     p.add_argument("--slo", action="append", required=True, type=slo, metavar="METRIC=VALUE",
                    help="a target, e.g. tbt_mean_ms=80 (at most) or output_throughput_tok_s=750 (at least); repeat")
-    p.add_argument("--vary", default="cxl_devices", type=arg(vary_name), metavar="NAME",
-                   help="resource to size: cxl_devices (default), rdma_nics, dp, device_buffer, or node:KIND.FIELD")
+    p.add_argument("--vary", default=None, type=arg(vary_name), metavar="NAME",
+                   help="resource to size: cxl_devices, rdma_nics, dp (GPUs), device_buffer, or node:KIND.FIELD "
+                        "(default: the system's pool devices, cxl_devices or rdma_nics; dp for gpu and dram)")
     p.add_argument("--max-load", choices=("concurrency", "context", "output"), default=None,
                    help="instead: the largest concurrency, context or output the configuration sustains within the SLO")
     p.add_argument("--min", type=arg(count, hi=LIMITS["tokens"]), default=None, metavar="N",
@@ -575,7 +580,9 @@ def _register_plan(sub) -> None:
                    help="largest value tried (default 16 for --vary; with --max-load: 1,024 for concurrency, "
                         "1M tokens for context, 64K for output)")
     p.add_argument("--prices", type=arg(in_file), default=None, metavar="YAML",
-                   help="price table: 'parts: {gpu: {usd_per_hour: 2.0}, ...}' (default: the built-in one)")
+                   help="price table: 'parts: {gpu: {usd_per_hour: 2.0}}' prices every GPU; rows gpu_h20 ... gpu_b200, "
+                        "dram_gb, cxl_gb (per GB), cxl_adapter, cxl_switch, rdma_nic; a part the plan needs and the "
+                        "table lacks is named (default: the built-in table, sacmodel/data/prices.yaml)")
     add_workload(p)
     add_prompts(p)
     add_json(p)

@@ -37,6 +37,9 @@ def print_binding(con, p) -> None:
     con.print(t)
     for n in sorted(notes):
         con.print(n, highlight=False)
+    if notes:
+        con.print("(* overlapping: not added to the first token; the other first-token rows add up to the mean "
+                  "TTFT)", highlight=False)
     con.print("use: the share of the resource's capacity the term uses while it runs"
               + (f"; {left} terms under 2% of their part left out (--json has them)" if left else ""), highlight=False)
 

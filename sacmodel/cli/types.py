@@ -13,10 +13,8 @@ import os
 import re
 from pathlib import Path
 
-from ..util.names import LIMITS, LOADED, SHORT_METRICS, SYSTEMS, kind_of
+from ..util.names import LIMITS, LOADED, RATE_RANGE, SHORT_METRICS, SYSTEMS, TIME_SCALE_RANGE, kind_of  # noqa: F401
 
-RATE_RANGE = (1e-4, 1e6)           # --rate, requests/s
-TIME_SCALE_RANGE = (1e-6, 1e6)     # replay --time-scale
 PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff")
 
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
@@ -227,8 +225,15 @@ def out_file(s: str, what: str | None = None, suffixes: tuple[str, ...] | None =
                 raise _bad(what, f"{s!r} is a symbolic link to {os.readlink(p)!r}, whose folder "
                                  f"{str(target.parent)!r} does not exist")
             raise _bad(what, f"{s!r}: the folder {str(p.parent)!r} does not exist")
+        from ..util.files import OutputError, resolve_output
+        try:
+            resolve_output(p)             # a read-only file is refused before the command runs
+        except OutputError as exc:
+            raise _bad(what, str(exc)) from None
     except OSError as exc:               # a name too long for the file system, a loop of links
         raise _bad(what, f"{s[:200]!r}: cannot write there ({exc.strerror})") from None
+    except RuntimeError:                 # Path.resolve on a loop of symbolic links (Python < 3.13)
+        raise _bad(what, f"{s[:200]!r}: a loop of symbolic links; cannot write there") from None
     if suffixes and p.suffix.lower() not in suffixes:
         raise _bad(what, f"{s!r}: give a file name ending in one of {', '.join(suffixes)}")
     return s

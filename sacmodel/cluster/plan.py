@@ -3,7 +3,7 @@
 Every point is a full cluster replay (:func:`~sacmodel.cluster.replay.replay`); points run on the local
 cores, or on a Dask cluster when a scheduler address is given. Pool sizes are first screened with the hit-rate
 fast path (:func:`~sacmodel.cluster.hitrate.hit_rates`, one pass per size) so that a plan reports the hit rate
-every size buys before it pays for replays. Cost: the price table of :func:`sacmodel.planning.plan.prices` (GPUs of
+every size buys before it pays for replays. Cost: the price table of :func:`sacmodel.planning.pricing.prices` (GPUs of
 every instance, the CXL pool's devices, adapters and switch, or the RDMA NICs of hosts and store).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..hardware.cluster import HOME, kv_bytes_per_token, parse_capacity
 from ..hardware.scenarios import cluster_of
-from sacmodel.planning.plan import prices
+from sacmodel.planning.pricing import GB, check_parts, gpu_part, per_gb_or_device, prices, usd
 from ..serving.predict import ConfigError
 from ..util.names import LIMITS
 from .replay import parse_pd, replay
@@ -62,29 +62,34 @@ def parse_axis(name: str, values) -> list:
 
 def cost_per_hour(scenario, system: str, instances: int, pool_tokens: float | None,
                   price_table=None) -> dict:
-    """USD per hour: GPUs of every instance plus the shared KV tier the system uses."""
+    """USD per hour by price-table row (:mod:`sacmodel.planning.pricing`): the GPUs of every instance plus the
+    shared KV tier the system uses (CXL memory in whole 1 TB devices, two adapters per host and a switch per
+    16 hosts; or the store's NICs, the hosts' two NICs each and its DRAM); a table without a part this needs
+    is refused naming every one missing."""
     cl = cluster_of(scenario)
-    pt = prices(price_table)
-    usd = lambda part: pt[part]["usd_per_hour"]  # noqa: E731
-    gpus = len(cl.host.gpus)
-    out = {"gpu": instances * gpus * usd("gpu")}
+    table = prices(price_table)
+    counts = {gpu_part(cl.host, table): instances * len(cl.host.gpus)}
     kind = HOME[system]
     tier = next((t for t in cl.tiers.values() if t.kind == kind), None)
+    cap = pool_tokens if pool_tokens is not None else (tier.capacity_tokens if tier else math.inf)
+    gb = cap * kv_bytes_per_token(cl.host) / GB if math.isfinite(cap) else 0.0
     if kind == "cxl":
-        cap = pool_tokens if pool_tokens is not None else (tier.capacity_tokens if tier else math.inf)
-        per_dev = 1e12 / kv_bytes_per_token(cl.host)       # 1 TB devices (the price table's device)
-        devs = max(1, math.ceil(cap / per_dev)) if math.isfinite(cap) else 0
-        out.update({"cxl_device": devs * usd("cxl_device"), "cxl_adapter": 2 * instances * usd("cxl_adapter"),
-                    "cxl_switch": math.ceil(instances / 16) * usd("cxl_switch")})
+        devs = max(1, math.ceil(gb / 1000)) if math.isfinite(cap) else 0     # 1 TB devices
+        row, amount = per_gb_or_device(table, devs * 1000.0, devs)
+        counts.update({row: amount, "cxl_adapter": 2 * instances, "cxl_switch": math.ceil(instances / 16)})
     elif kind == "rdma":
         te = tier.params.get("rdma") if tier else None
-        out["rdma_nic"] = (2 * instances + (te.nics if te else 2)) * usd("rdma_nic")
+        counts["rdma_nic"] = 2 * instances + (te.nics if te else 2)
+        if gb:
+            counts["dram_gb"] = gb
+    check_parts(table, list(counts), price_table)
+    out = {k: n * usd(table, k) for k, n in counts.items()}
     out["total"] = sum(out.values())
     return out
 
 
 def _point(job) -> dict:
-    scenario, system, trace, params, fixed = job
+    scenario, system, trace, params, fixed, price_table = job
     kw = dict(fixed)
     if params.get("instances") is not None:
         kw["instances"] = params["instances"]
@@ -110,15 +115,18 @@ def _point(job) -> dict:
            "success_fraction": s["success_fraction"], "overloaded": load["overloaded"],
            "offered_req_s": load["offered_req_s"], "served_req_s": load["served_req_s"],
            "hit_rate": s["hit_rate"], "instances": s["instances"],
-           "cost_usd_per_hour": cost_per_hour(scenario, system, s["instances"], pool)["total"]}
+           "cost_usd_per_hour": cost_per_hour(scenario, system, s["instances"], pool, price_table)["total"]}
     row["cost_usd_per_million_tokens"] = (row["cost_usd_per_hour"] / (tok_s * 3600) * 1e6
                                           if tok_s and math.isfinite(tok_s) and tok_s > 0 else None)
     return row
 
 
 def cluster_sweep(scenario, system: str, trace, grid: dict, *, fixed: dict | None = None,
-                  scheduler: str | None = None, workers: int | None = None, progress: bool = False) -> list[dict]:
-    """A replay at every point of the product of ``grid`` (axes: instances, pool, router, pd); one row each."""
+                  scheduler: str | None = None, workers: int | None = None, progress: bool = False,
+                  price_table=None) -> list[dict]:
+    """A replay at every point of the product of ``grid`` (axes: instances, pool, router, pd); one row each,
+    its cost from ``price_table`` (a path; None: the built-in table), checked before any replay runs."""
+    cost_per_hour(scenario, system, 1, None, price_table)      # a table that cannot price the rows: refused now
     names = list(grid)
     axes = [parse_axis(n, grid[n]) for n in names]
     if "pd" in names and "instances" not in names:
@@ -126,7 +134,12 @@ def cluster_sweep(scenario, system: str, trace, grid: dict, *, fixed: dict | Non
         for v in axes[names.index("pd")]:
             parse_pd(v, n0)
     combos = [dict(zip(names, vals)) for vals in itertools.product(*axes)]
-    jobs = [(scenario, system, trace, c, dict(fixed or {})) for c in combos]
+    fixed = dict(fixed or {})
+    if "cache" not in fixed:             # a trace without prefix information (Azure's): no prefix cache, as replay
+        from sacmodel.cluster.workload import load_workload
+        if not load_workload(trace, fixed.get("limit"))[0].has_prefix_info:
+            fixed["cache"] = "none"
+    jobs = [(scenario, system, trace, c, dict(fixed), price_table) for c in combos]
     if scheduler:
         try:
             from dask.distributed import Client
@@ -196,7 +209,7 @@ class ClusterPlan:
 
 def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instances", values=None,
                  fixed: dict | None = None, scheduler: str | None = None, workers: int | None = None,
-                 progress: bool = False) -> ClusterPlan:
+                 progress: bool = False, price_table=None) -> ClusterPlan:
     """The cheapest value of ``vary`` whose replay meets every SLO bound.
 
     ``slo``: summary metric -> bound (upper bound for latencies, lower bound for goodput_req_s,
@@ -217,7 +230,7 @@ def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instan
             hit = [{"pool": v, "hit_rate_fast_path": h["hit_rate"]}
                    for v, h in zip(vals, hit_rates(tr, vals, bytes_per_token=bpt))]
     rows = cluster_sweep(scenario, system, trace, {vary: vals}, fixed=fixed, scheduler=scheduler,
-                         workers=workers, progress=progress)
+                         workers=workers, progress=progress, price_table=price_table)
     ok = [r for r in rows if meets(r, slo)]
     if not ok:
         return ClusterPlan(vary, None, _none_meets(scenario, system, trace, slo, vary, vals, rows, fixed), rows, hit)

@@ -28,7 +28,7 @@ from ..hardware.scenarios import cluster_of
 from ..hardware.units import UnitError, parse_quantity
 from ..serving.config import resolve
 from ..serving.predict import ConfigError, Prediction
-from ..util.names import LIMITS, ROUTERS
+from ..util.names import LIMITS, ROUTERS, TIME_SCALE_RANGE
 from .caches import KIND_ORDER, ClusterCaches
 from .cosim import CoSim
 from .network import Network
@@ -254,8 +254,11 @@ def _check(cache, instances, router, router_params, tiers, cache_capacity, time_
                                        not isinstance(cache_capacity, (str, int, float, dict))):
         raise ConfigError(f"cache_capacity must be tokens ('3M', 'inf', a number) or a dict per tier, got "
                           f"{str(cache_capacity)[:40]!r}")
-    if not (isinstance(time_scale, (int, float)) and time_scale > 0 and math.isfinite(time_scale)):
-        raise ConfigError(f"time_scale must be a positive number, got {time_scale!r}")
+    lo, hi = TIME_SCALE_RANGE
+    if isinstance(time_scale, bool) or not (isinstance(time_scale, (int, float, np.integer, np.floating))
+                                            and lo <= time_scale <= hi):
+        raise ConfigError(f"time_scale must be a number from {lo:g} to {hi:g} (arrivals that many times "
+                          f"faster), got {time_scale!r}")
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
                                     or concurrency < 1):
         raise ConfigError(f"concurrency must be a positive integer, got {concurrency!r}")
@@ -277,7 +280,7 @@ class Setup:
             roles = [i.role for i in insts]
             if "both" in roles:
                 raise ConfigError(f"{cl.name}: mixes co-located and disaggregated instances; give pd")
-            split = (roles.count("prefill"), roles.count("decode"))
+            split = parse_pd((roles.count("prefill"), roles.count("decode")), None)   # one of each at least
             insts = [i for i in insts if i.role == "prefill"] + [i for i in insts if i.role == "decode"]
         self.insts, self.split = insts, split
         self.router_params = dict(router_params or {})
@@ -315,7 +318,7 @@ class Setup:
     def build(self, cache_capacity, block_tokens, tiers) -> None:
         """The caches every instance reaches, the routers and the network."""
         cl, system, tr = self.cl, self.system, self.tr
-        self.bt = bt = check_block_tokens(block_tokens or tr.block_tokens, tr.block_tokens)
+        self.bt = bt = check_block_tokens(tr.block_tokens if block_tokens is None else block_tokens, tr.block_tokens)
         if tiers is not None:
             tiers = [tiers] if isinstance(tiers, str) else list(tiers)
             unknown = [t for t in tiers if t not in cl.tiers and t not in KIND_ORDER]

@@ -207,7 +207,30 @@ def _batch_record(m, path: Path, lineno: int, t: float) -> tuple:
     missing = [f for f in fields if f not in kv]
     if missing:
         raise DataError(f"{path}: line {lineno}: {m.group(3).lower()} batch line without {', '.join(missing)}")
+    for f in fields:
+        _check_physical(f, kv[f], path, lineno)
     return (t, rank, *(kv[f] for f in fields))
+
+
+COUNT_FIELDS = {"new_seq", "new_tokens", "cached_tokens", "running", "queued", "tokens"}
+BACKWARD_S = 5.0          # the ranks' processes share one log: a line may carry a stamp a second older
+
+
+def _check_physical(f: str, x: float, path: Path, lineno: int) -> None:
+    """A batch line's field against what a server can print: counts whole, 0 to 2^31; the token usage a
+    fraction of the pool (0 to 1); the generation throughput 0 to 1e10 tokens/s."""
+    name = next(k for k, v in _KEYS.items() if v == f)
+    if f in COUNT_FIELDS:
+        if x < 0:
+            raise DataError(f"{path}: line {lineno}: negative {f} in a batch line ({name} {x:g})")
+        if x > LIMITS["count"] or not float(x).is_integer():
+            raise DataError(f"{path}: line {lineno}: {name} {x:.6g} is not a count a server prints "
+                            f"(a whole number from 0 to {LIMITS['count']:,})")
+    elif f == "usage" and not 0 <= x <= 1:
+        raise DataError(f"{path}: line {lineno}: token usage {x:g} is not a fraction of the KV pool (0 to 1)")
+    elif f == "gen_tps" and not 0 <= x <= LIMITS["measured"]:
+        raise DataError(f"{path}: line {lineno}: gen throughput {x:g} tokens/s is outside 0 to "
+                        f"{LIMITS['measured']:g}")
 
 
 def _parse_server_log(path: Path) -> ServerLog:
@@ -219,6 +242,7 @@ def _parse_server_log(path: Path) -> ServerLog:
     pending_exc = None
     lineno = 0
     seen: dict[str, float] = {}          # log stamps have one-second resolution: parse each once
+    latest = [-math.inf]                 # the latest time stamped so far
 
     def stamp(s: str) -> float:
         nonlocal t0
@@ -231,6 +255,10 @@ def _parse_server_log(path: Path) -> ServerLog:
             t = seen[s] = when.replace(tzinfo=_dt.timezone.utc).timestamp()
         if t0 is None:
             t0 = t
+        latest[0] = max(latest[0], t)
+        if t < latest[0] - BACKWARD_S:
+            raise DataError(f"{path}: line {lineno}: time {s} is {latest[0] - t:,.0f} s before an earlier line's; "
+                            "a server log's times only go forward")
         return t - t0
     for lineno, line in _log_lines(path):
         if "server_args=ServerArgs(" in line and not settings:

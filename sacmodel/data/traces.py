@@ -135,13 +135,15 @@ class _Requests:
 
 
 def iter_mooncake(path: str | Path, limit: int | None = None):
-    """Stream a Mooncake JSONL trace: yields (line, timestamp s, input, output, hash_ids) per request.
+    """Stream a Mooncake JSONL trace: yields (line, timestamp s, input, output, hash_ids) per request (hash_ids
+    None when the trace has none: every line has them or none does).
 
     Lines are validated one at a time (a broken one raises naming the file and line); nothing is kept but
     the previous timestamp (requests must be in time order).
     """
     path = Path(path)
     n, last, first = 0, -math.inf, None
+    with_ids = None                  # (first line, whether it has hash_ids): every line alike
     for ln, text in _lines(path):
         if limit is not None and n >= limit:
             break
@@ -167,6 +169,13 @@ def iter_mooncake(path: str | Path, limit: int | None = None):
             raise _bad(path, ln, first_error(exc)) from None
         except OverflowError:
             raise _bad(path, ln, "hash_ids: a block id does not fit in 64 bits") from None
+        _check_blocks(path, ln, rec, ids)
+        has = "hash_ids" in d
+        if with_ids is None:
+            with_ids = (ln, has)
+        elif with_ids[1] != has:
+            raise _bad(path, ln, f"{'hash_ids' if has else 'no hash_ids'}, but line {with_ids[0]} has "
+                                 f"{'none' if has else 'them'}: give every line its hash_ids (or none)")
         t = rec.timestamp / 1e3
         if t < last:
             raise _bad(path, ln, f"timestamp {rec.timestamp:g} ms is earlier than the previous request's: "
@@ -176,7 +185,18 @@ def iter_mooncake(path: str | Path, limit: int | None = None):
             raise _bad(path, ln, _too_long(t - first, f"{rec.timestamp:g} ms"))
         last = t
         n += 1
-        yield ln, t, rec.input_length, rec.output_length, ids
+        yield ln, t, rec.input_length, rec.output_length, (ids if has else None)
+
+
+def _check_blocks(path: Path, ln: int, rec, ids) -> None:
+    """A Mooncake line's ``hash_ids`` against its length: non-negative, and at most one id per 512-token
+    block of the prompt (ceil(input_length / 512))."""
+    most = -(-rec.input_length // MOONCAKE_BLOCK)
+    if len(ids) > most:
+        raise _bad(path, ln, f"hash_ids: {len(ids):,} block ids for a {rec.input_length:,}-token prompt; at most "
+                             f"{most:,} (one per {MOONCAKE_BLOCK}-token block)")
+    if ids and min(ids) < 0:
+        raise _bad(path, ln, f"hash_ids: block id {min(ids)} is negative; block ids are 0 or more")
 
 
 class _SeenIds:
@@ -187,10 +207,11 @@ class _SeenIds:
     def __init__(self):
         self.bits = bytearray()
         self.other: set = set()
+        self.count = 0                  # ids put in the byte map
 
     def __contains__(self, h: int) -> bool:
-        if 0 <= h < self.DENSE:
-            return h < len(self.bits) and self.bits[h] == 1
+        if 0 <= h < len(self.bits) and self.bits[h] == 1:
+            return True
         return h in self.other
 
     def leading(self, ids) -> int:
@@ -204,7 +225,9 @@ class _SeenIds:
     def add(self, ids) -> None:
         bits = self.bits
         for h in ids:
-            if 0 <= h < self.DENSE:
+            # the byte map grows only as far as the ids seen so far fill it: one stray large id goes to the set
+            if 0 <= h < self.DENSE and (h < len(bits) or h < 8 * self.count + (1 << 20)):
+                self.count += 1
                 if h >= len(bits):
                     bits.extend(bytes(max(h + 1 - len(bits), len(bits) // 2)))
                 bits[h] = 1
@@ -216,7 +239,10 @@ def _mooncake(path: Path, limit):
     ts, inp, outp, hit = array("d"), array("q"), array("q"), array("d")
     blocks, offsets, lines = array("q"), array("q", [0]), array("q")
     seen = _SeenIds()
+    prefix_info = True
     for ln, t, n_in, n_out, ids in iter_mooncake(path, limit):
+        if ids is None:                       # a trace without hash_ids: no prefix information, like Azure's
+            prefix_info, ids = False, array("q")
         lead = seen.leading(ids)
         seen.add(ids)
         ts.append(t)
@@ -230,7 +256,8 @@ def _mooncake(path: Path, limit):
         raise DataError(f"{path}: no requests")
     a = np.frombuffer(ts, float)
     return Trace(path.stem, a - a[0], np.frombuffer(inp, np.int64), np.frombuffer(outp, np.int64),
-                 np.frombuffer(hit, float), True, np.frombuffer(blocks, np.int64), np.frombuffer(offsets, np.int64),
+                 np.frombuffer(hit, float), prefix_info,
+                 *((np.frombuffer(blocks, np.int64), np.frombuffer(offsets, np.int64)) if prefix_info else (None, None)),
                  lines=np.frombuffer(lines, np.int64))
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .records import DataError
+from .records import LIMITS, DataError
 from .traces import Trace
 
 MAX_REQUESTS = 1_000_000
+MAX_BLOCK_IDS = 1 << 24           # block ids of a generated trace (8 bytes each, and a few temporaries)
 
 
 def shared_prefix(groups: int, prompts_per_group: int, system_tokens: int, question_tokens: int,
@@ -36,13 +37,22 @@ def shared_prefix(groups: int, prompts_per_group: int, system_tokens: int, quest
                         ("output_tokens", output_tokens, 1), ("block_tokens", block_tokens, 1)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo or v > 10 ** 7:
             raise DataError(f"shared_prefix: {name} must be a whole number in {lo}..10,000,000, got {v!r}")
+    if groups * prompts_per_group > MAX_REQUESTS:
+        raise DataError(f"shared_prefix: groups x prompts_per_group = {groups * prompts_per_group:,} distinct "
+                        f"prompts; at most {MAX_REQUESTS:,}")
+    L = system_tokens + question_tokens
+    if L > LIMITS["request_tokens"]:
+        raise DataError(f"shared_prefix: system_tokens + question_tokens = {L:,}; a prompt holds at most "
+                        f"{LIMITS['request_tokens']:,} tokens")
     rng = np.random.default_rng(seed)
     arrival = _arrivals(rate, requests, groups * prompts_per_group, rng, arrivals == "constant")
     n = len(arrival)
+    n_blocks = -(-L // block_tokens)
+    if n * n_blocks > MAX_BLOCK_IDS:
+        raise DataError(f"shared_prefix: {n:,} requests x {n_blocks:,} blocks = {n * n_blocks:,} block ids; at "
+                        f"most {MAX_BLOCK_IDS:,} (fewer requests, or larger block_tokens)")
     order = rng.permutation(groups * prompts_per_group)
     prompt = order[np.arange(n) % len(order)]
-    L = system_tokens + question_tokens
-    n_blocks = -(-L // block_tokens)
     shared = system_tokens // block_tokens                # whole blocks of system prompt only
     g = prompt // prompts_per_group
     j = np.arange(n_blocks)

@@ -133,10 +133,12 @@ def parse_capacity(value, field_: str, bytes_per_token: float | None) -> float:
     raise UnitError(f"{field_}: {s!r} is not a capacity; give tokens ('3M', '200000 token') or bytes ('1 TB')")
 
 
-def _count(raw, where: str) -> int:
+def _count(raw, where: str, hi: int = 1024) -> int:
+    """A count of devices (NICs, CXL devices, replicas): a whole number from 1 to ``hi`` (the
+    ``--cxl-devices`` / ``--rdma-nics`` bound), checked before anything is built from it."""
     v, _, _ = _num(raw, "dimensionless", where)
-    if v != int(v) or v < 1:
-        raise TopologyError(f"{where}: must be a positive whole number, got {v:g}")
+    if v != int(v) or v < 1 or v > hi:
+        raise TopologyError(f"{where}: must be a whole number from 1 to {hi:,}, got {v:g}")
     return int(v)
 
 
@@ -341,6 +343,11 @@ def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dic
         raise TopologyError(f"{w}.instances: no instances")
     if len({i.id for i in instances}) != len(instances):
         raise TopologyError(f"{w}.instances: duplicate instance ids")
+    roles = {i.role for i in instances}
+    if roles in ({"prefill"}, {"decode"}):
+        (only,) = roles
+        raise TopologyError(f"{w}.instances: every instance has role {only!r}; a disaggregated cluster needs a "
+                            f"{'decode' if only == 'prefill' else 'prefill'} instance too (or role 'both')")
     return instances
 
 

@@ -278,11 +278,14 @@ class Topology:
         """Compute the routes predictions use (every pool member to every GPU and back, remote memory to the
         NICs, the NICs and CXL devices to host DRAM) and each GPU's DRAM, so that a cached copy answers them at
         once."""
-        dram = self.pools.get("dram", [])
-        pairs = [(m, g) for ms in self.pools.values() for m in ms for g in self.gpus]
-        pairs += [(g, m) for p in ("dram", "cxl") for m in self.pools.get(p, []) for g in self.gpus]   # backups
-        pairs += [(r, n) for r in self.nodes_of("remote_memory") for n in self.pools.get("rdma", [])]
-        pairs += [(m, d) for p in ("rdma", "cxl") for m in self.pools.get(p, []) for d in dram]
+        # a pool's first members only: each route is a graph search, so all 1,024 members of a large pool
+        # would take minutes; the others are found when a prediction asks for them
+        pools = {p: ms[:PRECOMPUTED_MEMBERS] for p, ms in self.pools.items()}
+        dram = pools.get("dram", [])
+        pairs = [(m, g) for ms in pools.values() for m in ms for g in self.gpus]
+        pairs += [(g, m) for p in ("dram", "cxl") for m in pools.get(p, []) for g in self.gpus]   # backups
+        pairs += [(r, n) for r in self.nodes_of("remote_memory") for n in pools.get("rdma", [])]
+        pairs += [(m, d) for p in ("rdma", "cxl") for m in pools.get(p, []) for d in dram]
         for a, b in pairs:
             try:
                 self.route(a, b)
@@ -411,6 +414,9 @@ def _fill(uses: list[list], demand: list[float], capacity, frozen: list | None) 
                 frozen[i] = next((r for r in uses[i] if r in saturated), None)
         active = still
     return rate
+
+
+PRECOMPUTED_MEMBERS = 16        # routes of a pool's first members computed when a scenario is loaded
 
 
 def with_pool_size(topo: Topology, pool: str, n: int) -> Topology:

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import unicodedata
+
+import numpy as np
 
 from ..hardware.sizing import max_running_default, piecewise_graph_applies
 from ..serving.config import resolve
@@ -66,12 +69,44 @@ def _quote(value) -> str:
     return f'"{v}"' if v == "$MODEL_PATH" else shlex.quote(v)
 
 
-def sglang_args(scenario, system: str, **settings) -> tuple[dict, list[str]]:
-    """The launch flags (flag -> value, True for a switch), in the command's order, and the comment lines."""
-    check_system(system)
+# each integer setting's range: SGLang indexes the KV pool with int32 (req_to_token), the CLI's own bounds
+RANGES = {"dp": 256, "cxl_devices": 1024, "rdma_nics": 1024, "device_buffer": 16 * 1024 ** 2,
+          "max_total_tokens": 2 ** 31 - 1, "max_running_requests": 1 << 20}
+FORK_NOTE = ("the {key} key of --hisparse-config exists only in the SAC fork of SGLang",
+             "(magicYang1573/sglang, branch hisparse-cxl-prefix-cache-opt-rdma): upstream SGLang does not take it")
+
+
+def check_settings(settings: dict) -> None:
+    """Refuse what a pasted command must not carry: unknown settings, integers out of range, control
+    characters in a model path (a line break would end the command and start another)."""
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
         raise SolverError(f"sglang_command: unknown setting(s) {', '.join(unknown)}; known: {', '.join(SETTINGS)}")
+    for k, hi in RANGES.items():
+        v = settings.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= hi:
+            raise SolverError(f"sglang_command: {k}={v!r}: must be a whole number from 1 to {hi:,}")
+    path = settings.get("model_path")
+    if path is not None:
+        safe_text("model_path", path)
+
+
+def safe_text(what: str, value) -> str:
+    """``value`` as text if it has no control characters and a sane length, else a SolverError naming it."""
+    v = str(value)
+    bad = next((c for c in v if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+    if bad is not None or not v.strip() or len(v) > 1024:
+        why = f"the control character {bad!r}" if bad is not None else "not a usable name (empty or too long)"
+        raise SolverError(f"sglang_command: {what} {v[:80]!r}: {why}; a launch command cannot carry it")
+    return v
+
+
+def sglang_args(scenario, system: str, **settings) -> tuple[dict, list[str]]:
+    """The launch flags (flag -> value, True for a switch), in the command's order, and the comment lines."""
+    check_system(system)
+    check_settings(settings)
     if system in WHAT_IFS:
         raise SolverError(f"{system} is a what-if that the SGLang fork does not implement: no launch command")
     t = _topology(scenario)
@@ -97,8 +132,11 @@ def sglang_args(scenario, system: str, **settings) -> tuple[dict, list[str]]:
     if cfg.hisparse:
         args["--enable-hisparse"] = True
         args["--hisparse-config"] = json.dumps(hisparse_config(cfg), separators=(",", ":"))
-    return args, [f"sacmodel: {system} on {t.name} ({cfg.model.name}, {cfg.weights} weights, "
-                  f"{cfg.tp} GPUs, dp {cfg.dp})", *notes]
+    head = (f"sacmodel: {system} on {safe_text('scenario name', t.name)} "
+            f"({safe_text('model name', cfg.model.name)}, {cfg.weights} weights, {cfg.tp} GPUs, dp {cfg.dp})")
+    pool = {"cxl": "cxl", "rdma": "rdma_pool"}.get(cfg.system) if cfg.hisparse else None
+    fork = [FORK_NOTE[0].format(key=pool), FORK_NOTE[1]] if pool else []
+    return args, [head, *notes, *fork]
 
 
 def _memory_args(t, cfg, settings) -> dict:

@@ -100,25 +100,39 @@ class ParetoResult:
                 "frontier": [self.points.index(p) for p in self.frontier], "predictions": self.predictions}
 
 
+MAX_FRONT_POINTS = 10 ** 8       # points of pareto_front (a few arrays of 8 bytes each)
+
+
 def pareto_front(x, y, valid=None) -> np.ndarray:
     """Mask of the points no other valid point dominates, both axes to be maximised.
 
     ``q`` dominates ``p`` when ``x[q] >= x[p]`` and ``y[q] >= y[p]`` with one of them strictly greater; equal
     points do not dominate each other (both stay on the frontier). Points not ``valid`` (and any with a
-    non-finite coordinate) are never on it and dominate nothing. O(n^2) in numpy rows; n is at most a few
-    thousand configurations.
+    non-finite coordinate) are never on it and dominate nothing. One sort, O(n log n): sorted by x falling, a
+    point is dominated by a point of larger x and no smaller y, or of equal x and larger y.
     """
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
         raise SolverError("pareto_front: x and y must be 1-d arrays of the same length")
+    if x.size > MAX_FRONT_POINTS:
+        raise SolverError(f"pareto_front: {x.size:,} points; at most {MAX_FRONT_POINTS:,}")
     ok = np.isfinite(x) & np.isfinite(y)
     if valid is not None:
-        ok &= np.asarray(valid, dtype=bool)
-    on = ok.copy()
-    xs, ys = x[ok], y[ok]
-    for i in np.flatnonzero(ok):
-        if ((xs >= x[i]) & (ys >= y[i]) & ((xs > x[i]) | (ys > y[i]))).any():
-            on[i] = False
+        v = np.asarray(valid, dtype=bool)
+        if v.shape != x.shape:
+            raise SolverError("pareto_front: valid must be a 1-d array of the points' length")
+        ok &= v
+    on = np.zeros(x.shape, dtype=bool)
+    idx = np.flatnonzero(ok)
+    if not idx.size:
+        return on
+    order = idx[np.lexsort((-y[idx], -x[idx]))]          # x falling, then y falling
+    xs, ys = x[order], y[order]
+    start = np.r_[True, xs[1:] != xs[:-1]]               # first point of each run of equal x
+    group = np.cumsum(start) - 1
+    top = ys[start]                                      # the largest y of each run of equal x
+    before = np.r_[-np.inf, np.maximum.accumulate(top)[:-1]]   # largest y at strictly larger x
+    on[order] = (ys > before[group]) & (ys >= top[group])
     return on
 
 

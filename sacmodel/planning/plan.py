@@ -5,51 +5,60 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ..serving.config import resolve
 from ..serving.predict import predict
 from ..serving.systems import check_system
-from ..util.names import HIGHER_IS_BETTER, LIMITS, LOADED, PRICE_FILE
+from ..util.names import HIGHER_IS_BETTER, LIMITS, LOADED
 from ..util.progress import status, track
 from .closed_forms import _check_vary
 from .common import SolverError, _positive_tokens, _topology, _with_value, latency_slo, queues, with_pool_size
+from .pricing import GB, check_parts, gpu_part, per_gb_or_device, prices, usd  # noqa: F401  (prices re-exported)
 from .search import Tally
-
-
-def prices(path: str | Path | None = None) -> dict[str, dict]:
-    """The price table (USD per hour of each part); see ``sacmodel/data/prices.yaml`` for sources."""
-    from ..hardware.schema import read_yaml
-    p = Path(path) if path else PRICE_FILE
-    data = read_yaml(p, err=SolverError, what="price table")     # regular file, size and depth limits
-    parts = data.get("parts") if isinstance(data, dict) else None
-    if not isinstance(parts, dict) or not parts:
-        raise SolverError(f"{p}: a price table maps 'parts:' to entries like 'gpu: {{usd_per_hour: 2.0}}'")
-    for k, v in parts.items():
-        usd = v.get("usd_per_hour") if isinstance(v, dict) else None
-        if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and usd >= 0):
-            raise SolverError(f"{p}: parts.{k}.usd_per_hour must be a non-negative number, got {usd!r}")
-    return parts
 
 
 def configuration_cost(scenario, system: str, *, cxl_devices=None, rdma_nics=None, dp=None,
                        price_table=None) -> dict[str, float]:
-    """USD per hour of the parts a configuration uses (GPUs; CXL devices, adapters, switch; NICs)."""
+    """USD per hour of the parts a configuration uses, by price-table row (:mod:`.pricing`): its GPUs
+    (``gpu_<model>`` or ``gpu``); the ``dram`` system's host KV pool (``dram_gb``); the CXL memory of the devices
+    used (``cxl_gb``), adapters and switch; the ``rdma`` system's NICs and remote pool (``rdma_nic``,
+    ``dram_gb``); ``total`` their sum. A table without a part this needs is refused naming every one missing."""
     cfg = resolve(scenario, system)   # counts above the scenario's pool size are priced as planned additions
-    pt = prices(price_table)
-    t = cfg.topo
-    n_gpu = int(dp or cfg.dp)
-    parts = {"gpu": n_gpu}
-    if system in ("cxl", "cxl-prefetch"):
-        parts.update(cxl_device=cxl_devices or cfg.cxl_devices, cxl_adapter=len(t.nodes_of("cxl_adapter")),
-                     cxl_switch=len(t.nodes_of("cxl_switch")))
-    if system in ("rdma", "rdma-topk"):
-        parts["rdma_nic"] = rdma_nics or cfg.rdma_nics
-    cost = {k: n * float(pt[k]["usd_per_hour"]) for k, n in parts.items()}
+    table = prices(price_table)
+    counts = parts_used(cfg, table, system, cxl_devices=cxl_devices, rdma_nics=rdma_nics, dp=dp)
+    check_parts(table, list(counts), price_table)
+    cost = {k: n * usd(table, k) for k, n in counts.items()}
     cost["total"] = sum(cost.values())
     return cost
+
+
+def parts_used(cfg, table: dict, system: str, *, cxl_devices=None, rdma_nics=None, dp=None) -> dict[str, float]:
+    """Price-table row -> how many of it (GPUs, GB, devices) the configuration uses."""
+    t = cfg.topo
+    counts: dict[str, float] = {gpu_part(t, table): int(dp or cfg.tp)}     # tp = the server's GPUs
+    if system == "dram":
+        counts["dram_gb"] = sum(t.node(m)["capacity"] for m in t.pools.get("dram", [])) / GB
+    if system in ("cxl", "cxl-prefetch"):
+        n = int(cxl_devices or cfg.cxl_devices)
+        members = t.pools["cxl"]
+        gb = sum(t.node(members[min(i, len(members) - 1)])["capacity"] for i in range(n)) / GB
+        row, amount = per_gb_or_device(table, gb, n)
+        counts.update({row: amount, "cxl_adapter": len(t.nodes_of("cxl_adapter")),
+                       "cxl_switch": len(t.nodes_of("cxl_switch"))})
+    if system in ("rdma", "rdma-topk"):
+        counts["rdma_nic"] = int(rdma_nics or cfg.rdma_nics)
+        counts["dram_gb"] = sum(t.node(m)["capacity"] for m in t.nodes_of("remote_memory")) / GB
+    return counts
+
+
+def plan_parts(scenario, system: str, price_table=None) -> dict:
+    """The price table, checked for every part a plan of ``system`` on ``scenario`` prices (before any
+    prediction runs)."""
+    table = prices(price_table)
+    check_parts(table, list(parts_used(resolve(scenario, system), table, system)), price_table)
+    return table
 
 
 @dataclass
@@ -98,7 +107,26 @@ def _check_slo(slo: dict):
             raise SolverError(f"SLO {m} must be a positive number")
 
 
-def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_devices", max_value: float = 16,
+DEFAULT_VARY = {"cxl": "cxl_devices", "cxl-prefetch": "cxl_devices", "rdma": "rdma_nics", "rdma-topk": "rdma_nics",
+                "gpu": "dp", "dram": "dp"}
+POOL_OF = {"cxl_devices": ("cxl", "cxl-prefetch"), "rdma_nics": ("rdma", "rdma-topk")}
+
+
+def plan_axis(topo, system: str, vary: str | None, max_value) -> tuple[str, float]:
+    """What a plan of ``system`` sizes (default: its pool's devices, or dp = GPUs for gpu and dram) and the
+    largest value it tries (default 16, the scenario's GPUs for dp); a pool size of a system without that
+    pool is refused (it would change nothing)."""
+    vary = DEFAULT_VARY[system] if vary is None else vary
+    if vary in POOL_OF and system not in POOL_OF[vary]:
+        raise SolverError(f"plan: vary={vary!r} changes nothing for system {system!r} (it has no "
+                          f"{'CXL' if vary == 'cxl_devices' else 'RDMA'} pool); vary dp (GPUs), device_buffer or "
+                          "a hardware number")
+    if max_value is None:
+        max_value = len(topo.gpus) if vary == "dp" else 16
+    return vary, max_value
+
+
+def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str | None = None, max_value: float | None = None,
          min_value: float = 1, step: float | None = None, price_table=None) -> PlanResult:
     """Smallest ``vary`` in [min, max] (in ``step``s) meeting the SLO.
 
@@ -106,14 +134,18 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str = "cxl_d
     or a hardware number such as ``node:cxl_device.capacity`` / ``node:host_dram.capacity`` (give ``step``).
     ``workload``: :func:`predict` arguments (``prompts``: "distinct", "shared", or absent for the scenario's
     workload, else independent users). A configuration whose requests queue for memory misses an SLO that
-    bounds no TTFT or E2E (:func:`~sacmodel.planning.common.queues`). The prediction at one step less is
-    returned too (it misses the SLO), with the cost of the parts.
+    bounds no TTFT or E2E (:func:`~sacmodel.planning.common.queues`).
+    Default ``vary``: the system's pool devices (cxl_devices, rdma_nics), dp for gpu and dram; ``max_value``
+    default: 16, the scenario's GPUs for dp. The prediction at one step less is returned too (it misses the SLO),
+    with the cost of the parts.
     """
     _check_slo(slo)
     check_system(system)
     _check_workload(workload)
     topo = _topology(scenario)
+    vary, max_value = plan_axis(topo, system, vary, max_value)
     _check_vary(topo, vary)
+    table = plan_parts(topo, system, price_table)        # a table that cannot price the answer: refused now
     res = PlanResult(system, vary, dict(slo), False, None)
     step = step or (512 if vary == "device_buffer" else 1)
     _check_range(vary, min_value, max_value, step)
@@ -151,7 +183,6 @@ def _scan_plan(res, topo, system, workload, slo, vary, min_value, max_value, ste
             res.cost_usd_per_hour = configuration_cost(t, system, price_table=price_table, **kwc)
             res.cost_usd_per_million_tokens = per_million_tokens(res.cost_usd_per_hour["total"],
                                                                  p.output_throughput_tok_s)
-            table = prices(price_table)
             res.prices = {k: dict(table[k]) for k in res.cost_usd_per_hour if k in table}
             res.message = (f"smallest {vary} meeting the SLO: {v}" +
                            ("" if prev is None else f" ({vary} = {v - step} misses it)"))
@@ -161,8 +192,17 @@ def _scan_plan(res, topo, system, workload, slo, vary, min_value, max_value, ste
     res.message = f"no {vary} in [{min_value}, {max_value}] meets the SLO. " + (
         f"At the largest value Poisson arrivals at {workload['rate']:g} req/s outpace what it serves: the queue "
         "grows without bound (lower the rate or raise --max)." if last.get("overloaded")
-        else why_not(topo, system, workload, slo, prev, counts))
+        else why_not(topo, system, workload, slo, prev, counts)) + _flat(res.tried, slo, vary)
     return res
+
+
+def _flat(tried: list, slo: dict, vary: str) -> str:
+    """A hint when every value tried gave the same prediction: the resource varied does not bind."""
+    if len(tried) < 2 or any(any(r[m] != tried[0][m] for m in slo) for r in tried):
+        return ""
+    others = ", ".join(v for v in ("cxl_devices", "rdma_nics", "dp", "device_buffer") if v != vary)
+    return (f" Every {vary} from {tried[0]['value']} to {tried[-1]['value']} gives the same prediction: {vary} does "
+            f"not bind here; vary another resource ({others}, or a hardware number).")
 
 
 def overloaded(topo, system: str, workload: dict, pred, counts: Tally | None = None) -> bool:

@@ -55,6 +55,8 @@ def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, out
     counts = counts if counts is not None else Tally()
     _positive_tokens("context", context)
     _positive_tokens("output", output)
+    _unloaded_resources(resources)
+    check_system(system)
     scenario = _topology(scenario)
     expr = symbolic(system, metric, scenario, free=_all_free(system, metric, scenario, resources),
                     context=context, output=output, **resources)
@@ -63,11 +65,11 @@ def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, out
                 m_mean=mean_misses(scenario, system, context=context, output=output, **resources))
     f = float(expr.xreplace({s: vals[s.name] for s in expr.free_symbols}))
     counts.add("closed_form")
-    out = []
+    out, smooth = [], _smooth(expr)
     for s in sorted(expr.free_symbols, key=lambda s: s.name):
         if s.name in ("L", "O"):
             continue
-        d = sp.diff(expr, s)
+        d = sp.diff(smooth, s)
         dv = float(d.xreplace({x: vals[x.name] for x in d.free_symbols}))
         el = dv * vals[s.name] / f if f else 0.0
         if el != 0.0:
@@ -81,6 +83,26 @@ def sensitivity(scenario, system: str, metric: str = "tbt", *, context: int, out
         if el:
             out.append((name, el, get_param(scenario, name), "calibration constant (numeric, 1% steps)"))
     return sorted(out, key=lambda r: -abs(r[1]))
+
+
+UNLOADED_RESOURCES = ("cxl_devices", "rdma_nics", "device_buffer", "max_total_tokens", "max_running_requests")
+
+
+def _unloaded_resources(resources: dict) -> None:
+    """The closed form takes the server's resources only; a loaded-workload argument (draws, concurrency,
+    ...) is refused by name, pointing to the loaded elasticities."""
+    bad = sorted(set(resources) - set(UNLOADED_RESOURCES))
+    if bad:
+        raise SolverError(f"sensitivity: {bad[0]}={resources[bad[0]]!r} is not an argument of the unloaded closed "
+                          f"form (it takes context, output, {', '.join(UNLOADED_RESOURCES)}); the loaded "
+                          "elasticities, which take a workload, are sensitivity_loaded (sacmodel.planning.sensitivity)")
+
+
+def _smooth(expr):
+    """``expr`` with floor(x) as x - 1/2 and ceiling(x) as x + 1/2: their means over a step, so that the
+    derivative of a whole number of pages or waves is that of its average, not 0 or the sawtooth's slope."""
+    half = sp.Rational(1, 2)
+    return expr.replace(sp.floor, lambda x: x - half).replace(sp.ceiling, lambda x: x + half)
 
 
 def moved(name: str, v0: float, fac: float) -> float:

@@ -233,7 +233,11 @@ def _ttft_binding(cfg: Config, model, reqs, pred, labels: dict) -> dict:
                             routes, labels, "ttft", "ttft_"))
     if cfg.system == "rdma":
         fv = dict(model.v, N_f=float(L), nic_bw=routes["nic_bw"][0].rate)
-        out.update(_entries("fetch", fv, _seconds("fetch", fv), routes, labels, "ttft", "ttft_"))
+        fetch = dict(_entries("fetch", fv, _seconds("fetch", fv), routes, labels, "ttft", "ttft_"))
+        for e in fetch.values():       # the copy runs after the first token leaves, before decode
+            e["when"] = ("after the first token is sent (the prefix copy before decode): it delays the requests "
+                         "behind it, inside their queue row")
+        out.update(fetch)
     elif cfg.system == "cxl-prefetch":
         out["ttft_prefetch"] = _prefetch_entry(cfg, model, L)
     if pred.breakdown.get("cold_backup_s", 0.0) > 0 and "bk_bw" in routes:
@@ -243,7 +247,7 @@ def _ttft_binding(cfg: Config, model, reqs, pred, labels: dict) -> dict:
             out["ttft_cold_backup"]["when"] = ("every request (prompts prefilled cold)" if not reqs.cached.any()
                                                else "a request staged without a host-pool entry (the first prefix "
                                                     "hit on each rank)")
-    own = sum(e["seconds"] for k, e in out.items() if k != "ttft_cold_backup")
+    own = sum(e["seconds"] for e in out.values() if not e.get("when"))   # rows with 'when' overlap the others
     rest = pred.ttft_mean_ms / 1e3 - own if math.isfinite(pred.ttft_mean_ms) else 0.0
     if rest > 1e-6:
         out["ttft_queue"] = {"part": "ttft", "resource": "other requests ahead (front end, prefill batches, "

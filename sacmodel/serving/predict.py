@@ -173,7 +173,7 @@ def percentile(x, q: float) -> float:
 
 def _check(context, concurrency, requests, rate, prompts, method):
     """The workload arguments of :func:`predict`, within the documented limits (``util.names.LIMITS``)."""
-    from ..util.names import LIMITS
+    from ..util.names import LIMITS, RATE_RANGE
     for name, v, lim in (("context", context, "tokens"), ("concurrency", concurrency, "concurrency"),
                          ("requests", requests, "requests")):
         if v is None and name == "requests":
@@ -181,9 +181,10 @@ def _check(context, concurrency, requests, rate, prompts, method):
         _positive_int(name, v)
         if v > LIMITS[lim]:
             raise ConfigError(f"{name}={v} is above the limit of {LIMITS[lim]:,} per prediction")
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate)
-                             or rate <= 0):
-        raise ConfigError(f"rate must be a positive number of requests/s, got {rate!r}")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float, np.integer, np.floating))
+                             or not RATE_RANGE[0] <= rate <= RATE_RANGE[1]):
+        raise ConfigError(f"rate must be a number of requests/s from {RATE_RANGE[0]:g} to {RATE_RANGE[1]:g}, "
+                          f"got {rate!r}")
     if prompts not in (None, "shared", "distinct"):
         raise ConfigError(f"prompts must be 'shared', 'distinct' or None (the scenario's workload), not {prompts!r}")
     if method not in ("engine", "analytic"):

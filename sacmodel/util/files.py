@@ -10,7 +10,8 @@ or the helpers on top of it:
   a dangling link creates the file it names);
 - a **FIFO, device, socket or standard output** (``-``) cannot be replaced: the bytes are written through to
   it once they are complete, and the special file stays what it was;
-- a **directory** is refused with a message naming it.
+- a **directory**, a **read-only file** (no write permission bit, or not writable by this user) and a **loop
+  of symbolic links** are refused with a message naming them; nothing is written.
 """
 from __future__ import annotations
 
@@ -44,6 +45,10 @@ def resolve_output(path: str | Path) -> tuple[Path, bool]:
         raise OutputError(f"{p}: cannot write ({exc.strerror}); nothing written") from None
     if stat.S_ISDIR(st.st_mode):
         raise OutputError(f"{p}: is a directory; give a file name")
+    if stat.S_ISREG(st.st_mode) and not (st.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+                                         and os.access(real, os.W_OK)):
+        # a rename would replace a file its owner protected (the folder's permission is not the file's)
+        raise OutputError(f"{p}: read-only file; nothing written")
     return real, stat.S_ISREG(st.st_mode)
 
 

@@ -42,6 +42,9 @@ LIMITS = {
     "tiers": 64,                    # KV tiers of a cluster file
 }
 
+RATE_RANGE = (1e-4, 1e6)           # requests/s of an open-loop workload (predict rate=, --rate)
+TIME_SCALE_RANGE = (1e-6, 1e6)     # replay time_scale= (--time-scale): arrivals that many times faster
+
 TOKEN_NAMES = ("context", "output", "topk", "device_buffer")
 COUNT_NAMES = ("concurrency", "requests", "cxl_devices", "rdma_nics", "dp")
 WORKLOAD_NAMES = TOKEN_NAMES + COUNT_NAMES + ("rate",)
@@ -77,7 +80,7 @@ def fmt_value(x: float, kind: str, digits: int = 4) -> str:
         return str(x)
     g = lambda v: f"{v:.{digits}g}"  # noqa: E731
     if kind == "tokens":
-        return f"{x:,.0f} tokens" if float(x).is_integer() else f"{x:,.1f} tokens"
+        return f"{round(x):,} tokens"            # tokens are whole: 163,392 tokens, never 163,392.000
     if kind == "count":
         return f"{x:g}"
     if kind == "rate":

@@ -20,10 +20,11 @@ def burst(tmp_path, n=24, gap_ms=200):
 
 def test_cost_per_hour_by_hand():
     c = cost_per_hour("sac-cluster-4x", "cxl", 4, None)
-    # 4 hosts x 8 GPUs x $2; a 2 TB pool is two 1 TB devices; two CXL adapters per host; one switch
-    assert c["gpu"] == 64.0 and c["cxl_device"] == pytest.approx(2 * 0.23)
+    # 4 hosts x 8 H20s x $1.35; a 2 TB pool is two 1 TB devices = 2,000 GB x $0.000228; two CXL adapters per
+    # host; one switch
+    assert c["gpu_h20"] == pytest.approx(32 * 1.35) and c["cxl_gb"] == pytest.approx(2000 * 0.000228)
     assert c["cxl_adapter"] == pytest.approx(8 * 0.04) and c["cxl_switch"] == pytest.approx(0.38)
-    assert c["total"] == pytest.approx(64 + 0.46 + 0.32 + 0.38)
+    assert c["total"] == pytest.approx(43.2 + 0.456 + 0.32 + 0.38)
     assert cost_per_hour("sac-cluster-4x", "rdma", 2, None)["rdma_nic"] == pytest.approx((4 + 4) * 0.06)
 
 
@@ -90,3 +91,25 @@ def test_cluster_plan_and_sweep_cli(tmp_path, capsys):
     assert main(["plan", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(tr), "--values", "1",
                  "--slo", "latency=3"]) == 2
     assert "unknown SLO metric 'latency'" in capsys.readouterr().err
+
+
+def test_cluster_plan_prices_from_the_given_table(tmp_path, capsys):
+    """Issue 36: a cluster plan over a trace used the built-in table whatever --prices said."""
+    from measured_data import SHARED
+
+    from sacmodel.cli import main
+    p = tmp_path / "mine.yaml"
+    p.write_text("parts:\n  gpu: {usd_per_hour: 100.0}\n  cxl_gb: {usd_per_hour: 0.001}\n"
+                 "  cxl_adapter: {usd_per_hour: 1.0}\n  cxl_switch: {usd_per_hour: 10.0}\n")
+    # one host: 8 GPUs x 100 + a 2 TB pool (two 1 TB devices, 2,000 GB x 0.001) + 2 adapters + 1 switch
+    assert cost_per_hour("sac-cluster-4x", "cxl", 1, None, p)["total"] == pytest.approx(800 + 2 + 2 + 10)
+    trace = str(SHARED / "traces" / "mooncake_synthetic_trace.jsonl")
+    assert main(["plan", "--trace", trace, "--scenario", "sac-cluster-4x", "--system", "cxl", "--values", "1",
+                 "--limit", "20", "--slo", "ttft_p99_ms=1000000", "--prices", str(p), "--json"]) == 0
+    import json
+    rows = json.loads(capsys.readouterr().out)["tried"]
+    assert rows[0]["cost_usd_per_hour"] == pytest.approx(814.0)
+    no_cxl = tmp_path / "gpu.yaml"
+    no_cxl.write_text("parts:\n  gpu: {usd_per_hour: 1.0}\n")
+    with pytest.raises(ValueError, match="the table has no cxl_gb, cxl_adapter, cxl_switch"):
+        cluster_sweep("sac-cluster-4x", "cxl", trace, {"instances": [1]}, fixed={"limit": 5}, price_table=no_cxl)

@@ -167,13 +167,13 @@ def test_negative_counts_are_refused_by_name(tmp_path, field, line):
         load_server_log(p)
 
 
-def test_a_negative_usage_or_rate_is_not_a_count(tmp_path):
-    """Only counts are checked for sign (usage and gen_tps are ratios the server prints)."""
+def test_a_negative_usage_or_rate_is_refused(tmp_path):
+    """Usage is a fraction of the pool and gen_tps a throughput: neither is negative (issue 36)."""
     p = tmp_path / "ratio.log"
     p.write_text("[2026-04-21 10:00:00 DP0 TP0] Decode batch, #running-req: 1, #token: 5, token usage: -0.1, gen "
                  "throughput (token/s): -1, #queue-req: 0\n")
-    d = load_server_log(p).decode
-    assert d["usage"].tolist() == [-0.1] and d["gen_tps"].tolist() == [-1.0]
+    with pytest.raises(DataError, match="line 1: token usage -0.1 is not a fraction"):
+        load_server_log(p)
 
 
 def test_a_prefill_line_without_a_field_names_it(tmp_path):

@@ -96,3 +96,36 @@ def test_front_end_takes_in_a_wave_at_one_rate_per_prompt_token():
     per_token = np.array([s / r.context for r, s in obs])
     v = front_end_per_token(obs)
     assert 0.2e-6 < v < 2e-6 and np.all(np.abs(per_token / v - 1) < 0.2)
+
+
+# issue 36 (Impossible data): a server log is checked against what a server can print
+
+
+def _write(tmp_path, text, name="server.log"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+DEC = ("[2026-04-21 {t} DP0 TP0] Decode batch, #running-req: {run}, #token: 40000, token usage: {use}, "
+       "cuda graph: True, gen throughput (token/s): {tps}, #queue-req: 0\n")
+
+
+@pytest.mark.parametrize("field,kw", [("#running-req", dict(run="99999999999999999999")),
+                                      ("#running-req", dict(run="2.5")),
+                                      ("token usage", dict(use="7.0")),
+                                      ("gen throughput", dict(tps="-40.00"))])
+def test_impossible_counts_usage_and_throughput_are_refused_naming_line_and_field(tmp_path, field, kw):
+    ok = dict(t="19:51:05", run="2", use="0.20", tps="40.00")
+    text = DEC.format(**ok) + DEC.format(**{**ok, "t": "19:51:07", **kw})
+    with pytest.raises(DataError, match=rf"line 2: {field}"):
+        load_server_log(_write(tmp_path, text))
+
+
+def test_time_going_back_two_hours_is_refused_a_second_is_not(tmp_path):
+    ok = dict(run="2", use="0.20", tps="40.00")
+    one_back = DEC.format(t="19:51:05", **ok) + DEC.format(t="19:51:04", **ok)
+    assert len(load_server_log(_write(tmp_path, one_back)).decode) == 2     # ranks share the log: a stamp 1 s old
+    two_hours = DEC.format(t="19:51:05", **ok) + DEC.format(t="17:51:05", **ok)
+    with pytest.raises(DataError, match=r"line 2: time 2026-04-21 17:51:05 is 7,200 s before"):
+        load_server_log(_write(tmp_path, two_hours, "jump.log"))

@@ -74,3 +74,49 @@ def test_public_traces_match_their_documented_statistics():
     assert s["cached_token_ratio"] == pytest.approx(0.374, abs=0.001)
     a = summarize(load_trace(SHARED / "traces" / "azure_llm_2023_code.csv"))
     assert a["requests"] == 8819 and a["input_mean"] == pytest.approx(2048, abs=1)
+
+
+# issue 36 (Impossible data, Sizes): block ids consistent with lengths, non-negative, memory bounded
+
+
+def _jsonl(tmp_path, *recs, name="t.jsonl"):
+    import json as _json
+    p = tmp_path / name
+    p.write_text("".join(_json.dumps(r) + "\n" for r in recs))
+    return p
+
+
+def test_more_block_ids_than_the_prompt_has_blocks_is_refused(tmp_path):
+    ok = {"timestamp": 0, "input_length": 513, "output_length": 5, "hash_ids": [0, 1]}    # ceil(513/512) = 2
+    assert len(load_trace(_jsonl(tmp_path, ok)).blocks) == 2
+    bad = {"timestamp": 1, "input_length": 512, "output_length": 5, "hash_ids": list(range(5000))}
+    with pytest.raises(DataError, match=r"t.jsonl:2: hash_ids: 5,000 block ids for a 512-token prompt; at most 1"):
+        load_trace(_jsonl(tmp_path, ok, bad))
+
+
+def test_negative_block_ids_are_refused(tmp_path):
+    bad = {"timestamp": 0, "input_length": 1024, "output_length": 5, "hash_ids": [3, -7]}
+    with pytest.raises(DataError, match=r"t.jsonl:1: hash_ids: block id -7 is negative"):
+        load_trace(_jsonl(tmp_path, bad))
+
+
+def test_lines_with_and_without_hash_ids_are_refused_none_at_all_has_no_prefix_info(tmp_path):
+    a = {"timestamp": 0, "input_length": 1024, "output_length": 5, "hash_ids": [0, 1]}
+    b = {"timestamp": 1, "input_length": 1024, "output_length": 5}
+    with pytest.raises(DataError, match=r"t.jsonl:2: no hash_ids, but line 1 has them"):
+        load_trace(_jsonl(tmp_path, a, b))
+    tr = load_trace(_jsonl(tmp_path, b, {**b, "timestamp": 2}, name="none.jsonl"))
+    assert not tr.has_prefix_info and tr.blocks is None and tr.cached.tolist() == [0, 0]
+
+
+def test_a_block_id_of_2_to_the_30_does_not_allocate_a_gigabyte(tmp_path):
+    import tracemalloc
+    recs = [{"timestamp": 0, "input_length": 1024, "output_length": 5, "hash_ids": [2 ** 30 - 1, 2 ** 30]},
+            {"timestamp": 1, "input_length": 1024, "output_length": 5, "hash_ids": [2 ** 30 - 1, 5]}]
+    p = _jsonl(tmp_path, *recs)
+    tracemalloc.start()
+    tr = load_trace(p)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 64 << 20
+    assert tr.cached.tolist() == [0, 512]          # the second prompt's first block was seen: one block hit

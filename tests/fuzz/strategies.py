@@ -97,3 +97,91 @@ def corrupted_text(draw, text: str):
                                      "\t", '"', "'", "\\", "#", "%", "NaN", "Infinity", ",", "\x00"]))
         return data[:pos] + junk.encode() + data[pos:]
     return data[:pos] + draw(st.binary(min_size=1, max_size=4)) + data[pos:]
+
+
+# ---- the surfaces of issue 36: machines, launch commands, price tables, hostile traces, shared_prefix ---------
+WRONG_VALUES = [None, 0, -1, 1.5, 2.0, "8", "x", True, False, [], {}, ["fp8"], float("nan"), float("inf"), 10**9,
+                10**30, "\n", "a\nb"]
+
+
+def _maybe(values, wrong=0.3):
+    """A valid value mostly, a wrong one sometimes."""
+    return st.one_of(st.sampled_from(values), st.sampled_from(WRONG_VALUES)) if wrong else st.sampled_from(values)
+
+
+@st.composite
+def machine_kwargs(draw):
+    """Keyword arguments of ``sacmodel.scenario`` (a GPU name first): valid choices with hostile ones mixed in."""
+    gpu = draw(_maybe(["h20", "h100", "h800", "h200", "b200"], wrong=0.1))
+    opts = {"gpus": [1, 2, 4, 8, 16, 256, 257], "model": ["deepseek-v3.2", "llama-3.1-8b", "qwen3-32b", "nope"],
+            "weights": ["fp8", "bf16", "awq-int4", "fp4"], "kv_dtype": ["auto", "bf16", "fp8"],
+            "dp": [1, 2, 4, 8, 3], "tp": [None, 8, 4], "ep": [1, 2, 8], "mem_fraction": [0.5, 0.85, 0.0, 1.0],
+            "chunked_prefill": [1024, 8192, 0], "max_total_tokens": [None, 100000, 10**20],
+            "pool": [None, "cxl", "rdma", "cxl,rdma", 5, "disk"], "cxl_devices": [None, 1, 2, 1024, 1025, 0],
+            "rdma_nics": [None, 1, 2, 1024, 1025, 0]}
+    keys = draw(st.lists(st.sampled_from(sorted(opts)), max_size=4, unique=True))
+    return gpu, {k: draw(_maybe(opts[k])) for k in keys}
+
+
+@st.composite
+def emit_settings(draw):
+    """``sglang_command`` settings: in and out of their ranges, wrong types, control characters in a path."""
+    opts = {"dp": [1, 2, 4, 8, 0, 257], "cxl_devices": [1, 2, 4, 1024, 1025, 0],
+            "rdma_nics": [1, 2, 3, 1025], "device_buffer": [512, 4096, 0, 2**40],
+            "max_total_tokens": [1000, 200000, 2**31, 10**20], "max_running_requests": [1, 64, 2**21],
+            "model_path": ["/m", "/models/my model", "$(reboot)", "a\nrm -rf ~", "x\x1b[2J", "é/ü", "", "x" * 2000],
+            "bogus": [1]}
+    keys = draw(st.lists(st.sampled_from(sorted(opts)), max_size=3, unique=True))
+    return {k: draw(_maybe(opts[k], wrong=0.2)) for k in keys}
+
+
+PRICE_KEYS = ["gpu", "gpu_h20", "gpu_h100", "gpu_h200", "gpu_b200", "dram_gb", "cxl_gb", "cxl_device", "cxl_adapter",
+              "cxl_switch", "rdma_nic", "gpux", "GPU", ""]
+PRICES = ["1.0", "0.0002", "0", "-1", "1e308", "1.0e+308", ".nan", ".inf", "'3'", "null", "[]", "{}", "true",
+          "1e6", "1000001"]
+
+
+@st.composite
+def price_table_text(draw):
+    """A price table: rows of known and unknown parts, duplicates, hostile prices, broken YAML."""
+    rows = draw(st.lists(st.tuples(st.sampled_from(PRICE_KEYS), st.sampled_from(PRICES)), min_size=0, max_size=8))
+    body = "".join(f"  {k}: {{usd_per_hour: {v}}}\n" for k, v in rows)
+    head = draw(st.sampled_from(["parts:\n", "parts:\n", "parts: 5\n", "", "prices:\n"]))
+    return draw(corrupted_text(head + body))
+
+
+@st.composite
+def hostile_trace(draw):
+    """Mooncake lines against the physics of a trace: more block ids than blocks, negative or huge ids, lines
+    without hash_ids among lines with them, times out of order."""
+    lines = []
+    t = 0
+    for _ in range(draw(st.integers(1, 6))):
+        n_in = draw(st.sampled_from([1, 511, 512, 513, 4096, 20000]))
+        most = -(-n_in // 512)
+        ids = draw(st.sampled_from(["fit", "fit", "too_many", "negative", "huge", "none"]))
+        rec = {"timestamp": t, "input_length": n_in, "output_length": draw(st.sampled_from([1, 8, 64]))}
+        if ids == "fit":
+            rec["hash_ids"] = list(range(draw(st.integers(0, most))))
+        elif ids == "too_many":
+            rec["hash_ids"] = list(range(most + draw(st.sampled_from([1, 5000]))))
+        elif ids == "negative":
+            rec["hash_ids"] = [0, -draw(st.integers(1, 2**40))][:most + 1]
+        elif ids == "huge":
+            rec["hash_ids"] = [draw(st.sampled_from([2**30, 2**40, 2**62, 2**63 - 1]))]
+        lines.append(rec)
+        t += draw(st.sampled_from([0, 5, 1000, -7200000]))
+    return lines
+
+
+@st.composite
+def shared_prefix_args(draw):
+    """``shared_prefix(groups, prompts_per_group, system, question, output, rate=...)`` with sizes that must be
+    bounded before anything is allocated."""
+    size = st.sampled_from([1, 2, 64, 1000, 10**6, 10**7, 10**8, 0, -1, 2.5, True])
+    args = [draw(size) for _ in range(5)]
+    kw = {"rate": draw(st.sampled_from([1.0, 100.0, 0.0, -1.0, 1e9, [(1.0, 5.0)], [(1e5, 1e6)], "x"])),
+          "block_tokens": draw(st.sampled_from([1, 16, 64, 512, 0, 10**8]))}
+    if draw(st.booleans()):
+        kw["requests"] = draw(st.sampled_from([1, 10, 10**6, 10**7, 0]))
+    return args, kw

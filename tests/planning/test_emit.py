@@ -178,3 +178,50 @@ def test_plan_emits_the_command_of_its_answer(capsys):
     assert rc == 0 and "smallest cxl_devices meeting the SLO: 1" in out
     args = parse(out[out.index("# sacmodel: cxl"):])
     check_against_config(args, sacmodel.load_topology("sac-testbed"), "cxl", cxl_devices=1)
+
+
+# issue 36 (Launch commands): safe to paste, ranges checked, the model of the plan, the fork named
+
+
+@pytest.mark.parametrize("kw", [dict(max_total_tokens=10 ** 20), dict(max_total_tokens=0), dict(dp=True),
+                                dict(cxl_devices=2.5), dict(rdma_nics=-1), dict(max_running_requests=2 ** 40),
+                                dict(device_buffer="4096")])
+def test_settings_out_of_range_are_refused_naming_them(kw):
+    (k, v), = kw.items()
+    with pytest.raises(ValueError, match=k):
+        sglang_command("sac-testbed", "cxl", **kw)
+
+
+@pytest.mark.parametrize("bad", ["a\nrm -rf ~", "x\rY", "p\x1b[2J", "q\u2028r"])
+def test_control_characters_in_names_are_refused(bad):
+    import copy
+    with pytest.raises(ValueError, match="control character"):
+        sglang_command("sac-testbed", "gpu", model_path=bad)
+    t = copy.deepcopy(sacmodel.load_topology("sac-testbed"))
+    t.name = bad
+    with pytest.raises(ValueError, match="scenario name"):
+        sglang_command(t, "gpu")
+
+
+def test_every_line_is_a_comment_or_part_of_the_command():
+    text = sglang_command("sac-testbed", "cxl", model_path="/models/my model's; $(reboot)")
+    cmd = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    assert all(ln.endswith("\\") for ln in cmd[:-1]) and not cmd[-1].endswith("\\")
+    assert parse(text)["--model-path"] == "/models/my model's; $(reboot)"      # quoted: one word, nothing run
+
+
+@pytest.mark.parametrize("system,key", [("cxl", "cxl"), ("rdma", "rdma_pool")])
+def test_the_comment_says_the_pool_keys_are_the_sac_forks(system, key):
+    comments = " ".join(ln for ln in sglang_command("sac-testbed", system).splitlines() if ln.startswith("#"))
+    assert f"the {key} key" in comments and "only in the SAC fork" in comments
+    gpu = " ".join(ln for ln in sglang_command("sac-testbed", "gpu").splitlines() if ln.startswith("#"))
+    assert "fork" not in gpu
+
+
+def test_plan_emit_with_model_prints_that_models_settings(capsys):
+    assert main(["plan", "--system", "gpu", "--context", "8K", "--concurrency", "4", "--requests", "8",
+                 "--slo", "tbt_mean_ms=1000", "--emit", "sglang", "--model", "llama-3.1-8b"]) == 0
+    out = capsys.readouterr().out
+    text = out[out.index("# sacmodel:"):]
+    assert "llama-3.1-8b" in text.splitlines()[0] and "deepseek" not in text.lower()
+    assert parse(text)["--page-size"] == "1"             # SGLang: page size 1 for a dense model (64 only for DSA)

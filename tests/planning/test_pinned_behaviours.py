@@ -203,14 +203,16 @@ def test_winner_map_takes_argmax_for_throughput_and_argmin_for_latency(monkeypat
 # ---- configuration cost -----------------------------------------------------------------------------------
 def test_configuration_cost_counts_parts(tmp_path):
     """Bug caught: part counts ignored. Prices in distinct powers of ten make each count readable in the
-    total: 8 GPUs, 2 (or 4) CXL devices, 2 adapters, 1 switch; 2 NICs."""
+    total: 8 GPUs, 2 (or 4) CXL devices (1 TB each), 2 adapters, 1 switch; 2 NICs and the 1 TB remote pool;
+    the dram system's 2 TB host pool."""
     p = tmp_path / "prices.yaml"
     p.write_text(yaml.safe_dump({"parts": {k: {"usd_per_hour": v, "source": "test"} for k, v in {
-        "gpu": 1000.0, "cxl_device": 100.0, "cxl_adapter": 10.0, "cxl_switch": 1.0, "rdma_nic": 0.1}.items()}}))
+        "gpu": 1000.0, "cxl_device": 100.0, "cxl_adapter": 10.0, "cxl_switch": 1.0, "rdma_nic": 0.1,
+        "dram_gb": 1e-5}.items()}}))
     assert configuration_cost("sac-testbed", "cxl", price_table=p)["total"] == pytest.approx(8221.0)
     assert configuration_cost("sac-testbed", "cxl", cxl_devices=4, price_table=p)["total"] == pytest.approx(8421.0)
-    assert configuration_cost("sac-testbed", "rdma", price_table=p)["total"] == pytest.approx(8000.2)
-    assert configuration_cost("sac-testbed", "dram", dp=4, price_table=p)["total"] == pytest.approx(4000.0)
+    assert configuration_cost("sac-testbed", "rdma", price_table=p)["total"] == pytest.approx(8000.2 + 0.01)
+    assert configuration_cost("sac-testbed", "dram", dp=4, price_table=p)["total"] == pytest.approx(4000.02)
 
 
 # ---- reference: indexer ReLU, attention scale, top-k ------------------------------------------------------------

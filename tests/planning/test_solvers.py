@@ -109,7 +109,7 @@ def test_plan_smallest_value_and_one_less_misses():
     assert less["tbt_mean_ms"] > 80 or less["output_throughput_tok_s"] < 750
     c = r.cost_usd_per_hour
     assert c["total"] == pytest.approx(sum(v for k, v in c.items() if k != "total"))
-    assert configuration_cost("sac-testbed", "cxl", cxl_devices=r.value)["cxl_device"] == c["cxl_device"]
+    assert configuration_cost("sac-testbed", "cxl", cxl_devices=r.value)["cxl_gb"] == c["cxl_gb"]
     miss = plan("sac-testbed", "cxl", workload=wl, slo={"tbt_mean_ms": 1.0}, vary="cxl_devices", max_value=3)
     assert not miss.found and "no cxl_devices" in miss.message
 

@@ -71,6 +71,12 @@ def test_iteration_terms_by_hand():
     assert Tp == pytest.approx(shared + max(chunk, dec) + mdl.t_eager)
     assert an.prefill_iteration(mdl, ld, 0.0, 8, 2, 8) == pytest.approx(
         mdl.shared(round(16 * ld.E), True, round(16 * ld.E), 16) + 2 * chunk + mdl.t_eager)
+    # the others decode 128 each: their part outlasts the one-page chunk, and the iteration waits for it
+    dec_big = mdl.rank_time(128, 8, ld.L + ld.age, 128 * ld.m, True)
+    assert dec_big > chunk
+    eager = mdl.t_eager_pcg if ld.E <= mdl.pcg_tokens else mdl.t_eager
+    assert an.prefill_iteration(mdl, ld, 128.0, 8, 1, 1) == pytest.approx(
+        mdl.shared(round(ld.E + 7 * 128), True, round(ld.E + 7 * 128), 7 * 128 + 1) + dec_big + eager)
 
 
 def test_copies_by_hand():
@@ -322,3 +328,16 @@ def test_wave_batch_is_a_fixed_point_and_moves_smoothly():
     finally:
         mdl.v["t_token"] = t_token
     assert abs(g2 / g - 1) < 0.05
+
+
+def test_a_prompt_not_a_multiple_of_the_chunk_takes_one_more_chunk():
+    """Issue 36: chunks = ceil(E / chunk); the remainder is a chunk of its own (floor drops it)."""
+    cfg, mdl, _ = setup("cxl")
+    c = cfg.prefill_chunk
+    reqs = workload(cfg, context=3 * c + 100, output=16, requests=2, prefix_cached=False, prompts="distinct",
+                    cold_staging=False)
+    ld = an.load_of(cfg, mdl, reqs, None)
+    assert ld.E == 3 * c + 100 and ld.chunks == 4
+    reqs = workload(cfg, context=3 * c, output=16, requests=2, prefix_cached=False, prompts="distinct",
+                    cold_staging=False)
+    assert an.load_of(cfg, mdl, reqs, None).chunks == 3

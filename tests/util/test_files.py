@@ -151,3 +151,52 @@ def test_a_fit_does_not_spread_through_a_yaml_alias(tmp_path, capsys):
     assert after.param("t_kernel") == pytest.approx(8.53e-6)
     assert [after.node(n)["latency"] for n in dev_ids] == lat_before
     assert "YAML alias" in capsys.readouterr().err
+
+
+# issue 36 (Data): a write-protected target is never replaced; a loop of links is one clear line
+
+
+def test_read_only_file_is_refused_and_kept(tmp_path):
+    f = tmp_path / "keep.csv"
+    f.write_text("mine")
+    os.chmod(f, 0o444)
+    with pytest.raises(OutputError, match="read-only"):
+        write_text(f, "new")
+    assert f.read_text() == "mine" and stat.S_IMODE(f.stat().st_mode) == 0o444
+
+
+def test_read_only_file_through_a_link_is_refused(tmp_path):
+    f = tmp_path / "keep.csv"
+    f.write_text("mine")
+    os.chmod(f, 0o400)
+    link = tmp_path / "link.csv"
+    link.symlink_to(f)
+    with pytest.raises(OutputError, match="read-only"):
+        write_text(link, "new")
+    assert f.read_text() == "mine"
+
+
+def test_symlink_loop_is_a_clear_error_in_the_api(tmp_path):
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    with pytest.raises(OutputError, match="a.csv"):
+        write_text(a, "x")
+
+
+@pytest.mark.parametrize("flag,name", [("--csv", "out.csv"), ("--plot", "out.png")])
+def test_cli_refuses_read_only_and_looping_outputs(tmp_path, capsys, flag, name):
+    f = tmp_path / name
+    f.write_bytes(b"mine")
+    os.chmod(f, 0o444)
+    args = ["compare", "--contexts", "8K", "--concurrency", "2", "--systems", "gpu", flag]
+    assert main(args + [str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "read-only" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f.read_bytes() == b"mine"
+    a, b = tmp_path / ("a" + name), tmp_path / ("b" + name)
+    a.symlink_to(b)
+    b.symlink_to(a)
+    assert main(args + [str(a)]) == 2
+    err = capsys.readouterr().err
+    assert "loop" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

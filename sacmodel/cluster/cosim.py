@@ -87,6 +87,7 @@ class CoSim:
         self.pins: dict[int, list] = {}
         self.outside: dict[int, tuple] = {}
         self.found: dict[int, tuple] = {}
+        self.brought: dict[int, int] = {}       # request -> prefix blocks brought home from far tiers for it
         self.actions: list = []
         self.seq = 0
         self.fabric = Fabric(s.net.capacity)
@@ -290,6 +291,7 @@ class CoSim:
             if left[0] == 0:
                 self.load_s[g] = td - t
                 s.caches.promote(k, r, self.keys[g], n)
+                self.brought[g] = n
                 self._submit(g, k, r, td)
         for nbytes, lat, res in flows:
             self.fabric.transfer(t, nbytes, lat, res, done)
@@ -314,6 +316,9 @@ class CoSim:
         if s.cache == "none" or not self.keys[g]:
             return
         n, by = s.caches.near(srv.k, r, self.keys[g], srv.engine.t)
+        # blocks loaded for this request sit in its own KV memory, whether or not a home tier caches them
+        # (a chain of the store alone has none: SGLang's HiCache prefetches L3 hits into the request's pool)
+        n = max(n, self.brought.pop(g, 0))
         self.found[g] = (n, by)
         tb.set_cached(i, min(n * s.bt, L - 1))
         mem = srv.engine.memory

@@ -227,6 +227,7 @@ class CoSim:
             self.keys[g] = chain(page_keys(s.tr.blocks[o0:o1], self.L[g], s.tr.block_tokens, s.bt))
         else:
             self.keys[g] = []
+        self.state_pre.now = t
         if s.router.waits(self.state_pre):
             self.queue.append(g)
             return
@@ -235,10 +236,11 @@ class CoSim:
     def _route(self, g: int, t: float) -> None:
         s, keys = self.s, self.keys[g]
         cands = self.cands_pre
+        self.state_pre.now = t
         memo: dict = {}
         c = s.router.choose(self.state_pre, lambda j: self._overlap(cands[j], keys, t, memo), self.L[g], keys) \
             if len(cands) > 1 else 0
-        self.state_pre.add(c, keys, self.L[g])
+        s.router.admit(self.state_pre, c, keys, self.L[g], rid=g)
         k, r = cands[c]
         if r is None:
             srv = self.servers[k]
@@ -472,7 +474,8 @@ class CoSim:
         state, c = (self.state_dec, self.dec_cand[g]) if srv.role == "decode" else (self.state_pre, self.cand_of[g])
         if self.first[g] != self.first[g]:
             self.first[g] = t
-            state.first_token(c, self.L[g])
+            state.now = t
+            state.first_token(c, self.L[g], rid=g)
             if self.queue:
                 self._drain_queue(t)
         if last:
@@ -488,6 +491,7 @@ class CoSim:
             self.prog(self.finished)
 
     def _drain_queue(self, t: float) -> None:
+        self.state_pre.now = t
         while self.queue and not self.s.router.waits(self.state_pre):
             self._route(self.queue.pop(0), t)
 
@@ -495,7 +499,8 @@ class CoSim:
     def _prefill_back(self, srv: Server, g: int, t: float) -> None:
         """The prefill's response is back: choose the decode instance and hand the KV over."""
         s, c = self.s, self.cand_of[g]
-        self.state_pre.first_token(c, self.L[g])
+        self.state_pre.now = t
+        self.state_pre.first_token(c, self.L[g], rid=g)
         self.state_pre.finish(c, self.keys[g])
         if self.queue:
             self._drain_queue(t)
@@ -504,10 +509,11 @@ class CoSim:
             self._end_request(g, t)
             return
         keys, cands = self.keys[g], self.cands_dec
+        self.state_dec.now = t
         memo: dict = {}
         cd = s.router_dec.choose(self.state_dec, lambda j: self._overlap(cands[j], keys, t, memo), self.L[g],
                                  keys) if len(cands) > 1 else 0
-        self.state_dec.add(cd, keys, self.L[g])
+        s.router_dec.admit(self.state_dec, cd, keys, self.L[g], rid=g)
         kd, rd = cands[cd]
         if rd is None:
             dsrv = self.servers[kd]

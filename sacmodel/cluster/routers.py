@@ -9,8 +9,9 @@ a KV-aware router, the cache contents the engines report (KV events; ``overlap``
 - ``least_load``: fewest requests in flight, then fewest active blocks, then lowest index.
 - ``prefix_affinity``: a consistent choice by the request's first ``affinity_blocks`` blocks.
 - ``kv``: NVIDIA Dynamo's KV router (``lib/kv-router`` scheduling, v1.5.0 defaults), over (worker, data-parallel
-  rank) pairs: cost = ``weight`` x max(0, (prompt tokens the rank is prefilling + this prompt) / block -
-  overlap credit) + the rank's unique active blocks + this prompt's blocks not already active there; the
+  rank) pairs: cost = ``weight`` x max(0, (uncached prompt tokens the rank is prefilling, the oldest decayed
+  with ``prefill_tokens_per_s``, + this prompt) / block - overlap credit) + the rank's unique active blocks +
+  this prompt's blocks not already active there; the
   credit counts device-cache blocks fully, host-cache blocks ``host_weight`` (0.75) and disk-tier blocks
   ``disk_weight`` (0.25), a shared tier ``shared_weight`` (0). The cheapest wins, ties broken at random
   (seeded); ``temperature`` > 0 samples a softmax of the costs normalised to [0, 1]. ``queue_threshold``:
@@ -38,24 +39,63 @@ class RouterError(ValueError):
 
 class RouterState:
     """A router's own view of its candidates: requests in flight and assigned, prompt tokens still before their
-    first token, and the prompt blocks of the requests in flight (each block once: unique active blocks)."""
+    first token, and the prompt blocks of the requests in flight (each block once: unique active blocks).
+
+    Prefill load as Dynamo's active-sequence tracker keeps it (ai-dynamo/dynamo
+    ``lib/kv-router/src/sequences/prefill_tracker.rs`` at 0b6b9200, ``PrefillLoadTracker``): each request in
+    flight adds its *effective* prefill tokens (prompt - cached, the router's weighted overlap credit); the
+    oldest one (the anchor) decays linearly over its expected prefill time when the router has a prefill model,
+    the elapsed time applied to the whole backlog (``active_tokens_at``); when the anchor's first token is seen
+    the next oldest becomes the anchor, from then. ``now``: the clock of the decision being made (s)."""
 
     def __init__(self, n: int):
         self.in_flight = [0] * n
         self.assigned = [0] * n
-        self.prefill_tokens = [0.0] * n
+        self.prefill_tokens = [0.0] * n          # the full (undecayed) sum of effective prefill tokens
         self.active: list[dict] = [{} for _ in range(n)]
+        self.prefills: list[dict] = [{} for _ in range(n)]      # request -> (tokens, expected s), oldest first
+        self.anchor = [0.0] * n                  # when the oldest prefill became the anchor (s)
+        self.now = 0.0
 
-    def add(self, c: int, keys, n_in: int) -> None:
+    def add(self, c: int, keys, n_in: int, new: float | None = None, rid=None, expected_s: float | None = None
+            ) -> None:
+        """A request of ``n_in`` prompt tokens routed to ``c``; ``new``: its effective prefill tokens (default
+        the whole prompt); ``rid``: its id, for the anchor's decay; ``expected_s``: its expected prefill time."""
         self.in_flight[c] += 1
         self.assigned[c] += 1
-        self.prefill_tokens[c] += n_in
+        tokens = float(n_in if new is None else new)
+        self.prefill_tokens[c] += tokens
+        if rid is not None:
+            if not self.prefills[c]:
+                self.anchor[c] = self.now
+            self.prefills[c][rid] = (tokens, expected_s)
         act = self.active[c]
         for k in keys:
             act[k] = act.get(k, 0) + 1
 
-    def first_token(self, c: int, n_in: int) -> None:
+    def first_token(self, c: int, n_in: int, rid=None) -> None:
+        pf = self.prefills[c]
+        if rid is not None and rid in pf:
+            front = next(iter(pf)) == rid
+            tokens = pf.pop(rid)[0]
+            self.prefill_tokens[c] -= tokens
+            if front:
+                self.anchor[c] = self.now
+            return
         self.prefill_tokens[c] -= n_in
+
+    def prefill_at(self, c: int) -> float:
+        """Prefill tokens still before their first token on ``c`` now, the oldest decayed."""
+        full = self.prefill_tokens[c]
+        pf = self.prefills[c]
+        if not pf:
+            return full
+        tokens, expected = next(iter(pf.values()))
+        if expected is None:
+            return full
+        if expected <= 0:
+            return max(0.0, full - tokens)
+        return max(0.0, full - tokens * (self.now - self.anchor[c]) / expected)
 
     def finish(self, c: int, keys) -> None:
         self.in_flight[c] -= 1
@@ -92,6 +132,10 @@ class Router:
     def waits(self, state: RouterState) -> bool:
         """Whether a new request must wait in the router's queue."""
         return False
+
+    def admit(self, state: RouterState, c: int, keys, n_in: int, rid=None) -> None:
+        """Book a request the router just sent to candidate ``c`` (after :meth:`choose`)."""
+        state.add(c, keys, n_in, rid=rid)
 
 
 class RoundRobin(Router):
@@ -150,7 +194,11 @@ class KvRouter(Router):
 
     def __init__(self, weight: float = 1.0, temperature: float = 0.0, seed: int = 0, block_tokens: int = 512,
                  host_weight: float = 0.75, disk_weight: float = 0.25, shared_weight: float = 0.0,
-                 queue_threshold: float | None = None, batched_tokens: int = 16384):
+                 queue_threshold: float | None = None, batched_tokens: int = 16384,
+                 prefill_tokens_per_s: float | None = None):
+        if prefill_tokens_per_s is not None and (isinstance(prefill_tokens_per_s, bool) or not (
+                isinstance(prefill_tokens_per_s, (int, float)) and 0 < prefill_tokens_per_s < math.inf)):
+            raise RouterError(f"kv router prefill_tokens_per_s must be a positive number, got {prefill_tokens_per_s!r}")
         for n, v in (("weight", weight), ("temperature", temperature), ("host_weight", host_weight),
                      ("disk_weight", disk_weight), ("shared_weight", shared_weight)):
             if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
@@ -161,15 +209,31 @@ class KvRouter(Router):
         self.tier_w = (1.0, float(host_weight), float(disk_weight), float(shared_weight))
         self.queue = None if queue_threshold is None else float(queue_threshold) * batched_tokens
         self.rng = np.random.default_rng(seed)
+        self.rate = None if prefill_tokens_per_s is None else float(prefill_tokens_per_s)
+        self.credit: list[float] = []
 
     def costs(self, state: RouterState, overlap, n_in: int, keys) -> list[float]:
+        """Dynamo's cost per candidate (blocks): ``weight`` x max(0, (active prefill + prompt) / block - overlap
+        credit) + active blocks + new blocks; the active prefill counts the effective tokens of the requests in
+        flight, the oldest decayed (:class:`RouterState`)."""
         bt, w, tw = self.bt, self.w, self.tier_w
-        out = []
+        out, self.credit = [], []
         for c in range(len(state.in_flight)):
             credit = sum(x * y for x, y in zip(overlap(c), tw))
-            prefill = max(0.0, (state.prefill_tokens[c] + n_in) / bt - credit)
+            self.credit.append(credit)
+            prefill = max(0.0, (state.prefill_at(c) + n_in) / bt - credit)
             out.append(w * prefill + len(state.active[c]) + state.new_blocks(c, keys))
         return out
+
+    def admit(self, state, c, keys, n_in, rid=None):
+        """The request's effective prefill tokens: prompt - the weighted overlap credit on ``c`` (Dynamo's
+        ``effective_prefill_tokens(isl, weighted_cached_tokens)``, ``lib/kv-router/src/scheduling/
+        prefill_load.rs``), expected to take tokens / ``prefill_tokens_per_s`` (Dynamo's linear prefill load
+        model; without one, as by default, nothing decays)."""
+        credit = self.credit[c] if c < len(self.credit) else 0.0
+        new = max(0.0, n_in - credit * self.bt)
+        state.add(c, keys, n_in, new=new, rid=rid, expected_s=None if self.rate is None else new / self.rate)
+        self.credit = []
 
     def choose(self, state, overlap, n_in, keys):
         c = self.costs(state, overlap, n_in, keys)
@@ -183,7 +247,7 @@ class KvRouter(Router):
         return int(self.rng.choice(len(c), p=p / p.sum()))
 
     def waits(self, state):
-        return self.queue is not None and min(state.prefill_tokens) > self.queue
+        return self.queue is not None and min(state.prefill_at(c) for c in range(len(state.in_flight))) > self.queue
 
 
 class CacheAware(Router):
@@ -300,7 +364,7 @@ def make_router(name: str, *, block_tokens: int = 512, **params) -> Router:
     """A router by name; ``params`` as each router's docstring lists them."""
     allowed = {"round_robin": (), "random": ("seed",), "least_load": (), "prefix_affinity": ("affinity_blocks",),
                "kv": ("weight", "temperature", "seed", "host_weight", "disk_weight", "shared_weight",
-                      "queue_threshold", "batched_tokens"),
+                      "queue_threshold", "batched_tokens", "prefill_tokens_per_s"),
                "cache_aware": ("cache_threshold", "balance_abs", "balance_rel", "max_tree_tokens"),
                "llm_d": ("prefix", "prefix_weight", "kv_weight", "queue_weight", "lru_tokens", "match_tokens", "seed")}
     if not isinstance(name, str) or name not in allowed:

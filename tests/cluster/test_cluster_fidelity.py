@@ -29,3 +29,33 @@ def test_store_hits_reach_the_engine_when_the_store_is_the_only_tier(tmp_path):
     assert pr["load_s"][1] > 0
     # B's TTFT: the load plus a one-page prefill, far below A's 4096-token prefill
     assert pr["load_s"][1] * 1e3 < pr["ttft_ms"][1] < 0.2 * pr["ttft_ms"][0]
+
+
+def test_dynamo_counts_a_requests_uncached_tokens_as_prefill_load_and_decays_the_oldest():
+    from sacmodel.cluster.routers import KvRouter, RouterState
+    # two ranks; A (4096 tokens, 8 blocks) finds 7 of its blocks on rank 0's device: the router books only its
+    # 4096 - 7 x 512 = 512 uncached tokens there (Dynamo's effective prefill tokens), not the whole prompt
+    r, s = KvRouter(block_tokens=512), RouterState(2)
+    a = list(range(8))
+    ov = {0: (7, 0, 0, 0), 1: (0, 0, 0, 0)}.__getitem__
+    assert r.choose(s, ov, 4096, a) == 0
+    r.admit(s, 0, a, 4096, rid="A")
+    assert s.prefill_at(0) == 512
+    # a new 1024-token prompt (2 blocks, cached nowhere): rank 0 costs (512 + 1024) / 512 + 8 active + 2 new
+    # = 13 blocks (the whole prompt booked: (4096 + 1024) / 512 + 10 = 20); rank 1 costs 2 + 0 + 2 = 4
+    none = lambda c: (0, 0, 0, 0)  # noqa: E731
+    assert r.costs(s, none, 1024, [100, 101]) == [13.0, 4.0]
+    # with a linear prefill model (1000 tokens/s) the oldest prefill decays over its expected 0.512 s
+    r, s = KvRouter(block_tokens=512, prefill_tokens_per_s=1000.0), RouterState(1)
+    s.now = 0.0
+    r.choose(s, lambda c: (7, 0, 0, 0), 4096, a)
+    r.admit(s, 0, a, 4096, rid="A")                       # 512 uncached tokens, anchored at 0
+    s.now = 0.1
+    r.choose(s, none, 1024, [100, 101])
+    r.admit(s, 0, [100, 101], 1024, rid="B")              # 1024 more, not decaying yet
+    s.now = 0.256
+    assert s.prefill_at(0) == pytest.approx(512 + 1024 - 512 * 0.256 / 0.512)
+    s.now = 0.3
+    s.first_token(0, 4096, rid="A")                       # B becomes the anchor at 0.3, expected 1.024 s
+    s.now = 0.8
+    assert s.prefill_at(0) == pytest.approx(1024 - 1024 * 0.5 / 1.024)

@@ -302,8 +302,8 @@ class CacheAware(Router):
 
 class LlmD(Router):
     """llm-d's inference scheduler (Gateway API Inference Extension endpoint picker): a weighted sum of scorer
-    values in [0, 1], the highest wins (ties at random, seeded). ``prefix``: 'precise' (the share of the prompt's
-    blocks in the pod's cache, from its KV events), 'estimated' (the share found in an LRU of blocks the
+    values in [0, 1], the highest wins (ties at random, seeded). ``prefix``: 'precise' (the pod's longest cached
+    prefix from its KV events, min-max normalised over the pods that hold any of it: :meth:`_precise`), 'estimated' (the share found in an LRU of blocks the
     scheduler itself routed there, at most ``lru_tokens`` per pod, looking at the first ``match_tokens`` of the
     prompt) or 'none'; kv-cache score = 1 - the pod's KV use; queue score = (longest - this pod's waiting queue)
     / (longest - shortest), 1 when all are equal. Defaults: the precise configuration of llm-d's benchmark
@@ -330,11 +330,15 @@ class LlmD(Router):
         m = [self.metrics(c) if self.metrics else (state.in_flight[c], 0.0) for c in range(n)]
         q = [x[0] for x in m]
         qmax, qmin = max(q), min(q)
+        pre = self._precise(overlap, keys, n) if self.w[0] and self.mode == "precise" and keys else None
         score = []
         for c in range(n):
-            pre = self._prefix(c, overlap, keys, n) if self.w[0] else 0.0
+            if pre is None:
+                pre_c = self._prefix(c, overlap, keys, n) if self.w[0] else 0.0
+            else:
+                pre_c = pre[c]
             qs = 1.0 if qmax == qmin else (qmax - q[c]) / (qmax - qmin)
-            score.append(self.w[0] * pre + self.w[1] * (1.0 - m[c][1]) + self.w[2] * qs)
+            score.append(self.w[0] * pre_c + self.w[1] * (1.0 - m[c][1]) + self.w[2] * qs)
         hi = max(score)
         ties = [c for c, x in enumerate(score) if x == hi]
         c = ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
@@ -348,6 +352,18 @@ class LlmD(Router):
             while len(tree) > self.lru_blocks:
                 tree.popitem(last=False)
         return c
+
+    @staticmethod
+    def _precise(overlap, keys, n: int) -> list[float]:
+        """The precise-prefix scorer: each pod's longest cached prefix (blocks), min-max normalised over the pods
+        that hold at least its first block; a pod holding none scores 0, and when every such pod matches
+        equally they all score 1 (llm-d-inference-scheduler ``pkg/plugins/scorer/precise_prefix_cache.go``
+        ``Score`` and ``utils.go`` ``indexedScoresToNormalizedScoredPods`` at 17abea8a / 2202f3ca)."""
+        hits = {c: m for c in range(n) if (m := overlap(c)[0]) > 0}
+        if not hits:
+            return [0.0] * n
+        lo, hi = min(hits.values()), max(hits.values())
+        return [0.0 if c not in hits else 1.0 if hi == lo else (hits[c] - lo) / (hi - lo) for c in range(n)]
 
     def _prefix(self, c: int, overlap, keys, n: int) -> float:
         if not keys or self.mode == "none":

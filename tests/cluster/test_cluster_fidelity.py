@@ -59,3 +59,17 @@ def test_dynamo_counts_a_requests_uncached_tokens_as_prefill_load_and_decays_the
     s.first_token(0, 4096, rid="A")                       # B becomes the anchor at 0.3, expected 1.024 s
     s.now = 0.8
     assert s.prefill_at(0) == pytest.approx(1024 - 1024 * 0.5 / 1.024)
+
+
+def test_llm_d_precise_prefix_scores_are_min_max_normalised_across_pods():
+    from sacmodel.cluster.routers import LlmD, RouterState
+    # pods holding 6, 3 and 0 blocks of an 8-block prompt, and one holding 3: (m - 3) / (6 - 3) over the pods
+    # holding any, 0 for the one holding none; equal holders all score 1
+    ov = {0: (6, 0, 0, 0), 1: (3, 0, 0, 0), 2: (0, 0, 0, 0), 3: (3, 0, 0, 0)}.__getitem__
+    assert LlmD._precise(ov, list(range(8)), 4) == [1.0, 0.0, 0.0, 0.0]
+    assert LlmD._precise({0: (2, 0, 0, 0), 1: (0, 0, 0, 0)}.__getitem__, list(range(8)), 2) == [1.0, 0.0]
+    # the choice it changes: pod 0 holds 2 of 8 blocks, KV 40% used, 2 waiting; pod 1 nothing, idle. As a share of
+    # the prompt pod 0 scores 3 x 0.25 + 2 x 0.6 + 0 = 1.95 < pod 1's 0 + 2 + 2 = 4; normalised, 3 + 1.2 = 4.2 > 4
+    r = LlmD()
+    r.metrics = {0: (2, 0.4), 1: (0, 0.0)}.__getitem__
+    assert r.choose(RouterState(2), {0: (2, 0, 0, 0), 1: (0, 0, 0, 0)}.__getitem__, 4096, list(range(8))) == 0

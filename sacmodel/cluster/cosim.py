@@ -84,6 +84,7 @@ class CoSim:
         self.rejected: dict[int, str] = {}
         self.by_tier: dict[str, list] = {t: [0.0] * n for t in s.tier_names}
         self.keys: list = [None] * n
+        self.cont: dict[int, list] = _continuations(s, self.order) if s.cache == "trace" else {}
         self.pins: dict[int, list] = {}
         self.outside: dict[int, tuple] = {}
         self.found: dict[int, tuple] = {}
@@ -433,8 +434,14 @@ class CoSim:
         c, held = self.outside.pop(g, (None, 0.0))
         if c is not None:
             s.caches.hold(c, -held)
-            gen = 0 if prefill else self.out[g] // s.bt
-            if gen and self.keys[g]:
+            if prefill or not self.keys[g]:
+                return
+            ext = self.cont.get(g)
+            if ext is not None:          # prompt + output as the next turn names them (SGLang caches both)
+                c.release(s.caches.pin(c, ext, len(ext)))
+                return
+            gen = self.out[g] // s.bt
+            if gen:
                 own = chain([g, -1] + list(range(gen)))[2:]          # blocks no prompt names
                 c.release(s.caches.pin(c, self.keys[g] + own, len(self.keys[g]) + gen))
 
@@ -547,3 +554,35 @@ class CoSim:
                 arrived(td)
         for nbytes, lat, res in flows:
             self.fabric.transfer(t, nbytes, lat, res, done)
+
+
+def _continuations(s, order) -> dict[int, list]:
+    """Request -> the cache keys of its prompt and output as the conversation's next turn names them.
+
+    SGLang's radix cache inserts a finished request's whole sequence, prompt and generated tokens
+    (``cache_finished_req``), and a chat's next turn sends them back as its prompt's prefix. The trace names only
+    prompts, so a request's output blocks are named by its next turn: the first later request whose prompt holds
+    the request's last full prompt block (a chained key, so its whole prefix) and is at least prompt + output
+    long (on the Mooncake conversation trace 2,956 of the 3,308 requests with a later turn are covered so:
+    the next turn's prompt repeats the previous input and output). Only requests whose last full block is their
+    own (not a prefix an earlier request already sent) have a next turn; the keys are the next turn's first
+    (prompt + output) // block full blocks, kept only when they add a block."""
+    tr, bt = s.tr, s.bt
+    L, out, offs = tr.input_len.tolist(), tr.output_len.tolist(), tr.offsets.tolist()
+    seen: set = set()
+    pending: dict = {}                   # last full prompt key -> request waiting for its next turn
+    cont: dict[int, list] = {}
+    for j in order:
+        keys = chain(page_keys(tr.blocks[offs[j]:offs[j + 1]], L[j], tr.block_tokens, bt))
+        for x in keys:
+            g = pending.get(x)
+            if g is not None and L[j] >= L[g] + out[g]:
+                del pending[x]
+                n = min((L[g] + out[g]) // bt, len(keys))
+                if n > L[g] // bt:
+                    cont[g] = keys[:n]
+        nf = min(L[j] // bt, len(keys))
+        if nf and keys[nf - 1] not in seen:
+            pending[keys[nf - 1]] = j
+        seen.update(keys)
+    return cont

@@ -73,3 +73,14 @@ def test_llm_d_precise_prefix_scores_are_min_max_normalised_across_pods():
     r = LlmD()
     r.metrics = {0: (2, 0.4), 1: (0, 0.0)}.__getitem__
     assert r.choose(RouterState(2), {0: (2, 0, 0, 0), 1: (0, 0, 0, 0)}.__getitem__, 4096, list(range(8))) == 0
+
+
+def test_a_finished_turns_output_serves_the_next_turn(tmp_path):
+    # one testbed host, Dynamo's router keeping a conversation on its rank. Turn 1: 1024 prompt tokens (blocks
+    # 1, 2), 1100 output tokens; turn 2 five minutes later repeats them and adds 400: 2524 tokens (blocks 1-5).
+    # SGLang caches turn 1's prompt and output: (1024 + 1100) // 512 = 4 whole blocks, 2048 tokens, are a hit
+    # (only the 2 prompt blocks, 1024 tokens, when the output is not cached)
+    rows = [(0, 1024, 1100, [1, 2]), (300, 2524, 4, [1, 2, 3, 4, 5])]
+    p = replay("sac-testbed", "gpu", trace(tmp_path, rows), router="kv")
+    assert p.per_request["e2e_ms"][0] < 300e3
+    assert list(p.per_request["cached_tokens"]) == [0, 2048]

@@ -12,8 +12,10 @@ path:
    the shared tiers (readable once the write lands); the request's generated tokens join the cache at its end.
    Decode steps of hosts on one CXL pool share its devices: a host whose swap-in traffic exceeds its max-min
    share of the devices runs slower steps.
-3. **Disaggregation**: a prefill instance computes the prompt and its first token; once that response is back,
-   the decode instance (chosen by the decode router) pulls the blocks it lacks (Transfer Engine, NICs nearest
+3. **Disaggregation**: the proxy picks the decode instance at arrival too (the decode router books it and the
+   decode rank's cache gives up its room from then: the decode server pre-allocates); a prefill instance
+   computes the prompt and its first token; once that response is back, the decode instance pulls the blocks
+   it lacks (Transfer Engine, NICs nearest
    the GPUs; or reads the CXL pool the prefill wrote), then serves the request; the prefill instance frees the
    request's KV when the pull is done. The client's first token comes from the decode instance.
 
@@ -102,6 +104,8 @@ class CoSim:
         self.now = 0.0
         self.rank_pre: dict[int, tuple] = {}       # request -> (rank, local id) on its prefill instance
         self.dec_cand: dict[int, int] = {}
+        self.dec_rank: dict[int, int] = {}         # request -> decode rank chosen at arrival
+        self.prealloc: dict[int, tuple] = {}       # request -> (decode home cache, tokens reserved there)
         self.landed: dict[int, float] = {}         # request -> when its prompt's write to the CXL pool landed
         self.after_land: dict = {}
 
@@ -249,6 +253,8 @@ class CoSim:
             srv.turn += 1
         self.inst[g] = k
         self.cand_of[g] = c
+        if s.split and self.out[g] > 1:
+            self._choose_decode(g, t)
         far = s.caches.far(k, r, keys, s.caches.near(k, r, keys, t)[0], t) if s.cache == "trace" else []
         if not far:
             self._submit(g, k, r, t)
@@ -503,19 +509,13 @@ class CoSim:
             self._route(self.queue.pop(0), t)
 
     # ---- disaggregation ----------------------------------------------------------------------------------
-    def _prefill_back(self, srv: Server, g: int, t: float) -> None:
-        """The prefill's response is back: choose the decode instance and hand the KV over."""
-        s, c = self.s, self.cand_of[g]
-        self.state_pre.now = t
-        self.state_pre.first_token(c, self.L[g], rid=g)
-        self.state_pre.finish(c, self.keys[g])
-        if self.queue:
-            self._drain_queue(t)
-        if self.out[g] <= 1:
-            self.first[g] = self.done[g] = t
-            self._end_request(g, t)
-            return
-        keys, cands = self.keys[g], self.cands_dec
+    def _choose_decode(self, g: int, t: float) -> None:
+        """At arrival, the PD proxy picks the decode instance too and the decode server pre-allocates the
+        request's KV (SGLang's mini_lb ``select_pair`` sends the request to the prefill and the decode server at
+        once, ``python/sglang/srt/disaggregation/mini_lb.py``; the decode server's prealloc queue reserves it;
+        vLLM's disaggregated proxy also picks both at the request's start): the decode router books it now and
+        the rank's home cache gives up the prompt + output from now."""
+        s, keys, cands = self.s, self.keys[g], self.cands_dec
         self.state_dec.now = t
         memo: dict = {}
         cd = s.router_dec.choose(self.state_dec, lambda j: self._overlap(cands[j], keys, t, memo), self.L[g],
@@ -526,10 +526,32 @@ class CoSim:
             dsrv = self.servers[kd]
             rd = dsrv.turn % dsrv.cfg.dp
             dsrv.turn += 1
-        self.dec[g], self.dec_cand[g] = kd, cd
+        self.dec[g], self.dec_cand[g], self.dec_rank[g] = kd, cd, rd
+        c = s.caches.home(kd, rd) if s.cache == "trace" else None
+        if c is not None and c is s.caches.private.get(s.caches.scope(kd, rd), (None,))[0]:
+            held = float(self.L[g] + self.out[g])
+            s.caches.hold(c, held)
+            self.prealloc[g] = (c, held)
+
+    def _prefill_back(self, srv: Server, g: int, t: float) -> None:
+        """The prefill's response is back: hand the KV over to the decode instance chosen at arrival."""
+        s, c = self.s, self.cand_of[g]
+        self.state_pre.now = t
+        self.state_pre.first_token(c, self.L[g], rid=g)
+        self.state_pre.finish(c, self.keys[g])
+        if self.queue:
+            self._drain_queue(t)
+        if self.out[g] <= 1:
+            self.first[g] = self.done[g] = t
+            self._end_request(g, t)
+            return
+        keys = self.keys[g]
+        kd, rd = self.dec[g], self.dec_rank.pop(g)
         rp, ip = self.rank_pre[g]
 
         def arrived(td, g=g, kd=kd, rd=rd):
+            c_dec, held = self.prealloc.pop(g, (None, 0.0))
+            s.caches.hold(c_dec, -held)           # the pre-allocated room now holds the request itself
             srv.engine.release(rp, ip)
             self._push(srv.k)                 # freed memory may let the prefill instance admit more
             self.handoff_s[g] = td - t

@@ -84,3 +84,14 @@ def test_a_finished_turns_output_serves_the_next_turn(tmp_path):
     p = replay("sac-testbed", "gpu", trace(tmp_path, rows), router="kv")
     assert p.per_request["e2e_ms"][0] < 300e3
     assert list(p.per_request["cached_tokens"]) == [0, 2048]
+
+
+def test_the_decode_instance_is_chosen_at_arrival_as_the_pd_proxies_do(tmp_path):
+    # 2 prefill + 2 decode instances, decode taken in turn. A (16K tokens) arrives first, B (1K) 10 ms later;
+    # B's prefill answers long before A's. The proxy picked both decode instances at arrival: A gets the first
+    # (instance 2), B the second (3); choosing when the prefill answers gave B the first
+    rows = [(0, 16384, 32, []), (0.01, 1024, 32, [])]
+    p = replay("sac-cluster-4x", "dram", trace(tmp_path, rows), instances=4, pd="2:2", cache="none")
+    assert list(p.per_request["instance"]) == [0, 1]
+    assert p.per_request["ttft_ms"][1] < p.per_request["ttft_ms"][0]
+    assert list(p.per_request["decode_instance"]) == [2, 3]

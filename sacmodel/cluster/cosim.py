@@ -200,11 +200,20 @@ class CoSim:
         busy = eng.step(horizon)
         if eng.memory.crash is not None:
             srv.failed = True
+            self._out_of_routing(k)
             return
         if busy:
             self._push(k)
         if eng.pool is not None and not any(eng.ranks.running):
             self.fabric.stream(k, eng.t, 0.0, self.s.pool_res(srv.host))
+
+    def _out_of_routing(self, k: int) -> None:
+        """A failed instance leaves routing: its candidates are removed from the routers' views (the requests
+        it held stay unfinished)."""
+        for cands, state in ((self.cands_pre, self.state_pre), (self.cands_dec, self.state_dec)):
+            for j, (kk, _) in enumerate(cands):
+                if kk == k:
+                    state.remove(j)
 
     # ---- arrivals and routing ------------------------------------------------------------------------
     def _next_arrival(self) -> float:
@@ -240,6 +249,10 @@ class CoSim:
 
     def _route(self, g: int, t: float) -> None:
         s, keys = self.s, self.keys[g]
+        if not self.state_pre.up or (s.split and not self.state_dec.up):
+            self.rejected[g] = "every instance that could serve it failed"
+            self._end_request(g, t)
+            return
         cands = self.cands_pre
         self.state_pre.now = t
         memo: dict = {}

@@ -56,6 +56,13 @@ class RouterState:
         self.prefills: list[dict] = [{} for _ in range(n)]      # request -> (tokens, expected s), oldest first
         self.anchor = [0.0] * n                  # when the oldest prefill became the anchor (s)
         self.now = 0.0
+        self.up = list(range(n))                 # candidates in routing (a failed instance's are removed)
+
+    def remove(self, c: int) -> None:
+        """Candidate ``c`` failed: routers stop choosing it (SGLang's router drops a worker that fails its
+        health checks; Dynamo drops one whose lease lapsed)."""
+        if c in self.up:
+            self.up.remove(c)
 
     def add(self, c: int, keys, n_in: int, new: float | None = None, rid=None, expected_s: float | None = None
             ) -> None:
@@ -145,13 +152,13 @@ class RoundRobin(Router):
         self.k = 0
 
     def choose(self, state, overlap, n_in, keys):
-        c = self.k % len(state.in_flight)
+        c = state.up[self.k % len(state.up)]
         self.k += 1
         return c
 
 
 def least_loaded(state: RouterState) -> int:
-    return min(range(len(state.in_flight)),
+    return min(state.up,
                key=lambda c: (state.in_flight[c], len(state.active[c]), state.assigned[c], c))
 
 
@@ -163,7 +170,7 @@ class Random(Router):
         self.rng = np.random.default_rng(seed)
 
     def choose(self, state, overlap, n_in, keys):
-        return int(self.rng.integers(len(state.in_flight)))
+        return state.up[int(self.rng.integers(len(state.up)))]
 
 
 class LeastLoad(Router):
@@ -185,7 +192,7 @@ class PrefixAffinity(Router):
         if not len(keys):
             return least_loaded(state)
         h = hash(tuple(int(b) for b in keys[:self.k]))        # int tuples hash the same in every run
-        return (h * 0x9E3779B97F4A7C15 >> 17) % len(state.in_flight)
+        return state.up[(h * 0x9E3779B97F4A7C15 >> 17) % len(state.up)]
 
 
 class KvRouter(Router):
@@ -236,18 +243,20 @@ class KvRouter(Router):
         self.credit = []
 
     def choose(self, state, overlap, n_in, keys):
-        c = self.costs(state, overlap, n_in, keys)
+        cost = self.costs(state, overlap, n_in, keys)
+        up = state.up
+        c = cost if len(up) == len(cost) else [cost[i] for i in up]
         lo = min(c)
         if self.temp == 0 or len(c) == 1:
             ties = [i for i, x in enumerate(c) if x == lo]
-            return ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
+            return up[ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]]
         c = np.array(c)
         span = c.max() - lo
         p = np.ones(len(c)) if span == 0 else np.exp(-(c - lo) / (span * self.temp))
-        return int(self.rng.choice(len(c), p=p / p.sum()))
+        return up[int(self.rng.choice(len(c), p=p / p.sum()))]
 
     def waits(self, state):
-        return self.queue is not None and min(state.prefill_at(c) for c in range(len(state.in_flight))) > self.queue
+        return self.queue is not None and bool(state.up) and min(state.prefill_at(c) for c in state.up) > self.queue
 
 
 class CacheAware(Router):
@@ -269,17 +278,18 @@ class CacheAware(Router):
         n = len(state.in_flight)
         if not self.trees:
             self.trees = [OrderedDict() for _ in range(n)]
-        load = state.in_flight
+        up = state.up
+        load = [state.in_flight[i] for i in up]
         hi, lo = max(load), min(load)
         if hi - lo > self.abs and hi > self.rel * lo:
             c = least_loaded(state)
         else:
-            match = [self._match(t, keys) for t in self.trees]
-            best = max(range(n), key=lambda i: (match[i], -i))
+            match = {i: self._match(self.trees[i], keys) for i in up}
+            best = max(up, key=lambda i: (match[i], -i))
             if keys and match[best] / len(keys) > self.threshold:
                 c = best
             else:
-                c = min(range(n), key=lambda i: (len(self.trees[i]), i))
+                c = min(up, key=lambda i: (len(self.trees[i]), i))
         self._insert(self.trees[c], keys)
         return c
 
@@ -328,17 +338,19 @@ class LlmD(Router):
     def choose(self, state, overlap, n_in, keys):
         n = len(state.in_flight)
         m = [self.metrics(c) if self.metrics else (state.in_flight[c], 0.0) for c in range(n)]
-        q = [x[0] for x in m]
+        up = state.up
+        q = [m[c][0] for c in up]
         qmax, qmin = max(q), min(q)
-        pre = self._precise(overlap, keys, n) if self.w[0] and self.mode == "precise" and keys else None
-        score = []
-        for c in range(n):
+        q = [x[0] for x in m]
+        pre = self._precise(overlap, keys, n, up) if self.w[0] and self.mode == "precise" and keys else None
+        score = [-math.inf] * n
+        for c in up:
             if pre is None:
                 pre_c = self._prefix(c, overlap, keys, n) if self.w[0] else 0.0
             else:
                 pre_c = pre[c]
             qs = 1.0 if qmax == qmin else (qmax - q[c]) / (qmax - qmin)
-            score.append(self.w[0] * pre_c + self.w[1] * (1.0 - m[c][1]) + self.w[2] * qs)
+            score[c] = self.w[0] * pre_c + self.w[1] * (1.0 - m[c][1]) + self.w[2] * qs
         hi = max(score)
         ties = [c for c, x in enumerate(score) if x == hi]
         c = ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
@@ -354,12 +366,12 @@ class LlmD(Router):
         return c
 
     @staticmethod
-    def _precise(overlap, keys, n: int) -> list[float]:
+    def _precise(overlap, keys, n: int, up=None) -> list[float]:
         """The precise-prefix scorer: each pod's longest cached prefix (blocks), min-max normalised over the pods
         that hold at least its first block; a pod holding none scores 0, and when every such pod matches
         equally they all score 1 (llm-d-inference-scheduler ``pkg/plugins/scorer/precise_prefix_cache.go``
         ``Score`` and ``utils.go`` ``indexedScoresToNormalizedScoredPods`` at 17abea8a / 2202f3ca)."""
-        hits = {c: m for c in range(n) if (m := overlap(c)[0]) > 0}
+        hits = {c: m for c in (range(n) if up is None else up) if (m := overlap(c)[0]) > 0}
         if not hits:
             return [0.0] * n
         lo, hi = min(hits.values()), max(hits.values())

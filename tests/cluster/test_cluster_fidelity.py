@@ -95,3 +95,20 @@ def test_the_decode_instance_is_chosen_at_arrival_as_the_pd_proxies_do(tmp_path)
     assert list(p.per_request["instance"]) == [0, 1]
     assert p.per_request["ttft_ms"][1] < p.per_request["ttft_ms"][0]
     assert list(p.per_request["decode_instance"]) == [2, 3]
+
+
+def test_a_failed_instance_leaves_routing(tmp_path):
+    # two testbed instances whose HiSparse device buffers hold 3 requests per rank (see test_cosim_laws). 32 long
+    # requests sharing their first 4 blocks at t = 0: prefix affinity sends all to one instance, whose fourth
+    # allocation on a rank fails (at 66 s, after its first three prefills); 4 more of the same prefix at t = 600
+    # go to the instance still up and finish
+    head = [1, 2, 3, 4]
+    rows = [(0, 16384, 64, head + [1000 * i + j for j in range(28)]) for i in range(32)]
+    rows += [(600, 16384, 64, head + [90000 + 1000 * i + j for j in range(28)]) for i in range(4)]
+    p = replay("sac-testbed", "dram", trace(tmp_path, rows), instances=2, router="prefix_affinity",
+               device_buffer=6144, max_total_tokens=20000)
+    pr = p.per_request
+    dead = int(pr["instance"][0])
+    assert len(p.summary["failed_instances"]) == 1 and p.summary["failed_instances"][0].startswith(f"i{dead}:")
+    assert set(pr["instance"][:32]) == {dead} and not pr["completed"][:32].any()
+    assert set(pr["instance"][32:]) == {1 - dead} and pr["completed"][32:].all()

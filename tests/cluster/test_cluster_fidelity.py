@@ -112,3 +112,64 @@ def test_a_failed_instance_leaves_routing(tmp_path):
     assert len(p.summary["failed_instances"]) == 1 and p.summary["failed_instances"][0].startswith(f"i{dead}:")
     assert set(pr["instance"][:32]) == {dead} and not pr["completed"][:32].any()
     assert set(pr["instance"][32:]) == {1 - dead} and pr["completed"][32:].all()
+
+
+# ---- overload, always reported (issue 35 item 5) ---------------------------------------------------------------
+def test_a_crash_names_the_device_buffer_and_the_concurrency_cap_that_avoids_it(tmp_path):
+    # the fork's HiSparse device buffer: 6144 + a 64-token page = 6208 slots per request of 16K tokens; 20,000
+    # slots per rank hold 3 of them, so 8 ranks x 3 = 24 requests in flight per instance at most
+    rows = [(0, 16384, 64, [1000 * i + j for j in range(32)]) for i in range(32)]
+    p = replay("sac-testbed", "dram", trace(tmp_path, rows), device_buffer=6144, max_total_tokens=20000)
+    advice = p.summary["crash_advice"]
+    assert "device_buffer 6144" in advice and "6208 slots" in advice and "max_total_tokens 20000" in advice
+    assert "at most 3 requests per rank" in advice and "--concurrency 24" in advice
+    assert advice in p.limit
+    # the cap it names avoids the crash; one more request per rank in flight does not
+    ok = replay("sac-testbed", "dram", trace(tmp_path, rows), device_buffer=6144, max_total_tokens=20000,
+                concurrency=24)
+    assert ok.feasible and ok.success_fraction == 1.0
+    assert replay("sac-testbed", "dram", trace(tmp_path, rows), device_buffer=6144, max_total_tokens=20000,
+                  concurrency=32).success_fraction == 0.0
+
+
+def test_slow_queue_growth_and_a_growing_backlog_are_overload_by_hand():
+    import numpy as np
+    from sacmodel.cluster.replay import load_report
+    t = np.linspace(0.0, 1000.0, 400)
+    done = np.ones(400, bool)
+    # the rank queue's wait grows 0.02 s per s: below the fast threshold (0.05), but 15 s added over the trace
+    slow = load_report(t, 0.02 * t, done, 1100.0, closed_loop=False)
+    assert slow["queue_growth_s_per_s"] == pytest.approx(0.02, rel=0.02)
+    assert slow["overloaded"] and slow["overload"] == "slow queue"
+    # no rank queue and 1 s of service each, but each request ends 10% later than the one before it would (a
+    # queue outside the ranks, a client cap): at time T about T - (T - 1) / 1.1 requests are in the system, 10 at
+    # T = 100 s, 37 at 399 s: 27 more over 299 arrivals, 9% > 5%
+    a = np.arange(400.0)
+    rep = load_report(a, np.zeros(400), done, 500.0, closed_loop=False, done_s=1.1 * a + 1.0, life_s=np.ones(400))
+    assert rep["overloaded"] and rep["overload"] == "backlog"
+    assert rep["backlog_growth"] == pytest.approx(27 / 299, abs=0.01)
+    calm = load_report(a, np.zeros(400), done, 402.0, closed_loop=False, done_s=a + 1.0, life_s=np.ones(400))
+    assert not calm["overloaded"] and not calm["too_short"]
+
+
+def test_a_trace_too_short_to_tell_says_so_and_by_how_much():
+    import numpy as np
+    from sacmodel.cluster.replay import load_report
+    # 200 requests over 10 s (20 req/s), each in the system 5 s: at the last arrival 100 (half) are still in
+    # it, steady load or queue the trace cannot tell: the served rate could be as low as 20 x (1 - 0.5) = 10 req/s
+    a = np.arange(200) * 0.05
+    rep = load_report(a, np.zeros(200), np.ones(200, bool), 15.0, closed_loop=False, done_s=a + 5.0,
+                      life_s=np.full(200, 5.0))
+    assert rep["too_short"] and not rep["overloaded"]
+    assert rep["answer_could_change"] == pytest.approx(100 / 200, abs=0.01)
+    assert rep["served_floor_req_s"] == pytest.approx(200 / 9.95 * (1 - 100 / 200), rel=0.02)
+
+
+def test_a_client_capped_replay_whose_backlog_grows_is_overloaded(tmp_path):
+    # one testbed instance with at most 8 requests in flight (one per rank), 20 req/s of 2K-token prompts: the
+    # ranks never queue (the client holds the rest), yet the requests in the system grow without bound
+    rows = [(0.05 * i, 2048, 16, [10_000 * i + j for j in range(4)]) for i in range(400)]
+    p = replay("sac-testbed", "gpu", trace(tmp_path, rows), concurrency=8)
+    load = p.summary["load"]
+    assert load["served_req_s"] < 0.5 * load["offered_req_s"]
+    assert load["overloaded"] and load["overload"] == "backlog"

@@ -108,6 +108,8 @@ def _point(job) -> dict:
     row = {**params, "feasible": why is None, "limit": why, **{m: s[m] for m in ROW_METRICS},
            "output_throughput_tok_s": tok_s,
            "success_fraction": s["success_fraction"], "overloaded": load["overloaded"],
+           "overload": load.get("overload"), "too_short": load.get("too_short", False),
+           "answer_could_change": load.get("answer_could_change", 0.0),
            "offered_req_s": load["offered_req_s"], "served_req_s": load["served_req_s"],
            "hit_rate": s["hit_rate"], "instances": s["instances"],
            "cost_usd_per_hour": cost_per_hour(scenario, system, s["instances"], pool)["total"]}
@@ -224,4 +226,18 @@ def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instan
     best = min(ok, key=lambda r: (r["cost_usd_per_hour"], rows.index(r)))
     msg = (f"cheapest {vary} meeting the SLO: {best[vary]} "
            f"({best['cost_usd_per_hour']:.2f} USD/hour, goodput {best['goodput_req_s']:.3g} req/s)")
-    return ClusterPlan(vary, best[vary], msg, rows, hit)
+    return ClusterPlan(vary, best[vary], msg + _short_note(vary, best), rows, hit)
+
+
+def _short_note(vary: str, best: dict) -> str:
+    """What a trace too short to tell steady state from warm-up leaves open about the answer: the requests
+    still in the system at its last arrival may be a queue, so the served rate could be lower by their share and
+    an instance count higher by 1 / (1 - share)."""
+    if not best.get("too_short"):
+        return ""
+    share = best.get("answer_could_change", 0.0)
+    note = (f"; but the trace is too short to tell steady state from warm-up ({100 * share:.0f}% of its requests "
+            f"were still in the system at its last arrival): the answer could change by up to {100 * share:.0f}%")
+    if vary == "instances" and share < 1:
+        note += f", up to {math.ceil(best['instances'] / (1 - share))} instances"
+    return note + "; replay a longer trace to settle it"

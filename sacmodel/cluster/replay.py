@@ -500,8 +500,9 @@ def crash_advice(setup: Setup, servers) -> str:
     ``device_buffer`` + a page slots at admission, from the rank's ``max_total_tokens`` pool, without checking
     that it fits (SGLang's admission counts only the request's own tokens); a shorter request holds its prompt and
     output. A rank that never holds more than max_total_tokens // (the largest of these) requests cannot
-    fail; round-robin over the ``dp`` ranks spreads an instance's requests evenly, so ``concurrency`` = dp x
-    that keeps them all below it (``concurrency`` = that alone guarantees it)."""
+    fail: ``concurrency`` = that per instance guarantees it; dp x that keeps the ranks below it only while
+    round-robin spreads the requests evenly (on the conversation trace it does not: requests of different
+    lengths pile up on some ranks)."""
     tr = setup.tr
     cfgs = {id(s.cfg): s.cfg for s in servers}.values()
     caps = []
@@ -518,9 +519,10 @@ def crash_advice(setup: Setup, servers) -> str:
             f"its rank's max_total_tokens {cfg.max_total_tokens} at admission (the fork's HiSparse device buffer, "
             "not checked against the pool)" if cfg.hisparse else
             f"requests outgrow the rank's max_total_tokens {cfg.max_total_tokens}")
-    return (f"cause: {what}; at most {per_rank} requests per rank fit, so cap requests in flight at "
-            f"concurrency={per_rank * dp} per instance (--concurrency {per_rank * dp}; {per_rank} guarantees it), "
-            "or give a smaller device_buffer")
+    return (f"cause: {what}; at most {per_rank} requests per rank fit: cap requests in flight per instance at "
+            f"--concurrency {per_rank} (concurrency={per_rank}: no rank can then hold more), or up to "
+            f"{per_rank * dp} while the {dp} ranks share them evenly (round-robin over equal requests), or give a "
+            "smaller device_buffer")
 
 
 def _unfinished_note(completed: np.ndarray) -> str | None:

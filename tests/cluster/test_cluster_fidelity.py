@@ -122,12 +122,14 @@ def test_a_crash_names_the_device_buffer_and_the_concurrency_cap_that_avoids_it(
     p = replay("sac-testbed", "dram", trace(tmp_path, rows), device_buffer=6144, max_total_tokens=20000)
     advice = p.summary["crash_advice"]
     assert "device_buffer 6144" in advice and "6208 slots" in advice and "max_total_tokens 20000" in advice
-    assert "at most 3 requests per rank" in advice and "--concurrency 24" in advice
+    assert "at most 3 requests per rank" in advice and "--concurrency 3 " in advice and "up to 24 " in advice
     assert advice in p.limit
-    # the cap it names avoids the crash; one more request per rank in flight does not
-    ok = replay("sac-testbed", "dram", trace(tmp_path, rows), device_buffer=6144, max_total_tokens=20000,
-                concurrency=24)
-    assert ok.feasible and ok.success_fraction == 1.0
+    # the caps it names avoid the crash (24: these equal requests spread evenly over the ranks); one more request
+    # per rank in flight does not
+    for c in (3, 24):
+        ok = replay("sac-testbed", "dram", trace(tmp_path, rows), device_buffer=6144, max_total_tokens=20000,
+                    concurrency=c)
+        assert ok.feasible and ok.success_fraction == 1.0
     assert replay("sac-testbed", "dram", trace(tmp_path, rows), device_buffer=6144, max_total_tokens=20000,
                   concurrency=32).success_fraction == 0.0
 
@@ -173,3 +175,18 @@ def test_a_client_capped_replay_whose_backlog_grows_is_overloaded(tmp_path):
     load = p.summary["load"]
     assert load["served_req_s"] < 0.5 * load["offered_req_s"]
     assert load["overloaded"] and load["overload"] == "backlog"
+
+
+def test_plan_and_replay_say_when_the_trace_is_too_short_to_tell(tmp_path, capsys):
+    from sacmodel.cli.app import main
+    # 12 prompts of 6K tokens 0.3 s apart: every request is still in the system at the last arrival, so
+    # nothing the replay measured tells a steady state from warm-up
+    rows = [(0.3 * i, 6000, 16, [100 * i + j for j in range(12)]) for i in range(12)]
+    p = trace(tmp_path, rows)
+    assert main(["plan", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(p), "--vary",
+                 "instances", "--values", "4", "--slo", "ttft_p99_ms=1e9"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "too short to tell steady state from warm-up" in out and "could change by up to 100%" in out
+    assert main(["replay", str(p), "--scenario", "sac-cluster-4x", "--system", "cxl", "--instances", "4"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "trace too short to tell" in out or "overloaded" in out

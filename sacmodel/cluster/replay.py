@@ -194,9 +194,10 @@ def load_report(arrival_s: np.ndarray, queue_s: np.ndarray, completed: np.ndarra
       queue outside the server's ranks (a per-instance client cap) and one that grows slowly.
 
     A trace is ``too_short`` to tell a steady state from warm-up when fewer than ``OVERLOAD_MIN_ARRIVALS``
-    requests arrive after warm-up, or when the requests still in the system at its last arrival are more than
-    ``OVERLOAD_BACKLOG`` of all (``answer_could_change``, that share): they may be a steady load or a queue, so
-    the served rate could be as low as ``served_floor_req_s`` = offered x (1 - share). A request never admitted
+    requests arrive after warm-up, or when, not found overloaded, the requests still in the system at its last
+    arrival are more than ``OVERLOAD_BACKLOG`` of all (``answer_could_change``, that share): they may be a
+    steady load or a queue, so the served rate could be as low as ``served_floor_req_s`` = offered x
+    (1 - share). ``served_window_req_s``: completions between warm-up and the last arrival per s. A request never admitted
     waits forever. Closed loop: never overloaded (the client waits for a free slot).
     """
     n = len(arrival_s)
@@ -247,9 +248,12 @@ def _backlog(out: dict, arrival_s: np.ndarray, done_s: np.ndarray, life_s) -> No
     if out["overload"] is None and arrived >= OVERLOAD_MIN_ARRIVALS and growth > OVERLOAD_BACKLOG and \
             bb - ba >= OVERLOAD_MIN_BACKLOG:
         out["overload"] = "backlog"
+    if arrived > 0 and tb > ta:               # completions while arrivals still came: the rate it kept up
+        out["served_window_req_s"] = float((np.searchsorted(d, tb, side="right") -
+                                            np.searchsorted(d, ta, side="right")) / (tb - ta))
     share = bb / n
     out["answer_could_change"] = float(share)
-    if share > OVERLOAD_BACKLOG or arrived < OVERLOAD_MIN_ARRIVALS:
+    if arrived < OVERLOAD_MIN_ARRIVALS or (out["overload"] is None and share > OVERLOAD_BACKLOG):
         out["too_short"] = True
         if out["offered_req_s"]:
             out["served_floor_req_s"] = out["offered_req_s"] * (1.0 - share)

@@ -1,7 +1,9 @@
 """Issue 35's fidelity fixes, each against a hand-worked case: store hits served in a chain without a home
 tier, Dynamo's prefill load, llm-d's normalised prefix score, outputs cached for the next turn, the decode
-instance chosen at arrival, failed instances out of routing."""
+instance chosen at arrival, failed instances out of routing; overload always reported (client caps, slow growth,
+short traces, crashes and their cap); plans that skip what a replay rules out."""
 import json
+import math
 
 import pytest
 
@@ -190,3 +192,21 @@ def test_plan_and_replay_say_when_the_trace_is_too_short_to_tell(tmp_path, capsy
     assert main(["replay", str(p), "--scenario", "sac-cluster-4x", "--system", "cxl", "--instances", "4"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "trace too short to tell" in out or "overloaded" in out
+
+
+# ---- speed (issue 35 item 6) ---------------------------------------------------------------------------------
+def test_a_plan_skips_the_counts_an_overloaded_replay_rules_out(tmp_path):
+    from sacmodel.cluster.plan import cluster_plan
+    # 20 req/s of 2K-token prompts, 8 in flight per instance: one instance keeps up with about 2.5 req/s, so
+    # fewer than ceil(0.95 x 20 / 2.5) = 8 cannot keep up; 2 and 3 are not replayed, and are indeed overloaded
+    rows = [(0.05 * i, 2048, 16, [10_000 * i + j for j in range(4)]) for i in range(400)]
+    p = trace(tmp_path, rows)
+    plan = cluster_plan("sac-testbed", "gpu", p, {"ttft_p50_ms": 1e9}, vary="instances", values="1:3",
+                        fixed={"concurrency": 8})
+    one, two, three = plan.tried
+    assert plan.best is None and one["overloaded"] and not one.get("skipped")
+    per = max(one["served_req_s"], one["served_window_req_s"])
+    need = math.ceil(0.95 * one["offered_req_s"] / per)
+    assert need > 3 and two["skipped"] and three["skipped"] and f"fewer than {need} serve" in three["limit"]
+    check = replay("sac-testbed", "gpu", p, instances=3, concurrency=8).summary["load"]
+    assert check["overloaded"] and check["served_req_s"] < 0.95 * check["offered_req_s"]

@@ -171,9 +171,34 @@ def _print_health(con, runs: dict) -> None:
             con.print(f"[bold red]{label}: incomplete[/]: {100 * s['success_fraction']:.1f}% of "
                       f"{s['requests']:,} requests finished ({p.limit}); {s['unfinished_note']}")
         if load["overloaded"]:
-            con.print(f"[bold yellow]{label}: overloaded[/]: offered {load['offered_req_s']:.3g} req/s, served "
-                      f"{load['served_req_s']:.3g} req/s; queueing grows {load['queue_growth_s_per_s']:.2f} s per s "
-                      "of arrivals (add instances, or slow the arrivals with --time-scale)")
+            con.print(f"[bold yellow]{label}: overloaded[/]: {overload_text(load)}"
+                      + ("" if s.get("crash_advice") else " (add instances, or slow the arrivals with --time-scale)"))
+        elif load.get("too_short"):
+            con.print(f"[bold yellow]{label}: trace too short to tell[/]: {too_short_text(load)}")
+
+
+def overload_text(load: dict) -> str:
+    """Why a replay is overloaded, in a sentence (see :func:`sacmodel.cluster.replay.load_report`)."""
+    head = f"offered {load['offered_req_s']:.3g} req/s, served {load['served_req_s']:.3g} req/s; "
+    kind = load.get("overload")
+    if kind == "backlog":
+        return head + (f"requests in the system grow by {100 * load['backlog_growth']:.0f}% of arrivals after "
+                       "warm-up (queued outside the ranks: a per-instance --concurrency cap, or a slow drain)")
+    if kind == "slow queue":
+        return head + (f"queueing grows slowly, {load['queue_growth_s_per_s']:.3f} s per s of arrivals, "
+                       "without bound")
+    return head + f"queueing grows {load['queue_growth_s_per_s']:.2f} s per s of arrivals"
+
+
+def too_short_text(load: dict) -> str:
+    """How much a replay on a short trace could be wrong (see :func:`sacmodel.cluster.replay.load_report`)."""
+    share = load["answer_could_change"]
+    floor = load.get("served_floor_req_s")
+    return (f"its arrivals span {load['span_s']:,.0f} s and at the last one {100 * share:.0f}% of its requests "
+            "were still in the system (steady load or a queue: it cannot tell warm-up from steady state)"
+            + (f"; the served rate could be as low as {floor:.3g} req/s of {load['offered_req_s']:.3g} offered"
+               if floor is not None else "")
+            + f", so the answer could change by up to {100 * share:.0f}% (replay a longer trace)")
 
 
 def cmd_hitrate(a):

@@ -11,7 +11,8 @@
   generate (``outside``).
 - A block is a hit only once it exists: private blocks from the end of the prefill chunk that computed them,
   shared ones once their write has landed; a request's blocks are pinned while it runs, its generated tokens
-  join the cache when it finishes (as blocks no later prompt names: the trace's block ids cover prompts only).
+  join the cache when it finishes, named as the conversation's next turn names them (the trace's block ids
+  cover prompts only; :func:`~sacmodel.cluster.cosim._continuations`), else as blocks no prompt names.
 """
 from __future__ import annotations
 

@@ -12,8 +12,10 @@ path:
    the shared tiers (readable once the write lands); the request's generated tokens join the cache at its end.
    Decode steps of hosts on one CXL pool share its devices: a host whose swap-in traffic exceeds its max-min
    share of the devices runs slower steps.
-3. **Disaggregation**: a prefill instance computes the prompt and its first token; once that response is back,
-   the decode instance (chosen by the decode router) pulls the blocks it lacks (Transfer Engine, NICs nearest
+3. **Disaggregation**: the proxy picks the decode instance at arrival too (the decode router books it and the
+   decode rank's cache gives up its room from then: the decode server pre-allocates); a prefill instance
+   computes the prompt and its first token; once that response is back, the decode instance pulls the blocks
+   it lacks (Transfer Engine, NICs nearest
    the GPUs; or reads the CXL pool the prefill wrote), then serves the request; the prefill instance frees the
    request's KV when the pull is done. The client's first token comes from the decode instance.
 
@@ -84,9 +86,11 @@ class CoSim:
         self.rejected: dict[int, str] = {}
         self.by_tier: dict[str, list] = {t: [0.0] * n for t in s.tier_names}
         self.keys: list = [None] * n
+        self.cont: dict[int, list] = _continuations(s, self.order) if s.cache == "trace" else {}
         self.pins: dict[int, list] = {}
         self.outside: dict[int, tuple] = {}
         self.found: dict[int, tuple] = {}
+        self.brought: dict[int, int] = {}       # request -> prefix blocks brought home from far tiers for it
         self.actions: list = []
         self.seq = 0
         self.fabric = Fabric(s.net.capacity)
@@ -100,6 +104,8 @@ class CoSim:
         self.now = 0.0
         self.rank_pre: dict[int, tuple] = {}       # request -> (rank, local id) on its prefill instance
         self.dec_cand: dict[int, int] = {}
+        self.dec_rank: dict[int, int] = {}         # request -> decode rank chosen at arrival
+        self.prealloc: dict[int, tuple] = {}       # request -> (decode home cache, tokens reserved there)
         self.landed: dict[int, float] = {}         # request -> when its prompt's write to the CXL pool landed
         self.after_land: dict = {}
 
@@ -194,11 +200,20 @@ class CoSim:
         busy = eng.step(horizon)
         if eng.memory.crash is not None:
             srv.failed = True
+            self._out_of_routing(k)
             return
         if busy:
             self._push(k)
         if eng.pool is not None and not any(eng.ranks.running):
             self.fabric.stream(k, eng.t, 0.0, self.s.pool_res(srv.host))
+
+    def _out_of_routing(self, k: int) -> None:
+        """A failed instance leaves routing: its candidates are removed from the routers' views (the requests
+        it held stay unfinished)."""
+        for cands, state in ((self.cands_pre, self.state_pre), (self.cands_dec, self.state_dec)):
+            for j, (kk, _) in enumerate(cands):
+                if kk == k:
+                    state.remove(j)
 
     # ---- arrivals and routing ------------------------------------------------------------------------
     def _next_arrival(self) -> float:
@@ -226,6 +241,7 @@ class CoSim:
             self.keys[g] = chain(page_keys(s.tr.blocks[o0:o1], self.L[g], s.tr.block_tokens, s.bt))
         else:
             self.keys[g] = []
+        self.state_pre.now = t
         if s.router.waits(self.state_pre):
             self.queue.append(g)
             return
@@ -233,11 +249,16 @@ class CoSim:
 
     def _route(self, g: int, t: float) -> None:
         s, keys = self.s, self.keys[g]
+        if not self.state_pre.up or (s.split and not self.state_dec.up):
+            self.rejected[g] = "every instance that could serve it failed"
+            self._end_request(g, t)
+            return
         cands = self.cands_pre
+        self.state_pre.now = t
         memo: dict = {}
         c = s.router.choose(self.state_pre, lambda j: self._overlap(cands[j], keys, t, memo), self.L[g], keys) \
             if len(cands) > 1 else 0
-        self.state_pre.add(c, keys, self.L[g])
+        s.router.admit(self.state_pre, c, keys, self.L[g], rid=g)
         k, r = cands[c]
         if r is None:
             srv = self.servers[k]
@@ -245,6 +266,8 @@ class CoSim:
             srv.turn += 1
         self.inst[g] = k
         self.cand_of[g] = c
+        if s.split and self.out[g] > 1:
+            self._choose_decode(g, t)
         far = s.caches.far(k, r, keys, s.caches.near(k, r, keys, t)[0], t) if s.cache == "trace" else []
         if not far:
             self._submit(g, k, r, t)
@@ -290,6 +313,7 @@ class CoSim:
             if left[0] == 0:
                 self.load_s[g] = td - t
                 s.caches.promote(k, r, self.keys[g], n)
+                self.brought[g] = n
                 self._submit(g, k, r, td)
         for nbytes, lat, res in flows:
             self.fabric.transfer(t, nbytes, lat, res, done)
@@ -314,6 +338,9 @@ class CoSim:
         if s.cache == "none" or not self.keys[g]:
             return
         n, by = s.caches.near(srv.k, r, self.keys[g], srv.engine.t)
+        # blocks loaded for this request sit in its own KV memory, whether or not a home tier caches them
+        # (a chain of the store alone has none: SGLang's HiCache prefetches L3 hits into the request's pool)
+        n = max(n, self.brought.pop(g, 0))
         self.found[g] = (n, by)
         tb.set_cached(i, min(n * s.bt, L - 1))
         mem = srv.engine.memory
@@ -426,8 +453,14 @@ class CoSim:
         c, held = self.outside.pop(g, (None, 0.0))
         if c is not None:
             s.caches.hold(c, -held)
-            gen = 0 if prefill else self.out[g] // s.bt
-            if gen and self.keys[g]:
+            if prefill or not self.keys[g]:
+                return
+            ext = self.cont.get(g)
+            if ext is not None:          # prompt + output as the next turn names them (SGLang caches both)
+                c.release(s.caches.pin(c, ext, len(ext)))
+                return
+            gen = self.out[g] // s.bt
+            if gen:
                 own = chain([g, -1] + list(range(gen)))[2:]          # blocks no prompt names
                 c.release(s.caches.pin(c, self.keys[g] + own, len(self.keys[g]) + gen))
 
@@ -467,7 +500,8 @@ class CoSim:
         state, c = (self.state_dec, self.dec_cand[g]) if srv.role == "decode" else (self.state_pre, self.cand_of[g])
         if self.first[g] != self.first[g]:
             self.first[g] = t
-            state.first_token(c, self.L[g])
+            state.now = t
+            state.first_token(c, self.L[g], rid=g)
             if self.queue:
                 self._drain_queue(t)
         if last:
@@ -483,14 +517,40 @@ class CoSim:
             self.prog(self.finished)
 
     def _drain_queue(self, t: float) -> None:
+        self.state_pre.now = t
         while self.queue and not self.s.router.waits(self.state_pre):
             self._route(self.queue.pop(0), t)
 
     # ---- disaggregation ----------------------------------------------------------------------------------
+    def _choose_decode(self, g: int, t: float) -> None:
+        """At arrival, the PD proxy picks the decode instance too and the decode server pre-allocates the
+        request's KV (SGLang's mini_lb ``select_pair`` sends the request to the prefill and the decode server at
+        once, ``python/sglang/srt/disaggregation/mini_lb.py``; the decode server's prealloc queue reserves it;
+        vLLM's disaggregated proxy also picks both at the request's start): the decode router books it now and
+        the rank's home cache gives up the prompt + output from now."""
+        s, keys, cands = self.s, self.keys[g], self.cands_dec
+        self.state_dec.now = t
+        memo: dict = {}
+        cd = s.router_dec.choose(self.state_dec, lambda j: self._overlap(cands[j], keys, t, memo), self.L[g],
+                                 keys) if len(cands) > 1 else 0
+        s.router_dec.admit(self.state_dec, cd, keys, self.L[g], rid=g)
+        kd, rd = cands[cd]
+        if rd is None:
+            dsrv = self.servers[kd]
+            rd = dsrv.turn % dsrv.cfg.dp
+            dsrv.turn += 1
+        self.dec[g], self.dec_cand[g], self.dec_rank[g] = kd, cd, rd
+        c = s.caches.home(kd, rd) if s.cache == "trace" else None
+        if c is not None and c is s.caches.private.get(s.caches.scope(kd, rd), (None,))[0]:
+            held = float(self.L[g] + self.out[g])
+            s.caches.hold(c, held)
+            self.prealloc[g] = (c, held)
+
     def _prefill_back(self, srv: Server, g: int, t: float) -> None:
-        """The prefill's response is back: choose the decode instance and hand the KV over."""
+        """The prefill's response is back: hand the KV over to the decode instance chosen at arrival."""
         s, c = self.s, self.cand_of[g]
-        self.state_pre.first_token(c, self.L[g])
+        self.state_pre.now = t
+        self.state_pre.first_token(c, self.L[g], rid=g)
         self.state_pre.finish(c, self.keys[g])
         if self.queue:
             self._drain_queue(t)
@@ -498,20 +558,13 @@ class CoSim:
             self.first[g] = self.done[g] = t
             self._end_request(g, t)
             return
-        keys, cands = self.keys[g], self.cands_dec
-        memo: dict = {}
-        cd = s.router_dec.choose(self.state_dec, lambda j: self._overlap(cands[j], keys, t, memo), self.L[g],
-                                 keys) if len(cands) > 1 else 0
-        self.state_dec.add(cd, keys, self.L[g])
-        kd, rd = cands[cd]
-        if rd is None:
-            dsrv = self.servers[kd]
-            rd = dsrv.turn % dsrv.cfg.dp
-            dsrv.turn += 1
-        self.dec[g], self.dec_cand[g] = kd, cd
+        keys = self.keys[g]
+        kd, rd = self.dec[g], self.dec_rank.pop(g)
         rp, ip = self.rank_pre[g]
 
         def arrived(td, g=g, kd=kd, rd=rd):
+            c_dec, held = self.prealloc.pop(g, (None, 0.0))
+            s.caches.hold(c_dec, -held)           # the pre-allocated room now holds the request itself
             srv.engine.release(rp, ip)
             self._push(srv.k)                 # freed memory may let the prefill instance admit more
             self.handoff_s[g] = td - t
@@ -536,3 +589,35 @@ class CoSim:
                 arrived(td)
         for nbytes, lat, res in flows:
             self.fabric.transfer(t, nbytes, lat, res, done)
+
+
+def _continuations(s, order) -> dict[int, list]:
+    """Request -> the cache keys of its prompt and output as the conversation's next turn names them.
+
+    SGLang's radix cache inserts a finished request's whole sequence, prompt and generated tokens
+    (``cache_finished_req``), and a chat's next turn sends them back as its prompt's prefix. The trace names only
+    prompts, so a request's output blocks are named by its next turn: the first later request whose prompt holds
+    the request's last full prompt block (a chained key, so its whole prefix) and is at least prompt + output
+    long (on the Mooncake conversation trace 2,956 of the 3,308 requests with a later turn are covered so:
+    the next turn's prompt repeats the previous input and output). Only requests whose last full block is their
+    own (not a prefix an earlier request already sent) have a next turn; the keys are the next turn's first
+    (prompt + output) // block full blocks, kept only when they add a block."""
+    tr, bt = s.tr, s.bt
+    L, out, offs = tr.input_len.tolist(), tr.output_len.tolist(), tr.offsets.tolist()
+    seen: set = set()
+    pending: dict = {}                   # last full prompt key -> request waiting for its next turn
+    cont: dict[int, list] = {}
+    for j in order:
+        keys = chain(page_keys(tr.blocks[offs[j]:offs[j + 1]], L[j], tr.block_tokens, bt))
+        for x in keys:
+            g = pending.get(x)
+            if g is not None and L[j] >= L[g] + out[g]:
+                del pending[x]
+                n = min((L[g] + out[g]) // bt, len(keys))
+                if n > L[g] // bt:
+                    cont[g] = keys[:n]
+        nf = min(L[j] // bt, len(keys))
+        if nf and keys[nf - 1] not in seen:
+            pending[keys[nf - 1]] = j
+        seen.update(keys)
+    return cont

@@ -113,7 +113,10 @@ def _point(job) -> dict:
     row = {**params, "feasible": why is None, "limit": why, **{m: s[m] for m in ROW_METRICS},
            "output_throughput_tok_s": tok_s,
            "success_fraction": s["success_fraction"], "overloaded": load["overloaded"],
+           "overload": load.get("overload"), "too_short": load.get("too_short", False),
+           "answer_could_change": load.get("answer_could_change", 0.0),
            "offered_req_s": load["offered_req_s"], "served_req_s": load["served_req_s"],
+           "served_window_req_s": load.get("served_window_req_s"),
            "hit_rate": s["hit_rate"], "instances": s["instances"],
            "cost_usd_per_hour": cost_per_hour(scenario, system, s["instances"], pool, price_table)["total"]}
     row["cost_usd_per_million_tokens"] = (row["cost_usd_per_hour"] / (tok_s * 3600) * 1e6
@@ -229,12 +232,77 @@ def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instan
             bpt = kv_bytes_per_token(cluster_of(scenario).host)          # pool sizes may be bytes ('1 TB')
             hit = [{"pool": v, "hit_rate_fast_path": h["hit_rate"]}
                    for v, h in zip(vals, hit_rates(tr, vals, bytes_per_token=bpt))]
-    rows = cluster_sweep(scenario, system, trace, {vary: vals}, fixed=fixed, scheduler=scheduler,
-                         workers=workers, progress=progress, price_table=price_table)
+    if vary == "instances" and not scheduler:
+        rows = _search_instances(scenario, system, trace, vals, slo, fixed, progress, price_table)
+    else:
+        rows = cluster_sweep(scenario, system, trace, {vary: vals}, fixed=fixed, scheduler=scheduler,
+                             workers=workers, progress=progress, price_table=price_table)
     ok = [r for r in rows if meets(r, slo)]
     if not ok:
         return ClusterPlan(vary, None, _none_meets(scenario, system, trace, slo, vary, vals, rows, fixed), rows, hit)
     best = min(ok, key=lambda r: (r["cost_usd_per_hour"], rows.index(r)))
     msg = (f"cheapest {vary} meeting the SLO: {best[vary]} "
            f"({best['cost_usd_per_hour']:.2f} USD/hour, goodput {best['goodput_req_s']:.3g} req/s)")
-    return ClusterPlan(vary, best[vary], msg, rows, hit)
+    return ClusterPlan(vary, best[vary], msg + _short_note(vary, best), rows, hit)
+
+
+def _search_instances(scenario, system, trace, vals, slo, fixed, progress, price_table=None) -> list[dict]:
+    """Instance counts in increasing order (each a replay), skipping what a cheaper bound rules out.
+
+    - The first count that meets the SLO ends the search: every larger count costs more (GPUs, adapters, NICs
+      grow with the count), so none can be the answer.
+    - An overloaded replay (all its requests finished, the trace long enough to tell: ``too_short`` false)
+      teaches a capacity bound: its n instances, saturated, kept up with ``c`` req/s (the
+      completions while arrivals still came, or over the whole run if more). An instance never serves more
+      when there are more of them (a private cache's hits spread thinner, a shared pool's devices are shared
+      by more hosts), so any count n' >= n with n' c below 95% of the offered rate is overloaded too: it is
+      listed as ruled out by that bound, not replayed.
+
+    The rows are those of :func:`cluster_sweep`, in the order of ``vals``; skipped ones say why."""
+    from ..util.progress import counter
+    order = sorted(set(vals))
+    rows: dict = {}
+    floor, why_floor = 0, None
+    best = None
+    bar = counter(len(order), f"cluster replays ({system})", on=progress)
+    try:
+        for j, n in enumerate(order):
+            if best is not None:
+                rows[n] = {"instances": n, "feasible": None, "skipped": True,
+                           "limit": f"not replayed: {best} instances meet the SLO at a lower cost"}
+            elif n < floor:
+                rows[n] = {"instances": n, "feasible": False, "overloaded": True, "skipped": True,
+                           "limit": f"not replayed: overloaded by the bound of {why_floor}"}
+            else:
+                row = _point((scenario, system, trace, {"instances": n}, dict(fixed or {}), price_table))
+                rows[n] = row
+                if meets(row, slo):
+                    best = n
+                elif row.get("overloaded") and row.get("offered_req_s") and not row.get("too_short") and \
+                        row.get("success_fraction") == 1.0:
+                    per = max(row.get("served_req_s") or 0.0, row.get("served_window_req_s") or 0.0) / n
+                    if per > 0:
+                        need = math.ceil(0.95 * row["offered_req_s"] / per)
+                        if need > floor:
+                            floor = need
+                            why_floor = (f"the {n}-instance replay: saturated, {per:.3g} req/s per instance, "
+                                         f"so fewer than {need} serve under 95% of the offered "
+                                         f"{row['offered_req_s']:.3g} req/s")
+            bar.update(j + 1)
+    finally:
+        bar.stop()
+    return [rows[n] for n in vals]
+
+
+def _short_note(vary: str, best: dict) -> str:
+    """What a trace too short to tell steady state from warm-up leaves open about the answer: the requests
+    still in the system at its last arrival may be a queue, so the served rate could be lower by their share and
+    an instance count higher by 1 / (1 - share)."""
+    if not best.get("too_short"):
+        return ""
+    share = best.get("answer_could_change", 0.0)
+    note = (f"; but the trace is too short to tell steady state from warm-up ({100 * share:.0f}% of its requests "
+            f"were still in the system at its last arrival): the answer could change by up to {100 * share:.0f}%")
+    if vary == "instances" and share < 1:
+        note += f", up to {math.ceil(best['instances'] / (1 - share))} instances"
+    return note + "; replay a longer trace to settle it"

@@ -164,39 +164,99 @@ def _percentiles(x: np.ndarray) -> dict:
 
 OVERLOAD_GROWTH = 0.05   # s of extra queueing per s of arrivals: served below ~95% of offered
 OVERLOAD_MIN_QUEUE_S = 1.0
+OVERLOAD_SLOW_GROWTH = 0.01   # a slower growth is overload once it has added OVERLOAD_SLOW_S of queueing
+OVERLOAD_SLOW_S = 5.0
+OVERLOAD_BACKLOG = 0.05  # requests in the system grow by more than 5% of arrivals: served below 95% of offered
+OVERLOAD_MIN_BACKLOG = 8
+# arrivals after warm-up needed to see OVERLOAD_MIN_BACKLOG requests pile up at OVERLOAD_BACKLOG of them
+OVERLOAD_MIN_ARRIVALS = int(OVERLOAD_MIN_BACKLOG / OVERLOAD_BACKLOG)
 
 
 def load_report(arrival_s: np.ndarray, queue_s: np.ndarray, completed: np.ndarray, duration_s: float,
-                closed_loop: bool) -> dict:
-    """Offered vs served load and queue growth of an open-loop replay.
+                closed_loop: bool, *, done_s: np.ndarray | None = None, life_s: np.ndarray | None = None) -> dict:
+    """Offered vs served load, queue growth and whether the trace can tell, of an open-loop replay.
 
-    Offered: requests / arrival span (req/s); served: completed requests / duration. ``queue_s``: each request's
-    wait in its rank's waiting queue, from the first iteration that could have admitted it to its admission (the
-    front end's intake and the wait for the scheduler's loop to come round are bounded, not a queue). The
-    queue grows when the median wait of the last quarter of arrivals exceeds the first quarter's by
-    ``OVERLOAD_GROWTH`` s per s between them (an M/G/c queue with arrivals above capacity: wait(t) grows as
-    t (offered/served - 1)) and is over ``OVERLOAD_MIN_QUEUE_S``. A request never admitted waits forever. Closed
-    loop: never overloaded (the client waits for a free slot).
+    Offered: requests / arrival span (req/s); served: completed requests / duration. ``queue_s``: each
+    request's wait in its rank's waiting queue, from the first iteration that could have admitted it to its
+    admission (the front end's intake and the wait for the scheduler's loop to come round are bounded, not a
+    queue). Overloaded (``overload``: why) when any of:
+
+    - ``queue``: the median wait of the last quarter of arrivals exceeds the first quarter's by
+      ``OVERLOAD_GROWTH`` s per s between them (an M/G/c queue with arrivals above capacity: wait(t) grows as
+      t (offered/served - 1)) and is over ``OVERLOAD_MIN_QUEUE_S``;
+    - ``slow queue``: it grows by more than ``OVERLOAD_SLOW_GROWTH`` s per s and has added over
+      ``OVERLOAD_SLOW_S`` s of waiting;
+    - ``backlog``: (with ``done_s``, each request's last token, s, and ``life_s``, its time from admission to
+      its last token) the requests in the system (arrived, not done) grow from the end of warm-up to the last
+      arrival by more than ``OVERLOAD_BACKLOG`` of the arrivals between (served below 95% of offered: Little's
+      law), at least ``OVERLOAD_MIN_BACKLOG`` requests. Warm-up: the first quarter of arrivals, or longer, the
+      median time their requests were served (the server fills in about one such lifetime). This catches a
+      queue outside the server's ranks (a per-instance client cap) and one that grows slowly.
+
+    A trace is ``too_short`` to tell a steady state from warm-up when fewer than ``OVERLOAD_MIN_ARRIVALS``
+    requests arrive after warm-up, or when, not found overloaded, the requests still in the system at its last
+    arrival are more than ``OVERLOAD_BACKLOG`` of all (``answer_could_change``, that share): they may be a
+    steady load or a queue, so the served rate could be as low as ``served_floor_req_s`` = offered x
+    (1 - share). ``served_window_req_s``: completions between warm-up and the last arrival per s. A request never admitted
+    waits forever. Closed loop: never overloaded (the client waits for a free slot).
     """
     n = len(arrival_s)
     span = float(arrival_s.max() - arrival_s.min()) if n > 1 else 0.0
     served = float(completed.sum() / duration_s) if duration_s and math.isfinite(duration_s) else 0.0
     out = {"offered_req_s": n / span if span > 0 and not closed_loop else None, "served_req_s": served,
-           "queue_growth_s_per_s": 0.0, "overloaded": False}
+           "queue_growth_s_per_s": 0.0, "overloaded": False, "overload": None, "backlog_growth": 0.0,
+           "span_s": span, "warmup_s": None, "too_short": False, "answer_could_change": 0.0,
+           "served_floor_req_s": None}
     if closed_loop or n < 8 or span <= 0:
         return out
     seen = np.isfinite(queue_s)          # requests a failed instance never admitted are counted as failures
     order = np.argsort(arrival_s[seen], kind="stable")
     t, q = arrival_s[seen][order], queue_s[seen][order]
     k = len(t) // 4
-    if k < 2:
-        return out
-    first, last = np.median(q[:k]), np.median(q[-k:])
-    dt = float(np.median(t[-k:]) - np.median(t[:k]))
-    growth = (last - first) / dt if dt > 0 else 0.0
-    out["queue_growth_s_per_s"] = float(growth) if math.isfinite(growth) else math.inf
-    out["overloaded"] = bool(growth > OVERLOAD_GROWTH and last > OVERLOAD_MIN_QUEUE_S)
+    if k >= 2:
+        first, last = np.median(q[:k]), np.median(q[-k:])
+        dt = float(np.median(t[-k:]) - np.median(t[:k]))
+        growth = (last - first) / dt if dt > 0 else 0.0
+        out["queue_growth_s_per_s"] = float(growth) if math.isfinite(growth) else math.inf
+        if growth > OVERLOAD_GROWTH and last > OVERLOAD_MIN_QUEUE_S:
+            out["overload"] = "queue"
+        elif growth > OVERLOAD_SLOW_GROWTH and last - first > OVERLOAD_SLOW_S:
+            out["overload"] = "slow queue"
+    if done_s is not None:
+        _backlog(out, arrival_s, done_s, life_s)
+    out["overloaded"] = out["overload"] is not None
     return out
+
+
+def _backlog(out: dict, arrival_s: np.ndarray, done_s: np.ndarray, life_s) -> None:
+    """Requests in the system over the trace (see :func:`load_report`)."""
+    a = np.sort(arrival_s)
+    d = np.sort(np.where(np.isnan(done_s), math.inf, done_s))
+    n = len(a)
+    first = arrival_s <= a[n // 4]
+    life = life_s[first & np.isfinite(life_s)] if life_s is not None else np.array([])
+    warm = float(np.median(life)) if len(life) else math.inf
+    ta, tb = max(a[n // 4], a[0] + warm), a[-1]
+    out["warmup_s"] = warm
+
+    def in_system(x):
+        return int(np.searchsorted(a, x, side="right") - np.searchsorted(d, x, side="right"))
+    ba, bb = in_system(ta), in_system(tb)
+    arrived = n - int(np.searchsorted(a, ta, side="right")) if ta <= tb else 0
+    growth = (bb - ba) / arrived if arrived > 0 else 0.0
+    out["backlog_growth"] = float(growth)
+    if out["overload"] is None and arrived >= OVERLOAD_MIN_ARRIVALS and growth > OVERLOAD_BACKLOG and \
+            bb - ba >= OVERLOAD_MIN_BACKLOG:
+        out["overload"] = "backlog"
+    if arrived > 0 and tb > ta:               # completions while arrivals still came: the rate it kept up
+        out["served_window_req_s"] = float((np.searchsorted(d, tb, side="right") -
+                                            np.searchsorted(d, ta, side="right")) / (tb - ta))
+    share = bb / n
+    out["answer_could_change"] = float(share)
+    if arrived < OVERLOAD_MIN_ARRIVALS or (out["overload"] is None and share > OVERLOAD_BACKLOG):
+        out["too_short"] = True
+        if out["offered_req_s"]:
+            out["served_floor_req_s"] = out["offered_req_s"] * (1.0 - share)
 
 
 # ---- replay ---------------------------------------------------------------------------------------
@@ -414,9 +474,12 @@ def prediction(setup: Setup, sim: CoSim) -> ClusterPrediction:
     duration = float(np.nanmax(done) - arrival.min()) if completed.any() else math.nan
     failed = [f"{sim.servers[k].id}: {sim.servers[k].engine.memory.crash.reason}" for k in range(len(sim.servers))
               if sim.servers[k].failed]
+    advice = crash_advice(setup, [srv for srv in sim.servers if srv.failed]) if failed else None
     summary = _summary(setup, sim, per, duration, failed)
-    limits = failed + [f"{sum(1 for v in sim.rejected.values() if v == why)} request(s) refused: {why}"
-                       for why in summary["rejected_reasons"]]
+    summary["crash_advice"] = advice
+    limits = failed + ([advice] if advice else []) + [
+        f"{sum(1 for v in sim.rejected.values() if v == why)} request(s) refused: {why}"
+        for why in summary["rejected_reasons"]]
     if not completed.all() and not limits:
         limits = [f"{int((~completed).sum())} request(s) unfinished"]
     pred = ClusterPrediction(setup.system, setup.cl.name, int(tr.input_len.mean()), int(out.mean()),
@@ -435,6 +498,38 @@ def prediction(setup: Setup, sim: CoSim) -> ClusterPrediction:
     pred.success_fraction = float(completed.mean()) if len(completed) else 1.0
     pred.duration_s = duration
     return pred
+
+
+def crash_advice(setup: Setup, servers) -> str:
+    """What made the instances' engines fail and the per-instance concurrency cap that avoids it.
+
+    The testbed fork's HiSparse path gives every request longer than ``device_buffer`` tokens a device buffer of
+    ``device_buffer`` + a page slots at admission, from the rank's ``max_total_tokens`` pool, without checking
+    that it fits (SGLang's admission counts only the request's own tokens); a shorter request holds its prompt and
+    output. A rank that never holds more than max_total_tokens // (the largest of these) requests cannot
+    fail: ``concurrency`` = that per instance guarantees it; dp x that keeps the ranks below it only while
+    round-robin spreads the requests evenly (on the conversation trace it does not: requests of different
+    lengths pile up on some ranks)."""
+    tr = setup.tr
+    cfgs = {id(s.cfg): s.cfg for s in servers}.values()
+    caps = []
+    for cfg in cfgs:
+        page = max(1, int(cfg.page))
+        short = tr.input_len <= cfg.device_buffer if cfg.hisparse else np.ones(len(tr), bool)
+        need = max([float(cfg.buffer_alloc)] if cfg.hisparse else [1.0])
+        if short.any():
+            need = max(need, float(((tr.input_len[short] + tr.output_len[short] + page - 1) // page * page).max()))
+        per_rank = max(1, int(cfg.max_total_tokens // need))
+        caps.append((per_rank, cfg.dp, cfg))
+    per_rank, dp, cfg = min(caps, key=lambda x: x[0] * x[1])
+    what = (f"each request longer than device_buffer {cfg.device_buffer} tokens takes {cfg.buffer_alloc} slots of "
+            f"its rank's max_total_tokens {cfg.max_total_tokens} at admission (the fork's HiSparse device buffer, "
+            "not checked against the pool)" if cfg.hisparse else
+            f"requests outgrow the rank's max_total_tokens {cfg.max_total_tokens}")
+    return (f"cause: {what}; at most {per_rank} requests per rank fit: cap requests in flight per instance at "
+            f"--concurrency {per_rank} (concurrency={per_rank}: no rank can then hold more), or up to "
+            f"{per_rank * dp} while the {dp} ranks share them evenly (round-robin over equal requests), or give a "
+            "smaller device_buffer")
 
 
 def _unfinished_note(completed: np.ndarray) -> str | None:
@@ -462,7 +557,8 @@ def _summary(setup: Setup, sim: CoSim, per: dict, duration: float, failed: list)
         "slo": dict(setup.slo_s), "slo_attainment": float(ok.mean()),
         "success_fraction": float(completed.mean()) if len(completed) else 1.0,
         "unfinished_requests": int((~completed).sum()), "unfinished_note": _unfinished_note(completed),
-        "load": load_report(per["arrival"], per["waited_s"], completed, duration, bool(setup.closed_loop)),
+        "load": load_report(per["arrival"], per["waited_s"], completed, duration, bool(setup.closed_loop),
+                            done_s=np.array(sim.done), life_s=np.array(sim.done) - np.array(sim.admit_t)),
         "rejected_requests": len(sim.rejected), "rejected_reasons": rejected,
         "closed_loop": setup.closed_loop or None,
         "goodput_req_s": float(ok.sum() / duration) if duration else math.nan,

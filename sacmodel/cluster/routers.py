@@ -9,8 +9,9 @@ a KV-aware router, the cache contents the engines report (KV events; ``overlap``
 - ``least_load``: fewest requests in flight, then fewest active blocks, then lowest index.
 - ``prefix_affinity``: a consistent choice by the request's first ``affinity_blocks`` blocks.
 - ``kv``: NVIDIA Dynamo's KV router (``lib/kv-router`` scheduling, v1.5.0 defaults), over (worker, data-parallel
-  rank) pairs: cost = ``weight`` x max(0, (prompt tokens the rank is prefilling + this prompt) / block -
-  overlap credit) + the rank's unique active blocks + this prompt's blocks not already active there; the
+  rank) pairs: cost = ``weight`` x max(0, (uncached prompt tokens the rank is prefilling, the oldest decayed
+  with ``prefill_tokens_per_s``, + this prompt) / block - overlap credit) + the rank's unique active blocks +
+  this prompt's blocks not already active there; the
   credit counts device-cache blocks fully, host-cache blocks ``host_weight`` (0.75) and disk-tier blocks
   ``disk_weight`` (0.25), a shared tier ``shared_weight`` (0). The cheapest wins, ties broken at random
   (seeded); ``temperature`` > 0 samples a softmax of the costs normalised to [0, 1]. ``queue_threshold``:
@@ -38,24 +39,70 @@ class RouterError(ValueError):
 
 class RouterState:
     """A router's own view of its candidates: requests in flight and assigned, prompt tokens still before their
-    first token, and the prompt blocks of the requests in flight (each block once: unique active blocks)."""
+    first token, and the prompt blocks of the requests in flight (each block once: unique active blocks).
+
+    Prefill load as Dynamo's active-sequence tracker keeps it (ai-dynamo/dynamo
+    ``lib/kv-router/src/sequences/prefill_tracker.rs`` at 0b6b9200, ``PrefillLoadTracker``): each request in
+    flight adds its *effective* prefill tokens (prompt - cached, the router's weighted overlap credit); the
+    oldest one (the anchor) decays linearly over its expected prefill time when the router has a prefill model,
+    the elapsed time applied to the whole backlog (``active_tokens_at``); when the anchor's first token is seen
+    the next oldest becomes the anchor, from then. ``now``: the clock of the decision being made (s)."""
 
     def __init__(self, n: int):
         self.in_flight = [0] * n
         self.assigned = [0] * n
-        self.prefill_tokens = [0.0] * n
+        self.prefill_tokens = [0.0] * n          # the full (undecayed) sum of effective prefill tokens
         self.active: list[dict] = [{} for _ in range(n)]
+        self.prefills: list[dict] = [{} for _ in range(n)]      # request -> (tokens, expected s), oldest first
+        self.anchor = [0.0] * n                  # when the oldest prefill became the anchor (s)
+        self.now = 0.0
+        self.up = list(range(n))                 # candidates in routing (a failed instance's are removed)
 
-    def add(self, c: int, keys, n_in: int) -> None:
+    def remove(self, c: int) -> None:
+        """Candidate ``c`` failed: routers stop choosing it (SGLang's router drops a worker that fails its
+        health checks; Dynamo drops one whose lease lapsed)."""
+        if c in self.up:
+            self.up.remove(c)
+
+    def add(self, c: int, keys, n_in: int, new: float | None = None, rid=None, expected_s: float | None = None
+            ) -> None:
+        """A request of ``n_in`` prompt tokens routed to ``c``; ``new``: its effective prefill tokens (default
+        the whole prompt); ``rid``: its id, for the anchor's decay; ``expected_s``: its expected prefill time."""
         self.in_flight[c] += 1
         self.assigned[c] += 1
-        self.prefill_tokens[c] += n_in
+        tokens = float(n_in if new is None else new)
+        self.prefill_tokens[c] += tokens
+        if rid is not None:
+            if not self.prefills[c]:
+                self.anchor[c] = self.now
+            self.prefills[c][rid] = (tokens, expected_s)
         act = self.active[c]
         for k in keys:
             act[k] = act.get(k, 0) + 1
 
-    def first_token(self, c: int, n_in: int) -> None:
+    def first_token(self, c: int, n_in: int, rid=None) -> None:
+        pf = self.prefills[c]
+        if rid is not None and rid in pf:
+            front = next(iter(pf)) == rid
+            tokens = pf.pop(rid)[0]
+            self.prefill_tokens[c] -= tokens
+            if front:
+                self.anchor[c] = self.now
+            return
         self.prefill_tokens[c] -= n_in
+
+    def prefill_at(self, c: int) -> float:
+        """Prefill tokens still before their first token on ``c`` now, the oldest decayed."""
+        full = self.prefill_tokens[c]
+        pf = self.prefills[c]
+        if not pf:
+            return full
+        tokens, expected = next(iter(pf.values()))
+        if expected is None:
+            return full
+        if expected <= 0:
+            return max(0.0, full - tokens)
+        return max(0.0, full - tokens * (self.now - self.anchor[c]) / expected)
 
     def finish(self, c: int, keys) -> None:
         self.in_flight[c] -= 1
@@ -93,6 +140,10 @@ class Router:
         """Whether a new request must wait in the router's queue."""
         return False
 
+    def admit(self, state: RouterState, c: int, keys, n_in: int, rid=None) -> None:
+        """Book a request the router just sent to candidate ``c`` (after :meth:`choose`)."""
+        state.add(c, keys, n_in, rid=rid)
+
 
 class RoundRobin(Router):
     name = "round_robin"
@@ -101,13 +152,13 @@ class RoundRobin(Router):
         self.k = 0
 
     def choose(self, state, overlap, n_in, keys):
-        c = self.k % len(state.in_flight)
+        c = state.up[self.k % len(state.up)]
         self.k += 1
         return c
 
 
 def least_loaded(state: RouterState) -> int:
-    return min(range(len(state.in_flight)),
+    return min(state.up,
                key=lambda c: (state.in_flight[c], len(state.active[c]), state.assigned[c], c))
 
 
@@ -119,7 +170,7 @@ class Random(Router):
         self.rng = np.random.default_rng(seed)
 
     def choose(self, state, overlap, n_in, keys):
-        return int(self.rng.integers(len(state.in_flight)))
+        return state.up[int(self.rng.integers(len(state.up)))]
 
 
 class LeastLoad(Router):
@@ -141,7 +192,7 @@ class PrefixAffinity(Router):
         if not len(keys):
             return least_loaded(state)
         h = hash(tuple(int(b) for b in keys[:self.k]))        # int tuples hash the same in every run
-        return (h * 0x9E3779B97F4A7C15 >> 17) % len(state.in_flight)
+        return state.up[(h * 0x9E3779B97F4A7C15 >> 17) % len(state.up)]
 
 
 class KvRouter(Router):
@@ -150,7 +201,11 @@ class KvRouter(Router):
 
     def __init__(self, weight: float = 1.0, temperature: float = 0.0, seed: int = 0, block_tokens: int = 512,
                  host_weight: float = 0.75, disk_weight: float = 0.25, shared_weight: float = 0.0,
-                 queue_threshold: float | None = None, batched_tokens: int = 16384):
+                 queue_threshold: float | None = None, batched_tokens: int = 16384,
+                 prefill_tokens_per_s: float | None = None):
+        if prefill_tokens_per_s is not None and (isinstance(prefill_tokens_per_s, bool) or not (
+                isinstance(prefill_tokens_per_s, (int, float)) and 0 < prefill_tokens_per_s < math.inf)):
+            raise RouterError(f"kv router prefill_tokens_per_s must be a positive number, got {prefill_tokens_per_s!r}")
         for n, v in (("weight", weight), ("temperature", temperature), ("host_weight", host_weight),
                      ("disk_weight", disk_weight), ("shared_weight", shared_weight)):
             if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
@@ -161,29 +216,47 @@ class KvRouter(Router):
         self.tier_w = (1.0, float(host_weight), float(disk_weight), float(shared_weight))
         self.queue = None if queue_threshold is None else float(queue_threshold) * batched_tokens
         self.rng = np.random.default_rng(seed)
+        self.rate = None if prefill_tokens_per_s is None else float(prefill_tokens_per_s)
+        self.credit: list[float] = []
 
     def costs(self, state: RouterState, overlap, n_in: int, keys) -> list[float]:
+        """Dynamo's cost per candidate (blocks): ``weight`` x max(0, (active prefill + prompt) / block - overlap
+        credit) + active blocks + new blocks; the active prefill counts the effective tokens of the requests in
+        flight, the oldest decayed (:class:`RouterState`)."""
         bt, w, tw = self.bt, self.w, self.tier_w
-        out = []
+        out, self.credit = [], []
         for c in range(len(state.in_flight)):
             credit = sum(x * y for x, y in zip(overlap(c), tw))
-            prefill = max(0.0, (state.prefill_tokens[c] + n_in) / bt - credit)
+            self.credit.append(credit)
+            prefill = max(0.0, (state.prefill_at(c) + n_in) / bt - credit)
             out.append(w * prefill + len(state.active[c]) + state.new_blocks(c, keys))
         return out
 
+    def admit(self, state, c, keys, n_in, rid=None):
+        """The request's effective prefill tokens: prompt - the weighted overlap credit on ``c`` (Dynamo's
+        ``effective_prefill_tokens(isl, weighted_cached_tokens)``, ``lib/kv-router/src/scheduling/
+        prefill_load.rs``), expected to take tokens / ``prefill_tokens_per_s`` (Dynamo's linear prefill load
+        model; without one, as by default, nothing decays)."""
+        credit = self.credit[c] if c < len(self.credit) else 0.0
+        new = max(0.0, n_in - credit * self.bt)
+        state.add(c, keys, n_in, new=new, rid=rid, expected_s=None if self.rate is None else new / self.rate)
+        self.credit = []
+
     def choose(self, state, overlap, n_in, keys):
-        c = self.costs(state, overlap, n_in, keys)
+        cost = self.costs(state, overlap, n_in, keys)
+        up = state.up
+        c = cost if len(up) == len(cost) else [cost[i] for i in up]
         lo = min(c)
         if self.temp == 0 or len(c) == 1:
             ties = [i for i, x in enumerate(c) if x == lo]
-            return ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
+            return up[ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]]
         c = np.array(c)
         span = c.max() - lo
         p = np.ones(len(c)) if span == 0 else np.exp(-(c - lo) / (span * self.temp))
-        return int(self.rng.choice(len(c), p=p / p.sum()))
+        return up[int(self.rng.choice(len(c), p=p / p.sum()))]
 
     def waits(self, state):
-        return self.queue is not None and min(state.prefill_tokens) > self.queue
+        return self.queue is not None and bool(state.up) and min(state.prefill_at(c) for c in state.up) > self.queue
 
 
 class CacheAware(Router):
@@ -205,17 +278,18 @@ class CacheAware(Router):
         n = len(state.in_flight)
         if not self.trees:
             self.trees = [OrderedDict() for _ in range(n)]
-        load = state.in_flight
+        up = state.up
+        load = [state.in_flight[i] for i in up]
         hi, lo = max(load), min(load)
         if hi - lo > self.abs and hi > self.rel * lo:
             c = least_loaded(state)
         else:
-            match = [self._match(t, keys) for t in self.trees]
-            best = max(range(n), key=lambda i: (match[i], -i))
+            match = {i: self._match(self.trees[i], keys) for i in up}
+            best = max(up, key=lambda i: (match[i], -i))
             if keys and match[best] / len(keys) > self.threshold:
                 c = best
             else:
-                c = min(range(n), key=lambda i: (len(self.trees[i]), i))
+                c = min(up, key=lambda i: (len(self.trees[i]), i))
         self._insert(self.trees[c], keys)
         return c
 
@@ -238,8 +312,8 @@ class CacheAware(Router):
 
 class LlmD(Router):
     """llm-d's inference scheduler (Gateway API Inference Extension endpoint picker): a weighted sum of scorer
-    values in [0, 1], the highest wins (ties at random, seeded). ``prefix``: 'precise' (the share of the prompt's
-    blocks in the pod's cache, from its KV events), 'estimated' (the share found in an LRU of blocks the
+    values in [0, 1], the highest wins (ties at random, seeded). ``prefix``: 'precise' (the pod's longest cached
+    prefix from its KV events, min-max normalised over the pods that hold any of it: :meth:`_precise`), 'estimated' (the share found in an LRU of blocks the
     scheduler itself routed there, at most ``lru_tokens`` per pod, looking at the first ``match_tokens`` of the
     prompt) or 'none'; kv-cache score = 1 - the pod's KV use; queue score = (longest - this pod's waiting queue)
     / (longest - shortest), 1 when all are equal. Defaults: the precise configuration of llm-d's benchmark
@@ -264,13 +338,19 @@ class LlmD(Router):
     def choose(self, state, overlap, n_in, keys):
         n = len(state.in_flight)
         m = [self.metrics(c) if self.metrics else (state.in_flight[c], 0.0) for c in range(n)]
-        q = [x[0] for x in m]
+        up = state.up
+        q = [m[c][0] for c in up]
         qmax, qmin = max(q), min(q)
-        score = []
-        for c in range(n):
-            pre = self._prefix(c, overlap, keys, n) if self.w[0] else 0.0
+        q = [x[0] for x in m]
+        pre = self._precise(overlap, keys, n, up) if self.w[0] and self.mode == "precise" and keys else None
+        score = [-math.inf] * n
+        for c in up:
+            if pre is None:
+                pre_c = self._prefix(c, overlap, keys, n) if self.w[0] else 0.0
+            else:
+                pre_c = pre[c]
             qs = 1.0 if qmax == qmin else (qmax - q[c]) / (qmax - qmin)
-            score.append(self.w[0] * pre + self.w[1] * (1.0 - m[c][1]) + self.w[2] * qs)
+            score[c] = self.w[0] * pre_c + self.w[1] * (1.0 - m[c][1]) + self.w[2] * qs
         hi = max(score)
         ties = [c for c, x in enumerate(score) if x == hi]
         c = ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]
@@ -284,6 +364,18 @@ class LlmD(Router):
             while len(tree) > self.lru_blocks:
                 tree.popitem(last=False)
         return c
+
+    @staticmethod
+    def _precise(overlap, keys, n: int, up=None) -> list[float]:
+        """The precise-prefix scorer: each pod's longest cached prefix (blocks), min-max normalised over the pods
+        that hold at least its first block; a pod holding none scores 0, and when every such pod matches
+        equally they all score 1 (llm-d-inference-scheduler ``pkg/plugins/scorer/precise_prefix_cache.go``
+        ``Score`` and ``utils.go`` ``indexedScoresToNormalizedScoredPods`` at 17abea8a / 2202f3ca)."""
+        hits = {c: m for c in (range(n) if up is None else up) if (m := overlap(c)[0]) > 0}
+        if not hits:
+            return [0.0] * n
+        lo, hi = min(hits.values()), max(hits.values())
+        return [0.0 if c not in hits else 1.0 if hi == lo else (hits[c] - lo) / (hi - lo) for c in range(n)]
 
     def _prefix(self, c: int, overlap, keys, n: int) -> float:
         if not keys or self.mode == "none":
@@ -300,7 +392,7 @@ def make_router(name: str, *, block_tokens: int = 512, **params) -> Router:
     """A router by name; ``params`` as each router's docstring lists them."""
     allowed = {"round_robin": (), "random": ("seed",), "least_load": (), "prefix_affinity": ("affinity_blocks",),
                "kv": ("weight", "temperature", "seed", "host_weight", "disk_weight", "shared_weight",
-                      "queue_threshold", "batched_tokens"),
+                      "queue_threshold", "batched_tokens", "prefill_tokens_per_s"),
                "cache_aware": ("cache_threshold", "balance_abs", "balance_rel", "max_tree_tokens"),
                "llm_d": ("prefix", "prefix_weight", "kv_weight", "queue_weight", "lru_tokens", "match_tokens", "seed")}
     if not isinstance(name, str) or name not in allowed:

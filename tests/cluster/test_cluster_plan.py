@@ -57,8 +57,9 @@ def test_plan_finds_the_smallest_instance_count_that_meets_the_slo(tmp_path):
     assert replay("sac-cluster-4x", "cxl", tr, instances=n).summary["ttft_p99_ms"] <= bound
     below = replay("sac-cluster-4x", "cxl", tr, instances=n - 1).summary
     assert below["ttft_p99_ms"] > bound or below["load"]["overloaded"]     # a queue that grows is no answer
-    assert [r["overloaded"] for r in plan.tried] == [
-        replay("sac-cluster-4x", "cxl", tr, instances=k).summary["load"]["overloaded"] for k in (1, 2, 3, 4)]
+    assert [r["overloaded"] for r in plan.tried[:n]] == [
+        replay("sac-cluster-4x", "cxl", tr, instances=k).summary["load"]["overloaded"] for k in range(1, n + 1)]
+    assert all(r["skipped"] for r in plan.tried[n:])          # larger counts cost more: not replayed
     none = cluster_plan("sac-cluster-4x", "cxl", tr, {"ttft_p99_ms": 1.0}, vary="instances", values="1:2", workers=1)
     assert none.best is None and "no instances" in none.message
     over = cluster_plan("sac-cluster-4x", "cxl", burst(tmp_path, 24, gap_ms=50), {"ttft_p99_ms": 1e9},
@@ -78,7 +79,8 @@ def test_cluster_plan_and_sweep_cli(tmp_path, capsys):
                  "--values", "1,2", "--slo", "ttft_p99_ms=1e9", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["best"] == 1 and len(d["tried"]) == 2
-    assert all(r["success_fraction"] == 1.0 and r["overloaded"] is False for r in d["tried"])
+    assert d["tried"][0]["success_fraction"] == 1.0 and d["tried"][0]["overloaded"] is False
+    assert d["tried"][1]["skipped"] and "1 instances meet the SLO at a lower cost" in d["tried"][1]["limit"]
     assert main(["plan", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(tr), "--vary", "instances",
                  "--values", "1,2", "--slo", "ttft_p99_ms=1e9"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("check it: "))

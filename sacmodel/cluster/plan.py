@@ -259,6 +259,7 @@ def _search_instances(scenario, system, trace, vals, slo, fixed, progress, price
       listed as ruled out by that bound, not replayed.
 
     The rows are those of :func:`cluster_sweep`, in the order of ``vals``; skipped ones say why."""
+    cost_per_hour(scenario, system, 1, None, price_table)      # a table that cannot price the rows: refused now
     from ..util.progress import counter
     order = sorted(set(vals))
     rows: dict = {}

@@ -151,7 +151,8 @@ def plan(scenario, system: str, *, workload: dict, slo: dict, vary: str | None =
     _check_range(vary, min_value, max_value, step)
     counts = Tally()
     try:
-        return _scan_plan(res, topo, system, workload, slo, vary, min_value, max_value, step, price_table, counts)
+        return _scan_plan(res, topo, system, workload, slo, vary, (min_value, max_value, step), (price_table, table),
+                          counts)
     finally:
         res.predictions = counts.to_dict()
 
@@ -162,8 +163,11 @@ def _counted(counts: Tally, topo, system: str, **kw):
     return predict(topo, system, **kw)
 
 
-def _scan_plan(res, topo, system, workload, slo, vary, min_value, max_value, step, price_table, counts):
-    """:func:`plan`'s scan from ``min_value`` up: the first value meeting the SLO ends it."""
+def _scan_plan(res, topo, system, workload, slo, vary, span, pricing, counts):
+    """:func:`plan`'s scan from ``min_value`` up (``span``: min, max, step): the first value meeting the SLO ends
+    it; ``pricing``: (the price table's path, the table)."""
+    min_value, max_value, step = span
+    price_table, table = pricing
     prev = None
     for v in track(np.arange(min_value, max_value + step / 2, step), f"plan {system}: {vary}"):
         v = int(v) if float(v).is_integer() else float(v)

@@ -47,7 +47,7 @@ def test_calibrate_writes_a_scenario_every_planning_command_takes(capsys, tmp_pa
     rc, o, e = run(capsys, "predict", "--scenario", str(out), "--system", "gpu", "--context", "1K",
                    "--output", "128", "--concurrency", "4")
     assert rc == 0, e
-    assert "calibration's own leave-one-run-out error" in o.replace("\n", " ")
+    assert "calibration's own leave-one-run-out error" in " ".join(o.split())
     for argv in (["compare", "--systems", "gpu", "--contexts", "1K", "--concurrency", "4", "--output", "128"],
                  ["plan", "--system", "gpu", "--context", "1K", "--output", "128", "--slo", "tbt_mean_ms=30",
                   "--vary", "concurrency"],

@@ -143,7 +143,8 @@ def test_plan_never_answers_with_an_overloaded_configuration(capsys):
     assert "outpace" in d["message"]
 
 
-def test_compare_header_and_breakeven_range_say_what_was_computed(capsys):
+def test_compare_header_and_breakeven_range_say_what_was_computed(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")   # the header on one line whatever terminal the worker process inherits
     assert main(["compare", "--contexts", "8K", "--systems", "cxl", "--concurrency", "4", "--output", "16"]) == 0
     assert "32 requests, one shared cached prompt" in " ".join(capsys.readouterr().out.split())
     assert main(["breakeven", "--a", "cxl", "--b", "dram", "--metric", "tbt", "--vary", "context", "--lo", "64K",

@@ -79,3 +79,14 @@ def test_a_gpu_only_table_prices_a_gpu_plan_and_names_every_missing_part_of_a_cx
     out = capsys.readouterr().out
     dp = int(re.search(r"smallest dp meeting the SLO: (\d+)", out).group(1))
     assert f"(gpu {3.0 * dp:.2f})" in out
+
+
+def test_a_models_own_row_wins_over_the_generic_gpu_row_and_per_gb_over_per_device(tmp_path):
+    p = table(tmp_path, {"gpu": 1.0, "gpu_h20": 5.0, "cxl_gb": 0.001, "cxl_device": 100.0, "cxl_adapter": 0.5,
+                         "cxl_switch": 0.25})
+    c = configuration_cost("sac-testbed", "cxl", cxl_devices=2, price_table=p)
+    # the testbed's GPUs are H20s: 8 x 5; 2 TB of CXL priced by the GB (2,000 x 0.001), not 2 devices x 100
+    assert c == {"gpu_h20": pytest.approx(40.0), "cxl_gb": pytest.approx(2.0), "cxl_adapter": pytest.approx(1.0),
+                 "cxl_switch": pytest.approx(0.25), "total": pytest.approx(43.25)}
+    old = table(tmp_path, {"gpu": 1.0, "cxl_device": 100.0, "cxl_adapter": 0.5, "cxl_switch": 0.25}, "old.yaml")
+    assert configuration_cost("sac-testbed", "cxl", cxl_devices=2, price_table=old)["cxl_device"] == 200.0

@@ -137,11 +137,7 @@ def cluster_sweep(scenario, system: str, trace, grid: dict, *, fixed: dict | Non
         for v in axes[names.index("pd")]:
             parse_pd(v, n0)
     combos = [dict(zip(names, vals)) for vals in itertools.product(*axes)]
-    fixed = dict(fixed or {})
-    if "cache" not in fixed:             # a trace without prefix information (Azure's): no prefix cache, as replay
-        from sacmodel.cluster.workload import load_workload
-        if not load_workload(trace, fixed.get("limit"))[0].has_prefix_info:
-            fixed["cache"] = "none"
+    fixed = _with_cache(trace, fixed)
     jobs = [(scenario, system, trace, c, dict(fixed), price_table) for c in combos]
     if scheduler:
         try:
@@ -233,7 +229,8 @@ def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instan
             hit = [{"pool": v, "hit_rate_fast_path": h["hit_rate"]}
                    for v, h in zip(vals, hit_rates(tr, vals, bytes_per_token=bpt))]
     if vary == "instances" and not scheduler:
-        rows = _search_instances(scenario, system, trace, vals, slo, fixed, progress, price_table)
+        rows = _search_instances(scenario, system, trace, vals, slo, _with_cache(trace, fixed), progress,
+                                 price_table)
     else:
         rows = cluster_sweep(scenario, system, trace, {vary: vals}, fixed=fixed, scheduler=scheduler,
                              workers=workers, progress=progress, price_table=price_table)
@@ -244,6 +241,16 @@ def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instan
     msg = (f"cheapest {vary} meeting the SLO: {best[vary]} "
            f"({best['cost_usd_per_hour']:.2f} USD/hour, goodput {best['goodput_req_s']:.3g} req/s)")
     return ClusterPlan(vary, best[vary], msg + _short_note(vary, best), rows, hit)
+
+
+def _with_cache(trace, fixed) -> dict:
+    """``fixed`` with ``cache="none"`` for a trace without prefix information (Azure's), as replay does."""
+    fixed = dict(fixed or {})
+    if "cache" not in fixed:
+        from sacmodel.cluster.workload import load_workload
+        if not load_workload(trace, fixed.get("limit"))[0].has_prefix_info:
+            fixed["cache"] = "none"
+    return fixed
 
 
 def _search_instances(scenario, system, trace, vals, slo, fixed, progress, price_table=None) -> list[dict]:

@@ -118,8 +118,9 @@ def test_a_kv_router_queue_below_one_prompt_serves_identical_requests_one_after_
 # ---- failures ------------------------------------------------------------------------------------------------
 def test_an_instance_whose_engine_fails_is_named_and_its_requests_are_unfinished(tmp_path):
     # HiSparse: each request takes a device buffer of 6144 + one 64-token page = 6208 slots per rank; 20,000
-    # slots hold 3 (18,624). 32 requests at t = 0 over 8 ranks in turn: rank 0's fourth allocation fails
-    rows = [(0, 16384, 64, [1000 * i + j for j in range(32)]) for i in range(32)]
+    # slots hold 3 (18,624). 32 requests at t = 0 over 8 ranks in turn: rank 0's fourth allocation fails (8K
+    # prompts: the host pool, twice the device pool, holds four of 8,254 tokens, so the device buffer binds first)
+    rows = [(0, 8192, 64, [1000 * i + j for j in range(16)]) for i in range(32)]
     p = replay("sac-testbed", "dram", trace(tmp_path, rows), device_buffer=6144, max_total_tokens=20000)
     why = "i0: device-buffer allocation of 6208 slots failed on rank 0 (18624 of 20000 slots in use)"
     assert p.summary["failed_instances"] == [why]

@@ -53,7 +53,7 @@ def test_replay_says_overloaded_before_any_table(tmp_path, capsys):
     from sacmodel.cli import main
     p = tmp_path / "burst.jsonl"
     p.write_text("".join(json.dumps({"timestamp": 50 * i, "input_length": 6000 + 130 * i, "output_length": 16,
-                                     "hash_ids": [1, 2] + [100 * i + j for j in range(3, 14)]}) + "\n"
+                                     "hash_ids": [1, 2] + [100 * i + j for j in range(3, 13)]}) + "\n"
                          for i in range(24)))
     assert main(["replay", str(p), "--scenario", "sac-cluster-4x", "--system", "cxl", "--instances", "1"]) == 0
     out = capsys.readouterr().out

@@ -28,7 +28,7 @@ def test_the_built_in_table_prices_each_gpu_model_and_memory_per_gb_with_a_sourc
 
 @pytest.mark.parametrize("gpu", ["h20", "h100", "h800", "h200", "b200"])
 def test_each_catalog_gpu_is_priced_by_its_own_row(gpu):
-    t = sacmodel.scenario(gpu)
+    t = sacmodel.scenario(gpu, model="llama-3.1-70b", weights="bf16")     # fits 8 of every catalog GPU
     assert gpu_model(t) == gpu
     c = configuration_cost(t, "gpu")
     # tp = 8 GPUs on the server, whatever its dp

@@ -46,9 +46,9 @@ def test_static_check_hisparse_device_and_host_pools_by_hand():
     plus 64 extra slots, host pool = 2 x device pool, 1024-token prefill chunks, dp = 8; 9 requests put 2 on
     rank 0. A prompt that fits the buffer (3000 tokens, 100 out) holds ceil(3100 / 64) x 64 = 3136 slots; one
     exactly the buffer's size (4096) still holds its whole KV, ceil(4196 / 64) x 64 = 4224; a longer one
-    (10000) holds buffer + extra = 4160. The host pool holds the prompt once when shared, per request when
-    distinct, plus a page and the output per request. The shared prompt's device pages: context - chunk +
-    page."""
+    (10000) holds buffer + extra = 4160. The host pool holds a request's prompt (staged after its prefill) and its
+    decode tokens backed up a step late (output - 2); a shared prompt once, plus each request's recomputed last
+    page. The shared prompt's device pages: context - chunk + page."""
     cfg = resolve("sac-testbed", "dram", max_total_tokens=100000)
     assert (cfg.page, cfg.device_buffer, cfg.buffer_alloc, cfg.prefill_chunk, cfg.dp) == (64, 4096, 4160, 1024, 8)
 
@@ -61,8 +61,8 @@ def test_static_check_hisparse_device_and_host_pools_by_hand():
     assert use(4096, "distinct")["used"] == 2 * 4224
     assert use(10000, "distinct")["used"] == 2 * 4160
     assert use(10000, "shared")["used"] == (10000 - 1024 + 64) + 2 * 4160
-    assert use(3000, "distinct", "host_pool") == {"used": 2 * 3000 + 2 * (64 + 100), "capacity": 2 * 100000}
-    assert use(3000, "shared", "host_pool")["used"] == 3000 + 2 * (64 + 100)
+    assert use(3000, "distinct", "host_pool") == {"used": 2 * (3000 + 100 - 2), "capacity": 2 * 100000}
+    assert use(3000, "shared", "host_pool")["used"] == 3000 + 2 * (64 + 100 - 2)
     assert "host_pool" not in static_check(resolve("sac-testbed", "rdma-topk"), context=3000, output=100,
                                            concurrency=9)["usage"]
 

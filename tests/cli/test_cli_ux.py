@@ -88,8 +88,11 @@ def test_predict_shows_memory_use_and_units_per_row(capsys):
     rows = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines() if ln.strip() and len(ln.split()) >= 3}
     assert rows["swap_bandwidth_share"] == "GB/s" and rows["share_time_prefill"] == "%" and rows["step_swap"] == "ms"
     metrics = {ln.split()[0]: ln.split() for ln in out.splitlines() if ln.strip().startswith(("TTFT", "output"))}
-    assert "ms" in metrics["TTFT"] and "tok/s" in metrics["output"]         # a unit, then the range of the draws
-    assert "-" in metrics["TTFT"][-1] and "range" in out
+    assert "ms" in metrics["TTFT"] and "tok/s" in metrics["output"]         # a unit; an exact prompt: one run
+    assert metrics["TTFT"][-1] == "ms" and "range" not in out
+    rc, out, _ = run(capsys, "predict", "--system", "cxl", "--context", "32K", "--concurrency", "16", "--drawn-tail")
+    ttft = next(ln.split() for ln in out.splitlines() if ln.strip().startswith("TTFT mean"))
+    assert "-" in ttft[-1] and "range" in out                                # drawn tails: the draws' range
 
 
 def test_breakeven_ratio_wording_and_units(capsys):

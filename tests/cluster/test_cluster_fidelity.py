@@ -118,9 +118,10 @@ def test_a_failed_instance_leaves_routing(tmp_path):
 
 # ---- overload, always reported (issue 35 item 5) ---------------------------------------------------------------
 def test_a_crash_names_the_device_buffer_and_the_concurrency_cap_that_avoids_it(tmp_path):
-    # the fork's HiSparse device buffer: 6144 + a 64-token page = 6208 slots per request of 16K tokens; 20,000
-    # slots per rank hold 3 of them, so 8 ranks x 3 = 24 requests in flight per instance at most
-    rows = [(0, 16384, 64, [1000 * i + j for j in range(32)]) for i in range(32)]
+    # the fork's HiSparse device buffer: 6144 + a 64-token page = 6208 slots per request of 8K tokens; 20,000
+    # slots per rank hold 3 of them, so 8 ranks x 3 = 24 requests in flight per instance at most (the host pool,
+    # twice the device pool, holds four requests of 8,254 tokens: the device buffer binds first)
+    rows = [(0, 8192, 64, [1000 * i + j for j in range(16)]) for i in range(32)]
     p = replay("sac-testbed", "dram", trace(tmp_path, rows), device_buffer=6144, max_total_tokens=20000)
     advice = p.summary["crash_advice"]
     assert "device_buffer 6144" in advice and "6208 slots" in advice and "max_total_tokens 20000" in advice

@@ -38,8 +38,12 @@ _BUILT: dict[tuple, object] = {}
 
 def built(gpu: str, model: str, dp: int):
     key = (gpu, model, dp)
-    if key not in _BUILT:
-        _BUILT[key] = sacmodel.scenario(gpu, gpus=8, model=model, dp=dp)
+    if key not in _BUILT:      # DeepSeek's FP8 weights need two hosts of H100s (one holds no KV pool)
+        gpus = 16 if gpu == "h100" and model.startswith("deepseek") else 8
+        try:
+            _BUILT[key] = sacmodel.scenario(gpu, gpus=gpus, model=model, dp=dp)
+        except ValueError:     # a machine SGLang cannot serve (its weights leave no KV pool) is out of the domain
+            _BUILT[key] = None
     return _BUILT[key]
 
 
@@ -78,6 +82,8 @@ def check_law(a, b, what: str) -> None:
 @given(machines, workloads, st.sampled_from(SLOWER))
 def test_a_slower_machine_is_never_faster_and_a_1pct_step_moves_little(machine, wl, step):
     sc = built(*machine)
+    if sc is None:
+        return
     context, concurrency, output = wl
     a = run(sc, context, concurrency, output)
     if not a.feasible:
@@ -92,6 +98,8 @@ def test_a_slower_machine_is_never_faster_and_a_1pct_step_moves_little(machine, 
 @given(machines, workloads)
 def test_a_longer_context_is_never_faster_and_a_1pct_step_moves_little(machine, wl):
     sc = built(*machine)
+    if sc is None:
+        return
     context, concurrency, output = wl
     longer = math.ceil(context * 1.01)
     if crosses_a_chunk(resolve(sc, "gpu").prefill_chunk, context, longer, concurrency):

@@ -253,17 +253,7 @@ class CoSim:
             self.rejected[g] = "every instance that could serve it failed"
             self._end_request(g, t)
             return
-        cands = self.cands_pre
-        self.state_pre.now = t
-        memo: dict = {}
-        c = s.router.choose(self.state_pre, lambda j: self._overlap(cands[j], keys, t, memo), self.L[g], keys) \
-            if len(cands) > 1 else 0
-        s.router.admit(self.state_pre, c, keys, self.L[g], rid=g)
-        k, r = cands[c]
-        if r is None:
-            srv = self.servers[k]
-            r = srv.turn % srv.cfg.dp
-            srv.turn += 1
+        c, k, r = self._pick(s.router, self.state_pre, self.cands_pre, g, t)
         self.inst[g] = k
         self.cand_of[g] = c
         if s.split and self.out[g] > 1:
@@ -522,23 +512,30 @@ class CoSim:
             self._route(self.queue.pop(0), t)
 
     # ---- disaggregation ----------------------------------------------------------------------------------
+    def _pick(self, router, state, cands: list, g: int, t: float) -> tuple[int, int, int]:
+        """Request ``g``'s candidate by ``router`` at ``t`` (booked in its ``state``): (candidate index, instance,
+        rank); a candidate without a rank of its own takes its instance's ranks round-robin."""
+        keys = self.keys[g]
+        state.now = t
+        memo: dict = {}
+        c = router.choose(state, lambda j: self._overlap(cands[j], keys, t, memo), self.L[g], keys) \
+            if len(cands) > 1 else 0
+        router.admit(state, c, keys, self.L[g], rid=g)
+        k, r = cands[c]
+        if r is None:
+            srv = self.servers[k]
+            r = srv.turn % srv.cfg.dp
+            srv.turn += 1
+        return c, k, r
+
     def _choose_decode(self, g: int, t: float) -> None:
         """At arrival, the PD proxy picks the decode instance too and the decode server pre-allocates the
         request's KV (SGLang's mini_lb ``select_pair`` sends the request to the prefill and the decode server at
         once, ``python/sglang/srt/disaggregation/mini_lb.py``; the decode server's prealloc queue reserves it;
         vLLM's disaggregated proxy also picks both at the request's start): the decode router books it now and
         the rank's home cache gives up the prompt + output from now."""
-        s, keys, cands = self.s, self.keys[g], self.cands_dec
-        self.state_dec.now = t
-        memo: dict = {}
-        cd = s.router_dec.choose(self.state_dec, lambda j: self._overlap(cands[j], keys, t, memo), self.L[g],
-                                 keys) if len(cands) > 1 else 0
-        s.router_dec.admit(self.state_dec, cd, keys, self.L[g], rid=g)
-        kd, rd = cands[cd]
-        if rd is None:
-            dsrv = self.servers[kd]
-            rd = dsrv.turn % dsrv.cfg.dp
-            dsrv.turn += 1
+        s = self.s
+        cd, kd, rd = self._pick(s.router_dec, self.state_dec, self.cands_dec, g, t)
         self.dec[g], self.dec_cand[g], self.dec_rank[g] = kd, cd, rd
         c = s.caches.home(kd, rd) if s.cache == "trace" else None
         if c is not None and c is s.caches.private.get(s.caches.scope(kd, rd), (None,))[0]:

@@ -2,20 +2,13 @@
 tier, Dynamo's prefill load, llm-d's normalised prefix score, outputs cached for the next turn, the decode
 instance chosen at arrival, failed instances out of routing; overload always reported (client caps, slow growth,
 short traces, crashes and their cap); plans that skip what a replay rules out."""
-import json
 import math
 
 import pytest
 
+from test_cosim_mechanisms import trace       # rows: (arrival s, input tokens, output tokens, hash_ids)
+
 from sacmodel import replay
-
-
-def trace(tmp_path, rows, name="t.jsonl"):
-    """rows: (arrival s, input tokens, output tokens, hash_ids)."""
-    p = tmp_path / name
-    p.write_text("".join(json.dumps({"timestamp": int(t * 1000), "input_length": n, "output_length": o,
-                                     "hash_ids": h}) + "\n" for t, n, o, h in rows))
-    return p
 
 
 def test_store_hits_reach_the_engine_when_the_store_is_the_only_tier(tmp_path):

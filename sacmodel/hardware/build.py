@@ -73,7 +73,9 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
              max_total_tokens: int | None = None, max_running_requests: int | None = None,
              scheduler_recv_interval: int | None = None, piecewise_cuda_graph: bool = False,
              pool: str | None = None, cxl_devices: int | None = None, rdma_nics: int | None = None,
-             transfer: str = "fitted") -> Topology:
+             transfer: str = "fitted", moe_a2a: str = "none", deepep_mode: str = "auto",
+             two_batch_overlap: bool = False, ep_redundant: int = 0,
+             cuda_graph_max_bs: int | None = None) -> Topology:
     """A scenario of ``gpus`` x ``gpu`` serving ``model`` with SGLang.
 
     ``weights``: fp8, bf16, awq-int4 or fp4 (Blackwell only); ``kv_dtype``: auto (SGLang's rule: BF16 on Hopper,
@@ -91,6 +93,15 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
     (:mod:`sacmodel.hardware.transfer`): "fitted" (the kernel efficiencies measured for the GPU generation and
     weights, where known) or "rules" (the rules alone).
 
+    Expert parallelism over the hosts' network (SGLang ``--moe-a2a-backend deepep``): ``moe_a2a="deepep"``
+    replaces the MoE layers' gather and scatter of the tokens by DeepEP's dispatch and combine
+    (:func:`sacmodel.hardware.sizing.a2a_groups`), ``deepep_mode`` ``normal`` (a prefill server's kernels),
+    ``low_latency`` (a decode server's) or ``auto`` (SGLang's default: priced as ``low_latency``, the decode
+    kernels); ``two_batch_overlap``: SGLang's ``--enable-two-batch-overlap`` (the step's two micro-batches
+    overlap communication with computation, :func:`sacmodel.serving.step.tbo_hidden`); ``ep_redundant``:
+    ``--ep-num-redundant-experts`` (EPLB's replicas: routed experts + replicas must divide by ``ep``; each GPU
+    holds its share of them); ``cuda_graph_max_bs``: ``--cuda-graph-max-bs`` (it sizes DP attention's reserve).
+
     A machine SGLang would not run, or whose weights leave no room for a KV pool, raises ``ValueError``
     (:class:`~sacmodel.hardware.topology.TopologyError`) naming the argument, its value and the rule.
     """
@@ -101,7 +112,10 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
                                        max_running_requests=max_running_requests,
                                        scheduler_recv_interval=scheduler_recv_interval,
                                        piecewise_cuda_graph=piecewise_cuda_graph, pool=pool,
-                                       cxl_devices=cxl_devices, rdma_nics=rdma_nics, transfer=transfer))
+                                       cxl_devices=cxl_devices, rdma_nics=rdma_nics, transfer=transfer,
+                                       moe_a2a=moe_a2a, deepep_mode=deepep_mode,
+                                       two_batch_overlap=two_batch_overlap, ep_redundant=ep_redundant,
+                                       cuda_graph_max_bs=cuda_graph_max_bs))
 
 
 def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: str = "fp8",
@@ -110,7 +124,9 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                   max_total_tokens: int | None = None, max_running_requests: int | None = None,
                   scheduler_recv_interval: int | None = None, piecewise_cuda_graph: bool = False,
                   pool: str | None = None, cxl_devices: int | None = None, rdma_nics: int | None = None,
-                  transfer: str = "fitted") -> dict:
+                  transfer: str = "fitted", moe_a2a: str = "none", deepep_mode: str = "auto",
+                  two_batch_overlap: bool = False, ep_redundant: int = 0,
+                  cuda_graph_max_bs: int | None = None) -> dict:
     """The scenario of :func:`scenario` as a schema-version-1 mapping (what :func:`scenario_yaml` writes)."""
     g = get_gpu(gpu)
     try:
@@ -125,7 +141,10 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
     pools = _pools(pool)
     n_cxl = _pool_size("cxl_devices", cxl_devices, "cxl", pools)
     n_rdma = _pool_size("rdma_nics", rdma_nics, "rdma", pools)
-    _check_machine(g, m, gpus=gpus, tp=tp, dp=dp, ep=ep, weights=weights, pools=pools)
+    ep_parts = _ep_settings(m, tp=tp, dp=dp, ep=ep, moe_a2a=moe_a2a, deepep_mode=deepep_mode,
+                            two_batch_overlap=two_batch_overlap, ep_redundant=ep_redundant)
+    _check_machine(g, m, gpus=gpus, tp=tp, dp=dp, ep=ep, weights=weights, pools=pools,
+                   redundant=ep_parts["ep_redundant"])
     kv = kv_dtype_default(m, g.sm_version) if kv_dtype == "auto" else kv_dtype
     name = f"{g.name}x{gpus}-{m.name}-{weights}" + (f"-dp{dp}" if dp > 1 else "") + (f"-ep{ep}" if ep > 1 else "")
     hosts = -(-gpus // g.host_gpus)
@@ -134,7 +153,9 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                        max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
                        scheduler_recv_interval=scheduler_recv_interval, piecewise_cuda_graph=piecewise_cuda_graph,
                        pool_sizes={name: n for name, n, p in (("cxl_devices", n_cxl, "cxl"),
-                                                              ("rdma_nics", n_rdma, "rdma")) if p in pools})
+                                                              ("rdma_nics", n_rdma, "rdma")) if p in pools},
+                       cuda_graph_max_bs=cuda_graph_max_bs)
+    serving.update(_ep_serving(ep_parts))
     _check_fits(g, m, serving, tp=tp, dp=dp, chunk=chunked_prefill or chunked_prefill_default(g.memory_mib))
     data: dict[str, Any] = {
         "schema_version": 1, "name": name, "model": model,
@@ -179,7 +200,8 @@ def _pool_size(name: str, v, pool: str, pools) -> int | None:
     return n
 
 
-def _check_machine(g: GPUSpec, m, *, gpus: int, tp: int, dp: int, ep: int, weights: str, pools) -> None:
+def _check_machine(g: GPUSpec, m, *, gpus: int, tp: int, dp: int, ep: int, weights: str, pools,
+                   redundant: int = 0) -> None:
     """What SGLang would refuse, or what the built machine cannot be: one server over all GPUs, the parallel
     sizes dividing it, experts to split under EP, FP4 kernels only on Blackwell, pools on one host."""
     if tp != gpus:
@@ -190,8 +212,11 @@ def _check_machine(g: GPUSpec, m, *, gpus: int, tp: int, dp: int, ep: int, weigh
     if ep > 1 and not m.routed_experts:
         raise TopologyError(f"scenario: ep={ep} splits a model's experts over GPUs, but {m.name} is dense (no "
                             "routed experts): use ep=1")
-    if ep > 1 and m.routed_experts % ep:
-        raise TopologyError(f"scenario: ep={ep} must divide the {m.routed_experts} routed experts of {m.name}")
+    if ep > 1 and (m.routed_experts + redundant) % ep:
+        extra = f" + {redundant} redundant" if redundant else ""
+        raise TopologyError(f"scenario: ep={ep} must divide the {m.routed_experts}{extra} routed experts of {m.name} "
+                            "(SGLang places whole experts; ep_redundant, --ep-num-redundant-experts, adds EPLB "
+                            "replicas to make them divide)")
     if weights == "fp4" and (g.sm_version < 100 or not g.flops_fp4):
         raise TopologyError(f"scenario: weights='fp4' needs FP4 tensor cores (Blackwell, SM100): SGLang's FP4 "
                             f"(NVFP4) kernels do not run on {g.name} (SM{g.sm_version}); use fp8 or awq-int4")
@@ -205,12 +230,54 @@ def _check_machine(g: GPUSpec, m, *, gpus: int, tp: int, dp: int, ep: int, weigh
                                 f"is not modelled (use at most {g.host_gpus} GPUs, or write a scenario file)")
 
 
+def _ep_settings(m, *, tp: int, dp: int, ep: int, moe_a2a, deepep_mode, two_batch_overlap, ep_redundant) -> dict:
+    """The expert-parallel settings checked against SGLang's rules (server_args.py): DeepEP needs expert
+    parallelism over all GPUs (it sets ep_size = tp_size) and DP attention; two-batch overlap needs an
+    all-to-all backend; redundant experts need expert parallelism."""
+    a2a = _check_choice("moe_a2a", moe_a2a, ("none", "deepep"))
+    mode = _check_choice("deepep_mode", deepep_mode, ("auto", "normal", "low_latency"))
+    tbo = _check_flag("two_batch_overlap", two_batch_overlap)
+    red = 0 if ep_redundant == 0 and not _is_bool(ep_redundant) else _check_int("ep_redundant", ep_redundant, 1, 1024)
+    if a2a == "deepep":
+        if not m.routed_experts:
+            raise TopologyError(f"scenario: moe_a2a='deepep' dispatches tokens to experts, but {m.name} is dense")
+        if ep != tp or dp != tp:
+            raise TopologyError(f"scenario: moe_a2a='deepep' with tp={tp}, dp={dp}, ep={ep}: SGLang's DeepEP runs "
+                                f"expert parallelism over all GPUs (it sets ep_size = tp_size) under DP attention; "
+                                f"give dp={tp} and ep={tp}")
+    elif mode != "auto":
+        raise TopologyError(f"scenario: deepep_mode={mode!r} needs moe_a2a='deepep'")
+    if tbo and a2a != "deepep":
+        raise TopologyError("scenario: two_batch_overlap overlaps DeepEP's dispatch and combine with computation: "
+                            "SGLang's --enable-two-batch-overlap needs --moe-a2a-backend deepep (moe_a2a='deepep')")
+    if red and ep <= 1:
+        raise TopologyError(f"scenario: ep_redundant={red} replicates experts over expert-parallel groups: give ep > 1")
+    return {"moe_a2a": a2a, "deepep_mode": "low_latency" if mode == "auto" else mode, "mode_given": mode,
+            "two_batch_overlap": tbo, "ep_redundant": red}
+
+
+def _ep_serving(p: dict) -> dict:
+    """The serving entries of :func:`_ep_settings` (none when expert parallelism runs without DeepEP)."""
+    out = {}
+    if p["moe_a2a"] == "deepep":
+        out["moe_a2a"] = _num("deepep", "given (SGLang --moe-a2a-backend deepep)")
+        out["deepep_mode"] = _num(p["deepep_mode"], "given (--deepep-mode)" if p["mode_given"] != "auto" else
+                                  f"{SGLANG} --deepep-mode auto: normal kernels for prefill, low-latency for decode; "
+                                  "priced as low_latency (the decode kernels)")
+    if p["two_batch_overlap"]:
+        out["two_batch_overlap"] = _num("1", "given (SGLang --enable-two-batch-overlap)")
+    if p["ep_redundant"]:
+        out["ep_redundant"] = _num(str(p["ep_redundant"]), "given (SGLang --ep-num-redundant-experts, EPLB)")
+    return out
+
+
 def _check_fits(g: GPUSpec, m, serving: dict, *, tp: int, dp: int, chunk: int) -> None:
     """Refuse a machine whose weights leave no KV pool: SGLang's ``profile_max_num_token`` gives
     ``mem_fraction`` x (memory - runtime reserve) - weights, and the server stops when that holds no page."""
     mf = float(serving["mem_fraction"]["value"])
     memory = g.memory_mib * MIB
-    weights = weights_per_gpu(m, float(serving["weight_bytes_per_param"]["value"]), tp=tp, dp=dp)
+    weights = weights_per_gpu(m, float(serving["weight_bytes_per_param"]["value"]), tp=tp, dp=dp,
+                              redundant=int(serving.get("ep_redundant", {"value": 0})["value"]))
     kv = serving["kv_dtype"]["value"]
     cell = kv_cell_bytes(m, m.kv_bytes(kv), max(1, tp // dp))
     page = int(serving["page_tokens"]["value"])
@@ -328,11 +395,13 @@ def _links(g: GPUSpec, gpus: int, pools) -> list[dict]:
 
 def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int, kv_dtype_given: bool,
              mem_fraction, chunked_prefill, max_total_tokens, max_running_requests, pool_sizes: dict,
-             scheduler_recv_interval=None, piecewise_cuda_graph=False) -> dict:
+             scheduler_recv_interval=None, piecewise_cuda_graph=False, cuda_graph_max_bs=None) -> dict:
     """The serving settings, SGLang's defaults where not given; ``pool_sizes``: the members of each pool the
     machine has (None: 2, as the testbed)."""
     chunk0 = chunked_prefill_default(g.memory_mib)
-    cgmb = cuda_graph_max_bs_default(g.memory_mib, tp)
+    cgmb = _optional_int("cuda_graph_max_bs", cuda_graph_max_bs, 4096)
+    cgmb_given = cgmb is not None
+    cgmb = cgmb if cgmb_given else cuda_graph_max_bs_default(g.memory_mib, tp)
     s = {
         "tp": _num(str(tp), "given" if tp else SGLANG),
         "dp": _num(str(dp), "given: DP attention groups" if dp > 1 else "given: tensor-parallel attention"),
@@ -343,7 +412,7 @@ def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int,
         "kv_dtype": _num(kv, "given" if kv_dtype_given else f"{SGLANG}: kv_cache_dtype=auto for {m.name} on SM"
                                                               f"{g.sm_version}"),
         "page_tokens": _num("64" if m.sparse else "1", f"{SGLANG}: page size 64 for DeepSeek DSA, else 1"),
-        "cuda_graph_max_bs": _num(str(cgmb), f"{SGLANG} for {g.memory_mib} MiB and tp={tp}"),
+        "cuda_graph_max_bs": _num(str(cgmb), "given" if cgmb_given else f"{SGLANG} for {g.memory_mib} MiB and tp={tp}"),
         "max_prefill_tokens": _num("16384", f"{SGLANG} (max_prefill_tokens)"),
     }
     chunked_prefill = _optional_int("chunked_prefill", chunked_prefill, 1 << 24)

@@ -97,13 +97,14 @@ def attention_split(model: ModelSpec, attn_tp: int) -> tuple[float, float]:
     return 0.0, float(q + o + kv_per_gpu * attn_tp)
 
 
-def weights_per_gpu(model: ModelSpec, weight_bytes: float, *, tp: int, dp: int = 1) -> float:
+def weights_per_gpu(model: ModelSpec, weight_bytes: float, *, tp: int, dp: int = 1, redundant: int = 0) -> float:
     """Bytes of weights on one GPU: attention split over the attention group (tp / dp GPUs), experts, dense
     MLPs and the LM head split over all tp GPUs (expert parallelism moves whole experts, the same bytes per GPU).
 
     Kept in BF16 whatever the checkpoint: embeddings, LM head and MoE router gates, and for MLA the absorbed
     ``w_kc``/``w_vc`` copies of kv_b (``DeepseekV2AttentionMLA`` post_load_weights). Checked against the testbed:
-    50.4 GiB per GPU in its logs ('Load weight end ... mem usage=50.37 GB', 4-bit AWQ, DP attention)."""
+    50.4 GiB per GPU in its logs ('Load weight end ... mem usage=50.37 GB', 4-bit AWQ, DP attention).
+    ``redundant``: EPLB's replicas of routed experts (``--ep-num-redundant-experts``), spread over the GPUs."""
     attn_tp = max(1, tp // dp)
     rep, split = attention_split(model, attn_tp)
     attn = model.layers * (rep + split / attn_tp)
@@ -113,7 +114,8 @@ def weights_per_gpu(model: ModelSpec, weight_bytes: float, *, tp: int, dp: int =
     bf16 = (2 * model.vocab * model.hidden + gates) / tp
     if model.kind == "mla":                           # w_kc and w_vc: BF16 copies of kv_b, split by heads
         bf16 += model.layers * model.kv_lora_rank * model.heads * (model.qk_nope_dim + model.v_head_dim) / attn_tp
-    return weight_bytes * (attn + mlp_all / tp) + HEAD_BYTES * bf16
+    replicas = model.moe_layers * redundant * model.expert_params()   # EPLB's redundant experts, over all GPUs
+    return weight_bytes * (attn + (mlp_all + replicas) / tp) + HEAD_BYTES * bf16
 
 
 def kv_cell_bytes(model: ModelSpec, entry_bytes: float, attn_tp: int) -> float:
@@ -199,9 +201,9 @@ def piecewise_eager_kernels(model: ModelSpec) -> int:
     return 3
 
 
-def collective_groups(model: ModelSpec, tp: int, dp: int) -> list[tuple[int, float]]:
-    """(GPUs taking part, bytes per token per layer each GPU sends) of each collective of one layer of SGLang's
-    parallel forward.
+def collective_groups(model: ModelSpec, tp: int, dp: int) -> list[tuple[int, float, str]]:
+    """(GPUs taking part, bytes per token per layer each GPU sends, NCCL collective) of each collective of one
+    layer of SGLang's parallel forward.
 
     Tensor-parallel attention (dp = 1): an all-reduce after the attention output and one after the MLP, over all
     tp GPUs. DP attention: the ranks' tokens are all-gathered before the MLP and reduce-scattered after it (over
@@ -210,46 +212,162 @@ def collective_groups(model: ModelSpec, tp: int, dp: int) -> list[tuple[int, flo
     (activations in BF16)."""
     row = 2.0 * model.hidden
     attn_tp = max(1, tp // dp)
-    groups: list[tuple[int, float]] = []
+    groups: list[tuple[int, float, str]] = []
     if dp > 1:
         if attn_tp > 1:
-            groups.append((attn_tp, 2 * (attn_tp - 1) / attn_tp * row))
-        groups += [(tp, (tp - 1) / tp * row)] * 2
+            groups.append((attn_tp, 2 * (attn_tp - 1) / attn_tp * row, "allreduce"))
+        groups += [(tp, (tp - 1) / tp * row, "allgather"), (tp, (tp - 1) / tp * row, "reducescatter")]
     elif tp > 1:
-        groups += [(tp, 2 * (tp - 1) / tp * row)] * 2
+        groups += [(tp, 2 * (tp - 1) / tp * row, "allreduce")] * 2
     return groups
 
 
 def collectives(model: ModelSpec, tp: int, dp: int) -> tuple[int, float]:
     """(collectives per layer, bytes per token per layer each GPU sends) of :func:`collective_groups`."""
     groups = collective_groups(model, tp, dp)
-    return len(groups), sum((b for _, b in groups), 0.0)
+    return len(groups), sum((g[1] for g in groups), 0.0)
 
 
-def collective_rates(groups: list[tuple[int, float]], *, domain: int, nvlink_bw: float, nic_bw: float,
-                     t_collective: float, net_latency: float) -> tuple[float, float]:
+# ---- NCCL's latency model (NVIDIA/nccl src/graph/tuning.cc at 5067397c, ncclTunerConstantsDefaults) ---------
+# microseconds per (algorithm, protocol): the base latency of a collective, and the latency of one step over
+# NVLink inside a host and over the network between hosts
+NCCL_BASE_US = {("tree", "ll"): 6.8, ("tree", "ll128"): 14.0, ("tree", "simple"): 8.4,
+                ("ring", "ll"): 6.6, ("ring", "ll128"): 14.0, ("ring", "simple"): 8.4}
+NCCL_NVLINK_US = {("tree", "ll"): 0.6, ("tree", "ll128"): 1.25, ("tree", "simple"): 4.0,
+                  ("ring", "ll"): 0.6, ("ring", "ll128"): 1.9, ("ring", "simple"): 3.4}
+NCCL_NET_US = {("tree", "ll"): 5.0, ("tree", "ll128"): 8.5, ("tree", "simple"): 14.0,
+               ("ring", "ll"): 2.7, ("ring", "ll128"): 4.0, ("ring", "simple"): 14.0}
+NCCL_NET_OVERHEAD_US = 1.0     # getNetOverhead on an x86 Intel host (2.0 on AMD), x 3 for the Simple protocol
+
+
+def nccl_latency(coll: str, algo: str, proto: str, ranks: int, nodes: int) -> float:
+    """Seconds of NCCL's latency term for one collective (``ncclTopoTuneModel``; the bandwidth term apart).
+
+    A ring all-reduce takes 2 (ranks - 1) steps, an all-gather or reduce-scatter ranks - 1; 2 (nodes - 1) (or
+    nodes - 1) of them cross the network, the rest cost at least the network overhead of a step once the ring
+    leaves a host. A tree all-reduce goes up and down: 2 x (ranks / nodes - 1 NVLink steps + log2(nodes)
+    network levels). With one GPU per host the network step is the tree's. All-gather and reduce-scatter have no
+    tree (``ncclInvalid``)."""
+    if coll not in ("allreduce", "allgather", "reducescatter"):
+        raise ValueError(f"nccl_latency: unknown collective {coll!r}")
+    if algo == "tree" and coll != "allreduce":
+        return math.inf
+    key = (algo, proto)
+    lat = NCCL_BASE_US[key]
+    intra = NCCL_NVLINK_US[key]
+    inter = NCCL_NET_US[("tree", proto) if ranks == nodes else key]
+    if algo == "ring":
+        steps = 2 * (ranks - 1) if coll == "allreduce" else ranks - 1
+        if nodes > 1:
+            intra = max(intra, NCCL_NET_OVERHEAD_US * (3 if proto == "simple" else 1))
+        inter_steps = 0 if nodes == 1 else (2 * (nodes - 1) if coll == "allreduce" else nodes - 1)
+        lat += (steps - inter_steps) * intra + inter_steps * inter
+    else:
+        lat += 2 * ((ranks // nodes - 1) * intra + int(math.log2(nodes)) * inter)
+    return lat * 1e-6
+
+
+def nccl_small_latency(coll: str, ranks: int, nodes: int) -> float:
+    """Seconds of the quickest of NCCL's algorithms and protocols for a message small enough that latency
+    decides (NCCL picks the least ``ncclTopoGetAlgoTime``): LL on the tree or the ring."""
+    return min(nccl_latency(coll, a, p, ranks, nodes) for a in ("tree", "ring") for p in ("ll", "ll128", "simple"))
+
+
+def collective_rates(groups: list[tuple[int, float, str]], *, domain: int, nvlink_bw: float, nic_bw: float,
+                     t_collective: float) -> tuple[float, float]:
     """(bandwidth B/s, latency s) per collective of a layer, averaged so that ``bytes / bandwidth`` and
     ``count x latency`` give the layer's totals (bytes per GPU as :func:`collective_groups` counts them).
 
     A collective inside one NVLink domain (``domain`` GPUs, one host) runs at ``nvlink_bw`` per GPU and direction
-    and takes ``t_collective``. One over n > domain GPUs spans ceil(n / domain) hosts. NCCL splits it into one
-    ring per channel and spreads the channels over the host's NICs; each ring leaves a host once, so a host sends
-    as many bytes across as one GPU's share of the collective, spread over all its NICs: the bus bandwidth is
-    ``domain`` x ``nic_bw`` (the NICs of one host; ``nic_bw`` is NICs per GPU x rate), capped by NVLink
-    [derived; nccl-tests#290: 46-48 GB/s of bus bandwidth per 400 Gb/s NIC]. Its latency grows by
-    ``net_latency`` per level of the tree NCCL builds across the hosts (ceil(log2 hosts) levels) [assumed: NCCL
-    picks its tree algorithm for small messages across hosts]."""
+    and takes ``t_collective`` (SGLang's custom all-reduce). One over n > domain GPUs spans ceil(n / domain)
+    hosts and runs on NCCL: NCCL splits it into one ring per channel and spreads the channels over the host's
+    NICs; each ring leaves a host once, so a host sends as many bytes across as one GPU's share of the
+    collective, spread over all its NICs: the bus bandwidth is ``domain`` x ``nic_bw`` (the NICs of one host;
+    ``nic_bw`` is NICs per GPU x rate), capped by NVLink [derived; nccl-tests#290: 46-48 GB/s of bus bandwidth
+    per 400 Gb/s NIC]. Its latency is NCCL's own model of the quickest algorithm and protocol for a small
+    message (:func:`nccl_small_latency`: base latency, NVLink steps, network steps)."""
     if not groups:
         return nvlink_bw, t_collective
-    total = sum(b for _, b in groups)
+    total = sum(g[1] for g in groups)
     across = min(nvlink_bw, domain * nic_bw)
-    seconds, extra = 0.0, 0.0
-    for n, nbytes in groups:
+    seconds, latency = 0.0, 0.0
+    for n, nbytes, coll in groups:
         hosts = math.ceil(n / domain)
         seconds += nbytes / (across if hosts > 1 else nvlink_bw)
-        extra += net_latency * math.ceil(math.log2(hosts)) if hosts > 1 else 0.0
+        latency += nccl_small_latency(coll, n, hosts) if hosts > 1 else t_collective
     bw = total / seconds if seconds > 0 else nvlink_bw
-    return bw, t_collective + extra / len(groups)
+    return bw, latency / len(groups)
+
+
+# ---- expert parallelism over DeepEP (deepseek-ai/DeepEP README at 567632dd, H800 + ConnectX-7 400 Gb/s) --------
+# achieved fraction of one 400 Gb/s NIC (~50 GB/s) per GPU: normal kernels (NVLink forwarding, 4096 tokens) at
+# EP64 dispatch 51 / combine 50 GB/s; low-latency kernels (pure RDMA, 128 tokens) at EP64 43 / 46 GB/s; inside
+# one host the normal kernels reach 153 / 158 GB/s of the H800's ~160 GB/s NVLink
+DEEPEP_RDMA_EFF = {"normal": (1.0, 1.0), "low_latency": (43 / 50, 46 / 50)}
+DEEPEP_NVLINK_EFF = (153 / 160, 158 / 160)
+
+
+def deepep_bytes(model: ModelSpec) -> tuple[float, float]:
+    """(dispatch, combine) bytes of one token's copy to one expert: FP8 activations with one fp32 scale per 128
+    values out, BF16 back (DeepEP's V3 setting)."""
+    return model.hidden * (1.0 + 4.0 / 128), 2.0 * model.hidden
+
+
+def remote_copies(model: ModelSpec, ep: int, domain: int, mode: str) -> tuple[float, float]:
+    """(copies over the network, copies over NVLink) one token sends per MoE layer under DeepEP.
+
+    Its ``e`` experts lie on random GPUs of ``ep`` (``hosts`` = ep / domain hosts): the low-latency kernels
+    send one copy per expert, (hosts - 1) / hosts of them to another host; the normal kernels send one copy per
+    other host the token's experts are on (1 - (1 - 1/hosts)^e of each, NVLink forwarding inside it) and one
+    per expert over NVLink."""
+    e = model.experts_per_token
+    hosts = max(1, math.ceil(ep / domain))
+    local = e * (min(ep, domain) - 1) / ep
+    if mode == "low_latency":
+        return e * (hosts - 1) / hosts, local
+    return (hosts - 1) * (1 - (1 - 1 / hosts) ** e), e * (min(ep, domain) - 1) / min(ep, domain)
+
+
+def a2a_groups(model: ModelSpec, *, tp: int, ep: int, domain: int, mode: str, nvlink_bw: float, nic_bw: float,
+               nic_latency: float, t_collective: float) -> list[tuple[float, float, float]]:
+    """(calls per layer, seconds per token of the iteration, latency s) of DeepEP's dispatch and combine, averaged
+    over all layers (only the MoE layers run them).
+
+    Each GPU dispatches its 1/tp share of the iteration's tokens; a call lasts as long as the slower of its
+    network part (the copies to other hosts at DeepEP's achieved share of the GPU's NICs) and its NVLink part,
+    plus one network latency (``nic_latency``) when it crosses hosts, else ``t_collective``."""
+    moe_share = model.moe_layers / model.layers
+    remote, local = remote_copies(model, ep, domain, mode)
+    hosts = math.ceil(ep / domain)
+    out = []
+    for i, nbytes in enumerate(deepep_bytes(model)):
+        net = remote * nbytes / (nic_bw * DEEPEP_RDMA_EFF[mode][i]) if hosts > 1 else 0.0
+        nvl = local * nbytes / (nvlink_bw * DEEPEP_NVLINK_EFF[i])
+        out.append((moe_share, moe_share * max(net, nvl) / tp, nic_latency if hosts > 1 else t_collective))
+    return out
+
+
+def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_mode: str, domain: int,
+               nvlink_bw: float, nic_bw: float, t_collective: float, nic_latency: float) -> dict[str, float]:
+    """The step model's communication symbols of one layer: ``n_coll`` collectives (averaged over layers),
+    ``coll_bytes`` per token per GPU at ``link_bw``, ``t_collective`` each.
+
+    Without an all-to-all backend, the collectives of :func:`collective_groups` at :func:`collective_rates`.
+    With DeepEP (``a2a="deepep"``, SGLang's ``--moe-a2a-backend deepep``), the MoE layers replace the gather and
+    scatter of the tokens by DeepEP's dispatch and combine (:func:`a2a_groups`); the dense layers keep them."""
+    groups = collective_groups(model, tp, dp)
+    bw, lat = collective_rates(groups, domain=domain, nvlink_bw=nvlink_bw, nic_bw=nic_bw, t_collective=t_collective)
+    nbytes = sum(g[1] for g in groups)
+    if a2a != "deepep" or not model.routed_experts or ep <= 1:
+        return {"n_coll": float(len(groups)), "coll_bytes": nbytes, "link_bw": bw, "t_collective": lat}
+    dense_share = 1 - model.moe_layers / model.layers
+    calls = a2a_groups(model, tp=tp, ep=ep, domain=domain, mode=deepep_mode, nvlink_bw=nvlink_bw, nic_bw=nic_bw,
+                       nic_latency=nic_latency, t_collective=t_collective)
+    n = dense_share * len(groups) + sum(c for c, _, _ in calls)
+    seconds = dense_share * nbytes / bw + sum(s for _, s, _ in calls)
+    latency = dense_share * len(groups) * lat + sum(c * t for c, _, t in calls)
+    # keep coll_bytes a byte count: the all-to-all's seconds per token expressed at NVLink's rate
+    return {"n_coll": n, "coll_bytes": seconds * nvlink_bw, "link_bw": nvlink_bw, "t_collective": latency / n}
 
 
 def gemm_precision(weights: str) -> str:

@@ -127,6 +127,8 @@ PARAM_DIMENSIONS = {
     "t_hs": "time", "t_hs_req": "time", "t_hs_admit": "time", "t_token": "time", "stage_copy_bw": "bandwidth",
     "cxl_map_bytes": "bytes", "swap_load_bytes": "bytes", "buffer_extra_slots": "tokens",
     "load_balance": "string", "weights": "string", "max_prefill_tokens": "tokens",
+    "moe_a2a": "string", "deepep_mode": "string", "two_batch_overlap": "dimensionless",
+    "ep_redundant": "dimensionless",
 }
 # Parameters of earlier versions, and what replaced them (a scenario naming one gets this in its error)
 RETIRED_PARAMS = {
@@ -160,6 +162,10 @@ PARAM_RANGES: dict[str, Range] = {
     "attn_dtype": Range("string", 0, 0, choices=("fp8", "bf16", "fp16")),
     "rdma_topk_granularity": Range("string", 0, 0, choices=("entry", "page")),
     "load_balance": Range("string", 0, 0, choices=("round_robin",)),
+    "moe_a2a": Range("string", 0, 0, choices=("none", "deepep")),
+    "deepep_mode": Range("string", 0, 0, choices=("normal", "low_latency")),
+    "two_batch_overlap": Range("dimensionless", 0, 1, integer=True),
+    "ep_redundant": Range("dimensionless", 0, 1 << 16, integer=True),
     "score_correlation": Range("dimensionless", 0.0, 0.999999),
     "drift_settling": Range("dimensionless", 0.0, 1e4),
     "settling_steps": Range("dimensionless", 0.0, 1e9, lo_open=True),

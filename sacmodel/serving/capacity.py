@@ -30,7 +30,9 @@ from .config import Config
 def weights_per_gpu(cfg: Config) -> float:
     """Bytes of weights on one GPU (:func:`sacmodel.hardware.sizing.weights_per_gpu`)."""
     from ..hardware.sizing import weights_per_gpu as sized
-    return sized(cfg.model, cfg.topo.param("weight_bytes_per_param"), tp=cfg.tp, dp=cfg.dp)
+    t = cfg.topo
+    return sized(cfg.model, t.param("weight_bytes_per_param"), tp=cfg.tp, dp=cfg.dp,
+                 redundant=int(t.param("ep_redundant")) if t.has_param("ep_redundant") else 0)
 
 
 def device_token_bytes(cfg: Config) -> float:

@@ -13,8 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..hardware.models import ModelSpec, entry_bytes, model_of
-from ..hardware.sizing import (HEAD_BYTES, attention_split, collective_groups, collective_rates, collectives,
-                               decode_kernels, gemm_precision, sglang_refusal)
+from ..hardware.sizing import HEAD_BYTES, attention_split, decode_kernels, gemm_precision, layer_comm, sglang_refusal
 from ..hardware.scenarios import as_topology, is_builtin
 from ..hardware.topology import LIMITS as TOPOLOGY_LIMITS
 from ..hardware.topology import Topology, TopologyError, with_pool_size
@@ -163,6 +162,11 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
     return cfg
 
 
+def _text(topo: Topology, name: str, default: str) -> str:
+    """A text setting of the scenario's serving section (``moe_a2a``, ``deepep_mode``), else ``default``."""
+    return topo.serving[name].raw if name in topo.serving else default
+
+
 def _setting_int(topo: Topology, name: str) -> int | None:
     return int(topo.param(name)) if topo.has_param(name) else None
 
@@ -182,7 +186,8 @@ def profiled_pool(cfg: Config) -> int:
     t, m = cfg.topo, cfg.model
     gpu = t.node(t.gpus[0])
     memory = gpu.get("memory_reported", gpu["hbm_capacity"])
-    weights = weights_per_gpu(m, t.param("weight_bytes_per_param"), tp=cfg.tp, dp=cfg.dp)
+    weights = weights_per_gpu(m, t.param("weight_bytes_per_param"), tp=cfg.tp, dp=cfg.dp,
+                              redundant=int(_setting(t, "ep_redundant", 0)))
     cell = kv_cell_bytes(m, cfg.entry_bytes, cfg.attn_tp)
     return kv_pool_tokens(memory, t.param("mem_fraction"), weights, cell, cfg.page)
 
@@ -236,13 +241,14 @@ def static_values(cfg: Config) -> dict[str, float]:
         stage_passes=_setting(t, "stage_passes", 4.0),
         stage_copy_bw=t.param("stage_copy_bw") if cfg.system == "rdma" else 1.0,
     )
-    n_coll, coll_bytes = collectives(m, cfg.tp, cfg.dp)
-    v.update(n_kernels=float(decode_kernels(m)), n_coll=float(n_coll), coll_bytes=coll_bytes)
+    v["n_kernels"] = float(decode_kernels(m))
     gpu = t.node(t.gpus[0])        # beyond one NVLink domain, collectives cross the hosts' NICs
-    v["link_bw"], v["t_collective"] = collective_rates(
-        collective_groups(m, cfg.tp, cfg.dp), domain=int(gpu.get("nvlink_domain", len(t.gpus))),
-        nvlink_bw=v["link_bw"], nic_bw=gpu.get("nics_per_gpu", 1.0) * gpu.get("nic_rate", v["link_bw"]),
-        t_collective=v["t_collective"], net_latency=gpu.get("nic_latency", 0.0))
+    v.update(layer_comm(m, tp=cfg.tp, dp=cfg.dp, ep=cfg.ep, a2a=_text(t, "moe_a2a", "none"),
+                        deepep_mode=_text(t, "deepep_mode", "low_latency"),
+                        domain=int(gpu.get("nvlink_domain", len(t.gpus))), nvlink_bw=v["link_bw"],
+                        nic_bw=gpu.get("nics_per_gpu", 1.0) * gpu.get("nic_rate", v["link_bw"]),
+                        t_collective=v["t_collective"], nic_latency=gpu.get("nic_latency", 0.0)))
+    v["tbo"] = _setting(t, "two_batch_overlap", 0.0)
     nics = t.pools.get("rdma", [])
     if nics:
         nic = t.node(nics[0])

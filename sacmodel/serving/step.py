@@ -56,7 +56,7 @@ from .costs import swap_in_time, sym
 sp = lazy_module("sympy")     # only to build the expressions: predictions run the generated code
 
 RANK_TERMS = ("attn_proj", "indexer", "attention", "hisparse", "swap", "rdma_topk")
-SHARED_TERMS = ("fixed", "comm", "dense_mlp", "moe", "lm_head")
+SHARED_TERMS = ("fixed", "comm", "dense_mlp", "moe", "lm_head", "tbo_overlap")
 PREFILL_TERMS = ("hisparse_admit", "prefill_proj", "prefill_indexer", "prefill_attention", "prefill_decompress")
 FETCH_TERMS = ("stage_copy", "nic")
 
@@ -166,17 +166,33 @@ def shared_terms() -> dict[str, sp.Expr]:
              * sym("t_graph_kernel", "second", "GPU time of one small kernel in a CUDA-graph decode iteration")
              + sym("n_coll", "dimensionless", "collectives per layer (all-reduce, all-gather, reduce-scatter)")
              * sym("t_collective", "second", "latency of one small NVLink collective"))
-    return {
-        "fixed": c["layers"] * floor,
+    tbo = sym("tbo", "dimensionless", "1 with two-batch overlap (SGLang --enable-two-batch-overlap), else 0")
+    # two micro-batches each read the experts their half of the tokens route to
+    experts = (1 - tbo) * _busiest_experts(Nd) + tbo * 2 * _busiest_experts(Nd / 2)
+    terms = {
+        "fixed": c["layers"] * floor * (1 + tbo),
         "comm": c["layers"] * N * sym("coll_bytes", "byte", "collective bytes per token per layer per GPU")
         / sym("link_bw", "byte/second", "NVLink bandwidth per GPU per direction"),
         "dense_mlp": _roof(c["fu"] * 2 * N * dense / c["tp"], c["wb"] * dense / c["tp"], c["pw"], meff),
-        "moe": _roof(c["fu"] * 2 * N * l_moe * e * P_exp / c["tp"], c["wb"] * l_moe * P_exp * _busiest_experts(Nd)
+        "moe": _roof(c["fu"] * 2 * N * l_moe * e * P_exp / c["tp"], c["wb"] * l_moe * P_exp * experts
                      / c["tp"], c["pw"], meff, sym("moe_eff", "dimensionless",
                                                    "achieved fraction of HBM bandwidth of the grouped MoE GEMM")),
         "lm_head": _roof(c["fu"] * 2 * S * vh / c["tp"], sym("head_bytes", "byte", "bytes per LM head param")
                          * vh / c["tp"], c["p16"], meff),
     }
+    terms["tbo_overlap"] = -tbo * tbo_hidden(terms["dense_mlp"] + terms["moe"] + terms["lm_head"], terms["comm"],
+                                             c["layers"])
+    return terms
+
+
+def tbo_hidden(compute, comm, layers):
+    """Seconds of communication (or computation) that two-batch overlap hides: SGLang's TBO splits the batch in
+    two micro-batches and runs one's dispatch and combine while the other computes (attention, then the MLP),
+    layer after layer, so the step lasts max(compute, comm) plus what cannot overlap: the first micro-batch's
+    first block and the last one's last, one layer's part of a micro-batch, min(compute, comm) / (2 layers).
+    The hidden part is the rest of the smaller one (LMSYS, "Deploying DeepSeek with PD Disaggregation and
+    Large-scale Expert Parallelism on 96 H100 GPUs", 2025-05-05: two-batch overlap)."""
+    return sp.Min(compute, comm) * (1 - 1 / (2 * layers))
 
 
 @lru_cache(maxsize=1)

@@ -30,7 +30,7 @@ V = dict(layers=10.0, w_bytes=1.0, tp=4.0, attn_tp=2.0, peak_bf16=1e15, peak_fp8
          mlp_eff=0.5, p_head=1e9, head_bytes=2.0, n_kernels=20.0, t_graph_kernel=2e-6, n_coll=3.0, t_collective=1e-5,
          P=5.0, H=3.0, mha_on=0.0, dense_on=0.0, index_on=1.0, admit_on=1.0, t_hs_admit=2e-3, f_mha=3000.0,
          p_kvb=1e7, t_launch=5e-6, N_f=1000.0, nic_bw=1e10, stage_copy_bw=5e9, stage_passes=3.0, N_b=2000.0,
-         bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4)
+         bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4, tbo=0.0)
 
 
 def ev(group, **kw):
@@ -81,6 +81,29 @@ def test_shared_terms_by_hand():
     assert t["moe"] == pytest.approx(max(2 * 64 * 8 * 8 * 4e7 / 4 / 1e15, 8 * 4e7 * experts / 4 / (4e12 * 0.8)),
                                      rel=1e-12)
     assert t["lm_head"] == pytest.approx(max(2 * 64 * 1e9 / 4 / 5e14, 2 * 1e9 / 4 / 2e12), rel=1e-12)
+
+
+def test_two_batch_overlap_by_hand():
+    """Two-batch overlap: each micro-batch launches its own kernels and collectives (the floor twice) and reads
+    the experts its half of the tokens routes to; the smaller of compute (dense MLP, MoE, LM head) and
+    communication hides behind the larger but for one layer's part of one micro-batch, min / (2 layers)."""
+    off, on = ev("shared", N=512.0, N_d=512.0, S=512.0), ev("shared", N=512.0, N_d=512.0, S=512.0, tbo=1.0)
+    assert on["fixed"] == pytest.approx(2 * off["fixed"], rel=1e-12)
+    half = 256 * (1 - (1 - 8 / 256) ** 256)
+    assert on["moe"] == pytest.approx(max(2 * 512 * 8 * 8 * 4e7 / 4 / 1e15, 8 * 4e7 * 2 * half / 4 / 3.2e12), rel=1e-12)
+    compute = on["dense_mlp"] + on["moe"] + on["lm_head"]
+    assert on["tbo_overlap"] == pytest.approx(-min(compute, on["comm"]) * (1 - 1 / 20), rel=1e-12)
+    assert off["tbo_overlap"] == 0.0
+
+
+@pytest.mark.parametrize("coll_bytes", [1e2, 1e4, 1e6, 1e8])
+def test_two_batch_overlap_lies_between_the_larger_part_and_the_sum(coll_bytes):
+    """A law: with overlap, compute and communication together last at least the larger and at most their sum,
+    whichever dominates."""
+    t = ev("shared", N=512.0, N_d=512.0, S=512.0, tbo=1.0, coll_bytes=coll_bytes)
+    compute, comm = t["dense_mlp"] + t["moe"] + t["lm_head"], t["comm"]
+    both = compute + comm + t["tbo_overlap"]
+    assert max(compute, comm) <= both <= compute + comm
 
 
 def test_lm_head_in_the_compute_bound_regime_and_moe_over_all_tokens():

@@ -375,3 +375,63 @@ def test_a_large_gpu_reserves_at_least_10_gib():
         (143771 - 10240) / 143771, 3) == 0.929
     assert mem_fraction_default(40960, tp=1, dp=1, chunk=2048, cuda_graph_max_bs=256) == round(
         (40960 - 4224) / 40960, 3)
+
+
+# ---- expert parallelism over DeepEP ----------------------------------------------------------------------------
+def test_deepep_copies_and_rates_by_hand():
+    """DeepSeek-V3 over EP72 (9 hosts of 8): a token's 8 experts lie on random GPUs. The low-latency kernels send
+    one FP8 copy per expert (7,168 x (1 + 4/128) = 7,392 B), 8 x 8/9 of them to other hosts, at 43/50 of the GPU's
+    50 GB/s NIC (DeepEP README, EP64 dispatch 43 GB/s), and combine BF16 copies (14,336 B) at 46/50. Each GPU
+    sends 1/72 of the iteration's tokens; 58 of 61 layers are MoE layers."""
+    from sacmodel.hardware.sizing import a2a_groups, deepep_bytes, remote_copies
+    m = get_model("deepseek-v3")
+    assert deepep_bytes(m) == (pytest.approx(7392.0), pytest.approx(14336.0))
+    remote, local = remote_copies(m, 72, 8, "low_latency")
+    assert remote == pytest.approx(8 * 8 / 9) and local == pytest.approx(8 * 7 / 72)
+    calls = a2a_groups(m, tp=72, ep=72, domain=8, mode="low_latency", nvlink_bw=450e9, nic_bw=50e9,
+                       nic_latency=20e-6, t_collective=10e-6)
+    share = 58 / 61
+    assert calls[0] == (pytest.approx(share), pytest.approx(share * 64 / 9 * 7392 / 43e9 / 72), 20e-6)
+    assert calls[1][1] == pytest.approx(share * 64 / 9 * 14336 / 46e9 / 72)
+    # the normal kernels send one copy per other host holding one of the token's experts: 8 x (1 - (7/8)^8)
+    assert remote_copies(m, 64, 8, "normal")[0] == pytest.approx(7 * (1 - (7 / 8) ** 8))
+
+
+def test_deepep_over_more_hosts_never_sends_less_per_token():
+    """A law: at a fixed number of GPUs per host, more hosts put more of a token's copies on the network, in both
+    modes."""
+    from sacmodel.hardware.sizing import remote_copies
+    m = get_model("deepseek-v3")
+    for mode in ("normal", "low_latency"):
+        r = [remote_copies(m, 8 * h, 8, mode)[0] for h in range(1, 33)]
+        assert r[0] == 0.0 and all(b >= a for a, b in zip(r, r[1:]))
+
+
+def test_expert_parallel_instances_across_hosts_build_or_name_sglangs_rule():
+    """DP64 / EP64 on 8 hosts of H200: SGLang's default mem_fraction_static reserves 3 x cuda_graph_max_bs x dp
+    (+1.5 x above a graph batch of 300) for DP attention, more than the GPU, so it is refused with that rule; with
+    a smaller graph batch (LMSYS's decode servers ran --cuda-graph-bs up to 256) or a given mem_fraction it builds.
+    EP72 needs EPLB's redundant experts (256 + 32 = 288 = 72 x 4); DeepEP needs DP attention and EP over all GPUs;
+    two-batch overlap needs DeepEP."""
+    with pytest.raises(TopologyError, match=r"dp=64: SGLang's default mem_fraction_static would be .* for DP attention"):
+        scenario("h200", gpus=64, dp=64, ep=64)
+    t = scenario("h200", gpus=64, dp=64, ep=64, cuda_graph_max_bs=128, moe_a2a="deepep")
+    assert len(t.gpus) == 64 and 0 < t.param("mem_fraction") < 1 and t.serving["moe_a2a"].raw == "deepep"
+    with pytest.raises(TopologyError, match=r"ep=72 must divide the 256 routed experts"):
+        scenario("h100", gpus=72, dp=72, ep=72, model="deepseek-v3", mem_fraction=0.8)
+    t72 = scenario("h100", gpus=72, dp=72, ep=72, model="deepseek-v3", mem_fraction=0.8, ep_redundant=32,
+                   moe_a2a="deepep", two_batch_overlap=True)
+    v = static_values(resolve(t72, "gpu"))
+    assert v["tbo"] == 1.0 and v["t_collective"] > 10e-6
+    with pytest.raises(TopologyError, match=r"sets ep_size = tp_size"):
+        scenario("h100", gpus=16, dp=16, ep=8, model="deepseek-v3", mem_fraction=0.8, moe_a2a="deepep")
+    with pytest.raises(TopologyError, match=r"needs --moe-a2a-backend deepep"):
+        scenario("h100", gpus=16, dp=16, ep=16, model="deepseek-v3", mem_fraction=0.8, two_batch_overlap=True)
+
+
+def test_redundant_experts_take_their_weights():
+    """EPLB's 32 replicas of V3's experts add 58 layers x 32 x 3 x 7,168 x 2,048 FP8 params over the 72 GPUs."""
+    m = get_model("deepseek-v3")
+    wb = 1 + 4 / 128 ** 2
+    extra = weights_per_gpu(m, wb, tp=72, dp=72, redundant=32) - weights_per_gpu(m, wb, tp=72, dp=72)
+    assert extra == pytest.approx(wb * 58 * 32 * 3 * 7168 * 2048 / 72)

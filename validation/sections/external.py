@@ -73,6 +73,7 @@ def external_case() -> dict | None:
     groups = sorted({r["group"] for r in rep["checks"]})
     rep["mape"]["by_group"] = {g: _mape([r for r in rep["checks"] if r["group"] == g]) for g in groups}
     rep["coverage"] = coverage(rep["checks"])
+    rep["large_scale"] = large_scale_case()
     low = [r for r in rep["after"] + rep["checks"] if r["concurrency"] <= 8 and math.isfinite(r["predicted"]["ttft"])]
     gap = [r["measured"]["ttft"] - r["predicted"]["ttft"] for r in low]
     rep["low_load_ttft_gap_ms"] = {"runs": len(gap), "median": float(np.median(gap)), "min": float(np.min(gap)),
@@ -82,6 +83,51 @@ def external_case() -> dict | None:
     rep["kernel_efficiency"].update({f"{a} kernel floor": {"t_graph_kernel_scale": v}
                                      for a, v in GRAPH_KERNEL_SCALE.items()})
     return rep
+
+
+LARGE = HERE / "data" / "large_scale_checks.csv"
+LARGE_TARGET = 20.0        # issue 35: per node, input and output throughput of the large-scale deployment
+
+
+def large_scale_case() -> list[dict]:
+    """Disaggregated roles across hosts (``validation/data/large_scale_checks.csv``): each role's throughput per
+    node predicted with :func:`sacmodel.serving.roles.role_throughput` on the published settings (checks only)."""
+    import csv
+
+    from sacmodel import scenario
+    from sacmodel.serving.roles import role_throughput
+    out = []
+    with open(LARGE, newline="") as f:
+        for row in csv.DictReader(f):
+            kw = dict(gpus=int(row["gpus"]), model=row["model"], weights=row["weights"], dp=int(row["dp"]),
+                      ep=int(row["ep"]), ep_redundant=int(row["ep_redundant"] or 0), moe_a2a="deepep",
+                      deepep_mode=row["deepep_mode"], two_batch_overlap=row["two_batch_overlap"] == "1",
+                      mem_fraction=float(row["mem_fraction"]))
+            if row["chunked_prefill"]:
+                kw["chunked_prefill"] = int(row["chunked_prefill"])
+            if row["cuda_graph_max_bs"]:
+                kw["cuda_graph_max_bs"] = int(row["cuda_graph_max_bs"])
+            r = role_throughput(scenario(row["gpu"], **kw), row["role"], prompt=int(row["prompt"]),
+                                tokens_per_gpu=int(row["tokens_per_gpu"]) if row["tokens_per_gpu"] else None,
+                                batch_per_gpu=int(row["batch_per_gpu"]) if row["batch_per_gpu"] else None)
+            pub = float(row["published_tok_s_per_node"])
+            out.append({"id": row["id"], "role": row["role"], "setup": f"{row['gpus']} x {row['gpu'].upper()} "
+                        f"EP{row['ep']} {row['deepep_mode']}" + (" TBO" if kw["two_batch_overlap"] else ""),
+                        "published": pub, "predicted": r["tok_s_per_node"], "step_ms": 1e3 * r["step_s"],
+                        "error_pct": 100 * (r["tok_s_per_node"] - pub) / pub, "source": row["source"]})
+    return out
+
+
+def render_large_scale(rows: list[dict]) -> list[str]:
+    """The large-scale checks as a table of predicted against published throughput per node, signed."""
+    if not rows:
+        return []
+    return ["### Instances across hosts: disaggregated roles with expert parallelism (checks, not fitted)", "",
+            table([[r["id"], r["role"], r["setup"], fmt(r["published"], 0), fmt(r["predicted"], 0),
+                    fmt(r["step_ms"], 1), fmt(r["error_pct"])] for r in rows],
+                  ["check", "role", "setup", "published tok/s per node", "model", "step ms", "signed err %"]), "",
+            f"Target: within {LARGE_TARGET:g}% per node. Sources: " + "; ".join(f"{r['id']}: {r['source']}"
+                                                                                for r in rows), ""]
 
 
 def _ms(d: dict, k: str) -> str:
@@ -172,7 +218,8 @@ def render(rep) -> list[str]:
          "Before (testbed constants and transfer rules only):", "", _table(ext["before"]), "",
          "After (Hopper FP8 kernel efficiencies fitted here):", "", _table(ext["after"]), "",
          "### Checks (not fitted)", "", _table(ext["checks"]), "",
-         "Sources of the checks: " + "; ".join(sorted({f"{r['id']}: {r['source']}" for r in ext["checks"]})), ""]
+         "Sources of the checks: " + "; ".join(sorted({f"{r['id']}: {r['source']}" for r in ext["checks"]})), "",
+         *render_large_scale(ext.get("large_scale", []))]
     return L
 
 

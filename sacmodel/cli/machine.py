@@ -17,12 +17,18 @@ FLAGS = {
     "--max-running-requests": "max_running_requests",
     "--scheduler-recv-interval": "scheduler_recv_interval", "--piecewise-cuda-graph": "piecewise_cuda_graph",
     "--pool": "pool", "--cxl-devices": "cxl_devices",
-    "--rdma-nics": "rdma_nics",
+    "--rdma-nics": "rdma_nics", "--moe-a2a": "moe_a2a", "--deepep-mode": "deepep_mode",
+    "--two-batch-overlap": "two_batch_overlap", "--ep-redundant": "ep_redundant",
+    "--cuda-graph-max-bs": "cuda_graph_max_bs",
 }
 
 
 def _fraction(s: str) -> float:
-    return number(s, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    """A fraction in (0, 1) (``mem_fraction_static``)."""
+    v = number(s, lo=0.0, hi=1.0, lo_open=True)
+    if v >= 1.0:
+        raise argparse.ArgumentTypeError(f"must be below 1, got {s!r}")
+    return v
 
 
 def add_machine(p: argparse.ArgumentParser) -> None:
@@ -58,6 +64,19 @@ def add_machine(p: argparse.ArgumentParser) -> None:
     add("--piecewise-cuda-graph", action="store_true",
         help="run short prefills as SGLang's piecewise CUDA graphs (its default from v0.5.10 on; needs --dp 1 and a "
              "dense-attention model)")
+    add("--moe-a2a", choices=("none", "deepep"),
+        help="SGLang's --moe-a2a-backend: deepep dispatches tokens to their experts with DeepEP over NVLink and "
+             "the hosts' NICs (needs --dp and --ep equal to --gpus; default none)")
+    add("--deepep-mode", choices=("auto", "normal", "low_latency"),
+        help="DeepEP's kernels with --moe-a2a deepep: normal (a prefill server), low_latency (a decode server), "
+             "auto (SGLang's default, priced as low_latency)")
+    add("--two-batch-overlap", action="store_true",
+        help="SGLang's --enable-two-batch-overlap: two micro-batches overlap communication with computation "
+             "(needs --moe-a2a deepep)")
+    add("--ep-redundant", type=arg(count, hi=1024), metavar="N",
+        help="SGLang's --ep-num-redundant-experts: EPLB replicas, so that experts + replicas divide by --ep")
+    add("--cuda-graph-max-bs", type=arg(count, hi=4096), metavar="N",
+        help="SGLang's --cuda-graph-max-bs (default: SGLang's rule for the GPU; it sizes DP attention's reserve)")
     add("--pool", metavar="LIST", help="KV pools to add: cxl and/or rdma, comma-separated (default: none)")
     add("--cxl-devices", type=arg(count, hi=1024), metavar="N", help="CXL devices of the pool (default 2; with --gpu, "
                                                                               "needs --pool cxl)")

@@ -34,7 +34,7 @@ EFFICIENCIES = ("hbm_eff", "moe_eff", "compute_eff", "prefill_eff", "mlp_eff")
 CONSTANT_NAMES = {"t_hs": "HiSparse CPU work per step (t_hs)", "t_hs_req": "HiSparse CPU work per request (t_hs_req)",
                   "t_hs_admit": "HiSparse admission CPU work (t_hs_admit)",
                   "t_graph_kernel": "GPU small-kernel floor (t_graph_kernel)",
-                  "t_collective": "NVLink collective latency (t_collective)",
+                  "t_collective": "collective latency (t_collective; NCCL's model across hosts)",
                   "t_launch": "CPU kernel launches (t_launch)", "t_kernel": "gather kernel fixed cost (t_kernel)",
                   "t_token": "front end, per prompt token (t_token)",
                   "t_request": "serving path outside the engine (t_request)",
@@ -154,9 +154,14 @@ def labels_of(cfg: Config) -> dict:
     from ..hardware.sizing import gemm_precision
     t = cfg.topo
     nics = t.pools.get("rdma", [])
+    domain = int(t.node(t.gpus[0]).get("nvlink_domain", len(t.gpus)))
+    deepep = "moe_a2a" in t.serving and t.serving["moe_a2a"].raw == "deepep"
+    link = ("NVLink (per GPU and direction)" if cfg.tp <= domain else
+            "the hosts' NICs (DeepEP dispatch and combine)" if deepep else
+            "the hosts' NICs (NCCL collectives across hosts)")
     return {"topo": t, "hbm_bw": "GPU HBM bandwidth", "peak_bf16": "GPU BF16 FLOP/s", "peak_fp8": "GPU FP8 FLOP/s",
             "peak_w": f"GPU {gemm_precision(cfg.weights).upper()} FLOP/s ({cfg.weights} weights)",
-            "link_bw": "NVLink (per GPU and direction)", "pf_rate": f"{nics[0]} rate" if nics else "NIC rate"}
+            "link_bw": link, "pf_rate": f"{nics[0]} rate" if nics else "NIC rate"}
 
 
 # ---- a prediction's terms -------------------------------------------------------------------------

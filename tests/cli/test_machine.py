@@ -107,3 +107,16 @@ def test_a_config_with_a_zero_size_exits_2_naming_the_field(capsys, tmp_path):
                                 "moe_intermediate_size": 0}))
     rc, _, err = run(capsys, "predict", "--gpu", "h200", "--model", str(path), "--system", "gpu", "--context", "8K")
     assert rc == 2 and "'moe_intermediate_size' must be positive" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_expert_parallel_instance_across_hosts_from_the_flags(capsys):
+    """LMSYS's decode servers in flags: 72 x H100 over 9 hosts, DeepEP low-latency, two-batch overlap, 32 EPLB
+    replicas, a given mem_fraction (the flag's type had broken it). DeepEP without DP attention over every GPU
+    is refused with SGLang's rule, exit status 2, one line."""
+    rc, out, _ = run(capsys, "scenarios", "--build", "--gpu", "h100", "--gpus", "72", "--model", "deepseek-v3",
+                     "--dp", "72", "--ep", "72", "--ep-redundant", "32", "--moe-a2a", "deepep", "--deepep-mode",
+                     "low_latency", "--two-batch-overlap", "--mem-fraction", "0.85", "--cuda-graph-max-bs", "256")
+    assert rc == 0 and "moe_a2a" in out and "two_batch_overlap" in out and "9 hosts of 8" in out
+    rc, out, err = run(capsys, "predict", "--system", "gpu", "--gpu", "h100", "--gpus", "16", "--model",
+                       "deepseek-v3", "--moe-a2a", "deepep", "--mem-fraction", "0.85", "--context", "2K")
+    assert rc == 2 and "sets ep_size = tp_size" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

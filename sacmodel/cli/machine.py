@@ -68,8 +68,8 @@ def add_machine(p: argparse.ArgumentParser) -> None:
         help="SGLang's --moe-a2a-backend: deepep dispatches tokens to their experts with DeepEP over NVLink and "
              "the hosts' NICs (needs --dp and --ep equal to --gpus; default none)")
     add("--deepep-mode", choices=("auto", "normal", "low_latency"),
-        help="DeepEP's kernels with --moe-a2a deepep: normal (a prefill server), low_latency (a decode server), "
-             "auto (SGLang's default, priced as low_latency)")
+        help="DeepEP's kernels with --moe-a2a deepep: normal (a prefill server; no CUDA graph), low_latency (a "
+             "decode server), auto (SGLang's default: normal for batches that prefill, low_latency for decode)")
     add("--two-batch-overlap", action="store_true",
         help="SGLang's --enable-two-batch-overlap: two micro-batches overlap communication with computation "
              "(needs --moe-a2a deepep)")

@@ -95,9 +95,9 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
 
     Expert parallelism over the hosts' network (SGLang ``--moe-a2a-backend deepep``): ``moe_a2a="deepep"``
     replaces the MoE layers' gather and scatter of the tokens by DeepEP's dispatch and combine
-    (:func:`sacmodel.hardware.sizing.a2a_groups`), ``deepep_mode`` ``normal`` (a prefill server's kernels),
-    ``low_latency`` (a decode server's) or ``auto`` (SGLang's default: priced as ``low_latency``, the decode
-    kernels); ``two_batch_overlap``: SGLang's ``--enable-two-batch-overlap`` (the step's two micro-batches
+    (:func:`sacmodel.hardware.sizing.a2a_groups`), ``deepep_mode`` ``normal`` (a prefill server's kernels; no
+    CUDA graph), ``low_latency`` (a decode server's) or ``auto`` (SGLang's default: normal kernels for batches
+    that prefill, low-latency ones for decode batches); ``two_batch_overlap``: SGLang's ``--enable-two-batch-overlap`` (the step's two micro-batches
     overlap communication with computation, :func:`sacmodel.serving.step.tbo_hidden`); ``ep_redundant``:
     ``--ep-num-redundant-experts`` (EPLB's replicas: routed experts + replicas must divide by ``ep``; each GPU
     holds its share of them); ``cuda_graph_max_bs``: ``--cuda-graph-max-bs`` (it sizes DP attention's reserve).
@@ -252,8 +252,7 @@ def _ep_settings(m, *, tp: int, dp: int, ep: int, moe_a2a, deepep_mode, two_batc
                             "SGLang's --enable-two-batch-overlap needs --moe-a2a-backend deepep (moe_a2a='deepep')")
     if red and ep <= 1:
         raise TopologyError(f"scenario: ep_redundant={red} replicates experts over expert-parallel groups: give ep > 1")
-    return {"moe_a2a": a2a, "deepep_mode": "low_latency" if mode == "auto" else mode, "mode_given": mode,
-            "two_batch_overlap": tbo, "ep_redundant": red}
+    return {"moe_a2a": a2a, "deepep_mode": mode, "two_batch_overlap": tbo, "ep_redundant": red}
 
 
 def _ep_serving(p: dict) -> dict:
@@ -261,9 +260,9 @@ def _ep_serving(p: dict) -> dict:
     out = {}
     if p["moe_a2a"] == "deepep":
         out["moe_a2a"] = _num("deepep", "given (SGLang --moe-a2a-backend deepep)")
-        out["deepep_mode"] = _num(p["deepep_mode"], "given (--deepep-mode)" if p["mode_given"] != "auto" else
-                                  f"{SGLANG} --deepep-mode auto: normal kernels for prefill, low-latency for decode; "
-                                  "priced as low_latency (the decode kernels)")
+        out["deepep_mode"] = _num(p["deepep_mode"], "given (--deepep-mode)" if p["deepep_mode"] != "auto" else
+                                  f"{SGLANG} --deepep-mode auto: normal kernels for batches that prefill, "
+                                  "low-latency ones for decode batches")
     if p["two_batch_overlap"]:
         out["two_batch_overlap"] = _num("1", "given (SGLang --enable-two-batch-overlap)")
     if p["ep_redundant"]:

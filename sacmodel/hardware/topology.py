@@ -163,7 +163,7 @@ PARAM_RANGES: dict[str, Range] = {
     "rdma_topk_granularity": Range("string", 0, 0, choices=("entry", "page")),
     "load_balance": Range("string", 0, 0, choices=("round_robin",)),
     "moe_a2a": Range("string", 0, 0, choices=("none", "deepep")),
-    "deepep_mode": Range("string", 0, 0, choices=("normal", "low_latency")),
+    "deepep_mode": Range("string", 0, 0, choices=("auto", "normal", "low_latency")),
     "two_batch_overlap": Range("dimensionless", 0, 1, integer=True),
     "ep_redundant": Range("dimensionless", 0, 1 << 16, integer=True),
     "score_correlation": Range("dimensionless", 0.0, 0.999999),

@@ -167,6 +167,20 @@ def _text(topo: Topology, name: str, default: str) -> str:
     return topo.serving[name].raw if name in topo.serving else default
 
 
+def deepep_modes(topo: Topology) -> tuple[str, str]:
+    """(decode, prefill) kernels of DeepEP under SGLang's ``--deepep-mode``: ``auto`` runs the low-latency
+    kernels for decode batches and the normal ones for batches that prefill; ``normal`` or ``low_latency``
+    runs one kind for both."""
+    mode = _text(topo, "deepep_mode", "auto")
+    return ("low_latency" if mode != "normal" else "normal"), ("normal" if mode != "low_latency" else "low_latency")
+
+
+def cuda_graph_off(topo: Topology) -> bool:
+    """SGLang runs no CUDA graph with DeepEP's normal kernels for decode (``--deepep-mode normal``: they are not
+    graph-capturable; sgl-project/sglang#4767)."""
+    return _text(topo, "moe_a2a", "none") == "deepep" and _text(topo, "deepep_mode", "auto") == "normal"
+
+
 def _setting_int(topo: Topology, name: str) -> int | None:
     return int(topo.param(name)) if topo.has_param(name) else None
 
@@ -243,11 +257,15 @@ def static_values(cfg: Config) -> dict[str, float]:
     )
     v["n_kernels"] = float(decode_kernels(m))
     gpu = t.node(t.gpus[0])        # beyond one NVLink domain, collectives cross the hosts' NICs
-    v.update(layer_comm(m, tp=cfg.tp, dp=cfg.dp, ep=cfg.ep, a2a=_text(t, "moe_a2a", "none"),
-                        deepep_mode=_text(t, "deepep_mode", "low_latency"),
-                        domain=int(gpu.get("nvlink_domain", len(t.gpus))), nvlink_bw=v["link_bw"],
-                        nic_bw=gpu.get("nics_per_gpu", 1.0) * gpu.get("nic_rate", v["link_bw"]),
-                        t_collective=v["t_collective"], nic_latency=gpu.get("nic_latency", 0.0)))
+    comm = dict(tp=cfg.tp, dp=cfg.dp, ep=cfg.ep, a2a=_text(t, "moe_a2a", "none"),
+                domain=int(gpu.get("nvlink_domain", len(t.gpus))), nvlink_bw=v["link_bw"],
+                nic_bw=gpu.get("nics_per_gpu", 1.0) * gpu.get("nic_rate", v["link_bw"]),
+                t_collective=v["t_collective"], nic_latency=gpu.get("nic_latency", 0.0))
+    decode_mode, prefill_mode = deepep_modes(t)
+    v.update(layer_comm(m, deepep_mode=decode_mode, **comm))
+    pre = layer_comm(m, deepep_mode=prefill_mode, **comm)
+    # an iteration that prefills runs DeepEP's prefill kernels (Model.shared picks these)
+    v["coll_bytes_prefill"], v["t_collective_prefill"] = pre["coll_bytes"], pre["t_collective"]
     v["tbo"] = _setting(t, "two_batch_overlap", 0.0)
     nics = t.pools.get("rdma", [])
     if nics:

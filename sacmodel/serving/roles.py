@@ -42,7 +42,7 @@ def role_throughput(scenario, role: str, *, prompt: int, tokens_per_gpu: int | N
         n = batch_per_gpu * dp
         shared = model.shared(n, False, n)
         own = model.rank_time(batch_per_gpu, dp, float(prompt), 0.0, swap=False)
-        eager = model.t_eager if batch_per_gpu > cfg.graph_bs else 0.0
+        eager = model.t_eager if batch_per_gpu > model.graph_bs else 0.0
         step = model.overlapped(shared + own, eager)
     else:
         raise ValueError(f"role_throughput: role must be 'prefill' or 'decode', got {role!r}")

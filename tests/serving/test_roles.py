@@ -54,3 +54,21 @@ def test_lmsys_large_scale_deployment_per_node_within_twenty_percent():
     pre = role_throughput(_prefill(), "prefill", prompt=2000, tokens_per_gpu=16384)["tok_s_per_node"]
     dec = role_throughput(_decode(True), "decode", prompt=2000, batch_per_gpu=256)["tok_s_per_node"]
     assert pre == pytest.approx(52.3e3, rel=0.20) and dec == pytest.approx(22.3e3, rel=0.20)
+
+
+def test_deepep_auto_runs_normal_kernels_to_prefill_and_low_latency_ones_to_decode():
+    """SGLang's --deepep-mode auto (sgl-project/sglang#4767): normal dispatch for batches that prefill, low-latency
+    for decode batches; normal mode everywhere runs decode without CUDA graphs (its kernels are not capturable)."""
+    from sacmodel.hardware.models import get_model
+    from sacmodel.hardware.sizing import layer_comm
+    kw = dict(gpus=32, model="deepseek-v3", dp=32, ep=32, moe_a2a="deepep", mem_fraction=0.85)
+    auto = Model(resolve(sacmodel.scenario("h100", **kw), "gpu"))
+    comm = dict(tp=32, dp=32, ep=32, a2a="deepep", domain=8, nvlink_bw=auto.v["link_bw"], nic_bw=50e9,
+                t_collective=10e-6, nic_latency=20e-6)
+    m = get_model("deepseek-v3")
+    normal, ll = layer_comm(m, deepep_mode="normal", **comm), layer_comm(m, deepep_mode="low_latency", **comm)
+    assert auto.shared_values(1024, True)["coll_bytes"] == pytest.approx(normal["coll_bytes"])
+    assert auto.shared_values(1024, False)["coll_bytes"] == pytest.approx(ll["coll_bytes"])
+    assert normal["coll_bytes"] < ll["coll_bytes"]          # one copy per host instead of one per expert
+    assert auto.graph_bs == 512
+    assert Model(resolve(sacmodel.scenario("h100", deepep_mode="normal", **kw), "gpu")).graph_bs == 0

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...hardware.sizing import idle_eager_kernels, piecewise_eager_kernels
 from .. import step as steps
-from ..config import Config, static_values, swap_route
+from ..config import Config, cuda_graph_off, static_values, swap_route
 from .misses import CurveCache, cumulative_misses
 
 
@@ -62,7 +62,7 @@ class Model:
         self.staging_c = steps.compiled("staging")
         self.k = float(cfg.model.topk) if cfg.model.sparse else 0.0
         self.B = float(cfg.device_buffer)
-        self.graph_bs = cfg.graph_bs
+        self.graph_bs = 0 if cuda_graph_off(cfg.topo) else cfg.graph_bs
         eager = steps.compiled("eager")
         self.t_eager = eager.total(*eager.args(self.v))
         # a prefill of at most pcg_tokens tokens runs as a piecewise CUDA graph: only attention launches eagerly
@@ -81,6 +81,7 @@ class Model:
         names = self.shared_c.names
         self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, S=1.0, mlp_eff=1.0))
         self._shared_at = (names.index("N"), names.index("N_d"), names.index("S"), names.index("mlp_eff"))
+        self._comm_at = (names.index("coll_bytes"), names.index("t_collective"))
 
     def overlapped(self, gpu: float, excess: float) -> float:
         """Seconds of an iteration whose GPU work is ``gpu`` s (its in-graph floor included) when it runs
@@ -194,6 +195,9 @@ class Model:
                 i_n, i_d, i_s, i_eff = self._shared_at
                 a[i_n], a[i_d], a[i_s] = float(max(n_tokens, 1)), float(max(d, 1)), float(max(q, 1))
                 a[i_eff] = self.v["prefill_eff"] if prefill else self.v["compute_eff"]
+                if prefill:
+                    i_cb, i_tc = self._comm_at
+                    a[i_cb], a[i_tc] = self.v["coll_bytes_prefill"], self.v["t_collective_prefill"]
                 s = _remember(("shared", self._id, *key), self.shared_c.total(*a))
             self._shared_cache[key] = s
         return s
@@ -201,8 +205,11 @@ class Model:
     def shared_values(self, n_tokens: float, prefill: bool, distinct: float | None = None,
                       seqs: float | None = None) -> dict[str, float]:
         """Symbol values of the shared part (the arguments of :meth:`shared_terms`)."""
-        return dict(self.v, N=float(max(n_tokens, 1)), N_d=float(max(distinct or n_tokens, 1)),
-                    S=float(max(seqs or n_tokens, 1)), mlp_eff=self.v["prefill_eff" if prefill else "compute_eff"])
+        v = dict(self.v, N=float(max(n_tokens, 1)), N_d=float(max(distinct or n_tokens, 1)),
+                 S=float(max(seqs or n_tokens, 1)), mlp_eff=self.v["prefill_eff" if prefill else "compute_eff"])
+        if prefill:
+            v.update(coll_bytes=self.v["coll_bytes_prefill"], t_collective=self.v["t_collective_prefill"])
+        return v
 
     def shared_terms(self, n_tokens: int, prefill: bool, distinct: int | None = None,
                      seqs: int | None = None) -> dict[str, float]:

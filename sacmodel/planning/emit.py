@@ -125,6 +125,7 @@ def sglang_args(scenario, system: str, **settings) -> tuple[dict, list[str]]:
         if "load_balance" in t.serving:
             args["--load-balance-method"] = t.serving["load_balance"].raw
     args["--ep-size"] = cfg.ep
+    args.update(_expert_args(t))
     args.update(_memory_args(t, cfg, settings))
     quant = _quantization(t, cfg)
     if quant:
@@ -132,11 +133,29 @@ def sglang_args(scenario, system: str, **settings) -> tuple[dict, list[str]]:
     if cfg.hisparse:
         args["--enable-hisparse"] = True
         args["--hisparse-config"] = json.dumps(hisparse_config(cfg), separators=(",", ":"))
+    hosts = -(-len(t.gpus) // int(t.node(t.gpus[0]).get("nvlink_domain", len(t.gpus))))
+    if hosts > 1:
+        args["--nnodes"] = hosts
+        notes = [*notes, f"one server over {hosts} hosts: run this on each with --node-rank 0..{hosts - 1} and "
+                         "--dist-init-addr HOST0:PORT (host 0's address)"]
     head = (f"sacmodel: {system} on {safe_text('scenario name', t.name)} "
             f"({safe_text('model name', cfg.model.name)}, {cfg.weights} weights, {cfg.tp} GPUs, dp {cfg.dp})")
     pool = {"cxl": "cxl", "rdma": "rdma_pool"}.get(cfg.system) if cfg.hisparse else None
     fork = [FORK_NOTE[0].format(key=pool), FORK_NOTE[1]] if pool else []
     return args, [head, *notes, *fork]
+
+
+def _expert_args(t) -> dict:
+    """DeepEP, its mode, two-batch overlap and EPLB's redundant experts, as the scenario gives them."""
+    out: dict = {}
+    if "moe_a2a" in t.serving and t.serving["moe_a2a"].raw == "deepep":
+        out["--moe-a2a-backend"] = "deepep"
+        out["--deepep-mode"] = t.serving["deepep_mode"].raw if "deepep_mode" in t.serving else "auto"
+    if t.has_param("two_batch_overlap") and t.param("two_batch_overlap"):
+        out["--enable-two-batch-overlap"] = True
+    if t.has_param("ep_redundant") and t.param("ep_redundant"):
+        out["--ep-num-redundant-experts"] = int(t.param("ep_redundant"))
+    return out
 
 
 def _memory_args(t, cfg, settings) -> dict:

@@ -225,3 +225,17 @@ def test_plan_emit_with_model_prints_that_models_settings(capsys):
     text = out[out.index("# sacmodel:"):]
     assert "llama-3.1-8b" in text.splitlines()[0] and "deepseek" not in text.lower()
     assert parse(text)["--page-size"] == "1"             # SGLang: page size 1 for a dense model (64 only for DSA)
+
+
+def test_an_instance_across_hosts_launches_with_deepep_and_its_node_count():
+    """LMSYS's decode servers (sgl-project/sglang#6017): DeepEP low-latency, two-batch overlap, 32 redundant
+    experts, one server over 9 hosts (--nnodes 9, each host its --node-rank)."""
+    import sacmodel
+    t = sacmodel.scenario("h100", gpus=72, model="deepseek-v3", dp=72, ep=72, moe_a2a="deepep",
+                          deepep_mode="low_latency", two_batch_overlap=True, ep_redundant=32, mem_fraction=0.85)
+    cmd = sacmodel.sglang_command(t, "gpu")
+    for flag in ("--moe-a2a-backend deepep", "--deepep-mode low_latency", "--enable-two-batch-overlap",
+                 "--ep-num-redundant-experts 32", "--nnodes 9", "--node-rank 0..8"):
+        assert flag in cmd, flag
+    one = sacmodel.sglang_command(sacmodel.scenario("h100", gpus=8, model="deepseek-v3"), "gpu")
+    assert "--nnodes" not in one and "--moe-a2a-backend" not in one

@@ -237,5 +237,5 @@ def test_an_instance_across_hosts_launches_with_deepep_and_its_node_count():
     for flag in ("--moe-a2a-backend deepep", "--deepep-mode low_latency", "--enable-two-batch-overlap",
                  "--ep-num-redundant-experts 32", "--nnodes 9", "--node-rank 0..8"):
         assert flag in cmd, flag
-    one = sacmodel.sglang_command(sacmodel.scenario("h100", gpus=8, model="deepseek-v3"), "gpu")
+    one = sacmodel.sglang_command(sacmodel.scenario("h200", gpus=8, model="deepseek-v3"), "gpu")
     assert "--nnodes" not in one and "--moe-a2a-backend" not in one

@@ -302,7 +302,9 @@ def _model_values(cfg: Config) -> dict[str, float]:
         read = eb * max(1.0, m.kv_heads / atp) / m.kv_heads
         f_mha, p_kvb = 4.0 * heads * m.head_dim, 0.0
     return dict(
-        layers=float(m.layers), p_attn_rep=rep, p_attn_split=split, n_experts=float(max(m.routed_experts, 1)),
+        # EPLB's replicas are expert slots of their own (weights read where their tokens land)
+        layers=float(m.layers), p_attn_rep=rep, p_attn_split=split,
+        n_experts=float(max(m.routed_experts, 1) + _setting(cfg.topo, "ep_redundant", 0)),
         e_active=float(m.experts_per_token if m.routed_experts else 0), n_shared=float(m.shared_experts),
         p_expert=m.expert_params(), p_dense_mlp=m.dense_mlp_params(), moe_layers=float(m.moe_layers),
         dense_layers=float(m.layers - m.moe_layers), p_head=float(m.vocab * m.hidden), head_bytes=HEAD_BYTES,

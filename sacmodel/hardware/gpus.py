@@ -8,8 +8,10 @@ GPU generation, see ``hardware/transfer.py`` and ``docs/model.md``).
 Beyond one host: ``host_gpus`` GPUs share one NVLink domain (an HGX/DGX baseboard of 8); a server over more GPUs
 spans hosts, and its collectives cross the hosts' network: ``nics_per_gpu`` NICs of ``nic_rate`` (B/s per
 direction) each, all of a host's NICs carrying its share of a collective
-(:func:`sacmodel.hardware.sizing.collective_rates`), and ``nic_latency`` (s) added to a small collective that
-crosses hosts.
+(:func:`sacmodel.hardware.sizing.collective_rates`; their latency is NCCL's model,
+:func:`sacmodel.hardware.sizing.nccl_latency`), and ``nic_latency`` (s), what a small exchange across hosts
+takes, added to each of DeepEP's dispatch and combine calls that leaves a host
+(:func:`sacmodel.hardware.sizing.a2a_groups`).
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ class GPUSpec:
     host_gpus: int = 8            # GPUs of one host, joined by one NVLink domain
     nics_per_gpu: float = 1.0     # scale-out NICs per GPU (a fraction: GPUs share a NIC)
     nic_rate: float = 50 * GB     # B/s per direction of one NIC (400 Gb/s)
-    nic_latency: float = 20e-6    # s, what a small collective across hosts takes beyond one inside a host
+    nic_latency: float = 20e-6    # s, a small exchange across hosts (each DeepEP call that leaves the host)
 
 
 _C4 = "constants.md §4"

@@ -468,8 +468,9 @@ def _mem_fraction(g: GPUSpec, given, *, tp: int, dp: int, chunk: int, cgmb: int)
                + (", and 1.5 x more above a graph batch of 300)" if cgmb > 300 else ")")) if dp_part else \
             "for activations, CUDA graphs and the runtime"
         raise TopologyError(f"scenario: dp={dp}: SGLang's default mem_fraction_static would be {mf:g}: it reserves "
-                            f"{reserved:,.0f} MiB of the {g.memory_mib:,} MiB of a {g.name.upper()}, {why}; give "
-                            "mem_fraction, or use a smaller dp")
+                            f"{reserved:,.0f} MiB of the {g.memory_mib:,} MiB of a {g.name.upper()}, {why}, and SGLang "
+                            "stops at start ('Not enough memory'); give mem_fraction or a smaller cuda_graph_max_bs, "
+                            "or use a smaller dp")
     return _num(f"{mf:g}", f"{SGLANG}: mem_fraction_static for {g.memory_mib} MiB, tp={tp}, dp={dp}")
 
 

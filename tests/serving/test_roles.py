@@ -72,3 +72,14 @@ def test_deepep_auto_runs_normal_kernels_to_prefill_and_low_latency_ones_to_deco
     assert normal["coll_bytes"] < ll["coll_bytes"]          # one copy per host instead of one per expert
     assert auto.graph_bs == 512
     assert Model(resolve(sacmodel.scenario("h100", deepep_mode="normal", **kw), "gpu")).graph_bs == 0
+
+
+def test_an_instance_across_hosts_serves_through_the_engine():
+    """The engine runs a 9-host DeepEP instance like any other: 1,152 users of 2,000 tokens (16 per GPU), whose
+    decode steps' shared part lasts at least dispatch and combine's bandwidth part over all of them."""
+    t = _decode(False)
+    p = sacmodel.predict(t, system="gpu", context=2000, output=64, concurrency=1152, requests=1152)
+    assert p.feasible and p.tbt_mean_ms > 0
+    m = Model(resolve(t, "gpu"))
+    comm = m.shared_terms(1152, False)["comm"]
+    assert p.breakdown["step_shared_ms"] >= 1e3 * comm

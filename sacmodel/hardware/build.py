@@ -97,8 +97,9 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
     replaces the MoE layers' gather and scatter of the tokens by DeepEP's dispatch and combine
     (:func:`sacmodel.hardware.sizing.a2a_groups`), ``deepep_mode`` ``normal`` (a prefill server's kernels; no
     CUDA graph), ``low_latency`` (a decode server's) or ``auto`` (SGLang's default: normal kernels for batches
-    that prefill, low-latency ones for decode batches); ``two_batch_overlap``: SGLang's ``--enable-two-batch-overlap`` (the step's two micro-batches
-    overlap communication with computation, :func:`sacmodel.serving.step.tbo_hidden`); ``ep_redundant``:
+    that prefill, low-latency ones for decode batches); ``two_batch_overlap``: SGLang's
+    ``--enable-two-batch-overlap`` (the step's two micro-batches overlap communication with computation,
+    :func:`sacmodel.serving.step.tbo_hidden`); ``ep_redundant``:
     ``--ep-num-redundant-experts`` (EPLB's replicas: routed experts + replicas must divide by ``ep``; each GPU
     holds its share of them); ``cuda_graph_max_bs``: ``--cuda-graph-max-bs`` (it sizes DP attention's reserve).
 

@@ -113,9 +113,10 @@ def large_scale_case() -> list[dict]:
             pub = float(row["published_tok_s_per_node"])
             setup = (f"EP{row['ep']} DeepEP {row['deepep_mode']}" if row["moe_a2a"] == "deepep" else
                      f"TP{row['gpus']}, DP attention" if int(row["dp"]) > 1 else f"TP{row['gpus']}")
+            load = (f"{row['batch_per_gpu']} per GPU" if row["batch_per_gpu"] else
+                    f"{row['tokens_per_gpu']} tokens per GPU")
             out.append({"id": row["id"], "role": row["role"], "setup": f"{row['gpus']} x {row['gpu'].upper()} {setup}"
-                        + (" TBO" if kw["two_batch_overlap"] else "") + f", {row['batch_per_gpu'] or row['tokens_per_gpu']}"
-                        + (" per GPU" if row["batch_per_gpu"] else " tokens per GPU"),
+                        + (" TBO" if kw["two_batch_overlap"] else "") + f", {load}",
                         "published": pub, "predicted": r["tok_s_per_node"], "step_ms": 1e3 * r["step_s"],
                         "error_pct": 100 * (r["tok_s_per_node"] - pub) / pub, "source": row["source"]})
     return out

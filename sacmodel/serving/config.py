@@ -266,6 +266,7 @@ def static_values(cfg: Config) -> dict[str, float]:
     pre = layer_comm(m, deepep_mode=prefill_mode, **comm)
     # an iteration that prefills runs DeepEP's prefill kernels (Model.shared picks these)
     v["coll_bytes_prefill"], v["t_collective_prefill"] = pre["coll_bytes"], pre["t_collective"]
+    v["a2a_share_prefill"] = pre["a2a_share"]
     v["tbo"] = _setting(t, "two_batch_overlap", 0.0)
     nics = t.pools.get("rdma", [])
     if nics:

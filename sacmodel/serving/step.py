@@ -56,7 +56,7 @@ from .costs import swap_in_time, sym
 sp = lazy_module("sympy")     # only to build the expressions: predictions run the generated code
 
 RANK_TERMS = ("attn_proj", "indexer", "attention", "hisparse", "swap", "rdma_topk")
-SHARED_TERMS = ("fixed", "comm", "dense_mlp", "moe", "lm_head", "tbo_overlap")
+SHARED_TERMS = ("fixed", "comm", "dense_mlp", "moe", "lm_head", "a2a_imbalance", "tbo_overlap")
 PREFILL_TERMS = ("hisparse_admit", "prefill_proj", "prefill_indexer", "prefill_attention", "prefill_decompress")
 FETCH_TERMS = ("stage_copy", "nic")
 
@@ -180,9 +180,21 @@ def shared_terms() -> dict[str, sp.Expr]:
         "lm_head": _roof(c["fu"] * 2 * S * vh / c["tp"], sym("head_bytes", "byte", "bytes per LM head param")
                          * vh / c["tp"], c["p16"], meff),
     }
-    terms["tbo_overlap"] = -tbo * tbo_hidden(terms["dense_mlp"] + terms["moe"] + terms["lm_head"], terms["comm"],
-                                             c["layers"])
+    terms["a2a_imbalance"] = terms["comm"] * a2a_excess(N, e)
+    terms["tbo_overlap"] = -tbo * tbo_hidden(terms["dense_mlp"] + terms["moe"] + terms["lm_head"],
+                                             terms["comm"] + terms["a2a_imbalance"], c["layers"])
     return terms
+
+
+def a2a_excess(N, e):
+    """The busiest GPU's excess over the mean of what DeepEP's dispatch and combine deliver, as a share of the
+    all-to-all's time: each of the ``N`` tokens' ``e`` copies lands on one of ``ep`` GPUs (uniform routing, what
+    a perfect balancer gives), so a GPU receives mu = N e / ep copies on average and the busiest about
+    mu + sqrt(2 ln ep) sqrt(mu); the call ends when the busiest has received (and sent back) its copies."""
+    ep = sym("ep", "dimensionless")
+    imb = sym("ep_imbalance", "dimensionless")
+    share = sym("a2a_share", "dimensionless", "share of the collectives' seconds that is DeepEP's all-to-all")
+    return share * imb / sp.sqrt(sp.Max(N * e / ep, 1))     # at least one copy (e = 0: a dense model)
 
 
 def tbo_hidden(compute, comm, layers):

@@ -30,7 +30,7 @@ V = dict(layers=10.0, w_bytes=1.0, tp=4.0, attn_tp=2.0, peak_bf16=1e15, peak_fp8
          mlp_eff=0.5, p_head=1e9, head_bytes=2.0, n_kernels=20.0, t_graph_kernel=2e-6, n_coll=3.0, t_collective=1e-5,
          P=5.0, H=3.0, mha_on=0.0, dense_on=0.0, index_on=1.0, admit_on=1.0, t_hs_admit=2e-3, f_mha=3000.0,
          p_kvb=1e7, t_launch=5e-6, N_f=1000.0, nic_bw=1e10, stage_copy_bw=5e9, stage_passes=3.0, N_b=2000.0,
-         bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4, tbo=0.0)
+         bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4, tbo=0.0, a2a_share=0.0)
 
 
 def ev(group, **kw):
@@ -94,6 +94,16 @@ def test_two_batch_overlap_by_hand():
     compute = on["dense_mlp"] + on["moe"] + on["lm_head"]
     assert on["tbo_overlap"] == pytest.approx(-min(compute, on["comm"]) * (1 - 1 / 20), rel=1e-12)
     assert off["tbo_overlap"] == 0.0
+
+
+def test_the_busiest_receiver_of_deepeps_all_to_all_by_hand():
+    """64 tokens x 8 copies over ep = 8 GPUs: mu = 64 copies per GPU, the busiest about mu + 2 sqrt(mu) = 80, so
+    the all-to-all (half of the collectives' seconds here) lasts 2 / sqrt(64) = 25% longer: comm x 0.5 x 0.25.
+    No all-to-all adds nothing; with no copies (e = 0) the term stays finite."""
+    t = ev("shared", a2a_share=0.5, ep=8.0, ep_imbalance=2.0)
+    assert t["a2a_imbalance"] == pytest.approx(t["comm"] * 0.5 * 2 / math.sqrt(64 * 8 / 8), rel=1e-12)
+    assert ev("shared", a2a_share=0.0, ep=8.0, ep_imbalance=2.0)["a2a_imbalance"] == 0.0
+    assert math.isfinite(ev("shared", a2a_share=0.5, ep=8.0, ep_imbalance=2.0, e_active=0.0)["a2a_imbalance"])
 
 
 @pytest.mark.parametrize("coll_bytes", [1e2, 1e4, 1e6, 1e8])

@@ -81,7 +81,7 @@ class Model:
         names = self.shared_c.names
         self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, S=1.0, mlp_eff=1.0))
         self._shared_at = (names.index("N"), names.index("N_d"), names.index("S"), names.index("mlp_eff"))
-        self._comm_at = (names.index("coll_bytes"), names.index("t_collective"))
+        self._comm_at = (names.index("coll_bytes"), names.index("t_collective"), names.index("a2a_share"))
 
     def overlapped(self, gpu: float, excess: float) -> float:
         """Seconds of an iteration whose GPU work is ``gpu`` s (its in-graph floor included) when it runs
@@ -196,8 +196,9 @@ class Model:
                 a[i_n], a[i_d], a[i_s] = float(max(n_tokens, 1)), float(max(d, 1)), float(max(q, 1))
                 a[i_eff] = self.v["prefill_eff"] if prefill else self.v["compute_eff"]
                 if prefill:
-                    i_cb, i_tc = self._comm_at
+                    i_cb, i_tc, i_sh = self._comm_at
                     a[i_cb], a[i_tc] = self.v["coll_bytes_prefill"], self.v["t_collective_prefill"]
+                    a[i_sh] = self.v["a2a_share_prefill"]
                 s = _remember(("shared", self._id, *key), self.shared_c.total(*a))
             self._shared_cache[key] = s
         return s
@@ -208,7 +209,8 @@ class Model:
         v = dict(self.v, N=float(max(n_tokens, 1)), N_d=float(max(distinct or n_tokens, 1)),
                  S=float(max(seqs or n_tokens, 1)), mlp_eff=self.v["prefill_eff" if prefill else "compute_eff"])
         if prefill:
-            v.update(coll_bytes=self.v["coll_bytes_prefill"], t_collective=self.v["t_collective_prefill"])
+            v.update(coll_bytes=self.v["coll_bytes_prefill"], t_collective=self.v["t_collective_prefill"],
+                     a2a_share=self.v["a2a_share_prefill"])
         return v
 
     def shared_terms(self, n_tokens: int, prefill: bool, distinct: int | None = None,

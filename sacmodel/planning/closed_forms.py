@@ -86,9 +86,11 @@ def unloaded_expression(system: str, metric: str, sparse: bool = True, kind: str
 
 
 def _shared(N, S_, eff) -> sp.Expr:
-    """The shared part of an iteration over ``N`` distinct tokens and ``S_`` sequences at efficiency ``eff``."""
+    """The shared part of an iteration over ``N`` distinct tokens and ``S_`` sequences at efficiency ``eff``: one
+    request alone, whose iteration two-batch overlap cannot split (``tbo`` 0, as the engine's ``Model.splits``)."""
     S = lambda n: sym(n)  # noqa: E731
-    return sum(shared_terms().values()).xreplace({S("N"): N, S("N_d"): N, S("S"): S_, S("mlp_eff"): eff})
+    return sum(shared_terms().values()).xreplace({S("N"): N, S("N_d"): N, S("S"): S_, S("mlp_eff"): eff,
+                                                  S("tbo"): 0})
 
 
 def _prefill(P, H, sparse: bool, kind: str, system: str) -> sp.Expr:

@@ -83,3 +83,12 @@ def test_an_instance_across_hosts_serves_through_the_engine():
     m = Model(resolve(t, "gpu"))
     comm = m.shared_terms(1152, False)["comm"]
     assert p.breakdown["step_shared_ms"] >= 1e3 * comm
+
+
+def test_two_batch_overlap_needs_two_tokens_on_every_rank():
+    """A rank's one sequence does not split in two micro-batches, and the ranks split together: with one request
+    per GPU the step is the one without overlap; with two it is not."""
+    on, off = _decode(True), _decode(False)
+    one = [role_throughput(t, "decode", prompt=2000, batch_per_gpu=1)["step_s"] for t in (on, off)]
+    two = [role_throughput(t, "decode", prompt=2000, batch_per_gpu=2)["step_s"] for t in (on, off)]
+    assert one[0] == pytest.approx(one[1], rel=1e-12) and two[0] != pytest.approx(two[1], rel=1e-3)

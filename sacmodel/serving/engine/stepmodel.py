@@ -82,6 +82,7 @@ class Model:
         self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, S=1.0, mlp_eff=1.0))
         self._shared_at = (names.index("N"), names.index("N_d"), names.index("S"), names.index("mlp_eff"))
         self._comm_at = (names.index("coll_bytes"), names.index("t_collective"), names.index("a2a_share"))
+        self._tbo_at = names.index("tbo")
 
     def overlapped(self, gpu: float, excess: float) -> float:
         """Seconds of an iteration whose GPU work is ``gpu`` s (its in-graph floor included) when it runs
@@ -199,6 +200,8 @@ class Model:
                     i_cb, i_tc, i_sh = self._comm_at
                     a[i_cb], a[i_tc] = self.v["coll_bytes_prefill"], self.v["t_collective_prefill"]
                     a[i_sh] = self.v["a2a_share_prefill"]
+                if not self.splits(n_tokens):
+                    a[self._tbo_at] = 0.0
                 s = _remember(("shared", self._id, *key), self.shared_c.total(*a))
             self._shared_cache[key] = s
         return s
@@ -211,7 +214,14 @@ class Model:
         if prefill:
             v.update(coll_bytes=self.v["coll_bytes_prefill"], t_collective=self.v["t_collective_prefill"],
                      a2a_share=self.v["a2a_share_prefill"])
+        if not self.splits(n_tokens):
+            v["tbo"] = 0.0
         return v
+
+    def splits(self, n_tokens: float) -> bool:
+        """Whether two-batch overlap can split an iteration of ``n_tokens`` over the ranks into two micro-batches:
+        every rank needs two tokens at least (a rank's one sequence does not split; the ranks split together)."""
+        return n_tokens >= 2 * self.cfg.dp
 
     def shared_terms(self, n_tokens: int, prefill: bool, distinct: int | None = None,
                      seqs: int | None = None) -> dict[str, float]:

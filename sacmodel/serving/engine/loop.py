@@ -162,6 +162,8 @@ class Engine:
             return False
         delays = self.cost.send_delays(self.ranks, admits, decoding) if admits or decoding else None
         hold_t = self._send_first_tokens(copy_t, delays) if self.emit.unsent or self.hold_next else 0.0
+        if self.emit.unsent_last:       # the last batch's last tokens leave with its first tokens
+            self.emit.last_tokens(self.t + copy_t, delays)
         if admits or decoding:
             self._iterate(admits, decoding, n_tok, n_new, copy_t, copying, hold_t, delays)
             return True
@@ -184,7 +186,7 @@ class Engine:
     def due(self) -> float:
         """When the engine next has something to do (s; inf: nothing until a request comes)."""
         ranks = self.ranks
-        if self.staging.count or self.emit.unsent or self.hold_next or any(ranks.running) or \
+        if self.staging.count or self.emit.unsent or self.emit.unsent_last or self.hold_next or any(ranks.running) or \
                 any(ranks.waiting):
             return self.t
         return max(self.t, self._next_event())
@@ -291,6 +293,8 @@ class Engine:
         front end hands it on)."""
         if self.emit.unsent:
             self.emit.first_tokens(self.t)
+        if self.emit.unsent_last:
+            self.emit.last_tokens(self.t)
         self.frontend.run(math.inf, self.dispatch.push, self.client.deliver)
         tr = self.model.v["t_request"]
         c = self.client

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+ENGINES = ("sglang", "vllm")       # serving engines an instance runs (sacmodel.serving.engine)
 SYSTEMS = ("gpu", "dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk")
 MAIN_SYSTEMS = ("gpu", "dram", "cxl", "rdma")
 BACKENDS = ("dram", "cxl", "rdma")

@@ -363,13 +363,17 @@ class Ranks:
         return len(gone)
 
     # ---- retraction (SGLang's accounting) ------------------------------------------------------------
+    def _retract_key(self, i: int) -> tuple:
+        """SGLang retracts the requests with the fewest generated tokens first, ties the longest prompt."""
+        return -self.joined[i], -self.table.L[i]
+
     def _retract(self, r: int) -> None:
         """Rank ``r``'s next decode step does not fit its pool: retract the requests with the fewest generated
         tokens (ties: the longest prompt) until it fits, keeping one; they wait to be prefilled again over
         their prompt and generated tokens, with the rest of their output still to come."""
         tb, memory, joined, ck = self.table, self.memory, self.joined, self.clock[r]
         e = self.ends[r]
-        order = sorted((i for _, i in e), key=lambda i: (-joined[i], -tb.L[i]))
+        order = sorted((i for _, i in e), key=self._retract_key)
         gone = []
         for i in order[:-1]:
             if memory.steps_fit(r) >= 1:

@@ -74,6 +74,11 @@ class VLLMRanks(Ranks):
                     admits.append((r, batch))
         return admits, decoding, n_tok, n_new
 
+    def _retract_key(self, i: int) -> tuple:
+        """vLLM preempts from the tail of its running list: the request admitted last first (``running.pop()``;
+        requests are admitted in arrival order)."""
+        return -self.joined[i], -i
+
     def _preempt(self, r: int) -> None:
         """Rank ``r``'s next decode step does not fit: the newest requests are preempted (their KV freed) and go
         back to the head of its waiting queue, in their order."""

@@ -1,0 +1,99 @@
+"""The prefill/decode role search (``cluster_plan(..., roles="search")``): its capacities, bracket and costs by
+hand, the search's order, and the law that a tighter SLO never buys a cheaper plan."""
+import math
+
+import numpy as np
+import pytest
+
+import sacmodel
+from sacmodel.cluster.plan import cluster_plan
+from sacmodel.cluster.roles import RoleConfig, bracket, measure, role_configs, role_search, split_cost, trace_rates
+from sacmodel.data.traces import Trace
+from sacmodel.planning.pricing import prices, usd
+from sacmodel.planning.search import Tally
+from sacmodel.workloads import shared_prefix
+
+
+@pytest.fixture(scope="module")
+def host():
+    return sacmodel.scenario("h100", gpus=8, model="qwen3-32b", weights="bf16")
+
+
+def _even_trace(n=10, gap=1.0, prompt=1000, output=100):
+    z = np.zeros(n)
+    return Trace("even", np.arange(n) * gap, np.full(n, prompt), np.full(n, output), z, False)
+
+
+def test_trace_rates_by_hand(host):
+    # 10 requests a second apart: a span of 9 s, 10,000 prompt and 1,000 output tokens, no prefix information
+    r = trace_rates(_even_trace(), host)
+    assert r["input_tok_s"] == pytest.approx(10_000 / 9) and r["output_tok_s"] == pytest.approx(1000 / 9)
+    assert (r["prompt"], r["output"], r["prompt_weighted"], r["largest"]) == (1000, 100, 1000, (1000, 100))
+    # prompts of 1,000 and 3,000 tokens: an average prefill token belongs to a (1e6 + 9e6) / 4,000 = 2,500 one
+    t = _even_trace(2)
+    t.input_len[:] = [1000, 3000]
+    assert trace_rates(t, host)["prompt_weighted"] == 2500
+
+
+def test_bracket_and_cost_by_hand(host):
+    p = RoleConfig(2, 1, scenario=host, gpus=2, prefill_tok_s=500.0)
+    d = RoleConfig(4, 1, scenario=host, gpus=4, decode_tok_s=40.0)
+    rates = {"input_tok_s": 10_000 / 9, "output_tok_s": 1000 / 9}
+    assert bracket(p, d, rates) == (3, 3)            # ceil(1,111 / 500), ceil(111 / 40)
+    assert bracket(p, d, {"input_tok_s": 1000.0, "output_tok_s": 80.0}) == (2, 2)      # exact multiples
+    gpu = usd(prices(), "gpu_h100")
+    assert split_cost(p, d, 3, 3) == pytest.approx((3 * 2 + 3 * 4) * gpu)
+
+
+def test_capacities_are_the_engines_and_grow_with_tensor_parallelism(host):
+    rates = trace_rates(_even_trace(prompt=4000, output=200), host)
+    tp2, tp4 = (measure(rc, "gpu", rates, math.inf, 0.05, Tally()) for rc in role_configs(host, [(2, 1), (4, 1)]))
+    # a backlog of four 8,192-token chunks: ceil(4 x 8,192 / 4,000) = 9 prompts in flight, 36 in all
+    alone = sacmodel.predict(tp2.scenario, "gpu", context=4000, output=1, concurrency=9, requests=36,
+                             prefix_cached=False)
+    assert tp2.prefill_tok_s == pytest.approx(alone.request_throughput_req_s * 4000)
+    assert tp4.prefill_tok_s > tp2.prefill_tok_s and tp4.decode_tok_s > tp2.decode_tok_s
+    # a TBT bound below one request's step leaves no decode capacity; a TTFT bound below one prompt, no prefill
+    tight = measure(role_configs(host, [(2, 1)])[0], "gpu", rates, 1e-3, 1e-3, Tally())
+    assert tight.prefill_tok_s is None and tight.decode_tok_s is None
+
+
+def test_a_configuration_the_gpu_cannot_hold_is_named(host):
+    (one,) = role_configs(sacmodel.scenario("h100", gpus=8, model="llama-3.1-70b", weights="bf16"), [(1, 1)])
+    assert one.scenario is None and "weights" in one.why
+
+
+def test_the_search_replays_cheapest_first_and_stops_at_the_first_that_meets(host):
+    """With a stand-in co-simulation that meets the SLO from 3 prefill and 2 decode instances of TP2 on, the
+    search replays in non-decreasing cost and answers the cheapest split that meets."""
+    tr = shared_prefix(10, 4, 1000, 500, 100, rate=[(4.0, 20.0)], seed=1, block_tokens=64)
+    seen = []
+
+    def fake(sp, sd, n_p, n_d):
+        tp_p, tp_d = len(sp.gpus), len(sd.gpus)
+        ok = tp_p == 2 and tp_d == 2 and n_p >= 3 and n_d >= 2
+        seen.append((tp_p, tp_d, n_p, n_d))
+        return {"meets": ok, "ttft_p90_ms": 100.0 if n_p >= 3 else 9e9, "tbt_p99_ms": 10.0 if n_d >= 2 else 9e9}
+    r = role_search(host, "gpu", tr, {"ttft_p90_ms": 1000, "tbt_p99_ms": 50}, parallel=[(2, 1), (4, 1)],
+                    replay_row=fake, max_replays=40)
+    costs = [row["cost_usd_per_hour"] for row in r.tried]
+    assert costs == sorted(costs)
+    assert r.best is not None and (r.best["prefill"], r.best["decode"], r.best["pd"]) == ("tp2", "tp2", "3:2")
+    assert r.replays == len(seen) and r.predictions["engine"] > 0
+    assert all(u["cost_usd_per_hour"] >= r.best["cost_usd_per_hour"] for u in r.runners_up)
+
+
+def test_a_tighter_slo_never_picks_a_cheaper_plan(host):
+    tr = shared_prefix(20, 5, 2000, 1000, 150, rate=[(6.0, 30.0)], seed=2, block_tokens=64)
+    loose = cluster_plan(host, "gpu", tr, {"ttft_p90_ms": 5000, "tbt_p99_ms": 100}, roles="search",
+                         parallel=[(2, 1), (4, 1)])
+    tight = cluster_plan(host, "gpu", tr, {"ttft_p90_ms": 800, "tbt_p99_ms": 30}, roles="search",
+                         parallel=[(2, 1), (4, 1)])
+    assert loose.best is not None and tight.best is not None
+    assert tight.best["cost_usd_per_hour"] >= loose.best["cost_usd_per_hour"]
+    assert tight.best["ttft_p90_ms"] <= 800 and tight.best["tbt_p99_ms"] <= 30
+
+
+def test_roles_other_than_search_are_refused(host):
+    with pytest.raises(ValueError, match="roles: 'search'"):
+        cluster_plan(host, "gpu", _even_trace(), {"ttft_p90_ms": 1000}, roles="list")

@@ -97,3 +97,61 @@ def test_a_tighter_slo_never_picks_a_cheaper_plan(host):
 def test_roles_other_than_search_are_refused(host):
     with pytest.raises(ValueError, match="roles: 'search'"):
         cluster_plan(host, "gpu", _even_trace(), {"ttft_p90_ms": 1000}, roles="list")
+
+
+def test_the_cli_prints_the_split_the_runners_up_and_a_check_that_reproduces_it(tmp_path, capsys):
+    import json
+    import shlex
+
+    from sacmodel.cli.app import main
+    p = tmp_path / "t.jsonl"
+    rng = np.random.default_rng(3)
+    rows = [(0.25 * i, int(rng.integers(1000, 6000)), int(rng.integers(50, 300))) for i in range(120)]
+    p.write_text("".join(json.dumps({"timestamp": int(t * 1000), "input_length": n, "output_length": o,
+                                     "hash_ids": [1000 * i + j for j in range(-(-n // 512))]}) + "\n"
+                         for i, (t, n, o) in enumerate(rows)))
+    machine = ["--gpu", "h100", "--gpus", "8", "--model", "qwen3-32b", "--weights", "bf16"]
+    assert main(["plan", "--trace", str(p), *machine, "--system", "gpu", "--slo", "ttft_p90_ms=3000",
+                 "--slo", "tbt_p99_ms=40", "--roles", "search", "--parallel", "2,4"]) == 0
+    out = capsys.readouterr().out
+    assert "cheapest split meeting the SLO" in out and "cluster replays" in out and "USD/hour" in out
+    check = next(line for line in out.splitlines() if line.startswith("check it: ")).removeprefix("check it: ")
+    assert main(["plan", "--trace", str(p), *machine, "--system", "gpu", "--slo", "ttft_p90_ms=3000",
+                 "--slo", "tbt_p99_ms=40", "--roles", "search", "--parallel", "2,4", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    words = shlex.split(check)
+    assert words[:2] == ["sacmodel", "replay"] and "--pd" in words
+    assert main(words[1:] + ["--json", "--quiet"]) == 0
+    (rep,) = json.loads(capsys.readouterr().out).values()
+    assert rep["summary"]["ttft_p90_ms"] == pytest.approx(best["ttft_p90_ms"], rel=1e-9)
+    assert rep["summary"]["tbt_p99_ms"] == pytest.approx(best["tbt_p99_ms"], rel=1e-9)
+
+
+def test_the_cli_refuses_a_bad_parallel_list(tmp_path, capsys):
+    from sacmodel.cli.app import main
+    (tmp_path / "x.jsonl").write_text("")
+    assert main(["plan", "--trace", str(tmp_path / "x.jsonl"), "--system", "gpu", "--slo", "ttft_p90_ms=1", "--roles", "search",
+                 "--parallel", "4/3"]) == 2
+    assert "need 1 <= DP <= TP" in capsys.readouterr().err
+
+
+def test_replay_decode_tp_runs_the_decode_role_on_its_own_machine(tmp_path, capsys):
+    import json
+
+    from sacmodel.cli.app import main
+    from sacmodel.cluster.replay import replay
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps({"timestamp": 500 * i, "input_length": 3000, "output_length": 64,
+                                     "hash_ids": [10 * i + j for j in range(6)]}) + "\n" for i in range(20)))
+    assert main(["replay", str(p), "--gpu", "h100", "--gpus", "2", "--model", "qwen3-32b", "--weights", "bf16",
+                 "--system", "gpu", "--instances", "2", "--pd", "1:1", "--decode-tp", "4", "--json", "--quiet"]) == 0
+    (cli,) = json.loads(capsys.readouterr().out).values()
+    pod = sacmodel.scenario("h100", gpus=2, model="qwen3-32b", weights="bf16")
+    api = replay(pod, "gpu", p, instances=2, pd="1:1", decode=sacmodel.scenario("h100", gpus=4, model="qwen3-32b",
+                                                                                 weights="bf16"))
+    same = replay(pod, "gpu", p, instances=2, pd="1:1")
+    assert cli["summary"]["tbt_p50_ms"] == pytest.approx(api.summary["tbt_p50_ms"], rel=1e-12)
+    assert api.summary["tbt_p50_ms"] < same.summary["tbt_p50_ms"]          # four GPUs decode faster than two
+    assert main(["replay", str(p), "--gpu", "h100", "--gpus", "2", "--model", "qwen3-32b", "--weights", "bf16",
+                 "--system", "gpu", "--decode-tp", "4"]) == 2
+    assert "give --pd too" in capsys.readouterr().err

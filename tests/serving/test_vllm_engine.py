@@ -152,3 +152,41 @@ def test_preemption_puts_the_newest_back_at_the_head_of_the_queue():
     assert preempted and res.completed.all()
     # the first preemption takes the newest (the last admitted) first and keeps the oldest running
     assert 0 not in preempted[0] and 3 in preempted[0]
+
+
+# ---- where a user describes a server ---------------------------------------------------------------------------
+def test_a_cluster_files_instance_runs_vllm(tmp_path):
+    import yaml
+
+    from sacmodel.cluster.replay import Setup
+    from sacmodel.hardware.scenarios import TOPOLOGY_DIR, load_topology
+    from sacmodel.hardware.topology import TopologyError
+    data = yaml.safe_load((TOPOLOGY_DIR / "sac-cluster-4x.yaml").read_text())
+    data["cluster"]["instances"][0]["engine"] = "vllm"
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(data))
+    spec = load_topology(p).cluster
+    assert [i.engine for i in spec.instances] == ["vllm", "vllm", "vllm", "vllm"]     # one entry of count 4
+    data["cluster"]["instances"][0]["engine"] = "trt"
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(TopologyError, match=r"instances\[0\]\.engine: unknown engine 'trt'"):
+        load_topology(p)
+    rows = tmp_path / "t.jsonl"
+    rows.write_text('{"timestamp": 0, "input_length": 1000, "output_length": 4, "hash_ids": [1, 2]}\n')
+    s = Setup(_pod("sglang"), "gpu", rows, router="round_robin", instances=2, pd=None, time_scale=1.0,
+              concurrency=None, cache="trace", slo=None, router_params=None, limit=None, resources={}, engine="vllm")
+    assert all(s.cfg_of(k).engine == "vllm" and s.cfg_of(k).page == 16 for k in range(2))
+
+
+def test_the_engine_flag_builds_a_vllm_machine(capsys):
+    from sacmodel.cli.app import main
+    args = ["predict", "--gpu", "h100", "--gpus", "2", "--model", "qwen3-32b", "--weights", "bf16", "--system",
+            "gpu", "--context", "8K", "--output", "64", "--concurrency", "4", "--json"]
+    import json
+    main(args + ["--engine", "vllm"])
+    v = json.loads(capsys.readouterr().out)
+    main(args)
+    s = json.loads(capsys.readouterr().out)
+    assert v["config"]["max_running_requests"] == 1024 and s["config"]["max_running_requests"] != 1024
+    assert main(args + ["--engine", "trt"]) == 2
+    assert "invalid choice: 'trt'" in capsys.readouterr().err

@@ -190,3 +190,11 @@ def test_the_engine_flag_builds_a_vllm_machine(capsys):
     assert v["config"]["max_running_requests"] == 1024 and s["config"]["max_running_requests"] != 1024
     assert main(args + ["--engine", "trt"]) == 2
     assert "invalid choice: 'trt'" in capsys.readouterr().err
+
+
+def test_no_sglang_launch_command_for_a_vllm_server():
+    from sacmodel.planning.emit import sglang_command
+    from sacmodel.planning.common import SolverError
+    with pytest.raises(SolverError, match="runs vLLM"):
+        sglang_command(_pod(), "gpu")
+    assert "sglang.launch_server" in sglang_command(_pod("sglang"), "gpu")

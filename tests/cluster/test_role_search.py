@@ -7,7 +7,8 @@ import pytest
 
 import sacmodel
 from sacmodel.cluster.plan import cluster_plan
-from sacmodel.cluster.roles import RoleConfig, bracket, measure, role_configs, role_search, split_cost, trace_rates
+from sacmodel.cluster.roles import (RoleConfig, bracket, measure, role_configs, role_search, split_cost,
+                                    trace_rates, ttft_quantile)
 from sacmodel.data.traces import Trace
 from sacmodel.planning.pricing import prices, usd
 from sacmodel.planning.search import Tally
@@ -28,11 +29,18 @@ def test_trace_rates_by_hand(host):
     # 10 requests a second apart: a span of 9 s, 10,000 prompt and 1,000 output tokens, no prefix information
     r = trace_rates(_even_trace(), host)
     assert r["input_tok_s"] == pytest.approx(10_000 / 9) and r["output_tok_s"] == pytest.approx(1000 / 9)
-    assert (r["prompt"], r["output"], r["prompt_weighted"], r["largest"]) == (1000, 100, 1000, (1000, 100))
+    assert (r["prompt"], r["output"], r["prompt_weighted"], r["largest"], r["prompt_at_bound"]) == \
+        (1000, 100, 1000, (1000, 100), 1000)
     # prompts of 1,000 and 3,000 tokens: an average prefill token belongs to a (1e6 + 9e6) / 4,000 = 2,500 one
     t = _even_trace(2)
     t.input_len[:] = [1000, 3000]
     assert trace_rates(t, host)["prompt_weighted"] == 2500
+    # the prompt a TTFT bound speaks for: the 90th percentile of 1,000 ... 10,000 is 9,100 (numpy's linear rule)
+    t = _even_trace(10)
+    t.input_len[:] = np.arange(1, 11) * 1000
+    assert trace_rates(t, host, quantile=ttft_quantile({"ttft_p90_ms": 1.0, "tbt_p99_ms": 9.0}))["prompt_at_bound"] \
+        == 9100
+    assert ttft_quantile({"ttft_mean_ms": 1.0}) == 0.5 and ttft_quantile({"tbt_p99_ms": 1.0}) == 0.5
 
 
 def test_bracket_and_cost_by_hand(host):

@@ -163,3 +163,9 @@ def test_replay_decode_tp_runs_the_decode_role_on_its_own_machine(tmp_path, caps
     assert main(["replay", str(p), "--gpu", "h100", "--gpus", "2", "--model", "qwen3-32b", "--weights", "bf16",
                  "--system", "gpu", "--decode-tp", "4"]) == 2
     assert "give --pd too" in capsys.readouterr().err
+
+
+def test_a_trace_percentile_slo_without_a_trace_is_refused(capsys):
+    from sacmodel.cli.app import main
+    assert main(["plan", "--system", "gpu", "--context", "8K", "--slo", "ttft_p90_ms=1000"]) == 2
+    assert "give --trace TRACE" in capsys.readouterr().err

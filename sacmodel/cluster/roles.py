@@ -24,7 +24,9 @@ trace within its SLO at the lowest cost (``cluster_plan(..., roles="search")``, 
    A replay that blames one role (its TTFT missed, or its TBT) teaches a floor for that role's configuration
    whatever the other role runs: a prefill configuration overloaded at ``P`` instances is overloaded at ``P``
    with any decode instances (its load is the trace's prompts); candidates below a floor are moved up to it
-   without a replay. ``max_replays`` bounds the search; the answer says when it stopped there.
+   without a replay. A prefill configuration whose TTFT falls by less than a tenth when it gets more instances
+   (and no queue is left) is bound by its prompts' own prefill, not by their number: it is grown no further
+   (``stalled``). ``max_replays`` bounds the search; the answer says when it stopped there.
 """
 from __future__ import annotations
 
@@ -78,11 +80,12 @@ class RolePlan:
     rates: dict = field(default_factory=dict)
     predictions: dict = field(default_factory=dict)
     replays: int = 0
+    stalled: dict = field(default_factory=dict)   # prefill configuration -> the count past which TTFT stopped falling
 
     def to_dict(self) -> dict:
         return {"best": self.best, "message": self.message, "tried": self.tried, "runners_up": self.runners_up,
                 "configs": self.configs, "rates": self.rates, "predictions": self.predictions,
-                "replays": self.replays}
+                "replays": self.replays, "stalled": self.stalled}
 
 
 def role_configs(scenario, parallel=None) -> list[RoleConfig]:
@@ -244,10 +247,13 @@ def role_search(scenario, system: str, trace, slo: dict, *, parallel=None, max_r
             push(p, d, *bracket(p, d, rates))
     floor_p: dict = {}                      # role configuration -> fewest instances a replay left possible
     floor_d: dict = {}
+    ttfts: dict = {}                        # prefill configuration -> {instances: TTFT of its replays}
     while heap and plan.replays < max_replays:
         cost, _, (pn, dn, n_p, n_d), p, d = heapq.heappop(heap)
         if n_p < floor_p.get(pn, 0) or n_d < floor_d.get(dn, 0):
             push(p, d, max(n_p, floor_p.get(pn, 0)), max(n_d, floor_d.get(dn, 0)))
+            continue
+        if n_p > plan.stalled.get(pn, math.inf):
             continue
         row = replay_row(p.scenario, d.scenario, n_p, n_d)
         plan.replays += 1
@@ -256,8 +262,10 @@ def role_search(scenario, system: str, trace, slo: dict, *, parallel=None, max_r
         if row.get("meets"):
             plan.best = row
             break
+        _note_stall(plan.stalled, ttfts.setdefault(pn, {}), pn, n_p, row, slo)
         for n_p2, n_d2 in _next_splits(row, slo, n_p, n_d):
-            push(p, d, n_p2, n_d2)
+            if n_p2 <= plan.stalled.get(pn, math.inf):
+                push(p, d, n_p2, n_d2)
         grown = _next_splits(row, slo, n_p, n_d)
         if len(grown) == 1:                 # the replay blamed one role: its configuration needs that many
             if grown[0][0] > n_p:
@@ -268,6 +276,22 @@ def role_search(scenario, system: str, trace, slo: dict, *, parallel=None, max_r
     plan.predictions = tally.to_dict()
     plan.message = _message(plan, max_replays)
     return plan
+
+
+def _note_stall(stalled: dict, seen: dict, pn: str, n_p: int, row: dict, slo: dict) -> None:
+    """A prefill configuration whose TTFT (the SLO's tightest TTFT metric) fell by less than a tenth when its
+    instances grew, with no queue left before them, is bound by its prompts' own prefill: more of its instances
+    do not help, so it is grown no further (``stalled``: configuration -> its largest count worth trying)."""
+    metric = min(((v, k) for k, v in slo.items() if k.startswith("ttft_")), default=(None, None))[1]
+    ttft = row.get(metric) if metric else None
+    if ttft is None or (isinstance(ttft, float) and math.isnan(ttft)):
+        return
+    fewer = [m for m in seen if m < n_p]
+    queue = row.get("queue_p50_s")
+    unqueued = queue is not None and not row.get("overloaded") and queue * 1e3 < 0.1 * ttft
+    if fewer and unqueued and ttft > 0.9 * seen[max(fewer)] and pn not in stalled:
+        stalled[pn] = n_p
+    seen[n_p] = ttft
 
 
 def _next_splits(row: dict, slo: dict, n_p: int, n_d: int) -> list[tuple[int, int]]:
@@ -312,7 +336,10 @@ def _message(plan: RolePlan, max_replays: int) -> str:
     b = plan.best
     if b is None:
         why = "the search stopped at --max-replays" if plan.replays >= max_replays else "no candidate is left"
-        return f"no prefill/decode split met the SLO in {plan.replays} replays ({why})"
+        stalls = "; ".join(f"{pn}'s TTFT stopped falling past {n} prefill instances (its prompts' own prefill binds)"
+                           for pn, n in plan.stalled.items())
+        return f"no prefill/decode split met the SLO in {plan.replays} replays ({why})" + (f"; {stalls}" if stalls
+                                                                                             else "")
     return (f"cheapest split meeting the SLO: {b['pd'].split(':')[0]} prefill x {b['prefill']} + "
             f"{b['pd'].split(':')[1]} decode x {b['decode']} ({b['cost_usd_per_hour']:.2f} USD/hour, goodput "
             f"{b.get('goodput_req_s', math.nan):.3g} req/s)")

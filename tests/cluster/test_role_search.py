@@ -169,3 +169,21 @@ def test_a_trace_percentile_slo_without_a_trace_is_refused(capsys):
     from sacmodel.cli.app import main
     assert main(["plan", "--system", "gpu", "--context", "8K", "--slo", "ttft_p90_ms=1000"]) == 2
     assert "give --trace TRACE" in capsys.readouterr().err
+
+
+def test_a_prefill_configuration_whose_ttft_stops_falling_is_grown_no_further(host):
+    """Stand-in replays: TP2 prefill leaves TTFT at 5 s (no queue) however many instances it gets, TP4 prefill
+    meets the 2 s bound from two on (one queues). The search stops growing TP2 after its TTFT failed to fall, says so, and
+    answers with TP4."""
+    tr = shared_prefix(10, 4, 1000, 500, 100, rate=[(4.0, 20.0)], seed=1, block_tokens=64)
+    tried = []
+
+    def fake(sp, sd, n_p, n_d):
+        tp = len(sp.gpus)
+        tried.append((tp, n_p))
+        ttft, queue = (5000.0, 0.001) if tp == 2 else ((500.0, 0.001) if n_p >= 2 else (3000.0, 2.0))
+        return {"meets": ttft <= 2000, "ttft_p90_ms": ttft, "tbt_p99_ms": 10.0, "queue_p50_s": queue}
+    r = role_search(host, "gpu", tr, {"ttft_p90_ms": 2000, "tbt_p99_ms": 50}, parallel=[(2, 1), (4, 1)],
+                    replay_row=fake, max_replays=40)
+    assert r.best is not None and r.best["prefill"] == "tp4" and r.best["pd"].startswith("2:")
+    assert r.stalled.get("tp2") == 2 and "tp4" not in r.stalled and max(n for tp, n in tried if tp == 2) == 2

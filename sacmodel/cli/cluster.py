@@ -583,7 +583,8 @@ def _parallel(text: str) -> list[tuple[int, int]]:
         try:
             pair = (int(tp), int(dp or 1))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"write TP or TP/DP, comma-separated (2,4,8/8), not {part.strip()!r}") from None
+            raise argparse.ArgumentTypeError(f"write TP or TP/DP, comma-separated (2,4,8/8), not "
+                                             f"{part.strip()!r}") from None
         if not (1 <= pair[0] <= 256 and 1 <= pair[1] <= pair[0] and pair[0] % pair[1] == 0):
             raise argparse.ArgumentTypeError(f"{part.strip()!r}: need 1 <= DP <= TP <= 256 with DP dividing TP")
         out.append(pair)

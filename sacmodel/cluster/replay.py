@@ -415,7 +415,8 @@ class Setup:
         pools = {k: self.cfg_of(k).max_total_tokens for k in range(n)}
         self.caches = ClusterCaches(cl, self.insts, chains, system, self.caps, bt,
                                     {k: self.cfg_of(k).dp for k in range(n)}, pools,
-                                    per_rank=any(c.dp > 1 for c in self._cfgs), hosts_of={k: i.host for k, i in enumerate(self.insts)})
+                                    per_rank=any(c.dp > 1 for c in self._cfgs),
+                                    hosts_of={k: i.host for k, i in enumerate(self.insts)})
         self.far_tiers = [t for t in self.tier_names if self.caches.is_far(t)]
         self.net = Network(cl, sorted({i.host for i in self.insts}), cl.host)
         self.pool_tier = next((t for t in self.tier_names if cl.tiers[t].kind == "cxl"), None)

@@ -95,7 +95,8 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
     weights, where known) or "rules" (the rules alone). ``engine``: "sglang" (the default) or "vllm": vLLM V1's
     scheduler (mixed prefill and decode batches under ``max_num_batched_tokens``, which ``chunked_prefill``
     sets; ``max_running_requests`` is its ``max_num_seqs``) with vLLM's defaults (16-token KV blocks,
-    ``gpu_memory_utilization`` 0.9, its batch defaults for the GPU: :func:`sacmodel.hardware.sizing.vllm_batch_defaults`).
+    ``gpu_memory_utilization`` 0.9, its batch defaults for the GPU:
+    :func:`sacmodel.hardware.sizing.vllm_batch_defaults`).
 
     A machine SGLang would not run, or whose weights leave no room for a KV pool, raises ``ValueError``
     (:class:`~sacmodel.hardware.topology.TopologyError`) naming the argument, its value and the rule.

@@ -138,7 +138,8 @@ def test_the_cli_prints_the_split_the_runners_up_and_a_check_that_reproduces_it(
 def test_the_cli_refuses_a_bad_parallel_list(tmp_path, capsys):
     from sacmodel.cli.app import main
     (tmp_path / "x.jsonl").write_text("")
-    assert main(["plan", "--trace", str(tmp_path / "x.jsonl"), "--system", "gpu", "--slo", "ttft_p90_ms=1", "--roles", "search",
+    assert main(["plan", "--trace", str(tmp_path / "x.jsonl"), "--system", "gpu", "--slo", "ttft_p90_ms=1",
+                 "--roles", "search",
                  "--parallel", "4/3"]) == 2
     assert "need 1 <= DP <= TP" in capsys.readouterr().err
 
@@ -173,8 +174,8 @@ def test_a_trace_percentile_slo_without_a_trace_is_refused(capsys):
 
 def test_a_prefill_configuration_whose_ttft_stops_falling_is_grown_no_further(host):
     """Stand-in replays: TP2 prefill leaves TTFT at 5 s (no queue) however many instances it gets, TP4 prefill
-    meets the 2 s bound from two on (one queues). The search stops growing TP2 after its TTFT failed to fall, says so, and
-    answers with TP4."""
+    meets the 2 s bound from two on (one queues). The search stops growing TP2 after its TTFT failed to fall,
+    says so, and answers with TP4."""
     tr = shared_prefix(10, 4, 1000, 500, 100, rate=[(4.0, 20.0)], seed=1, block_tokens=64)
     tried = []
 

@@ -124,7 +124,8 @@ def markdown(r: dict) -> list[str]:
     b, qps = r["bench"], r["qps"]
     md = [f"### Published router comparison: llm-d's scheduling benchmark, {b.name}", "",
           f"{b.instances} pods of {b.model} on {b.gpus} x H100 (`sacmodel.scenario(\"h100\", gpus={b.gpus}, "
-          f"model=\"{b.model}\", weights=\"bf16\", engine=\"vllm\")`, {b.instances} instances), llm-d's shared-prefix workload "
+          f"model=\"{b.model}\", weights=\"bf16\", engine=\"vllm\")`, {b.instances} instances), llm-d's shared-prefix "
+          "workload "
           f"({b.shape[0]} groups x {b.shape[1]} prompts, {b.shape[2]:,} + {b.shape[3]:,} tokens, output "
           f"{b.output:,}; {b.arrivals} arrivals) and load ladder, each scheduler as the report configures it "
           "(`random`; `llm_d` with prefix none / estimated / precise and the report's weights; see "

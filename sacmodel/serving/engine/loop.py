@@ -107,7 +107,8 @@ class Engine:
         self.distinct = DistinctTokens(cfg.dp, table.pid)
         host = host_pool_tokens(cfg)
         self.host = HostPool(cfg.dp, host, table, self.memory) if host is not None else None
-        self.ranks = (VLLMRanks if cfg.engine == "vllm" else Ranks)(cfg.dp, cfg, table, self.memory, self.staging, self.distinct,
+        ranks = VLLMRanks if cfg.engine == "vllm" else Ranks
+        self.ranks = ranks(cfg.dp, cfg, table, self.memory, self.staging, self.distinct,
                            MissCurves(model, table.max_out), self.host)
         self.dispatch = Dispatch(cfg.dp, first_round, self.ranks.rank_of)
         self.cost = IterationCost(model, table)

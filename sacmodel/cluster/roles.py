@@ -248,6 +248,7 @@ def role_search(scenario, system: str, trace, slo: dict, *, parallel=None, max_r
     floor_p: dict = {}                      # role configuration -> fewest instances a replay left possible
     floor_d: dict = {}
     ttfts: dict = {}                        # prefill configuration -> {instances: TTFT of its replays}
+    widened: set = set()                    # pairs whose stalled prefill got one more decode instance to try
     while heap and plan.replays < max_replays:
         cost, _, (pn, dn, n_p, n_d), p, d = heapq.heappop(heap)
         if n_p < floor_p.get(pn, 0) or n_d < floor_d.get(dn, 0):
@@ -266,6 +267,9 @@ def role_search(scenario, system: str, trace, slo: dict, *, parallel=None, max_r
         for n_p2, n_d2 in _next_splits(row, slo, n_p, n_d):
             if n_p2 <= plan.stalled.get(pn, math.inf):
                 push(p, d, n_p2, n_d2)
+            elif (pn, dn) not in widened:   # more of this prefill does not help: try one more decode instance
+                widened.add((pn, dn))
+                push(p, d, n_p, n_d + 1)
         grown = _next_splits(row, slo, n_p, n_d)
         if len(grown) == 1:                 # the replay blamed one role: its configuration needs that many
             if grown[0][0] > n_p:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..util.names import ENGINES
 from .types import arg, count, number, tokens
 
 # flag -> keyword of sacmodel.scenario(); the flags a command already has for itself keep their meaning and
@@ -17,7 +18,7 @@ FLAGS = {
     "--max-running-requests": "max_running_requests",
     "--scheduler-recv-interval": "scheduler_recv_interval", "--piecewise-cuda-graph": "piecewise_cuda_graph",
     "--pool": "pool", "--cxl-devices": "cxl_devices",
-    "--rdma-nics": "rdma_nics",
+    "--rdma-nics": "rdma_nics", "--engine": "engine",
 }
 
 
@@ -58,6 +59,9 @@ def add_machine(p: argparse.ArgumentParser) -> None:
     add("--piecewise-cuda-graph", action="store_true",
         help="run short prefills as SGLang's piecewise CUDA graphs (its default from v0.5.10 on; needs --dp 1 and a "
              "dense-attention model)")
+    add("--engine", choices=ENGINES, help="the server's engine (default sglang): vllm runs vLLM V1's scheduler, "
+                                          "prefill chunks and decodes mixed under max_num_batched_tokens "
+                                          "(--chunked-prefill sets it), with vLLM's defaults for the GPU")
     add("--pool", metavar="LIST", help="KV pools to add: cxl and/or rdma, comma-separated (default: none)")
     add("--cxl-devices", type=arg(count, hi=1024), metavar="N", help="CXL devices of the pool (default 2; with --gpu, "
                                                                               "needs --pool cxl)")

@@ -13,6 +13,9 @@ part                 what it follows in the server
                      iteration on the GPU, and admits them in the next; waiting queue, prefill batches
                      (chunked, memory-checked), decode batch
 ``memory``           device KV slots per rank; HiSparse's buffer allocation failure
+``vllm``             ``engine="vllm"``: vLLM V1's scheduler in place of ``scheduler``'s batches (decodes and
+                     prefill chunks mixed under one token budget; preemption by recompute) and its
+                     block manager in place of ``memory``'s
 ``staging``          prefill to decode: staging, the RDMA pool's prefix copy, cold-staging backups
 ``cost``             the iteration's time: shared part plus the slowest rank, in jumps of identical steps
 ``distinct``         identical tokens of requests of one prompt (the MoE reads their experts once)
@@ -43,6 +46,7 @@ from .scheduler import Dispatch, Ranks
 from .staging import Staging
 from .stats import Stats, Timeline
 from .stepmodel import Model
+from .vllm import VLLMMemory, VLLMRanks
 from .workload import RequestTable, Requests
 
 
@@ -78,7 +82,10 @@ def open_engine(cfg: Config, *, model: Model | None = None, concurrency: int = 1
 
 
 def _memory(cfg: Config, table: RequestTable, prefix_pages: int) -> DeviceMemory:
-    """HiSparse's device-buffer accounting for its pools (as the testbed's fork checks it), else SGLang's own."""
+    """HiSparse's device-buffer accounting for its pools (as the testbed's fork checks it), vLLM's block manager,
+    else SGLang's own."""
+    if cfg.engine == "vllm":
+        return VLLMMemory(cfg.dp, cfg.max_total_tokens, table, prefix_pages, cfg.page)
     if cfg.hisparse:
         return DeviceMemory(cfg.dp, cfg.max_total_tokens, table, prefix_pages)
     from ...hardware.sizing import new_token_ratio_default
@@ -100,7 +107,8 @@ class Engine:
         self.distinct = DistinctTokens(cfg.dp, table.pid)
         host = host_pool_tokens(cfg)
         self.host = HostPool(cfg.dp, host, table, self.memory) if host is not None else None
-        self.ranks = Ranks(cfg.dp, cfg, table, self.memory, self.staging, self.distinct,
+        ranks = VLLMRanks if cfg.engine == "vllm" else Ranks
+        self.ranks = ranks(cfg.dp, cfg, table, self.memory, self.staging, self.distinct,
                            MissCurves(model, table.max_out), self.host)
         self.dispatch = Dispatch(cfg.dp, first_round, self.ranks.rank_of)
         self.cost = IterationCost(model, table)

@@ -2,6 +2,7 @@
 ``plan`` and ``sweep`` (``--trace``); registered by :mod:`sacmodel.cli`."""
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import math
@@ -89,6 +90,7 @@ def cmd_replay(a):
     if pd is not None:
         parse_pd(pd, None)
     cap = _capacity_arg(a.cache_capacity)
+    decode = _decode_role(a)
     tr, meta = load_workload(a.trace, a.limit)
     cache = a.cache or ("trace" if tr.has_prefix_info else "none")
     res = {"cxl_devices": a.cxl_devices, "rdma_nics": a.rdma_nics, "device_buffer": a.device_buffer}
@@ -99,7 +101,7 @@ def cmd_replay(a):
             runs[label] = replay(_scenario(a), s, tr, router=r, instances=a.instances, cache_capacity=cap, pd=pd,
                                  time_scale=a.time_scale, concurrency=a.concurrency, cache=cache, slo=slo,
                                  router_params=_router_params(a), block_tokens=a.block_tokens,
-                                 tiers=_list(a.tiers) if a.tiers else None,
+                                 tiers=_list(a.tiers) if a.tiers else None, decode=decode,
                                  progress=not a.quiet,
                                  **{k: v for k, v in res.items() if v is not None})
     if a.csv:
@@ -201,6 +203,22 @@ def too_short_text(load: dict) -> str:
             + f", so the answer could change by up to {100 * share:.0f}% (replay a longer trace)")
 
 
+def _decode_role(a):
+    """``--decode-tp N [--decode-dp M]``: the decode instances' scenario, the same GPU and model at that
+    parallelism (None without the flags)."""
+    if a.decode_tp is None:
+        if a.decode_dp is not None:
+            raise ConfigError("--decode-dp needs --decode-tp")
+        return None
+    if a.pd is None:
+        raise ConfigError("--decode-tp sizes the decode instances of a prefill/decode split: give --pd too")
+    from ..cluster.roles import role_configs
+    rc = role_configs(_scenario(a), [(a.decode_tp, a.decode_dp or 1)])[0]
+    if rc.why:
+        raise ConfigError(f"--decode-tp {a.decode_tp}: {rc.why}")
+    return rc.scenario
+
+
 def cmd_hitrate(a):
     import time
 
@@ -257,6 +275,10 @@ def cmd_cluster_plan(a, fallback):
         raise ConfigError("--emit sglang prints one server's launch command; a cluster plan (--trace) has none yet")
     from ..cluster.plan import cluster_plan
     slo = dict(a.slo)                     # (metric, target) pairs, parsed by the plan command's --slo
+    if getattr(a, "roles", None):
+        return _print_role_plan(a, cluster_plan(_scenario(a), a.system, a.trace, slo, roles=a.roles,
+                                                parallel=a.parallel, max_replays=a.max_replays,
+                                                fixed=_cluster_workload(a), price_table=getattr(a, "prices", None)))
     vary = a.vary if a.vary in ("instances", "pool", "router", "pd") else "instances"
     values = a.values or (f"{a.min or 1}:{a.max or 8}" if vary == "instances" else None)
     if values is None:
@@ -284,6 +306,85 @@ def cmd_cluster_plan(a, fallback):
         con.print(f"pool {h['pool']}: fast-path hit rate {100 * h['hit_rate_fast_path']:.1f}%")
     if r.best is not None:
         con.print("check it: " + replay_command(a, vary, r.best), highlight=False, soft_wrap=True)
+
+
+def _print_role_plan(a, r) -> None:
+    """The role search's answer: the split, its check, the replays tried, the runners-up and the capacities."""
+    if a.json:
+        print_json(r.to_dict(), inf_as_text=True)
+        return
+    from sacmodel.planning.search import tally_line
+    con = console()
+    con.print(r.message, highlight=False)
+    rt = r.rates
+    con.print(f"trace: {rt['requests']:,} requests over {rt['span_s']:.0f} s, {rt['input_tok_s']:,.0f} uncached prompt "
+              f"tok/s at best (unbounded-cache hit rate {100 * rt['hit_rate_bound']:.0f}%), {rt['output_tok_s']:,.0f} "
+              f"output tok/s", highlight=False)
+    t = table("each configuration alone (trace's mean request)", ["config", "GPUs", "prefill tok/s", "decode tok/s",
+                                                                   "why not"], right=["GPUs", "prefill tok/s",
+                                                                                      "decode tok/s"])
+    for c in r.configs:
+        t.add_row(c["config"], str(c["gpus"]), _tok(c["prefill_tok_s"]), _tok(c["decode_tok_s"]),
+                  (c["why"] or "")[:80])
+    con.print(t)
+    cols = ["prefill", "decode", "pd", "meets", "ttft_p90_ms", "tbt_p99_ms", "goodput_req_s", "cost_usd_per_hour"]
+    t = table("replayed, cheapest first", cols, right=cols[3:])
+    for row in r.tried:
+        t.add_row(*[_cell(c, row.get(c)) for c in cols])
+    con.print(t)
+    for row in r.runners_up:
+        con.print(f"runner-up (not replayed, costs at least the answer): {row['pd']} of {row['prefill']} / "
+                  f"{row['decode']}, {row['cost_usd_per_hour']:.2f} USD/hour", highlight=False)
+    con.print(f"{tally_line(r.predictions)}; {r.replays} cluster replays", highlight=False)
+    if r.best is not None:
+        con.print("check it: " + role_check_command(a, r.best), highlight=False, soft_wrap=True)
+
+
+def _tok(v) -> str:
+    return "-" if not v else f"{v:,.0f}"
+
+
+def role_check_command(a, best: dict) -> str:
+    """The `sacmodel replay` command that reproduces a role search's answer: the prefill role's machine, the
+    split and the decode role's parallelism."""
+    import shlex
+    n_p, n_d = (int(x) for x in best["pd"].split(":"))
+    words = ["sacmodel", "replay", a.trace]
+    words += _role_words(a, best["prefill"])
+    words += ["--system", a.system, "--instances", str(n_p + n_d), "--pd", best["pd"]]
+    tp, dp = _parse_role(best["decode"])
+    if best["decode"] != best["prefill"]:
+        words += ["--decode-tp", str(tp)] + (["--decode-dp", str(dp)] if dp > 1 else [])
+    for f, v in (("--time-scale", a.time_scale if a.time_scale != 1.0 else None), ("--limit", a.limit),
+                 ("--slo", a.slo_window)):
+        if v is not None:
+            words += [f, f"{v:g}" if isinstance(v, float) else str(v)]
+    return shlex.join(words)
+
+
+def _parse_role(name: str) -> tuple[int, int]:
+    parts = dict((p[:2], int(p[2:])) for p in name.split("-"))
+    return parts["tp"], parts.get("dp", 1)
+
+
+def _role_words(a, name: str) -> list[str]:
+    """The machine flags of the prefill role ``name`` (tp2, tp8-dp8): the scenario's GPU, model, weights and
+    engine at that parallelism (the scenario itself when it already is that machine)."""
+    from ..cluster.roles import role_configs
+    from ..fit.machine import machine_of
+    from ..hardware.scenarios import cluster_of
+    from ..planning.pricing import gpu_model
+    from ..serving.config import engine_of
+    tp, dp = _parse_role(name)
+    rc = role_configs(_scenario(a), [(tp, dp)])[0]
+    host = cluster_of(_scenario(a)).host
+    if rc.scenario is host and not getattr(a, "gpu", None):
+        return ["--scenario", a.scenario]
+    m = machine_of(host)
+    words = ["--gpu", gpu_model(host), "--gpus", str(tp), "--tp", str(tp), "--model", m["model"],
+             "--weights", m["weights"]]
+    words += (["--dp", str(dp)] if dp > 1 else []) + (["--engine", "vllm"] if engine_of(host) == "vllm" else [])
+    return words
 
 
 def replay_command(a, vary: str, value) -> str:
@@ -379,6 +480,11 @@ def _register_replay(sub, add_scenario) -> None:
     p.add_argument("--instances", type=arg(count, hi=LIMITS["instances"]), default=None, metavar="N",
                    help="instances (default: the cluster's, or 1)")
     p.add_argument("--pd", default=None, metavar="P:D", help="prefill:decode instance split, e.g. 2:6 (disaggregation)")
+    p.add_argument("--decode-tp", type=arg(count, hi=256), default=None, metavar="N",
+                   help="with --pd: the decode instances run N-GPU tensor parallelism on the same GPU and model "
+                        "(default: as the prefill instances)")
+    p.add_argument("--decode-dp", type=arg(count, hi=256), default=None, metavar="N",
+                   help="with --decode-tp: data-parallel attention groups of a decode instance (default 1)")
     p.add_argument("--cache-capacity", default=None, metavar="TOKENS",
                    help="prefix-cache tokens of the system's home tier ('3M', 'inf') or per tier ('hbm=200K,cxl=10M')")
     p.add_argument("--tiers", default=None, metavar="LIST", help="only these KV tiers (names or kinds), e.g. host "
@@ -450,6 +556,14 @@ def _register_trace_options(sub) -> None:
         if name == "plan":
             g.add_argument("--values", default=None, metavar="LIST",
                            help="values of --vary (instances, pool, router, pd) to try")
+            g.add_argument("--roles", choices=("search",), default=None,
+                           help="search the prefill/decode split: how many prefill and decode instances, with which "
+                                "parallelism each (tp/dp), for the trace and --slo, cheapest first")
+            g.add_argument("--parallel", type=arg(_parallel), default=None, metavar="LIST",
+                           help="with --roles search: the parallelism to try per role, TP or TP/DP, comma-separated "
+                                "(default 1,2,4,8 up to the host's GPUs, and TP/TP for an MLA model)")
+            g.add_argument("--max-replays", type=arg(count, hi=1000), default=12, metavar="N",
+                           help="with --roles search: cluster replays at most (default 12)")
             if not any(a_.dest == "scheduler" for a_ in p._actions):
                 g.add_argument("--scheduler", default=None, metavar="URL",
                                help="run the replays on Dask (tcp://HOST:PORT)")
@@ -459,6 +573,22 @@ def _register_trace_options(sub) -> None:
                 act.required = False
                 fallback = _needs_context(fallback)
         p.set_defaults(func=lambda a, cmd=cmd, fb=fallback: cmd(a, fb))
+
+
+def _parallel(text: str) -> list[tuple[int, int]]:
+    """'1,2,4/4' -> [(1, 1), (2, 1), (4, 4)]: tensor-parallel sizes, each with its data-parallel attention."""
+    out = []
+    for part in str(text).split(","):
+        tp, _, dp = part.strip().partition("/")
+        try:
+            pair = (int(tp), int(dp or 1))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"write TP or TP/DP, comma-separated (2,4,8/8), not "
+                                             f"{part.strip()!r}") from None
+        if not (1 <= pair[0] <= 256 and 1 <= pair[1] <= pair[0] and pair[0] % pair[1] == 0):
+            raise argparse.ArgumentTypeError(f"{part.strip()!r}: need 1 <= DP <= TP <= 256 with DP dividing TP")
+        out.append(pair)
+    return out
 
 
 def _needs_context(fallback):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..util.names import ENGINES
 from .types import arg, count, number, tokens
 
 # flag -> keyword of sacmodel.scenario(); the flags a command already has for itself keep their meaning and
@@ -17,7 +18,7 @@ FLAGS = {
     "--max-running-requests": "max_running_requests",
     "--scheduler-recv-interval": "scheduler_recv_interval", "--piecewise-cuda-graph": "piecewise_cuda_graph",
     "--pool": "pool", "--cxl-devices": "cxl_devices",
-    "--rdma-nics": "rdma_nics", "--moe-a2a": "moe_a2a", "--deepep-mode": "deepep_mode",
+    "--rdma-nics": "rdma_nics", "--engine": "engine", "--moe-a2a": "moe_a2a", "--deepep-mode": "deepep_mode",
     "--two-batch-overlap": "two_batch_overlap", "--ep-redundant": "ep_redundant",
     "--cuda-graph-max-bs": "cuda_graph_max_bs",
 }
@@ -77,6 +78,9 @@ def add_machine(p: argparse.ArgumentParser) -> None:
         help="SGLang's --ep-num-redundant-experts: EPLB replicas, so that experts + replicas divide by --ep")
     add("--cuda-graph-max-bs", type=arg(count, hi=4096), metavar="N",
         help="SGLang's --cuda-graph-max-bs (default: SGLang's rule for the GPU; it sizes DP attention's reserve)")
+    add("--engine", choices=ENGINES, help="the server's engine (default sglang): vllm runs vLLM V1's scheduler, "
+                                          "prefill chunks and decodes mixed under max_num_batched_tokens "
+                                          "(--chunked-prefill sets it), with vLLM's defaults for the GPU")
     add("--pool", metavar="LIST", help="KV pools to add: cxl and/or rdma, comma-separated (default: none)")
     add("--cxl-devices", type=arg(count, hi=1024), metavar="N", help="CXL devices of the pool (default 2; with --gpu, "
                                                                               "needs --pool cxl)")

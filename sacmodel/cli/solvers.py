@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from ..util.names import HIGHER_IS_BETTER, LOADED, SHORT_METRICS, SYSTEMS, UNLOADED, fmt_value, kind_of
+from ..util.names import CLUSTER_SLO, HIGHER_IS_BETTER, LOADED, SHORT_METRICS, SYSTEMS, UNLOADED, fmt_value, kind_of
 from .common import (
     DEFAULT_CONCURRENCY,
     LIMITS_TEXT,
@@ -254,6 +254,10 @@ def cmd_winner_map(a):
 def cmd_plan(a):
     from sacmodel.planning.plan import max_load, plan
     slos = dict(a.slo)
+    cluster_only = [m for m in slos if m in CLUSTER_SLO]
+    if cluster_only:
+        raise ValueError(f"--slo {cluster_only[0]}: a percentile over a trace's requests; give --trace TRACE (a "
+                         "cluster plan), or use " + ", ".join(LOADED))
     wl = {k: v for k, v in _workload(a).items() if v is not None}
     if a.max_load:
         wl.pop(a.max_load, None)

@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from ..util.names import LIMITS, LOADED, RATE_RANGE, SHORT_METRICS, SYSTEMS, TIME_SCALE_RANGE, kind_of  # noqa: F401
+from ..util.names import CLUSTER_SLO, LIMITS, LOADED, RATE_RANGE, SHORT_METRICS, SYSTEMS, TIME_SCALE_RANGE, kind_of  # noqa: F401
 
 PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff")
 
@@ -273,8 +273,9 @@ def slo(s: str) -> tuple[str, float]:
     name = SHORT_METRICS.get(name.strip(), name.strip())
     if not eq:
         raise Bad(f"--slo {s!r}: write METRIC=VALUE, e.g. tbt_mean_ms=80")
-    if name not in LOADED:
-        raise Bad(f"--slo {s!r}: unknown SLO metric {name!r}; known: {', '.join(LOADED)}")
+    if name not in LOADED and name not in CLUSTER_SLO:
+        raise Bad(f"--slo {s!r}: unknown SLO metric {name!r}; known: {', '.join(LOADED)} (and with --trace: "
+                  f"{', '.join(CLUSTER_SLO)})")
     return name, number(v, f"--slo {name}", lo=0)
 
 

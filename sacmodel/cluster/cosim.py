@@ -117,7 +117,7 @@ class CoSim:
         self.servers: list[Server] = []
         for k, spec in enumerate(s.insts):
             role = "prefill" if s.split and k in s.pre_set else ("decode" if s.split else "both")
-            cfg = s.cfg_dec if role == "decode" else s.cfg
+            cfg = s.cfg_of(k)
             if id(cfg) not in models:
                 models[id(cfg)] = Model(cfg, context_grid=TRACE_CONTEXT_GRID)
             srv = Server(k, spec, cfg, models[id(cfg)], role, 1 if role == "prefill" else max_out)

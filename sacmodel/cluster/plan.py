@@ -208,16 +208,24 @@ class ClusterPlan:
 
 def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instances", values=None,
                  fixed: dict | None = None, scheduler: str | None = None, workers: int | None = None,
-                 progress: bool = False, price_table=None) -> ClusterPlan:
+                 progress: bool = False, price_table=None, roles: str | None = None, parallel=None,
+                 max_replays: int = 12):
     """The cheapest value of ``vary`` whose replay meets every SLO bound.
 
     ``slo``: summary metric -> bound (upper bound for latencies, lower bound for goodput_req_s,
     slo_attainment, throughput and hit_rate_total). Instance counts are tried in increasing order (each a
     replay); pool sizes are screened with the hit-rate fast path first.
+
+    ``roles="search"`` instead searches the prefill/decode split: how many prefill and decode instances, with
+    which parallelism each (``parallel``: (tp, dp) pairs to try), cheapest first, bracketed by each role's
+    capacity against the trace's token rates, at most ``max_replays`` co-simulations
+    (:func:`sacmodel.cluster.roles.role_search`; returns its :class:`~sacmodel.cluster.roles.RolePlan`).
     """
     for m in slo:
         if m not in ROW_METRICS:
             raise ConfigError(f"slo metric {m!r} unknown for cluster plans; known: {', '.join(ROW_METRICS)}")
+    if roles is not None:
+        return _role_plan(scenario, system, trace, slo, roles, parallel, max_replays, fixed, price_table)
     vals = parse_axis(vary, values if values is not None else ("1:8" if vary == "instances" else None))
     hit = []
     if vary == "pool":
@@ -241,6 +249,25 @@ def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instan
     msg = (f"cheapest {vary} meeting the SLO: {best[vary]} "
            f"({best['cost_usd_per_hour']:.2f} USD/hour, goodput {best['goodput_req_s']:.3g} req/s)")
     return ClusterPlan(vary, best[vary], msg + _short_note(vary, best), rows, hit)
+
+
+def _role_plan(scenario, system, trace, slo, roles, parallel, max_replays, fixed, price_table):
+    """``roles="search"``: the prefill/decode role search, each candidate co-simulated by :func:`_point`."""
+    from .roles import role_search
+    if roles != "search":
+        raise ConfigError(f"roles: 'search' (the prefill/decode split searched), not {roles!r}")
+    if isinstance(max_replays, bool) or not isinstance(max_replays, int) or not 1 <= max_replays <= 1000:
+        raise ConfigError(f"max_replays must be a whole number in 1..1000, got {max_replays!r}")
+    cost_per_hour(scenario, system, 1, None, price_table)      # a table that cannot price the rows: refused now
+    fixed = _with_cache(trace, fixed)
+
+    def replay_row(sp, sd, n_p, n_d):
+        row = _point((sp, system, trace, {"instances": n_p + n_d, "pd": f"{n_p}:{n_d}"}, {**fixed, "decode": sd},
+                      price_table))
+        row["meets"] = meets(row, slo)
+        return row
+    return role_search(scenario, system, trace, slo, parallel=parallel, max_replays=max_replays, fixed=fixed,
+                       price_table=price_table, replay_row=replay_row)
 
 
 def _with_cache(trace, fixed) -> dict:

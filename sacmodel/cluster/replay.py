@@ -26,7 +26,7 @@ from ..hardware.cluster import (
 )
 from ..hardware.scenarios import cluster_of
 from ..hardware.units import UnitError, parse_quantity
-from ..serving.config import resolve
+from ..serving.config import as_engine, resolve
 from ..serving.predict import ConfigError, Prediction
 from ..util.names import LIMITS, ROUTERS, TIME_SCALE_RANGE
 from .caches import KIND_ORDER, ClusterCaches
@@ -264,7 +264,7 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
            cache_capacity=None, pd=None, time_scale: float = 1.0, concurrency: int | None = None,
            cache: str = "trace", slo=None, router_params: dict | None = None,
            block_tokens: int | None = None, limit: int | None = None, progress: bool = False, tiers=None,
-           **resources) -> ClusterPrediction:
+           engine: str | None = None, decode=None, **resources) -> ClusterPrediction:
     """Replay ``trace`` through a cluster running ``system`` on every instance.
 
     ``scenario``: a cluster (``sac-cluster-4x``, a schema-2 YAML, a :class:`ClusterSpec`) or a single-host
@@ -277,14 +277,17 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     shared CXL pool for CXL systems, else RDMA). ``time_scale`` 2 replays twice as fast. ``concurrency``:
     requests in flight per instance (default: as many as the server admits). ``cache``: 'trace' (prefix
     caches), 'none', 'all' (every prompt cached). ``slo``: {'ttft': s, 'tbt': s} or 'ttft=2s,tbt=100ms'.
-    ``tiers``: only these tiers (names or kinds) of each instance's chain. A request the server would refuse
+    ``tiers``: only these tiers (names or kinds) of each instance's chain. ``engine``: "sglang" or "vllm" on
+    every instance (default: each instance's ``engine:`` in the cluster file, else the host scenario's).
+    ``decode``: with ``pd``, the scenario of the decode instances (their GPUs and parallelism; the same model),
+    where the two roles run different configurations. A request the server would refuse
     (longer than the model's positions, larger than an instance's pool) fails alone; an instance whose engine
     fails leaves its requests incomplete and the prediction infeasible.
     """
     _check(cache, instances, router, router_params, tiers, cache_capacity, time_scale, concurrency)
     setup = Setup(scenario, system, trace, router=router, instances=instances, pd=pd, time_scale=time_scale,
                   concurrency=concurrency, cache=cache, slo=slo, router_params=router_params, limit=limit,
-                  resources=resources)
+                  resources=resources, engine=engine, decode=decode)
     setup.build(cache_capacity, block_tokens, tiers)
     sim = CoSim(setup)
     bar = _progress(progress, len(setup.tr))
@@ -329,7 +332,7 @@ class Setup:
     caches, the routers and the network; :class:`~sacmodel.cluster.cosim.CoSim` runs it."""
 
     def __init__(self, scenario, system, trace, *, router, instances, pd, time_scale, concurrency, cache, slo,
-                 router_params, limit, resources):
+                 router_params, limit, resources, engine=None, decode=None):
         self.system, self.router_name, self.time_scale, self.concurrency, self.cache = (
             system, router, time_scale, concurrency, cache)
         self.slo_s = parse_slo(slo)
@@ -347,9 +350,26 @@ class Setup:
         self.tr, self.meta = load_workload(trace, limit)
         if cache == "trace" and not self.tr.has_prefix_info:
             raise DataError(f"{self.tr.name}: the trace has no prefix information; choose cache='none' or 'all'")
-        self.cfg = resolve(cl.host, system, **resources)
+        cfg = resolve(cl.host, system, **resources)
         dec_system = "dram" if (split and system in ("rdma", "rdma-topk")) else system
-        self.cfg_dec = resolve(cl.host, dec_system, **resources) if split else self.cfg
+        if decode is not None and not split:
+            raise ConfigError("decode: a decode instances' scenario needs a prefill/decode split (pd)")
+        dec_host = cl.host if decode is None else cluster_of(decode).host
+        if dec_host.model_name != cl.host.model_name:
+            raise ConfigError(f"decode: its model {dec_host.model_name!r} differs from the prefill instances' "
+                              f"{cl.host.model_name!r}")
+        cfg_dec = resolve(dec_host, dec_system, **resources) if split else cfg
+        carried: dict = {}                 # (base config, engine) -> the config that engine runs
+
+        def served(base, eng):
+            eng = eng or base.engine
+            if (id(base), eng) not in carried:
+                carried[id(base), eng] = as_engine(base, eng)
+            return carried[id(base), eng]
+        self._cfgs = [served(cfg_dec if split and k >= split[0] else cfg, engine or inst.engine)
+                      for k, inst in enumerate(insts)]
+        self.cfg = self._cfgs[0]
+        self.cfg_dec = self._cfgs[split[0]] if split else self.cfg
         self.bpt = kv_bytes_per_token(cl.host)
         self.max_ctx = cl.max_context or self.cfg.model.extra.get("max_context")
         n = len(insts)
@@ -364,7 +384,8 @@ class Setup:
         self._alone = _alone_limits(self.cfg, self.cfg_dec if split else None, self.tr)
 
     def cfg_of(self, k: int):
-        return self.cfg_dec if k in self.dec else self.cfg
+        """The configuration instance ``k`` runs (its role's system, its engine)."""
+        return self._cfgs[k]
 
     def reject(self, n_in: int, n_out: int) -> str | None:
         """Why the server would refuse a request of this size (None: it would take it)."""
@@ -394,7 +415,8 @@ class Setup:
         pools = {k: self.cfg_of(k).max_total_tokens for k in range(n)}
         self.caches = ClusterCaches(cl, self.insts, chains, system, self.caps, bt,
                                     {k: self.cfg_of(k).dp for k in range(n)}, pools,
-                                    per_rank=self.cfg.dp > 1, hosts_of={k: i.host for k, i in enumerate(self.insts)})
+                                    per_rank=any(c.dp > 1 for c in self._cfgs),
+                                    hosts_of={k: i.host for k, i in enumerate(self.insts)})
         self.far_tiers = [t for t in self.tier_names if self.caches.is_far(t)]
         self.net = Network(cl, sorted({i.host for i in self.insts}), cl.host)
         self.pool_tier = next((t for t in self.tier_names if cl.tiers[t].kind == "cxl"), None)

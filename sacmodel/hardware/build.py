@@ -13,13 +13,16 @@ from typing import Any
 
 from .gpus import GPUSpec, get_gpu
 from .models import ModelError, get_model
+from .sizing import VLLM_BLOCK, VLLM_GPU_MEMORY_UTILIZATION, VLLM_GRAPH_TOKENS, vllm_batch_defaults
 from .sizing import (GIB, MIB, RUNTIME_RESERVE, WEIGHT_BYTES, chunked_prefill_default, cuda_graph_max_bs_default,
                      kv_cell_bytes, kv_dtype_default, kv_pool_tokens, mem_fraction_default, reserved_mib,
                      sglang_refusal, weights_per_gpu)
+from ..util.names import ENGINES
 from .topology import LIMITS as TOPOLOGY_LIMITS
 from .topology import Topology, TopologyError
 
 SGLANG = "SGLang 0.5.9 default"
+VLLM = "vLLM V1 default (vllm-project/vllm at 00024d31)"
 POOLS = ("cxl", "rdma")
 TESTBED = "sac-testbed"
 
@@ -73,7 +76,7 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
              max_total_tokens: int | None = None, max_running_requests: int | None = None,
              scheduler_recv_interval: int | None = None, piecewise_cuda_graph: bool = False,
              pool: str | None = None, cxl_devices: int | None = None, rdma_nics: int | None = None,
-             transfer: str = "fitted", moe_a2a: str = "none", deepep_mode: str = "auto",
+             transfer: str = "fitted", engine: str = "sglang", moe_a2a: str = "none", deepep_mode: str = "auto",
              two_batch_overlap: bool = False, ep_redundant: int = 0,
              cuda_graph_max_bs: int | None = None) -> Topology:
     """A scenario of ``gpus`` x ``gpu`` serving ``model`` with SGLang.
@@ -91,7 +94,11 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
     ``rdma`` (comma-separated) to add a KV pool like the testbed's, with ``cxl_devices`` / ``rdma_nics``
     members (only with their pool; one host). ``transfer``: how the testbed's constants carry over
     (:mod:`sacmodel.hardware.transfer`): "fitted" (the kernel efficiencies measured for the GPU generation and
-    weights, where known) or "rules" (the rules alone).
+    weights, where known) or "rules" (the rules alone). ``engine``: "sglang" (the default) or "vllm": vLLM V1's
+    scheduler (mixed prefill and decode batches under ``max_num_batched_tokens``, which ``chunked_prefill``
+    sets; ``max_running_requests`` is its ``max_num_seqs``) with vLLM's defaults (16-token KV blocks,
+    ``gpu_memory_utilization`` 0.9, its batch defaults for the GPU:
+    :func:`sacmodel.hardware.sizing.vllm_batch_defaults`).
 
     Expert parallelism over the hosts' network (SGLang ``--moe-a2a-backend deepep``): ``moe_a2a="deepep"``
     replaces the MoE layers' gather and scatter of the tokens by DeepEP's dispatch and combine
@@ -114,6 +121,7 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
                                        scheduler_recv_interval=scheduler_recv_interval,
                                        piecewise_cuda_graph=piecewise_cuda_graph, pool=pool,
                                        cxl_devices=cxl_devices, rdma_nics=rdma_nics, transfer=transfer,
+                                       engine=engine,
                                        moe_a2a=moe_a2a, deepep_mode=deepep_mode,
                                        two_batch_overlap=two_batch_overlap, ep_redundant=ep_redundant,
                                        cuda_graph_max_bs=cuda_graph_max_bs))
@@ -125,7 +133,7 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                   max_total_tokens: int | None = None, max_running_requests: int | None = None,
                   scheduler_recv_interval: int | None = None, piecewise_cuda_graph: bool = False,
                   pool: str | None = None, cxl_devices: int | None = None, rdma_nics: int | None = None,
-                  transfer: str = "fitted", moe_a2a: str = "none", deepep_mode: str = "auto",
+                  transfer: str = "fitted", engine: str = "sglang", moe_a2a: str = "none", deepep_mode: str = "auto",
                   two_batch_overlap: bool = False, ep_redundant: int = 0,
                   cuda_graph_max_bs: int | None = None) -> dict:
     """The scenario of :func:`scenario` as a schema-version-1 mapping (what :func:`scenario_yaml` writes)."""
@@ -139,6 +147,7 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
     weights = _check_choice("weights", weights, tuple(WEIGHT_BYTES))
     kv_dtype = _check_choice("kv_dtype", kv_dtype, ("auto", "bf16", "fp8"))
     transfer = _check_choice("transfer", transfer, ("fitted", "rules"))
+    engine = _check_choice("engine", engine, ENGINES)
     pools = _pools(pool)
     n_cxl = _pool_size("cxl_devices", cxl_devices, "cxl", pools)
     n_rdma = _pool_size("rdma_nics", rdma_nics, "rdma", pools)
@@ -146,6 +155,11 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                             two_batch_overlap=two_batch_overlap, ep_redundant=ep_redundant)
     _check_machine(g, m, gpus=gpus, tp=tp, dp=dp, ep=ep, weights=weights, pools=pools,
                    redundant=ep_parts["ep_redundant"])
+    given = [k for k in ("moe_a2a", "two_batch_overlap", "ep_redundant")
+             if ep_parts[k] not in ("none", False, 0)] + (["deepep_mode"] if ep_parts["deepep_mode"] != "auto" else [])
+    if engine == "vllm" and given:
+        raise TopologyError(f"scenario: {given[0]} is SGLang's setting (DeepEP, two-batch overlap, EPLB as SGLang runs "
+                            "them); the vLLM engine does not model them: use engine='sglang'")
     kv = kv_dtype_default(m, g.sm_version) if kv_dtype == "auto" else kv_dtype
     name = f"{g.name}x{gpus}-{m.name}-{weights}" + (f"-dp{dp}" if dp > 1 else "") + (f"-ep{ep}" if ep > 1 else "")
     hosts = -(-gpus // g.host_gpus)
@@ -157,13 +171,16 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                                                               ("rdma_nics", n_rdma, "rdma")) if p in pools},
                        cuda_graph_max_bs=cuda_graph_max_bs)
     serving.update(_ep_serving(ep_parts))
+    if engine == "vllm":
+        _vllm_serving(serving, g, dp=dp, chunked_prefill=chunked_prefill, mem_fraction=mem_fraction,
+                      max_running_requests=max_running_requests)
     _check_fits(g, m, serving, tp=tp, dp=dp, chunk=chunked_prefill or chunked_prefill_default(g.memory_mib))
     data: dict[str, Any] = {
         "schema_version": 1, "name": name, "model": model,
         "description": f"{gpus} x {g.name.upper()} serving {m.name} ({weights} weights, {kv} KV, TP{tp}"
                        + (f", DP{dp} attention" if dp > 1 else "") + (f", EP{ep}" if ep > 1 else "")
                        + (f", {hosts} hosts of {g.host_gpus} GPUs" if hosts > 1 else "")
-                       + ") with SGLang; built by sacmodel.scenario()",
+                       + f") with {'vLLM' if engine == 'vllm' else 'SGLang'}; built by sacmodel.scenario()",
         "nodes": _nodes(g, gpus, pools, n_cxl or 2, n_rdma or 2),
         "links": _links(g, gpus, pools),
         "pools": {"dram": [f"dram{i}" for i in range(2 * hosts)], **({"cxl": ["cxl_dev"]} if "cxl" in pools else {}),
@@ -455,6 +472,26 @@ def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int,
                           ("host_to_device_ratio", "2", "host pool = 2 x device pool")):
             s[k] = _num(v, f"as on the SAC testbed (server logs: {why})")
     return s
+
+
+def _vllm_serving(s: dict, g: GPUSpec, *, dp: int, chunked_prefill, mem_fraction, max_running_requests) -> None:
+    """The settings of a vLLM V1 server in place of SGLang's (``s`` is rewritten): the engine, its token budget
+    per iteration (``max_num_batched_tokens``, kept as ``prefill_chunk``: each data-parallel engine has its own
+    scheduler, so it is not divided by dp), ``max_num_seqs``, 16-token KV blocks, ``gpu_memory_utilization`` and
+    CUDA graphs up to 512 tokens (full graphs for decode-only batches, piecewise ones for mixed batches)."""
+    tokens, seqs = vllm_batch_defaults(g.memory_mib, g.name)
+    src = f"{VLLM}: get_batch_defaults for {g.memory_mib:,} MiB ({g.name})"
+    s["engine"] = _num("vllm", "given")
+    s["prefill_chunk"] = _num(str(chunked_prefill), "given (max_num_batched_tokens)") if chunked_prefill \
+        else _num(str(tokens), f"{src}: max_num_batched_tokens")
+    if max_running_requests is None:
+        s["max_running_requests"] = _num(str(seqs), f"{src}: max_num_seqs")
+    s["page_tokens"] = _num(str(VLLM_BLOCK), f"{VLLM}: block_size")
+    if mem_fraction is None:
+        s["mem_fraction"] = _num(f"{VLLM_GPU_MEMORY_UTILIZATION:g}", f"{VLLM}: gpu_memory_utilization")
+    s["cuda_graph_max_bs"] = _num(str(VLLM_GRAPH_TOKENS), f"{VLLM}: largest CUDA-graph capture size")
+    s["piecewise_cuda_graph_max_tokens"] = _num(str(VLLM_GRAPH_TOKENS), f"{VLLM}: piecewise CUDA graphs of "
+                                                                         "mixed batches up to the capture size")
 
 
 def _mem_fraction(g: GPUSpec, given, *, tp: int, dp: int, chunk: int, cgmb: int) -> dict:

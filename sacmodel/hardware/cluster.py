@@ -2,7 +2,8 @@
 
 A cluster is a set of hosts, each with the hardware and serving parameters of one scenario (``host:`` names a
 version-1 scenario, or the file carries the host's ``nodes``/``links`` inline), serving instances placed on
-them (``both``: prefill and decode; ``prefill``/``decode``: disaggregated), the KV tiers the instances cache
+them (``both``: prefill and decode; ``prefill``/``decode``: disaggregated; ``engine: vllm`` runs an instance
+with vLLM's scheduler and defaults instead of the host scenario's engine), the KV tiers the instances cache
 prefixes in, and the network between hosts:
 
 - ``hbm`` / ``host`` tiers belong to one instance (its GPUs' HBM, its host DRAM);
@@ -25,7 +26,7 @@ import numpy as np
 
 from .models import entry_bytes, model_of
 from .topology import Topology, TopologyError
-from ..util.names import LIMITS
+from ..util.names import ENGINES, LIMITS
 from .units import UnitError, parse_quantity, parse_tokens
 
 
@@ -74,6 +75,7 @@ class InstanceSpec:
     host: str
     role: str
     tiers: tuple
+    engine: str | None = None            # "sglang" or "vllm" (None: the host scenario's)
 
 
 @dataclass
@@ -312,10 +314,13 @@ def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dic
     instances: list[InstanceSpec] = []
     for i, inst in enumerate(entries):
         iw = f"{w}.instances[{i}]"
-        _expect(inst, {"id", "count", "host", "role", "tiers", "description"}, iw, ("id", "tiers"))
+        _expect(inst, {"id", "count", "host", "role", "tiers", "description", "engine"}, iw, ("id", "tiers"))
         role = inst.get("role", "both")
         if role not in ROLES:
             raise TopologyError(f"{iw}.role: unknown role {role!r} (known: {', '.join(ROLES)})")
+        engine = inst.get("engine")
+        if engine is not None and engine not in ENGINES:
+            raise TopologyError(f"{iw}.engine: unknown engine {str(engine)[:40]!r} (known: {', '.join(ENGINES)})")
         n = _plain_count(inst["count"], f"{iw}.count", "instances") if "count" in inst else 1
         if len(instances) + n > LIMITS["instances"]:
             raise TopologyError(f"{iw}: more than {LIMITS['instances']:,} instances in the cluster (limit)")
@@ -338,7 +343,7 @@ def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dic
             if not reach:
                 raise TopologyError(f"{iw}: instance {iid!r} on host {h!r} reaches no KV tier "
                                     f"(listed: {', '.join(tl) or 'none'})")
-            instances.append(InstanceSpec(iid, h, role, reach))
+            instances.append(InstanceSpec(iid, h, role, reach, engine))
     if not instances:
         raise TopologyError(f"{w}.instances: no instances")
     if len({i.id for i in instances}) != len(instances):

@@ -30,6 +30,23 @@ def chunked_prefill_default(memory_mib: float) -> int:
     return 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 160 else 16384
 
 
+# vLLM V1's engine defaults (vllm-project/vllm at 00024d31: vllm/engine/arg_utils.py get_batch_defaults for the
+# OpenAI API server; vllm/config/cache.py block_size 16, gpu_memory_utilization 0.9; CompilationConfig's largest
+# CUDA-graph capture size 512)
+VLLM_BLOCK = 16
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
+VLLM_GRAPH_TOKENS = 512
+
+
+def vllm_batch_defaults(memory_mib: float, gpu_name: str) -> tuple[int, int]:
+    """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` for its OpenAI API server when unset
+    (``EngineArgs.get_batch_defaults``): 8192 and 1024 on a GPU of at least 70 GiB that is not an A100 (H100,
+    H200, B200, MI300x), else 2048 and 256."""
+    if memory_mib >= 70 * 1024 and "a100" not in gpu_name.lower():
+        return 8192, 1024
+    return 2048, 256
+
+
 def cuda_graph_max_bs_default(memory_mib: float, tp: int) -> int:
     """``cuda_graph_max_bs`` when unset (``_handle_gpu_memory_settings``)."""
     gib = memory_mib / 1024

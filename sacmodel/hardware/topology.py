@@ -126,7 +126,7 @@ PARAM_DIMENSIONS = {
     "kv_dtype": "string", "attn_dtype": "string", "rdma_topk_granularity": "string",
     "t_hs": "time", "t_hs_req": "time", "t_hs_admit": "time", "t_token": "time", "stage_copy_bw": "bandwidth",
     "cxl_map_bytes": "bytes", "swap_load_bytes": "bytes", "buffer_extra_slots": "tokens",
-    "load_balance": "string", "weights": "string", "max_prefill_tokens": "tokens",
+    "load_balance": "string", "weights": "string", "max_prefill_tokens": "tokens", "engine": "string",
     "moe_a2a": "string", "deepep_mode": "string", "two_batch_overlap": "dimensionless",
     "ep_redundant": "dimensionless",
 }
@@ -144,6 +144,7 @@ PARAM_RANGES: dict[str, Range] = {
     "mem_fraction": _fraction(), "hbm_eff": _fraction(), "compute_eff": _fraction(), "prefill_eff": _fraction(),
     "moe_eff": _fraction(), "sparse_prefill_eff": _fraction(), "ep": _count(LIMITS["gpus"]), "cuda_graph_max_bs": _count(1 << 16),
     "weights": Range("string", 0, 0, choices=("fp8", "bf16", "awq-int4", "fp4")),
+    "engine": Range("string", 0, 0, choices=("sglang", "vllm")),
     "topk_overlap": _fraction(lo_closed=True),
     "launch_overlap": _fraction(lo_closed=True), "prefill_attn_eff": _fraction(),
     "topk_churn_exponent": Range("dimensionless", -4.0, 4.0),

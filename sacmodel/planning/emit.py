@@ -110,6 +110,8 @@ def sglang_args(scenario, system: str, **settings) -> tuple[dict, list[str]]:
     if system in WHAT_IFS:
         raise SolverError(f"{system} is a what-if that the SGLang fork does not implement: no launch command")
     t = _topology(scenario)
+    if "engine" in t.serving and t.serving["engine"].raw == "vllm":
+        raise SolverError(f"{t.name} runs vLLM (engine vllm): SGLang's launch command would describe another server")
     if settings.get("dp") is not None:
         t = with_dp(t, settings["dp"])
     for key, pool in (("cxl_devices", "cxl"), ("rdma_nics", "rdma")):   # a larger pool, grown as plan does

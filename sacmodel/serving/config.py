@@ -68,6 +68,7 @@ class Config:
     recv_interval: int = 1                           # decode iterations between the scheduler's receives
     pcg_tokens: int = 0                              # prefill batches up to this many tokens run as piecewise
                                                      # CUDA graphs (attention eager); 0: every prefill eager
+    engine: str = "sglang"                           # the server's scheduler: "sglang" or "vllm"
 
     @property
     def attn_tp(self) -> int:
@@ -148,8 +149,11 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
                  int(_setting(topo, "prefill_chunk", 8192 // dp)), page, tp=tp, ep=ep,
                  graph_bs=int(_setting(topo, "cuda_graph_max_bs", 512)), weights=weights_of(topo),
                  recv_interval=int(_setting(topo, "scheduler_recv_interval", 1)),
-                 pcg_tokens=int(_setting(topo, "piecewise_cuda_graph_max_tokens", 0)))
-    for setting, why in ((f"scheduler_recv_interval={cfg.recv_interval}",
+                 pcg_tokens=int(_setting(topo, "piecewise_cuda_graph_max_tokens", 0)), engine=engine_of(topo))
+    if cfg.engine == "vllm" and cfg.hisparse:
+        raise ConfigError(f"{topo.name}: system {system!r} runs HiSparse, a fork of SGLang; a vLLM instance keeps "
+                          "its KV in HBM: use system 'gpu' (or engine sglang)")
+    for setting, why in () if cfg.engine == "vllm" else ((f"scheduler_recv_interval={cfg.recv_interval}",
                           sglang_refusal(model, dp, recv_interval=cfg.recv_interval)),
                          (f"piecewise_cuda_graph_max_tokens={cfg.pcg_tokens}:",
                           sglang_refusal(model, dp, piecewise_graph=cfg.pcg_tokens > 0))):
@@ -179,6 +183,36 @@ def cuda_graph_off(topo: Topology) -> bool:
     """SGLang runs no CUDA graph with DeepEP's normal kernels for decode (``--deepep-mode normal``: they are not
     graph-capturable; sgl-project/sglang#4767)."""
     return _text(topo, "moe_a2a", "none") == "deepep" and _text(topo, "deepep_mode", "auto") == "normal"
+
+
+def engine_of(topo: Topology) -> str:
+    """The scenario's serving engine (``serving.engine``; SGLang when unset)."""
+    return topo.serving["engine"].raw if "engine" in topo.serving else "sglang"
+
+
+def as_engine(cfg: Config, engine: str) -> Config:
+    """``cfg`` served by ``engine`` instead (a cluster file's instance ``engine:`` on a host scenario written for
+    the other one): the engine's own defaults for the GPU (:func:`sacmodel.hardware.sizing.vllm_batch_defaults`,
+    16-token blocks, its memory share) replace the host's server settings; the hardware and the kernels stay."""
+    if engine == cfg.engine:
+        return cfg
+    if engine != "vllm":
+        raise ConfigError(f"engine {engine!r}: an instance on a vLLM host scenario can only run vLLM")
+    from dataclasses import replace
+    from ..hardware.sizing import (VLLM_BLOCK, VLLM_GPU_MEMORY_UTILIZATION, VLLM_GRAPH_TOKENS, kv_cell_bytes,
+                                   kv_pool_tokens, vllm_batch_defaults, weights_per_gpu)
+    if cfg.hisparse:
+        raise ConfigError(f"engine vllm: system {cfg.system!r} runs HiSparse, a fork of SGLang; use system 'gpu'")
+    t, m = cfg.topo, cfg.model
+    gpu = t.node(t.gpus[0])
+    memory = gpu.get("memory_reported", gpu["hbm_capacity"])
+    tokens, seqs = vllm_batch_defaults(memory / 2**20, str(gpu.get("model", t.name)))
+    weights = weights_per_gpu(m, t.param("weight_bytes_per_param"), tp=cfg.tp, dp=cfg.dp)
+    pool = kv_pool_tokens(memory, VLLM_GPU_MEMORY_UTILIZATION, weights, kv_cell_bytes(m, cfg.entry_bytes, cfg.attn_tp),
+                          VLLM_BLOCK)
+    return replace(cfg, engine="vllm", page=VLLM_BLOCK, prefill_chunk=tokens, max_running_requests=seqs,
+                   max_total_tokens=pool, graph_bs=VLLM_GRAPH_TOKENS, pcg_tokens=VLLM_GRAPH_TOKENS, recv_interval=1,
+                   limits={"setting": None, "profiled": pool})
 
 
 def _setting_int(topo: Topology, name: str) -> int | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+ENGINES = ("sglang", "vllm")       # serving engines an instance runs (sacmodel.serving.engine)
 SYSTEMS = ("gpu", "dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk")
 MAIN_SYSTEMS = ("gpu", "dram", "cxl", "rdma")
 BACKENDS = ("dram", "cxl", "rdma")
@@ -18,6 +19,8 @@ ROUTERS = ("round_robin", "random", "least_load", "prefix_affinity", "kv", "cach
 UNLOADED = ("ttft", "tbt", "e2e", "bytes_per_step", "ttft_cold")
 LOADED = ("ttft_mean_ms", "ttft_p50_ms", "ttft_p99_ms", "tbt_mean_ms", "tbt_p99_ms", "e2e_mean_ms",
           "output_throughput_tok_s", "request_throughput_req_s")
+# metrics only a cluster replay gives (plan --trace): percentiles over the trace's requests
+CLUSTER_SLO = ("ttft_p90_ms", "tbt_p50_ms", "e2e_p50_ms", "queue_p50_s")
 HIGHER_IS_BETTER = {"output_throughput_tok_s", "request_throughput_req_s"}
 SHORT_METRICS = {"ttft": "ttft_mean_ms", "tbt": "tbt_mean_ms", "e2e": "e2e_mean_ms",
                  "throughput": "output_throughput_tok_s"}   # short name -> loaded Prediction field

@@ -88,9 +88,6 @@ def test_llm_d_in_a_replay_reads_the_engines_and_keeps_a_prefix_on_its_pod(tmp_p
 
 
 # ---- the router's queue --------------------------------------------------------------------------------------
-@pytest.mark.xfail(reason="since built machines overlap eager launches (issue 32 item 5) the queued requests' TTFTs "
-                          "miss the law's exact form by about 1% (336.8 against 333.96 ms for the second): open, "
-                          "named in the closing note of stop 37", strict=False)
 def test_a_kv_router_queue_below_one_prompt_serves_identical_requests_one_after_another(tmp_path):
     # one candidate (a TP-2 pod without DP attention), four identical requests at t = 0, no shared blocks. With
     # a queue threshold below one prompt every request waits in the router until the previous one's first token
@@ -110,11 +107,15 @@ def test_a_kv_router_queue_below_one_prompt_serves_identical_requests_one_after_
     assert 0 < w <= 3 * q.per_request["tbt_ms"][0]
     free = replay(pod, "gpu", trace(tmp_path, rows), router="kv")
     # without the queue the other three prefill in the iteration after the first one's: it runs without a CUDA
-    # graph, and the first token leaves once its kernels are launched
+    # graph, and the first token leaves once the CPU has launched all its kernels. A built machine overlaps the
+    # launches with the GPU's work (launch_overlap 1), so that is n t_launch (Model.launch_cpu), not the excess
+    # over the in-graph floor (t_eager) a fork that serialises them adds: 45.2 against 42.3 ms here
     from sacmodel.serving.config import resolve
     from sacmodel.serving.engine import Model
-    eager_ms = Model(resolve(pod, "gpu")).t_eager * 1e3
-    assert free.per_request["ttft_ms"][0] == pytest.approx(ttft[0] + eager_ms, rel=1e-12)
+    model = Model(resolve(pod, "gpu"))
+    launched_ms = model.launch_cpu(model.t_eager) * 1e3
+    assert launched_ms > model.t_eager * 1e3
+    assert free.per_request["ttft_ms"][0] == pytest.approx(ttft[0] + launched_ms, rel=1e-12)
     assert free.per_request["ttft_ms"][3] < ttft[3]              # without it they prefill together
 
 

@@ -382,9 +382,15 @@ def test_emission_of_first_and_decode_tokens():
     em1.first_tokens(2.0, [0.5, 0.0])
     assert [(b[0], b[2]) for b in fe1.msgs] == [(2.0, [(1, False)]), (2.5, [(0, False), (2, False)])]
     fe2 = FrontEnd()
-    Emission(fe2, [0, 1], [5, 5]).decode_tokens(3.0, [0, 1], jump=4, ended=[(1, True)])
-    # 8 messages: the payload rides on rank 1's last one (message 8), nothing after it
-    assert [(b[1], b[2]) for b in fe2.msgs] == [(8, [(1, True)])]
+    em2 = Emission(fe2, [0, 1], [5, 5])
+    em2.decode_tokens(3.0, [0, 1], jump=4, ended=[(1, True)])
+    # 8 messages: 7 plain ones at the iteration's end; rank 1's last, which carries the last token, waits for
+    # the rank's next launch (process_batch_result_decode runs after run_batch)
+    assert [(b[0], b[1], b[2]) for b in fe2.msgs] == [(3.0, 7, None)]
+    assert em2.unsent_last == {1: [(1, True)]}
+    em2.last_tokens(3.1, [0.5, 0.02])
+    assert [(b[0], b[1], b[2]) for b in fe2.msgs] == [(3.0, 7, None), (3.12, 1, [(1, True)])]
+    assert em2.unsent_last == {}
 
 
 def test_stats_account_prefill_and_decode_iterations():
@@ -454,3 +460,67 @@ def test_the_testbed_adds_its_launches_and_a_built_machine_overlaps_them():
     assert over < added - 0.5 * chunks * 1e3 * m.t_eager
     gpu_only = sum(m.prefill(m.cfg.prefill_chunk, i * m.cfg.prefill_chunk, i == 0) for i in range(chunks)) * 1e3
     assert over > gpu_only
+
+
+
+def _on_rank_zero(cfg, outs, follow: bool = False, at_once: bool = False):
+    """An open engine with requests of ``outs`` output tokens (16K prompts on a cached prefix) all on rank 0,
+    stepped to the end. ``follow``: when the client sees request 0's last token it sends one more request to
+    rank 0 (a closed loop). ``at_once``: last tokens leave at the end of the iteration that computed them (the
+    counterfactual). Returns (engine, the ends of the iterations)."""
+    from sacmodel.serving.engine.emit import Emission
+    from sacmodel.serving.engine.loop import open_engine
+    eng = open_engine(cfg, max_output=max(outs))
+    if at_once:
+        plain = eng.emit.decode_tokens
+        def now(when, decoding, jump, ended):
+            plain(when, decoding, jump, ended)
+            Emission.last_tokens(eng.emit, when)
+        eng.emit.decode_tokens = now
+    for o in outs:
+        eng.submit(0.0, 16384, o, cached=16320, rank=0)
+    if follow:
+        def listener(i, last, when):
+            if i == 0 and last:
+                eng.submit(when, 16384, 50, cached=16320, rank=0)
+        eng.client.listener = listener
+    ends = []
+    for _ in range(10000):
+        if eng.finished == eng.table.n and not eng.emit.unsent_last and not eng.emit.unsent:
+            break
+        if eng.step():
+            ends.append(eng.t)
+    eng.frontend.run(math.inf, eng.dispatch.push, eng.client.deliver)
+    return eng, ends
+
+
+def test_a_last_token_leaves_after_its_ranks_next_launch(cfg):
+    """Law of the overlap loop (process_batch_result_decode runs after the next batch's launch; HiSparse
+    prepares that decode step on the CPU, t_hs + t_hs_req per request, serialised with the GPU): request 0 ends
+    while request 1 goes on decoding on its rank, so its last token reaches the client t_hs + t_hs_req (one
+    request in the next batch) after the iteration that computed it; alone, when nothing runs after it, at once."""
+    v = Model(cfg).v
+    eng, ends = _on_rank_zero(cfg, [10, 200])
+    end0 = max(e for e in ends if e <= eng.client.done[0])
+    assert eng.client.done[0] - end0 == pytest.approx(v["t_hs"] + v["t_hs_req"], rel=1e-9)
+    alone, ends = _on_rank_zero(cfg, [10])                 # alone: the server then idles
+    end0 = max(e for e in ends if e <= alone.client.done[0])
+    assert alone.client.done[0] - end0 == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_closed_loop_request_sent_at_a_last_token_waits_one_more_decode_step(cfg):
+    """The next request of a closed loop goes out when the client sees a last token, which leaves with the
+    rank's next launch; so it reaches the rank (its 16K prompt's intake, 9 ms, is shorter than that send delay,
+    t_hs + t_hs_req = 18 ms) after the rank's loop took requests in for the iteration already running, and its
+    prefill comes after the next decode step instead of right after the current one. Against last tokens sent
+    at the iteration's end, its time to first token is one decode step (of request 1 alone) longer, less the
+    send delay by which it went out later."""
+    v = Model(cfg).v
+    delay = v["t_hs"] + v["t_hs_req"]
+    assert v["t_token"] * 16384 < delay
+    late, ends = _on_rank_zero(cfg, [10, 400], follow=True)
+    soon, _ = _on_rank_zero(cfg, [10, 400], follow=True, at_once=True)
+    ttft = [e.client.first[2] - e.client.sent[2] for e in (late, soon)]
+    j = ends.index(max(e for e in ends if e <= late.client.done[0]))      # request 0's last iteration
+    step = ends[j + 1] - ends[j]                                          # request 1 decoding alone
+    assert ttft[0] - ttft[1] == pytest.approx(step - delay, rel=0.02)

@@ -10,7 +10,8 @@ An iteration without a CUDA graph (any rank prefilling, or a decode batch above 
 its kernels from the CPU one by one while the GPU runs those launched before: it lasts the longer of the GPU's
 work (after the first launch) and the CPU's launches (:meth:`Model.overlapped`), not their sum; a prefill batch
 within SGLang's piecewise CUDA graph (``pcg_tokens``) launches only its attention eagerly. Runs of identical decode iterations are priced in
-one jump.
+one jump. vLLM's engine mixes a rank's prefill chunks and decode tokens in one forward
+(:mod:`sacmodel.serving.engine.vllm`): its rank part is then the prefill batch plus the decode batch.
 """
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ class IterationCost:
             if self.route_shared else []
         self._own: dict[int, float] = {}
         self.misses = 0.0               # entries per layer the last priced iteration loads (all ranks, per step)
+        # vLLM runs a rank's prefill chunks and decode tokens in one forward: its rank part is their sum
+        self.mixed = model.cfg.engine == "vllm"
+        self.mixed_parts: dict[int, float] | None = None      # the iteration's prefill part of each rank (mixed)
 
     def own_unit(self, b: int) -> float:
         """Seconds per entry per layer of a rank's swap-in alone on the route (``b`` blocks in flight)."""
@@ -50,9 +54,13 @@ class IterationCost:
 
     def prefill_part(self, admits: list, prefilled: list[int]) -> float:
         """Seconds of the slowest rank's prefill batch (``admits``: [(rank, [(request, tokens)])])."""
+        return max(self.prefill_parts(admits, prefilled).values(), default=0.0)
+
+    def prefill_parts(self, admits: list, prefilled: list[int]) -> dict[int, float]:
+        """Seconds of each admitting rank's prefill batch, by rank."""
         L, todo, cache = self.table.L, self.table.todo, self._prefill
-        part = 0.0
-        for _, batch in admits:
+        parts = {}
+        for r, batch in admits:
             p = 0.0
             for i, take in batch:
                 done = prefilled[i]
@@ -61,16 +69,17 @@ class IterationCost:
                 if x is None:
                     x = cache[key] = self.model.prefill(*key)
                 p += x
-            if p > part:
-                part = p
-        return part
+            parts[r] = p
+        return parts
 
     def _fixed_parts(self, ranks: Ranks, admits: list, decoding: list[int], n_tok: int,
                      n_distinct: int) -> tuple[float, float, float]:
         """(the slowest rank's prefill batch, the shared part, the eager launches) of an iteration."""
         model = self.model
         if admits:
-            floor = self.prefill_part(admits, ranks.prefilled)
+            parts = self.prefill_parts(admits, ranks.prefilled)
+            floor = max(parts.values())
+            self.mixed_parts = parts if self.mixed else None
             seqs, prefill = n_tok, 0
             for _, batch in admits:             # sequences whose next token is computed: one per request
                 seqs += len(batch)
@@ -80,7 +89,8 @@ class IterationCost:
             shared = self._shared.get((n_tok, n_distinct, True, seqs))
             if shared is None:
                 shared = model.shared(n_tok, True, n_distinct, seqs)
-            return floor, shared, self._prefill_launch(prefill)
+            return floor, shared, self._prefill_launch(n_tok if self.mixed else prefill)
+        self.mixed_parts = None
         shared = self._shared.get((n_tok, n_distinct, False, n_tok))
         if shared is None:
             shared = model.shared(n_tok, False, n_distinct)
@@ -125,6 +135,7 @@ class IterationCost:
         acc_at, base, n_long, model = ranks.acc_at, ranks.base, ranks.n_long, self.model
         newest_at, swaps = ranks.newest_at, ranks.swaps
         floor, shared, eager = self._fixed_parts(ranks, admits, decoding, n_tok, n_distinct)
+        mixed = self.mixed_parts
         active = len(decoding)
         cache = self._by_active.get(active)          # (b << 1 | has long requests) -> coefficients
         if cache is None:
@@ -171,6 +182,8 @@ class IterationCost:
                 p = a + c * Lm + q
                 if Lm < k:
                     p -= d * (k - Lm)
+                if mixed is not None:
+                    p += mixed.get(r, 0.0)
                 if p > top:
                     top, best = p, (b, Lm, M, lg)
             if top > part:

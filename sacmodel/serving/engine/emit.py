@@ -4,8 +4,17 @@
   next batch has been launched, so they leave after that scheduling, with it after the prefix copies it runs
   on the RDMA pool (``disable_overlap_schedule=False`` in the testbed's logs), and, on a rank whose next batch
   runs without a CUDA graph, after the CPU has launched its kernels. One message per rank.
-- **Decode tokens.** Each decoding rank streams its tokens every step, one message per rank per step; the
-  last step's message of a finishing request carries its last token.
+- **Decode tokens.** Each decoding rank streams its tokens every step, one message per rank per step.
+- **Last tokens** (:meth:`Emission.last_tokens`). A decode batch's results, a finishing request's last token
+  among them, are processed by the same overlap loop after the rank has launched its next batch
+  (``process_batch_result_decode`` runs after ``run_batch`` in ``event_loop_overlap``), so a last token leaves
+  as a first token does, its rank's send delay after the end of the iteration that computed it: HiSparse's
+  step preparation (``t_hs`` + ``t_hs_req`` per request), serialised with the GPU
+  (``HiSparseCoordinator.map_last_loc_to_buffer`` copies to the CPU after ``wait_stream`` on the forward
+  stream), or the eager launches of an iteration without a CUDA graph. A closed-loop client sends its next
+  request then, so the request reaches its rank after that rank's loop has taken requests in for the
+  iteration now running (:class:`sacmodel.serving.engine.scheduler.Dispatch`), and waits one decode
+  iteration more: a wait as long as a decode step, which grows with the running batch.
 """
 from __future__ import annotations
 
@@ -18,6 +27,7 @@ class Emission:
     def __init__(self, frontend: FrontEnd, rank_of: list[int], out: list[int]):
         self.frontend, self.rank_of, self.out = frontend, rank_of, out
         self.unsent: list[int] = []
+        self.unsent_last: dict[int, list] = {}      # rank -> (request, True): last tokens not yet sent
 
     def first_tokens(self, when: float, delays: list[float] | None = None) -> None:
         """Send the first tokens in ``unsent`` at ``when`` (a request of one output token ends with it), rank r's
@@ -35,18 +45,17 @@ class Emission:
         self.unsent.clear()
 
     def decode_tokens(self, when: float, decoding: list[int], jump: int, ended: list) -> None:
-        """The messages of ``jump`` decode steps of the ``decoding`` ranks; ``ended`` (request, True) pairs
-        ride on their rank's last message."""
-        fe = self.frontend
-        plain = jump * len(decoding)
-        if ended:
-            by_rank: dict[int, list] = {}
-            for e in ended:
-                by_rank.setdefault(self.rank_of[e[0]], []).append(e)
-            plain -= len(decoding)
-            for r in decoding:
-                plain += 1
-                if r in by_rank:
-                    fe.produce(when, plain, by_rank[r])
-                    plain = 0
-        fe.produce(when, plain)
+        """The messages of ``jump`` decode steps of the ``decoding`` ranks; the last tokens of ``ended``
+        (request, True) pairs wait for their rank's next launch (:meth:`last_tokens`)."""
+        self.frontend.produce(when, jump * len(decoding) - len({self.rank_of[e[0]] for e in ended}))
+        for e in ended:
+            self.unsent_last.setdefault(self.rank_of[e[0]], []).append(e)
+
+    def last_tokens(self, when: float, delays: list[float] | None = None) -> None:
+        """Send the last tokens held back by :meth:`decode_tokens` at ``when``, rank r's ``delays[r]`` s later
+        (its work before the launch of its next batch), one message per rank, in time order."""
+        def delay(r: int) -> float:
+            return delays[r] if delays else 0.0
+        for r in sorted(self.unsent_last, key=lambda r: (delay(r), r)):
+            self.frontend.produce(when + delay(r), 1, self.unsent_last[r])
+        self.unsent_last.clear()

@@ -13,6 +13,9 @@ part                 what it follows in the server
                      iteration on the GPU, and admits them in the next; waiting queue, prefill batches
                      (chunked, memory-checked), decode batch
 ``memory``           device KV slots per rank; HiSparse's buffer allocation failure
+``vllm``             ``engine="vllm"``: vLLM V1's scheduler in place of ``scheduler``'s batches (decodes and
+                     prefill chunks mixed under one token budget; preemption by recompute) and its
+                     block manager in place of ``memory``'s
 ``staging``          prefill to decode: staging, the RDMA pool's prefix copy, cold-staging backups
 ``cost``             the iteration's time: shared part plus the slowest rank, in jumps of identical steps
 ``distinct``         identical tokens of requests of one prompt (the MoE reads their experts once)
@@ -43,6 +46,7 @@ from .scheduler import Dispatch, Ranks
 from .staging import Staging
 from .stats import Stats, Timeline
 from .stepmodel import Model
+from .vllm import VLLMMemory, VLLMRanks
 from .workload import RequestTable, Requests
 
 
@@ -78,7 +82,10 @@ def open_engine(cfg: Config, *, model: Model | None = None, concurrency: int = 1
 
 
 def _memory(cfg: Config, table: RequestTable, prefix_pages: int) -> DeviceMemory:
-    """HiSparse's device-buffer accounting for its pools (as the testbed's fork checks it), else SGLang's own."""
+    """HiSparse's device-buffer accounting for its pools (as the testbed's fork checks it), vLLM's block manager,
+    else SGLang's own."""
+    if cfg.engine == "vllm":
+        return VLLMMemory(cfg.dp, cfg.max_total_tokens, table, prefix_pages, cfg.page)
     if cfg.hisparse:
         return DeviceMemory(cfg.dp, cfg.max_total_tokens, table, prefix_pages)
     from ...hardware.sizing import new_token_ratio_default
@@ -100,7 +107,8 @@ class Engine:
         self.distinct = DistinctTokens(cfg.dp, table.pid)
         host = host_pool_tokens(cfg)
         self.host = HostPool(cfg.dp, host, table, self.memory) if host is not None else None
-        self.ranks = Ranks(cfg.dp, cfg, table, self.memory, self.staging, self.distinct,
+        ranks = VLLMRanks if cfg.engine == "vllm" else Ranks
+        self.ranks = ranks(cfg.dp, cfg, table, self.memory, self.staging, self.distinct,
                            MissCurves(model, table.max_out), self.host)
         self.dispatch = Dispatch(cfg.dp, first_round, self.ranks.rank_of)
         self.cost = IterationCost(model, table)
@@ -162,6 +170,8 @@ class Engine:
             return False
         delays = self.cost.send_delays(self.ranks, admits, decoding) if admits or decoding else None
         hold_t = self._send_first_tokens(copy_t, delays) if self.emit.unsent or self.hold_next else 0.0
+        if self.emit.unsent_last:       # the last batch's last tokens leave with its first tokens
+            self.emit.last_tokens(self.t + copy_t, delays)
         if admits or decoding:
             self._iterate(admits, decoding, n_tok, n_new, copy_t, copying, hold_t, delays)
             return True
@@ -184,7 +194,7 @@ class Engine:
     def due(self) -> float:
         """When the engine next has something to do (s; inf: nothing until a request comes)."""
         ranks = self.ranks
-        if self.staging.count or self.emit.unsent or self.hold_next or any(ranks.running) or \
+        if self.staging.count or self.emit.unsent or self.emit.unsent_last or self.hold_next or any(ranks.running) or \
                 any(ranks.waiting):
             return self.t
         return max(self.t, self._next_event())
@@ -291,6 +301,8 @@ class Engine:
         front end hands it on)."""
         if self.emit.unsent:
             self.emit.first_tokens(self.t)
+        if self.emit.unsent_last:
+            self.emit.last_tokens(self.t)
         self.frontend.run(math.inf, self.dispatch.push, self.client.deliver)
         tr = self.model.v["t_request"]
         c = self.client

@@ -73,6 +73,8 @@ class Dispatch:
 class Ranks:
     """Per-rank scheduler state (lists indexed by rank) and per-request progress (lists indexed by request)."""
 
+    PAGED_BUDGET = True           # a prefill's tokens count against the budget in whole pages (SGLang)
+
     def __init__(self, dp: int, cfg, table: RequestTable, memory: DeviceMemory, staging: Staging,
                  distinct: DistinctTokens, curves: MissCurves, host: HostPool | None = None):
         self.dp, self.table, self.memory, self.staging, self.host = dp, table, memory, staging, host
@@ -151,12 +153,16 @@ class Ranks:
                 n_dec += running[r]
         return admits, decoding, n_tok + n_dec, n_new
 
-    def prefill_batch(self, r: int, now: float, chunks: set) -> tuple[list, int, int]:
+    def prefill_batch(self, r: int, now: float, chunks: set, budget: int | None = None) -> tuple[list, int, int]:
         """Rank ``r``'s prefill batch: [(request, tokens)], its tokens, and the tokens of chunks not seen in
-        ``chunks`` (distinct (prompt, position, length) chunks of the iteration, added to it)."""
-        w, prefilled, todo, pid, page = self.waiting[r], self.prefilled, self.todo, self.pid, self.page
+        ``chunks`` (distinct (prompt, position, length) chunks of the iteration, added to it). ``budget``:
+        the tokens it may take (None: the chunk); SGLang counts each request's tokens in whole pages."""
+        w, prefilled, todo, pid = self.waiting[r], self.prefilled, self.todo, self.pid
+        page = self.page if self.PAGED_BUDGET else 1
         hooks, staging = self.hooks, self.staging
-        batch, budget, n_tok, n_new = [], self.chunk, 0, 0
+        batch, n_tok, n_new = [], 0, 0
+        if budget is None:
+            budget = self.chunk
         room = self.max_run - self.running[r] - len(self.staged[r])
         while w and budget > 0 and len(batch) < room:
             i = w[0]
@@ -357,13 +363,17 @@ class Ranks:
         return len(gone)
 
     # ---- retraction (SGLang's accounting) ------------------------------------------------------------
+    def _retract_key(self, i: int) -> tuple:
+        """SGLang retracts the requests with the fewest generated tokens first, ties the longest prompt."""
+        return -self.joined[i], -self.table.L[i]
+
     def _retract(self, r: int) -> None:
         """Rank ``r``'s next decode step does not fit its pool: retract the requests with the fewest generated
         tokens (ties: the longest prompt) until it fits, keeping one; they wait to be prefilled again over
         their prompt and generated tokens, with the rest of their output still to come."""
         tb, memory, joined, ck = self.table, self.memory, self.joined, self.clock[r]
         e = self.ends[r]
-        order = sorted((i for _, i in e), key=lambda i: (-joined[i], -tb.L[i]))
+        order = sorted((i for _, i in e), key=self._retract_key)
         gone = []
         for i in order[:-1]:
             if memory.steps_fit(r) >= 1:

@@ -1,0 +1,89 @@
+"""vLLM V1's scheduler as engine parts beside SGLang's (``engine="vllm"``).
+
+Read from vllm-project/vllm at 00024d31 (``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule``,
+``vllm/v1/core/kv_cache_manager.py`` ``allocate_slots``, ``vllm/engine/arg_utils.py`` ``get_batch_defaults``):
+
+- **One batch per iteration, mixed.** There is no prefill or decode phase: each step every request gets the
+  tokens it still needs under one token budget, ``max_num_batched_tokens`` (the config's ``prefill_chunk``).
+  The RUNNING requests come first (each decoding request one token), then the WAITING ones fill what is left
+  of the budget, FCFS; a prompt longer than what is left is chunked (chunked prefill is always on in V1) and
+  its next chunk is scheduled first among the prefills of the next step (it is in the running list by then).
+  No new request is admitted while the running ones hold ``max_num_seqs`` (``max_running_requests``).
+- **Blocks, no reservation.** KV is allocated in 16-token blocks for the tokens scheduled; nothing is held
+  back for a request's future output (SGLang reserves it, :class:`~sacmodel.serving.engine.memory.SGLangMemory`),
+  so admission only needs the prompt's blocks to be free (:class:`VLLMMemory`).
+- **Preemption by recompute.** When a running request's next token finds no free block, the scheduler
+  preempts the last request of the running list (the one admitted last), frees its blocks and puts it back at
+  the head of the waiting queue, to be prefilled again over its prompt and what it generated; no waiting
+  request is admitted in a step that preempted.
+
+The step cost of a mixed batch is one forward over the prefill tokens and the decode tokens:
+:class:`~sacmodel.serving.engine.cost.IterationCost` adds a rank's prefill part and decode part when the
+engine mixes (``IterationCost.mixed``), where SGLang's ranks each run one or the other.
+"""
+from __future__ import annotations
+
+from .memory import SGLangMemory
+from .scheduler import Ranks
+
+
+class VLLMMemory(SGLangMemory):
+    """vLLM's KV cache manager per rank: a request takes its prompt's blocks when admitted and one slot per
+    generated token, with no reservation for its future output (``CLIP`` 0, no new-token ratio): the pool fills
+    until a decode step does not fit, and then the scheduler preempts (:meth:`VLLMRanks.schedule`)."""
+
+    CLIP = 0
+
+    def __init__(self, dp: int, max_total: int, table, prefix_pages: int, page: int):
+        super().__init__(dp, max_total, table, prefix_pages, page, (0.0, 0.0, 0.0))
+
+    def take(self, r: int, i: int, now: float) -> bool:
+        """Request ``i``'s prompt blocks fit the free blocks of rank ``r`` (``allocate_slots``)."""
+        if self.slots[i] > self.max_total - self.used[r] - self.decoded(r):
+            return False
+        self.used[r] += self.slots[i]
+        return True
+
+
+class VLLMRanks(Ranks):
+    """The ranks' schedulers as vLLM's: each rank's decoding requests and a prefill batch in one iteration."""
+
+    PAGED_BUDGET = False          # vLLM counts scheduled tokens exactly
+
+    def schedule(self, now: float) -> tuple[list, list[int], int, int]:
+        """Each rank decodes its running requests (one token each; preempting the newest where a step does not
+        fit) and fills the rest of its token budget with prefill chunks: (admits [(rank, batch)], decoding
+        ranks, tokens of the forward pass, tokens of distinct new prefill chunks)."""
+        waiting, running, memory = self.waiting, self.running, self.memory
+        decoding = [r for r in range(self.dp) if running[r]]
+        preempted = set()
+        if decoding:
+            for r in memory.full(decoding):
+                self._preempt(r)
+                preempted.add(r)
+        admits, n_tok, n_new, chunks = [], 0, 0, set()
+        for r in range(self.dp):
+            n_tok += running[r]
+            budget = self.chunk - running[r]
+            if waiting[r] and budget > 0 and r not in preempted:
+                batch, k, new = self.prefill_batch(r, now, chunks, budget)
+                n_tok, n_new = n_tok + k, n_new + new
+                if memory.crash is not None:
+                    break
+                if batch:
+                    admits.append((r, batch))
+        return admits, decoding, n_tok, n_new
+
+    def _retract_key(self, i: int) -> tuple:
+        """vLLM preempts from the tail of its running list: the request admitted last first (``running.pop()``;
+        requests are admitted in arrival order)."""
+        return -self.joined[i], -i
+
+    def _preempt(self, r: int) -> None:
+        """Rank ``r``'s next decode step does not fit: the newest requests are preempted (their KV freed) and go
+        back to the head of its waiting queue, in their order."""
+        w = self.waiting[r]
+        before = len(w)
+        self._retract(r)
+        back = [w.pop() for _ in range(len(w) - before)]
+        w.extendleft(back)

@@ -437,3 +437,11 @@ def test_redundant_experts_take_their_weights():
     wb = 1 + 4 / 128 ** 2
     extra = weights_per_gpu(m, wb, tp=72, dp=72, redundant=32) - weights_per_gpu(m, wb, tp=72, dp=72)
     assert extra == pytest.approx(wb * 58 * 32 * 3 * 7168 * 2048 / 72)
+
+
+def test_deepep_and_two_batch_overlap_are_sglangs_settings():
+    """DeepEP's backend, its mode, two-batch overlap and EPLB's replicas are SGLang's launch settings; the vLLM
+    engine is refused with them, naming the first given."""
+    for kw in (dict(moe_a2a="deepep"), dict(ep_redundant=32), dict(moe_a2a="deepep", two_batch_overlap=True)):
+        with pytest.raises(TopologyError, match=r"is SGLang's setting .* use engine='sglang'"):
+            scenario("h100", gpus=16, dp=16, ep=16, model="deepseek-v3", mem_fraction=0.85, engine="vllm", **kw)

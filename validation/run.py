@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
+
+# One BLAS thread per process, set before numpy loads: the pieces already run in --workers processes, and
+# OpenBLAS's extra threads spin-wait for work on the shared cores (CPU seconds, not speed).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))

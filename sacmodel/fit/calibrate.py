@@ -134,10 +134,17 @@ def _fit(topo, names, residuals, what, diff_step: float = 0.01) -> FitResult:
     span = hi - lo
     u0 = np.clip((x0 - lo) / span, 1e-6, 1 - 1e-6)   # fit in unit coordinates: every parameter in [0, 1]
 
+    last: dict[bytes, np.ndarray] = {}
+
     def fun(u):
-        for n, v in zip(names, (lo + u * span) * scale):
-            set_param(work, n, float(v))
-        return residuals(work)
+        # least_squares asks for the Jacobian right after the residuals at the same point: keep the last ones
+        k = np.asarray(u, dtype=float).tobytes()
+        if k not in last:
+            for n, v in zip(names, (lo + u * span) * scale):
+                set_param(work, n, float(v))
+            last.clear()
+            last[k] = residuals(work)
+        return last[k].copy()
 
     def jac(u):
         # forward differences with an absolute step of ``diff_step`` of each parameter's range: the engine's

@@ -36,18 +36,21 @@ def _workload_symbols():
 def unloaded_expression(system: str, metric: str, sparse: bool = True, kind: str = "mla") -> sp.Expr:
     """Closed form of an unloaded metric of ``system`` over named symbols (see :func:`_build`): built once per
     process and kept in the on-disk cache (:mod:`sacmodel.util.cache`), since sympy takes seconds to build it."""
-    return _cached(system, metric, bool(sparse), kind)
+    check_system(system)
+    if METRIC_ALIASES.get(metric) is None:
+        raise SolverError(f"unknown unloaded metric {metric!r}; known: {', '.join(UNLOADED)}")
+    return _cached(system, metric, bool(sparse), str(kind))
 
 
 def _code() -> tuple[str, ...]:
     """The modules an expression is built from (an edit to any of them rebuilds it)."""
     pkg = Path(__file__).resolve().parents[1]
-    return tuple(sorted(str(f.relative_to(pkg)) for d in ("serving", "planning", "util") for f in (pkg / d).rglob("*.py")))
+    return tuple(sorted(str(f.relative_to(pkg)) for d in ("serving", "planning", "util")
+                        for f in (pkg / d).rglob("*.py")))
 
 
 @functools.lru_cache(maxsize=64)
 def _cached(system: str, metric: str, sparse: bool, kind: str) -> sp.Expr:
-    check_system(system)
     k = cache.key(system, metric, str(sparse), kind, sp.__version__, code=_code())
     entry = cache.load("closed-form", k)
     if entry is not None:
@@ -56,7 +59,8 @@ def _cached(system: str, metric: str, sparse: bool, kind: str) -> sp.Expr:
             sym(name, unit, desc)
         return expr
     expr = _build(system, metric, sparse, kind)
-    cache.store("closed-form", k, (expr, {s.name: SYMBOLS[s.name][1:] for s in expr.free_symbols if s.name in SYMBOLS}))
+    units = {s.name: SYMBOLS[s.name][1:] for s in expr.free_symbols if s.name in SYMBOLS}
+    cache.store("closed-form", k, (expr, units))
     return expr
 
 

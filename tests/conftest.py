@@ -10,10 +10,16 @@
 """
 import os
 
-import pytest
-from hypothesis import HealthCheck, settings
+# One BLAS thread per process, set before numpy loads: the suite already runs a process per core (-n auto), and
+# OpenBLAS's extra threads spin-wait for work on the shared cores (the access reference's matrix-vector products
+# took 6x the CPU seconds with them). Inherited by the xdist workers and the CLI subprocesses.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from measured_data import SHARED, needs_shared  # noqa: F401  (tests import them from measured_data)
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+from measured_data import SHARED, needs_shared  # noqa: F401, E402  (tests import them from measured_data)
 
 # Hypothesis tests that give their own ``max_examples`` keep it in the default run and get LONG_FACTOR times it
 # under the "long" profile; the others take the profile's number.

@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
+
+# One BLAS thread per process, set before numpy loads: the pieces already run in --workers processes, and
+# OpenBLAS's extra threads spin-wait for work on the shared cores (CPU seconds, not speed).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -96,9 +102,17 @@ class _Inline:
         pass
 
 
+def _timed(fn, *args):
+    """``fn(*args)`` and the CPU seconds it took in the process that ran it."""
+    t = time.process_time()
+    out = fn(*args)
+    return out, time.process_time() - t
+
+
 class Jobs:
     """The run's independent pieces in a pool of processes: submitted first (longest first), collected when the
-    report needs them, each announced when it is done."""
+    report needs them, each announced when it is done with the wall time since the start and its own CPU
+    seconds."""
 
     def __init__(self, workers: int):
         self.ex = ProcessPoolExecutor(workers) if workers > 1 else _Inline()
@@ -107,13 +121,18 @@ class Jobs:
 
     def submit(self, label: str, fn, *args) -> Future:
         self.n += 1
-        f = self.ex.submit(fn, *args)
-        f.add_done_callback(lambda _, label=label: self._done(label))
-        return f
+        inner, outer = self.ex.submit(_timed, fn, *args), Future()
+        inner.add_done_callback(lambda x, label=label: self._done(label, x, outer))
+        return outer
 
-    def _done(self, label: str):
+    def _done(self, label: str, inner: Future, outer: Future):
         self.done += 1
-        print(f"  [{self.done}/{self.n}] {label} ({time.time() - self.t0:.0f} s)", flush=True)
+        if inner.exception() is not None:
+            outer.set_exception(inner.exception())
+            return
+        out, cpu = inner.result()
+        print(f"  [{self.done}/{self.n}] {label} ({time.time() - self.t0:.0f} s, {cpu:.1f} s CPU)", flush=True)
+        outer.set_result(out)
 
     def close(self):
         self.ex.shutdown()
@@ -163,7 +182,7 @@ def main():
     runs = load_runs()
     old = HERE / "report.json"
     prev = json.loads(old.read_text()) if old.exists() else {}
-    print("server logs ...", flush=True)
+    print(f"server logs ... (this process: {time.process_time():.0f} s CPU so far)", flush=True)
     obs = step_observations(runs)
     jobs = Jobs(a.workers)
     f = _submit(jobs, a, topo, runs, obs, prev)
@@ -171,7 +190,7 @@ def main():
     st = step_model(obs, topo)
     st["variable_output"] = variable_steps(topo, runs)
     plot_steps(topo, obs)
-    print("in-sample runs ...", flush=True)
+    print(f"in-sample runs ... (this process: {time.process_time():.0f} s CPU so far)", flush=True)
     tp = time.process_time()          # CPU time: the other processes share the cores meanwhile
     comps = comparisons(topo, runs)
     per_run_ms = 1e3 * (time.process_time() - tp) / len(runs)
@@ -185,7 +204,7 @@ def main():
            "first_requests": first_requests(topo, runs), "t_request_ms": get_param(topo, "t_request") * 1e3,
            "in_sample": {"mape_pct": mape(rows), "by_category": by_cat, "runs": rows},
            "cold_rounds": mape(cold), "predict_ms_median": per_run_ms}
-    print("waiting for the other processes ...", flush=True)
+    print(f"waiting for the other processes ... (this process: {time.process_time():.0f} s CPU so far)", flush=True)
     rep = {"microbench": mb, "reference": reference_vs_closed_form(sims_all=[x.result() for x in f["reference"]]),
            "step_model": st, **{k: v for k, v in rep.items() if k != "microbench"}}
 

@@ -166,13 +166,34 @@ def load_server_log(path: str | Path) -> ServerLog:
         key = None
     if key in _LOG_CACHE:
         return _LOG_CACHE[key]
-    log = _parse_server_log(path)
+    log = _disk_cached(path)
     for a in (log.prefill, log.decode, log.arrivals):     # shared between callers: read-only
         a.flags.writeable = False
     if key is not None:
         if len(_LOG_CACHE) >= 256:
             _LOG_CACHE.clear()
         _LOG_CACHE[key] = log
+    return log
+
+
+_PARSER_SOURCES = ("data/server_logs.py", "data/records.py", "util/reading.py", "util/names.py")
+
+
+def _disk_cached(path: Path) -> ServerLog:
+    """The parsed log from the on-disk cache (:mod:`sacmodel.util.cache`), keyed on the file's bytes and the
+    parser's code; parsed (and stored) when absent. A file that cannot be read is left to the parser's errors."""
+    from ..util import cache
+    try:
+        data = path.read_bytes() if path.is_file() and path.stat().st_size <= LIMITS["log_bytes"] else None
+    except OSError:
+        data = None
+    k = None if data is None else cache.key(data, str(path), code=_PARSER_SOURCES)
+    log = cache.load("server-log", k) if k else None
+    if isinstance(log, ServerLog):
+        return log
+    log = _parse_server_log(path)
+    if k:
+        cache.store("server-log", k, log)
     return log
 
 

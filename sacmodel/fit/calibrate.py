@@ -134,10 +134,17 @@ def _fit(topo, names, residuals, what, diff_step: float = 0.01) -> FitResult:
     span = hi - lo
     u0 = np.clip((x0 - lo) / span, 1e-6, 1 - 1e-6)   # fit in unit coordinates: every parameter in [0, 1]
 
+    last: dict[bytes, np.ndarray] = {}
+
     def fun(u):
-        for n, v in zip(names, (lo + u * span) * scale):
-            set_param(work, n, float(v))
-        return residuals(work)
+        # least_squares asks for the Jacobian right after the residuals at the same point: keep the last ones
+        k = np.asarray(u, dtype=float).tobytes()
+        if k not in last:
+            for n, v in zip(names, (lo + u * span) * scale):
+                set_param(work, n, float(v))
+            last.clear()
+            last[k] = residuals(work)
+        return last[k].copy()
 
     def jac(u):
         # forward differences with an absolute step of ``diff_step`` of each parameter's range: the engine's
@@ -188,56 +195,83 @@ def step_observations(runs: list[Run], bin_steps: int = 200) -> list[StepObserva
     An interval counts when the rank ran no prefill since its previous decode line and the running count did
     not change; the age is counted from the rank's last prefill batch (its requests were admitted together).
     """
-    from ..data.server_logs import load_server_log
     obs = []
     for run in runs:
         if not run.server_log or run.output_min != run.output_max or run.failed or not run.prefix_cached:
             continue
-        log = load_server_log(run.server_log).rounds(8)[1]
-        bins: dict[tuple[int, int], list[float]] = {}
-        dist: dict[tuple[int, int], list[float]] = {}
-        # per rank: times of its decode lines and how many prefill batches its current wave came in
-        waves = []
-        for r in range(log.ranks):
-            lg = log.rank(r)
-            d = lg.decode
-            pre = np.sort(lg.prefill["t"])
-            prev = np.concatenate([[-np.inf], d["t"][:-1]])
-            n_batches = np.array([np.sum((pre > a) & (pre <= b)) for a, b in zip(prev, d["t"])])
-            count = np.zeros(len(d))
-            cur = 1
-            for i, nb in enumerate(n_batches):
-                cur = nb if nb else cur
-                count[i] = min(max(cur, 1), d["running"][i])
-            waves.append((d["t"], count))
-
-        def distinct_at(t: float) -> float:
-            tot = 0.0
-            for times, count in waves:
-                j = np.searchsorted(times, t, side="right") - 1
-                tot += count[j] if j >= 0 else 0.0
-            return max(tot, 1.0)
-        for r in range(log.ranks):
-            lg = log.rank(r)
-            d = lg.decode
-            pre = np.sort(lg.prefill["t"])
-            age, last = None, None
-            for i in range(len(d)):
-                t = d["t"][i]
-                if last is None or np.any((pre > last) & (pre <= t)):
-                    age, last = 40, t           # this line's interval holds the wave's admission
-                    continue
-                if d["running"][i] == d["running"][i - 1] and d["gen_tps"][i] > 0:
-                    key = (int(d["running"][i]), int((age + 20) // bin_steps))
-                    bins.setdefault(key, []).append(d["running"][i] / d["gen_tps"][i])
-                    dist.setdefault(key, []).append(distinct_at(t))
-                age += 40
-                last = t
-        for (b, k), v in bins.items():
-            if len(v) >= 4:
-                obs.append(StepObservation(run, b, (k + 0.5) * bin_steps, float(np.median(v)), len(v),
-                                           float(np.median(dist[(b, k)]))))
+        obs += [StepObservation(run, *o) for o in _log_observations(Path(run.server_log), bin_steps)]
     return obs
+
+
+_OBS_SOURCES = ("fit/calibrate.py", "data/server_logs.py", "data/records.py", "util/reading.py", "util/names.py")
+
+
+def _log_observations(path: Path, bin_steps: int) -> list[tuple]:
+    """(b, age, step_s, weight, distinct) of the steady decode intervals of one server log (see
+    :func:`step_observations`), kept in the on-disk cache keyed on the log's bytes and this code."""
+    from ..data.records import LIMITS
+    from ..util import cache
+    try:
+        small = path.is_file() and path.stat().st_size <= LIMITS["log_bytes"]
+        k = cache.key(path.read_bytes(), str(path), str(bin_steps), code=_OBS_SOURCES) if small else None
+    except OSError:
+        k = None
+    got = cache.load("step-observations", k) if k else None
+    if isinstance(got, list):
+        return got
+    got = _steady_intervals(path, bin_steps)
+    if k:
+        cache.store("step-observations", k, got)
+    return got
+
+
+def _steady_intervals(path: Path, bin_steps: int) -> list[tuple]:
+    from ..data.server_logs import load_server_log
+    log = load_server_log(path).rounds(8)[1]
+    bins: dict[tuple[int, int], list[float]] = {}
+    dist: dict[tuple[int, int], list[float]] = {}
+    # per rank: times of its decode lines and how many prefill batches its current wave came in
+    waves = []
+    for r in range(log.ranks):
+        lg = log.rank(r)
+        d = lg.decode
+        pre = np.sort(lg.prefill["t"])
+        prev = np.concatenate([[-np.inf], d["t"][:-1]])
+        n_batches = np.array([np.sum((pre > a) & (pre <= b)) for a, b in zip(prev, d["t"])])
+        count = np.zeros(len(d))
+        cur = 1
+        for i, nb in enumerate(n_batches):
+            cur = nb if nb else cur
+            count[i] = min(max(cur, 1), d["running"][i])
+        waves.append((d["t"], count))
+
+    def distinct_at(t: float) -> float:
+        tot = 0.0
+        for times, count in waves:
+            j = np.searchsorted(times, t, side="right") - 1
+            tot += count[j] if j >= 0 else 0.0
+        return max(tot, 1.0)
+    for r in range(log.ranks):
+        lg = log.rank(r)
+        d = lg.decode
+        pre = np.sort(lg.prefill["t"])
+        age, last = None, None
+        for i in range(len(d)):
+            t = d["t"][i]
+            if last is None or np.any((pre > last) & (pre <= t)):
+                age, last = 40, t           # this line's interval holds the wave's admission
+                continue
+            if d["running"][i] == d["running"][i - 1] and d["gen_tps"][i] > 0:
+                key = (int(d["running"][i]), int((age + 20) // bin_steps))
+                bins.setdefault(key, []).append(d["running"][i] / d["gen_tps"][i])
+                dist.setdefault(key, []).append(distinct_at(t))
+            age += 40
+            last = t
+    out = []
+    for (b, k), v in bins.items():
+        if len(v) >= 4:
+            out.append((b, (k + 0.5) * bin_steps, float(np.median(v)), len(v), float(np.median(dist[(b, k)]))))
+    return out
 
 
 def predicted_steps(topo: Topology, obs: list[StepObservation]) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from ..serving.predict import predict
 from ..serving.engine.stepmodel import MLA_CHUNKED_PREFIX
 from ..serving.step import eager_iteration, fetch_terms, front_end_terms, prefill_terms, rank_terms, shared_terms
 from ..serving.systems import check_system
+from ..util import cache
 from ..util.lazy import lazy_module
 from ..util.names import UNLOADED
 from .common import METRIC_ALIASES, WORKLOAD_SYMBOLS, SolverError, _metric_kind, _with_value, hardware_parameters
@@ -31,8 +33,38 @@ def _workload_symbols():
     return L, O
 
 
-@functools.lru_cache(maxsize=64)
 def unloaded_expression(system: str, metric: str, sparse: bool = True, kind: str = "mla") -> sp.Expr:
+    """Closed form of an unloaded metric of ``system`` over named symbols (see :func:`_build`): built once per
+    process and kept in the on-disk cache (:mod:`sacmodel.util.cache`), since sympy takes seconds to build it."""
+    check_system(system)
+    if METRIC_ALIASES.get(metric) is None:
+        raise SolverError(f"unknown unloaded metric {metric!r}; known: {', '.join(UNLOADED)}")
+    return _cached(system, metric, bool(sparse), str(kind))
+
+
+def _code() -> tuple[str, ...]:
+    """The modules an expression is built from (an edit to any of them rebuilds it)."""
+    pkg = Path(__file__).resolve().parents[1]
+    return tuple(sorted(str(f.relative_to(pkg)) for d in ("serving", "planning", "util")
+                        for f in (pkg / d).rglob("*.py")))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached(system: str, metric: str, sparse: bool, kind: str) -> sp.Expr:
+    k = cache.key(system, metric, str(sparse), kind, sp.__version__, code=_code())
+    entry = cache.load("closed-form", k)
+    if entry is not None:
+        expr, units = entry
+        for name, (unit, desc) in units.items():      # the symbols' units, as building them registers
+            sym(name, unit, desc)
+        return expr
+    expr = _build(system, metric, sparse, kind)
+    units = {s.name: SYMBOLS[s.name][1:] for s in expr.free_symbols if s.name in SYMBOLS}
+    cache.store("closed-form", k, (expr, units))
+    return expr
+
+
+def _build(system: str, metric: str, sparse: bool = True, kind: str = "mla") -> sp.Expr:
     """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step).
 
     One request alone (``predict(..., concurrency=1, requests=1, cold_staging=False, exact_prompt=True)``):

@@ -2,7 +2,8 @@
 module; writes benchmarks/mutation_planted_robust.json ({module, description, caught}).
 
 Run from the repository root: ``nice python3 benchmarks/mutate_robust.py`` (it works on a copy in a temporary
-folder, so the checkout is never changed)."""
+folder, so the checkout is never changed); ``... mutate_robust.py WORD ...`` re-runs only the bugs whose module or
+description contains a WORD and keeps the other results of the file."""
 from __future__ import annotations
 
 import json
@@ -247,7 +248,7 @@ def main() -> int:
         if shared.exists():
             (Path(tmp) / "shared").symlink_to(shared.resolve())
         for module, desc, f, old, new, tests in MUTANTS:
-            if only and not any(o in module for o in only):
+            if only and not any(o in module or o in desc for o in only):
                 continue
             path = work / f
             text = path.read_text()

@@ -100,3 +100,11 @@ def test_planned_pool_sizes_are_priced_at_the_planned_count(tmp_path):
     assert configuration_cost("sac-testbed", "rdma", rdma_nics=4, price_table=p)["rdma_nic"] == pytest.approx(0.5)
     assert configuration_cost("sac-testbed", "rdma", rdma_nics=1, price_table=p)["rdma_nic"] == pytest.approx(0.125)
     assert configuration_cost("sac-testbed", "cxl", cxl_devices=3, price_table=p)["cxl_gb"] == pytest.approx(6.0)
+
+
+def test_a_table_without_the_gpus_row_names_the_catalog_models_row(tmp_path):
+    """The testbed's GPUs are H20s: a table with neither gpu_h20 nor gpu asks for gpu_h20 (its own row), not the
+    generic one."""
+    p = table(tmp_path, {"gpu_h100": 2.0, "dram_gb": 0.001})
+    with pytest.raises(PriceError, match=r"the table has no gpu_h20 \(add it"):
+        configuration_cost("sac-testbed", "dram", price_table=p)

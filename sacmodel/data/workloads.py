@@ -59,7 +59,7 @@ def shared_prefix(groups: int, prompts_per_group: int, system_tokens: int, quest
     ids = np.where(j[None, :] < shared, g[:, None] * n_blocks + j[None, :],
                    (groups + prompt[:, None]) * n_blocks + j[None, :])
     return Trace(f"shared_prefix-{groups}x{prompts_per_group}", arrival, np.full(n, L, np.int64),
-                 np.full(n, output_tokens, np.int64), _cached(ids, L, block_tokens), True,
+                 np.full(n, output_tokens, np.int64), _cached(prompt, g, shared, n_blocks, L, block_tokens), True,
                  ids.ravel().astype(np.int64), np.arange(n + 1, dtype=np.int64) * n_blocks, block_tokens)
 
 
@@ -93,17 +93,18 @@ def _arrivals(rate, requests, default: int, rng, constant: bool = False) -> np.n
     return np.array(out) if out else np.zeros(1)
 
 
-def _cached(ids: np.ndarray, L: int, bt: int) -> np.ndarray:
-    """Tokens of each prompt found in an unbounded prefix cache of the earlier ones (its leading blocks seen)."""
-    seen: set = set()
-    out = np.zeros(len(ids))
-    for i, row in enumerate(ids.tolist()):
-        k = 0
-        while k < len(row) and row[k] in seen:
-            k += 1
-        out[i] = min(k * bt, L - 1)
-        seen.update(row)
-    return out
+def _cached(prompt: np.ndarray, group: np.ndarray, shared: int, n_blocks: int, L: int, bt: int) -> np.ndarray:
+    """Tokens of each prompt found in an unbounded prefix cache of the earlier ones (its leading blocks seen, as
+    the block ids above name them): all but its last token once the same prompt came before; its group's
+    ``shared`` whole system-prompt blocks once another prompt of its group came before; none before that.
+    Vectorised: a million requests in well under a second (a loop over a set of their block ids took tens)."""
+    i = np.arange(len(prompt))
+
+    def first(x: np.ndarray) -> np.ndarray:         # index of each value's first request, per request
+        u, at = np.unique(x, return_index=True)
+        return at[np.searchsorted(u, x)]
+    k = np.where(i > first(prompt), n_blocks, np.where(i > first(group), shared, 0))
+    return np.minimum(k * bt, L - 1).astype(float)
 
 
 def stage_of(trace: Trace, stages) -> np.ndarray:

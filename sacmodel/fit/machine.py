@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..data.bench import BenchRun
+from ..data.records import DataError
 
 NOISE = 0.02            # run-to-run repeatability of a benchmark's mean TPOT / throughput (log units)
 # each metric's repeatability relative to NOISE: a mean TTFT scatters about twice as much (the public H200 runs:
@@ -34,6 +35,10 @@ ROBUST = 0.1
 FOLLOW = 0.2    # a fitted run still missed by more than this is named (MachineFit.warnings)
 IDENTIFIED_SD = 0.25    # a constant is identified when its linearised sd (log units) is below this
 METRICS = ("ttft", "tpot", "throughput")
+# requests the engine simulates per evaluation of the runs, at most: a calibration evaluates every run at each step
+# of its Jacobian, its fit and its leave-one-run-out check (dozens of times), and one evaluation of 100,000
+# requests takes 4-20 s (bench_serving's default is 1,000 prompts)
+MAX_CALIBRATION_REQUESTS = 10_000
 
 
 @dataclass(frozen=True)
@@ -183,6 +188,19 @@ def _values(names, x) -> dict[str, float]:
     return {n: MACHINE_CONSTANTS[n].from_x(float(v)) for n, v in zip(names, x)}
 
 
+def check_work(runs) -> None:
+    """Refuse, before anything is simulated, runs whose requests together exceed
+    :data:`MAX_CALIBRATION_REQUESTS` (a :class:`DataError` naming the largest run)."""
+    sizes = [int(getattr(r, "requests", 0) or 0) for r in runs]
+    total = sum(sizes)
+    if total > MAX_CALIBRATION_REQUESTS:
+        big = runs[int(np.argmax(sizes))]
+        over = f" ({total:,} over the {len(runs)} runs)" if len(runs) > 1 else ""
+        raise DataError(f"{big.source}: {max(sizes):,} requests{over}: a calibration simulates its runs dozens of "
+                        f"times and takes at most {MAX_CALIBRATION_REQUESTS:,} requests over them (give runs of "
+                        "fewer prompts)")
+
+
 def _residuals(topo, runs, names, x):
     t = apply_constants(topo, _values(names, x)) if names else topo
     return np.array([e for r in runs for e in log_errors(r, predict_run(t, r), weighted=True)])
@@ -191,6 +209,7 @@ def _residuals(topo, runs, names, x):
 def jacobian(topo, runs, names, values, step: float = 0.1) -> np.ndarray:
     """d log-error / d x of every run's metrics, x = log(constant) (or constant / unit), by forward differences
     of ``step`` (x 10 for a constant fitted by its unit)."""
+    check_work(runs)
     x0 = _to_x(names, values)
     r0 = _residuals(topo, runs, names, x0)
     cols = []
@@ -242,6 +261,7 @@ def transferred_values(topo, names=None) -> dict[str, float]:
 def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | None = None) -> MachineFit:
     """Fit the constants ``runs`` identify (of ``names``, default all of :data:`MACHINE_CONSTANTS`) on the
     scenario ``topo`` (the machine with its transferred constants); see the module docstring."""
+    check_work(runs)
     names = list(names or MACHINE_CONSTANTS)
     base = transferred_values(topo, names)
     start = {n: min(max(v, MACHINE_CONSTANTS[n].lo), MACHINE_CONSTANTS[n].hi) for n, v in base.items()}

@@ -83,3 +83,12 @@ def test_every_prompt_token_is_accounted_for():
         r = hit_rates(tr, [cap], instances=2)[0]
         assert r["prompt_tokens"] == sum(len(x) * 512 for x in rows)
         assert 0 <= r["cached_tokens"] <= r["prompt_tokens"] - len(rows)      # each request computes one token
+
+
+def test_evictions_are_counted_over_every_instances_cache():
+    # four prompts of 2 distinct blocks, two instances of 2 blocks each taken in turn: the third and fourth
+    # prompts each evict the 2 blocks of the prompt before them on their instance: 4 evictions, 2 in each cache
+    # (one instance holding it all evicts at the second, third and fourth prompts: 6)
+    tr = trace([[10 * i, 10 * i + 1] for i in range(4)])
+    assert hit_rates(tr, [1024], instances=2)[0]["evicted_blocks"] == 4
+    assert hit_rates(tr, [1024], instances=1)[0]["evicted_blocks"] == 6

@@ -142,3 +142,24 @@ def test_one_gauss_newton_step_is_the_exact_leave_one_out_fit_of_a_linear_model(
     got = _one_step(fit, J[keep], names, keep)
     want = np.linalg.lstsq(J[keep], y[keep], rcond=None)[0] + np.log([0.6, 0.4])
     assert [got[n] for n in names] == pytest.approx(np.exp(want).tolist(), rel=1e-9)
+
+
+def test_a_calibration_refuses_more_requests_than_it_can_simulate_before_simulating_any(base, tmp_path, capsys):
+    """Fuzzing (issue 36): a bench_serving line of 100,000 completed requests at concurrency 1 (within a run's
+    limit) made `calibrate` simulate 100,000 requests at every step of its fit: 4-20 s each, minutes in all. The
+    runs' requests are bounded together (MAX_CALIBRATION_REQUESTS, 10,000), the file and line named, at once."""
+    import time
+
+    from sacmodel.cli import main
+    p = tmp_path / "big.jsonl"
+    p.write_text(json.dumps(sglang_line(16, 2, 1, 100_000)) + "\n")
+    t0 = time.perf_counter()
+    assert main(["calibrate", str(p), "--gpu", "h200", "--gpus", "8", "--tp", "8", "--model", "deepseek-r1",
+                 "--dry-run"]) == 2
+    assert time.perf_counter() - t0 < 10
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "big.jsonl:1: 100,000 requests" in err and "at most 10,000" in err
+    # the bound is on the runs together: two runs of 6,000 are refused, naming the total
+    p.write_text(json.dumps(sglang_line(16, 2, 1, 6000)) + "\n" + json.dumps(sglang_line(16, 4, 1, 6000)) + "\n")
+    with pytest.raises(ValueError, match=r"6,000 requests \(12,000 over the 2 runs\)"):
+        fit_machine(base, load_bench_file(p), NAMES)

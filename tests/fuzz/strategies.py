@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 from hypothesis import strategies as st
 
@@ -185,3 +186,115 @@ def shared_prefix_args(draw):
     if draw(st.booleans()):
         kw["requests"] = draw(st.sampled_from([1, 10, 10**6, 10**7, 0]))
     return args, kw
+
+
+# ---- the surfaces added since: bench files, multi-host machines, writers, cluster plans with prices -----------
+BENCH_SGLANG = {"backend": "sglang", "dataset_name": "random", "request_rate": float("inf"), "max_concurrency": 2,
+                "random_input_len": 512, "random_output_len": 16, "random_range_ratio": 1.0, "completed": 4,
+                "duration": 1.0, "total_input_tokens": 2048, "total_output_tokens": 64, "mean_ttft_ms": 100.0,
+                "mean_tpot_ms": 10.0, "output_throughput": 64.0}
+BENCH_VLLM = {"date": "20261201-120000", "endpoint_type": "openai", "backend": "vllm", "model_id": "deepseek-v3.2",
+              "num_prompts": 4, "request_rate": "inf", "burstiness": 1.0, "max_concurrency": 2, "duration": 1.5,
+              "completed": 4, "failed": 0, "total_input_tokens": 2048, "total_output_tokens": 64,
+              "request_throughput": 2.7, "output_throughput": 42.7, "mean_ttft_ms": 120.0, "mean_tpot_ms": 11.0}
+
+
+def _detailed(rec: dict, n: int) -> dict:
+    """``rec`` with SGLang's ``--output-details`` arrays for ``n`` requests of 512 prompt and 16 output tokens."""
+    return {**rec, "input_lens": [512] * n, "output_lens": [16] * n, "ttfts": [0.1] * n,
+            "itls": [[0.01] * 15 for _ in range(n)], "errors": [""] * n}
+
+
+@st.composite
+def bench_file_text(draw):
+    """An SGLang bench_serving JSONL (with or without per-request arrays) or a vLLM ``--save-result`` JSON: small
+    valid runs, then fields mutated (types, sizes), arrays cut or grown, lines duplicated, the text truncated."""
+    kind = draw(st.sampled_from(["sglang", "sglang_detailed", "vllm", "vllm_detailed"]))
+    base = BENCH_VLLM if kind.startswith("vllm") else BENCH_SGLANG
+    recs = []
+    for _ in range(draw(st.integers(1, 3))):
+        n = draw(st.integers(1, 6))
+        rec = {**base, "completed": n, "max_concurrency": draw(st.sampled_from([1, 2, 4, 10**6])),
+               "random_input_len": draw(st.sampled_from([16, 512, 2048])), "random_output_len":
+               draw(st.sampled_from([2, 16, 64]))}
+        if kind.endswith("detailed"):
+            rec = _detailed(rec, n)
+        how = draw(st.sampled_from(["keep", "keep", "mutate", "size", "array"]))
+        if how == "mutate":
+            rec = draw(mutated(rec, max_mutations=2))
+        elif how == "size":
+            rec[draw(st.sampled_from(["completed", "num_prompts", "max_concurrency", "random_input_len",
+                                      "random_output_len", "failed", "total_input_tokens", "duration"]))] = \
+                draw(st.sampled_from([0, -1, 10**5, 10**6, 10**9, 2**63, 1e308, 0.5, "4", True, None]))
+        elif how == "array" and "ttfts" in rec:
+            key = draw(st.sampled_from(["input_lens", "output_lens", "ttfts", "itls", "errors"]))
+            op = draw(st.sampled_from(["cut", "grow", "drop", "nasty", "huge"]))
+            if op == "cut":
+                rec[key] = rec[key][:-1]
+            elif op == "grow":
+                rec[key] = rec[key] + rec[key][:1]
+            elif op == "drop":
+                del rec[key]
+            elif op == "huge":
+                rec[key] = rec[key][:1] * draw(st.sampled_from([10**4, 2 * 10**5]))
+            else:
+                rec[key] = [draw(nasty)] + rec[key][1:]
+        recs.append(rec)
+    if kind.startswith("vllm") and len(recs) == 1 and draw(st.booleans()):
+        text = json.dumps(recs[0], allow_nan=True, default=str, indent=2)        # one JSON document
+    else:
+        lines = [json.dumps(r, allow_nan=True, default=str) for r in recs]
+        if draw(st.integers(0, 4)) == 0:
+            lines.append(lines[draw(st.integers(0, len(lines) - 1))])            # a line twice
+        text = "\n".join(lines) + "\n"
+    return kind, draw(corrupted_text(text))
+
+
+MULTIHOST = {"gpus": [8, 9, 16, 24, 32, 64, 128, 256, 257, 4096], "tp": [None, 8, 16, 32, 64, 12, 3],
+             "dp": [1, 2, 4, 8, 16, 3], "ep": [None, 1, 8, 16, 32, 64, 3], "pool": [None, "cxl", "rdma", "cxl,rdma"],
+             "cxl_devices": [None, 1, 2, 8, 1024, 0], "rdma_nics": [None, 1, 2, 8, 1024, 0],
+             "model": ["deepseek-v3.2", "llama-3.1-8b", "qwen3-32b", "deepseek-r1"],
+             "weights": ["fp8", "bf16", "awq-int4", "fp4"]}
+
+
+@st.composite
+def multihost_kwargs(draw):
+    """``sacmodel.scenario`` across hosts: GPUs beyond one host of 8, TP, DP and EP over them, pools and their
+    sizes (a wrong value among them sometimes)."""
+    gpu = draw(st.sampled_from(["h20", "h100", "h800", "h200", "b200"]))
+    kw = {"gpus": draw(st.sampled_from(MULTIHOST["gpus"]))}
+    for k in draw(st.lists(st.sampled_from(sorted(set(MULTIHOST) - {"gpus"})), max_size=5, unique=True)):
+        kw[k] = draw(_maybe(MULTIHOST[k], wrong=0.1))
+    return gpu, {k: v for k, v in kw.items() if v is not None}
+
+
+FLAG = {"gpus": "--gpus", "tp": "--tp", "dp": "--dp", "ep": "--ep", "pool": "--pool", "cxl_devices": "--cxl-devices",
+        "rdma_nics": "--rdma-nics", "model": "--model", "weights": "--weights"}
+
+
+def machine_argv(gpu: str, kw: dict) -> list:
+    """The CLI's machine flags of ``sacmodel.scenario(gpu, **kw)``."""
+    return ["--gpu", gpu] + [x for k, v in kw.items() for x in (FLAG[k], str(v))]
+
+
+PRICE_ROWS = ["gpu", "gpu_h20", "gpu_h100", "gpu_h200", "gpu_b200", "gpu_h800", "dram_gb", "cxl_gb", "cxl_device",
+              "cxl_adapter", "cxl_switch", "rdma_nic", "tpu", "gpu_h200 "]
+PRICE_VALUES = ["2.0", "0.001", "100", "1e-9", "0", "-2", "1e308", ".inf", ".nan", "'2.0'", "null", "[1]", "true",
+                "1e7"]
+
+
+@st.composite
+def cluster_price_table(draw):
+    """A price table for a cluster plan: mostly complete and valid, sometimes a part missing, a row twice, an
+    unknown row, a hostile price, broken YAML."""
+    rows = {"gpu": "2.0", "cxl_gb": "0.0002", "cxl_adapter": "0.04", "cxl_switch": "0.38", "dram_gb": "0.0002",
+            "rdma_nic": "0.06"}
+    for k in draw(st.lists(st.sampled_from(sorted(rows)), max_size=2, unique=True)):
+        del rows[k]
+    lines = [(k, v) for k, v in rows.items()]
+    for _ in range(draw(st.integers(0, 2))):
+        lines.insert(draw(st.integers(0, len(lines))), (draw(st.sampled_from(PRICE_ROWS)),
+                                                         draw(st.sampled_from(PRICE_VALUES))))
+    source = draw(st.sampled_from(["", ", source: fuzz", ", source: [1, 2]"]))
+    text = "parts:\n" + "".join(f"  {k}: {{usd_per_hour: {v}{source}}}\n" for k, v in lines)
+    return draw(corrupted_text(text))

@@ -131,3 +131,18 @@ def test_bad_questions_get_one_clear_error(kw, match):
 def test_a_pool_system_needs_its_pool():
     with pytest.raises(SolverError, match="needs a cxl pool"):
         pareto(sacmodel.scenario("h200"), ["cxl"], context=8192, concurrencies=[8])
+
+
+def test_a_point_whose_users_waited_in_the_queue_is_never_on_the_frontier():
+    """A queued point's TBT is that of the fewer users served at once (its wait is in its TTFT): it neither
+    joins nor shapes the frontier. By hand: a queued point beating both others on both axes; off it, the two
+    served points are on it (neither beats the other)."""
+    from sacmodel.planning.pareto import ParetoPoint, _mark
+
+    def pt(x, y, queued):
+        return ParetoPoint("cxl", 64, 8, 8, 8, 2, None, True, 1.0, None, x, y, 100.0, 120.0, 1000.0 / x, 5000.0,
+                           8 * y, queued=queued)
+    points = [pt(50.0, 100.0, True), pt(20.0, 80.0, False), pt(40.0, 30.0, False)]
+    _mark(points)
+    assert [p.on_frontier for p in points] == [False, True, True]
+    assert [p.on_system_frontier for p in points] == [False, True, True]

@@ -90,3 +90,21 @@ def test_a_models_own_row_wins_over_the_generic_gpu_row_and_per_gb_over_per_devi
                  "cxl_switch": pytest.approx(0.25), "total": pytest.approx(43.25)}
     old = table(tmp_path, {"gpu": 1.0, "cxl_device": 100.0, "cxl_adapter": 0.5, "cxl_switch": 0.25}, "old.yaml")
     assert configuration_cost("sac-testbed", "cxl", cxl_devices=2, price_table=old)["cxl_device"] == 200.0
+
+
+def test_planned_pool_sizes_are_priced_at_the_planned_count(tmp_path):
+    """A plan varying the pool prices what it plans: 4 RDMA NICs on the testbed (its scenario has 2) are 4 NICs;
+    3 CXL devices of 1 TB are 3,000 GB."""
+    p = table(tmp_path, {"gpu": 1.0, "dram_gb": 0.001, "cxl_gb": 0.002, "cxl_adapter": 0.5, "cxl_switch": 0.25,
+                         "rdma_nic": 0.125})
+    assert configuration_cost("sac-testbed", "rdma", rdma_nics=4, price_table=p)["rdma_nic"] == pytest.approx(0.5)
+    assert configuration_cost("sac-testbed", "rdma", rdma_nics=1, price_table=p)["rdma_nic"] == pytest.approx(0.125)
+    assert configuration_cost("sac-testbed", "cxl", cxl_devices=3, price_table=p)["cxl_gb"] == pytest.approx(6.0)
+
+
+def test_a_table_without_the_gpus_row_names_the_catalog_models_row(tmp_path):
+    """The testbed's GPUs are H20s: a table with neither gpu_h20 nor gpu asks for gpu_h20 (its own row), not the
+    generic one."""
+    p = table(tmp_path, {"gpu_h100": 2.0, "dram_gb": 0.001})
+    with pytest.raises(PriceError, match=r"the table has no gpu_h20 \(add it"):
+        configuration_cost("sac-testbed", "dram", price_table=p)

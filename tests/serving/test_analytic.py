@@ -341,3 +341,34 @@ def test_a_prompt_not_a_multiple_of_the_chunk_takes_one_more_chunk():
     reqs = workload(cfg, context=3 * c, output=16, requests=2, prefix_cached=False, prompts="distinct",
                     cold_staging=False)
     assert an.load_of(cfg, mdl, reqs, None).chunks == 3
+
+
+def test_later_chunks_of_a_prefill_attend_to_the_chunks_before_them():
+    """A cold prompt of three chunks: the first attends to nothing before it, the later ones to the chunk
+    before them at least (the admission's iteration is priced at the mean chunk). Nothing decodes: the
+    iteration is the shared part of one chunk of one sequence and the mean chunk."""
+    cfg, mdl, _ = setup("gpu")
+    c = cfg.prefill_chunk
+    reqs = workload(cfg, context=3 * c, output=16, requests=2, prefix_cached=False, prompts="distinct",
+                    cold_staging=False)
+    ld = an.load_of(cfg, mdl, reqs, None)
+    assert (ld.L, ld.E, ld.chunks) == (3 * c, 3 * c, 3)
+    first, later = mdl.prefill(c, 0, True), mdl.prefill(c, c, False)
+    assert later > mdl.prefill(c, 0, False)                # attending c more tokens costs more
+    eager = mdl.t_eager_pcg if c <= mdl.pcg_tokens else mdl.t_eager
+    want = mdl.overlapped(mdl.shared(c, True, c, 1) + (first + 2 * later) / 3, eager)
+    assert an.prefill_iteration(mdl, ld, 0.0, cfg.dp, 1, 1) == pytest.approx(want, rel=1e-12)
+
+
+def test_a_prompt_dispatched_after_an_iteration_boundary_waits_for_the_one_after():
+    """The front end dispatches a request t_token x L after the completion that freed its slot (the whole
+    prompt is tokenised, even when its KV is cached). A 64K prompt on the testbed's GPUs takes 36 ms, longer
+    than a 30 ms decode iteration: the loop takes it in at the second boundary, the iteration after admits it
+    (3 T_d), then its one-page prefill (no copies on the gpu system)."""
+    cfg, mdl, ld = setup("gpu", context=65536, output=(256, 768))
+    t = an.no_waves(cfg, mdl, ld, 3.0, 32)
+    f = mdl.v["t_token"] * 65536
+    assert ld.E == 64 and t.T_d < f < 2 * t.T_d and t.t_c == 0.0
+    iters = t.X / t.g * ld.chunks + (1 - t.stall) / t.T_d
+    p_next = t.X / t.g * ld.chunks / iters * (1 - 1 / 32)
+    assert t.pre == pytest.approx(3 * t.T_d + t.T_p + p_next * mdl.t_eager)

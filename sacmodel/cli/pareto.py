@@ -79,7 +79,7 @@ def _table(res, pts, every: bool, prompts: str) -> None:
     tok = lambda v: f"{v // 1024}K" if v % 1024 == 0 else f"{v:,}"  # noqa: E731
     queued = sum(p.queued for p in res.points)
     wl = res.points[0].workload if res.points else {}
-    who = workload_text(prompts, wl.get("prefix_cached", True))
+    who = workload_text(prompts, wl.get("prefix_cached"))
     con.print(f"{res.scenario}, context {tok(res.context)}, output {_out(res.output, tok)} ({who}): "
               f"{len(res.points)} configurations, {bad} infeasible" + (f", {queued} queue" if queued else ""),
               highlight=False)

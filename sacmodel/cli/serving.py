@@ -6,7 +6,8 @@ import sys
 
 from ..util.names import MAIN_SYSTEMS, SYSTEMS
 from .common import (DEFAULT_CONTEXTS, LIMITS_TEXT, _fmt, _model_name, _parser, _scenario, _workload, add_json,
-                     add_model_options, add_plot, add_scenario, add_systems, add_workload, console, print_json,
+                     add_model_options, add_plot, add_scenario, add_systems, add_workload, cache_flag, console,
+                     print_json,
                      prompts_of, table, workload_text, write_csv)
 from .trust import print_band, print_binding, print_compare_bands
 from .types import LIMITS, arg, byte_size, count, setting, token_list
@@ -55,7 +56,7 @@ def _usage_unit(key: str, u: dict) -> str:
 
 
 def _describe(p, a) -> str:
-    kind = workload_text(p.config.get("prompts") or prompts_of(a), p.config.get("prefix_cached", not a.cold))
+    kind = workload_text(p.config.get("prompts") or prompts_of(a), p.config.get("prefix_cached", cache_flag(a)))
     rate = f", Poisson {p.config['rate']:g} req/s" if p.config.get("rate") else ""
     tok = lambda n: f"{n // 1024}K" if n and n % 1024 == 0 else f"{n:,}"  # noqa: E731
     out = p.output if isinstance(p.output, int) else None
@@ -183,7 +184,7 @@ def cmd_compare(a):
     rows = [(L, compare(scenario, systems, **{**_workload(a), "context": L}))
             for L in track(a.contexts, f"compare {len(systems)} systems")]
     n = a.requests or 8 * a.concurrency
-    kind = f"{n:,} requests, " + workload_text(prompts_of(a, scenario), not a.cold)
+    kind = f"{n:,} requests, " + workload_text(prompts_of(a, scenario), cache_flag(a))
     title = f"{a.scenario} ({_model_name(a)}): output {a.output} tokens, concurrency {a.concurrency}, {kind}"
     if a.plot:
         from ..plots.serving import plot_compare

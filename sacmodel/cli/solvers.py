@@ -11,6 +11,8 @@ import sys
 from ..util.names import HIGHER_IS_BETTER, LOADED, SHORT_METRICS, SYSTEMS, UNLOADED, fmt_value, kind_of
 from .common import (
     DEFAULT_CONCURRENCY,
+    add_cache_flags,
+    cache_flag,
     LIMITS_TEXT,
     _scenario,
     _workload,
@@ -81,14 +83,16 @@ def _loaded_workload(a) -> dict:
             given.append("--output MIN:MAX")
         if getattr(a, "prompts", None):
             given.append("--prompts")
+        if getattr(a, "cached", False):
+            given.append("--cached")
         if given or getattr(a, "cold", False):
             raise ValueError(f"{', '.join(given) or '--cold'}: no effect with --unloaded (one request alone, cached "
                              "prompt); drop --unloaded for the loaded engine")
         return {**{k: v for k, v in dict(context=a.context, output=a.output).items() if v is not None}, **res}
     kw = dict(context=a.context, output=a.output, concurrency=a.concurrency or DEFAULT_CONCURRENCY,
               requests=a.requests, rate=a.rate, **res, **server_limits(a))
-    if getattr(a, "cold", False):
-        kw["prefix_cached"] = False
+    if cache_flag(a) is not None:
+        kw["prefix_cached"] = cache_flag(a)
     if getattr(a, "prompts", None):
         kw["prompts"] = a.prompts
     return {k: v for k, v in kw.items() if v is not None}
@@ -277,7 +281,7 @@ def cmd_plan(a):
         return
     con = console()
     con.print(r.message)
-    con.print("workload: " + workload_text(prompts_of(a), not a.cold), highlight=False)
+    con.print("workload: " + workload_text(prompts_of(a), cache_flag(a)), highlight=False)
     if r.tried:
         cols = ["value", "meets", "feasible", *slos]
         t = table(f"tried {r.vary}", cols, right=cols)
@@ -329,7 +333,7 @@ def predict_command(a, settings: dict) -> str:
         else:
             words += ["--set", f"{name}={v}"]
     words += [x for f, v in opts.items() if v is not None for x in (f, str(v))]
-    words += ["--cold"] * bool(a.cold) + ["--no-cold-staging"] * (not getattr(a, "cold_staging", True))
+    words += ["--cold"] * bool(a.cold) + ["--cached"] * bool(getattr(a, "cached", False)) + ["--no-cold-staging"] * (not getattr(a, "cold_staging", True))
     return shlex.join(words)
 
 
@@ -394,8 +398,8 @@ def cmd_sweep(a):
                                        **server_limits(a)).items()
                  if v is not None and k not in grid}
         fixed.setdefault("concurrency", DEFAULT_CONCURRENCY)
-        if a.cold:
-            fixed["prefix_cached"] = False
+        if cache_flag(a) is not None:
+            fixed["prefix_cached"] = cache_flag(a)
         if a.prompts:
             fixed["prompts"] = a.prompts
         if "context" not in grid and "context" not in fixed:
@@ -406,9 +410,9 @@ def cmd_sweep(a):
         res = ("cxl_devices", "rdma_nics", "device_buffer")
         header, body = keys + list(res), [[r[k] for k in keys] + [r["config"][k] for k in res] for r in rows]
         cols = {h: [row[i] for row in body] for i, h in enumerate(header)}
-        model = "loaded: serving engine at every point, " + workload_text(prompts_of(a), not a.cold)
+        model = "loaded: serving engine at every point, " + workload_text(prompts_of(a), cache_flag(a))
     else:
-        if a.concurrency or a.requests or a.rate or a.cold or a.prompts or server_limits(a) or \
+        if a.concurrency or a.requests or a.rate or a.cold or a.cached or a.prompts or server_limits(a) or \
                 isinstance(a.output, tuple):
             raise ValueError("--concurrency/--requests/--rate/--cold/--prompts/--max-total-tokens/"
                              "--max-running-requests and --output MIN:MAX need --full (the vectorised sweep is the "
@@ -453,7 +457,7 @@ def _solver_workload(p, context_required=False, unloaded_flag=False):
                    help="requests per prediction (default 8 x concurrency)")
     p.add_argument("--rate", type=arg(number, lo=RATE_RANGE[0], hi=RATE_RANGE[1], lo_open=False), default=None,
                    metavar="REQ/S", help="open loop: Poisson arrivals per second (default: closed loop)")
-    p.add_argument("--cold", action="store_true", help="uncached prompts: every request is prefilled")
+    add_cache_flags(p)
     add_prompts(p)
     add_resources(p)
     add_server_limits(p)

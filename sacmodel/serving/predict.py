@@ -161,6 +161,13 @@ def default_prompts(topo) -> str:
     return getattr(topo, "workload", None) or "distinct"
 
 
+def default_cached(prompts: str) -> bool:
+    """Whether prompts are in the prefix cache when a prediction does not say: one shared prompt is (every
+    request after the first hits it), distinct prompts are not (independent users' prompts were never sent
+    before; bench_serving's random dataset draws fresh random tokens per request)."""
+    return prompts == "shared"
+
+
 def percentile(x, q: float) -> float:
     """``np.percentile(x, q)`` (linear interpolation, the same arithmetic) without importing ``numpy.ma``,
     which numpy 2.4's percentile does (40 ms of a 0.5 s command)."""
@@ -194,7 +201,7 @@ def _check(context, concurrency, requests, rate, prompts, method):
 def predict(scenario, system: str, *, context: int, output, concurrency: int, requests: int | None = None,
             cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
             rate: float | None = None, max_total_tokens: int | None = None, max_running_requests: int | None = None,
-            seed: int = 0, prefix_cached: bool = True, prompts: str | None = None, method: str = "engine",
+            seed: int = 0, prefix_cached: bool | None = None, prompts: str | None = None, method: str = "engine",
             outputs=None, record: bool = False, cold_staging: bool = True, exact_prompt: bool = True,
             draws: int = DRAWS) -> Prediction:
     """Predict TTFT, TBT, E2E latency, throughput and completion of ``system`` on ``scenario``.
@@ -202,7 +209,10 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     Closed loop (default): ``requests`` (default 8 x concurrency) released at t = 0, at most ``concurrency``
     in flight; open loop: Poisson arrivals at ``rate`` requests/s. ``output``: an int, or a ``(min, max)``
     pair drawn uniformly per request (``seed``), or the exact lengths in ``outputs``. ``prefix_cached=False``:
-    every prompt is prefilled from scratch (the testbed's first round). ``prompts="distinct"``: independent
+    every prompt is prefilled from scratch (the testbed's first round); True: every prompt's KV is cached (a
+    prompt seen before); None (default): cached for one shared prompt (the benchmark's second round), uncached
+    for distinct prompts (independent users send prompts no one sent before, as bench_serving's random
+    dataset does: no prefix hits). ``prompts="distinct"``: independent
     users, each request with its own prompt (and its own output tokens); ``"shared"``: every request hits one
     cached prompt (the testbed benchmark: the prefix is stored once, and greedy decoding gives every request
     the same tokens, so a MoE layer reads the experts of one token); None (default): the scenario's
@@ -216,6 +226,8 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     without the event engine (no waves, no percentiles; quicker).
     """
     _check(context, concurrency, requests, rate, prompts, method)
+    if prefix_cached is not None and not isinstance(prefix_cached, bool):
+        raise ConfigError(f"prefix_cached must be True, False or None, got {prefix_cached!r}")
     for name, v in (("cold_staging", cold_staging), ("exact_prompt", exact_prompt)):
         if not isinstance(v, bool):
             raise ConfigError(f"{name} must be True or False, got {v!r}")
@@ -225,6 +237,7 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics,
                   max_total_tokens=max_total_tokens, max_running_requests=max_running_requests)
     prompts = default_prompts(cfg.topo) if prompts is None else prompts
+    prefix_cached = default_cached(prompts) if prefix_cached is None else prefix_cached
     if cfg.model.max_position and context + hi > cfg.model.max_position:
         raise PositionError(f"context {context} + output {hi} exceeds {cfg.model.name}'s maximum position "
                           f"{cfg.model.max_position}")

@@ -62,7 +62,17 @@ def _describe(p, a) -> str:
     out = p.output if isinstance(p.output, int) else None
     out_text = tok(out) if out is not None else "{}:{} uniform".format(*map(tok, a.output))
     return (f"{p.system} on {p.scenario} ({_model_name(a)}): context {tok(p.context)}, output {out_text}, "
-            f"concurrency {p.concurrency}, {p.requests:,} requests{rate}, {kind}")
+            f"concurrency {p.concurrency}, {p.requests:,} requests{rate}, {kind}" + _lockstep_note(p))
+
+
+def _lockstep_note(p) -> str:
+    """Fixed outputs in a closed loop of distinct uncached prompts: every wave ends on one decode step, so the
+    next arrives as one burst of prefills (SGLang prefills before it decodes), not only the first wave."""
+    if not isinstance(p.output, int) or p.config.get("rate") or p.requests <= p.concurrency or \
+            p.config.get("prompts") != "distinct" or p.config.get("prefix_cached"):
+        return ""
+    return ("; fixed outputs: each wave of requests ends together and the next is prefilled as one burst "
+            "(bench_serving --random-range-ratio 1); a client drawing lengths, --output MIN:MAX, spreads them")
 
 
 def cmd_predict(a):

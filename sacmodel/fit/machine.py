@@ -265,7 +265,7 @@ def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | Non
     if not fitted:
         values, sd, at_bound, jac_at, resid = dict(base), {}, [], None, None
         rms = float(np.sqrt(np.mean(_residuals(topo, runs, [], np.array([])) ** 2)))
-    unident = {n: pin_text(topo, runs, n) for n in names if n not in fitted}
+    unident = {n: pin_text(topo, runs, n, J=J, names=names, start=start) for n in names if n not in fitted}
     final = apply_constants(topo, {n: values[n] for n in fitted})
     errs = [{m: math.exp(e) - 1 for m, e in zip(_metrics_of(r), log_errors(r, predict_run(final, r)))}
             for r in runs]
@@ -275,7 +275,7 @@ def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | Non
     return out
 
 
-MOVES = 0.05       # a probe run moves a constant when a 20% change of it moves a metric by this (log units)
+MOVES = 0.05       # a probe run moves a constant when its range moves a metric by this much (log units)
 
 
 def probe_run(run, shape: tuple):
@@ -289,28 +289,40 @@ def probe_run(run, shape: tuple):
 
 def probe_moves(topo, run, name: str) -> bool:
     """Whether the run that pins ``name`` (:attr:`MachineConstant.probe`) moves any metric on this machine by
-    :data:`MOVES` for a 20% change of the constant: a constant none of whose costs binds here (decode
-    attention bandwidth-bound, so ``compute_eff`` never counts) cannot be pinned by any run, nor matters."""
+    :data:`MOVES` (log units) between the two ends of the constant's physical range: a constant none of whose
+    costs binds anywhere in its range (decode attention bandwidth-bound, so ``compute_eff`` never counts) cannot
+    be pinned by any run, nor matters. The ends, not a small step: at the transferred value a cost may hide
+    behind another (a short prefill behind the CPU's launches) and bind once the constant is far from it."""
     c = MACHINE_CONSTANTS[name]
     probe = probe_run(run, c.probe)
-    v = transferred_values(topo, [name])[name]
-    v1 = min(max(v * 1.2, c.lo), c.hi) if v * 1.2 <= c.hi else v / 1.2
-    a, b = predict_run(topo, probe), predict_run(apply_constants(topo, {name: v1}), probe)
+    a, b = (predict_run(apply_constants(topo, {name: v}), probe) for v in (c.lo, c.hi))
     if not (a["feasible"] and b["feasible"]):
         return True             # the probe does not fit this machine: keep the advice, it may on a bigger one
     return any(abs(math.log(b[m] / a[m])) >= MOVES for m in METRICS if a[m] > 0 and b[m] > 0)
 
 
-def pin_text(topo, runs, name: str) -> str:
+def pin_text(topo, runs, name: str, *, J: np.ndarray | None = None, names=None, start=None) -> str:
     """What would pin an unidentified constant: the run :attr:`MachineConstant.pins` names, checked on this
-    machine by :func:`probe_moves`; else that no run can, and why that is harmless."""
+    machine. The probe run of its shape must move a metric (:func:`probe_moves`; else no run can, and that is
+    harmless); given the runs' Jacobian ``J`` (over ``names`` at ``start``), the probe's rows added to it must
+    make :func:`identify` take the constant, else the text says which fitted constants it stays tangled with."""
     c = MACHINE_CONSTANTS[name]
-    if not runs or not isinstance(runs[0], BenchRun) or probe_moves(topo, runs[0], name):
+    if not runs or not isinstance(runs[0], BenchRun):
         return c.pins
-    isl, osl, conc = c.probe
-    return (f"no run: on this machine a 20% change of it moves no metric of {c.pins.split(' (')[0]} ({isl} / {osl} "
-            f"tokens, concurrency {conc}) by {100 * MOVES:.0f}%, so its cost never binds and predictions do not "
-            f"depend on it")
+    if not probe_moves(topo, runs[0], name):
+        isl, osl, conc = c.probe
+        return (f"no run: on this machine no value in its range {c.lo:g}-{c.hi:g} moves a metric of "
+                f"{c.pins.split(' (')[0]} ({isl} / {osl} tokens, concurrency {conc}) by {100 * MOVES:.0f}%, so its "
+                f"cost never binds and predictions do not depend on it")
+    if J is None or names is None or start is None:
+        return c.pins
+    rows = jacobian(topo, [probe_run(runs[0], c.probe)], names, start)
+    ids = identify(np.vstack([J, rows]), names)
+    if name in ids:
+        return f"{c.pins}; checked: with such a run added these runs identify it"
+    return (f"{c.pins}; checked: such a run added to these ones moves it but does not separate it from "
+            f"{', '.join(n for n in names if n not in ids and n != name) or 'the others'} (identified then: "
+            f"{', '.join(ids)}): add runs that move those")
 
 
 BOOTSTRAP_DRAWS = 400       # resamples of the runs; each costs one least-squares solve of a few rows

@@ -62,6 +62,7 @@ def test_a_lone_low_load_run_leaves_the_moe_rate_transferred_and_says_what_pins_
     f = fit_machine(base, runs, NAMES)
     assert "moe_eff" not in f.fitted and f.values["moe_eff"] == base.param("moe_eff")
     assert "concurrency 64" in f.unidentified["moe_eff"]
+    assert f.unidentified["moe_eff"].endswith("checked: with such a run added these runs identify it")
     assert "t_request" in f.fitted and f.values["t_request"] == pytest.approx(0.070, rel=0.15)
 
 

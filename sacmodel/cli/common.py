@@ -130,6 +130,8 @@ def _workload(a):
         kw["cold_staging"] = False
     if getattr(a, "prompts", None):
         kw["prompts"] = a.prompts
+    if getattr(a, "start", None):
+        kw["start"] = a.start
     if getattr(a, "draws", None):
         kw["draws"] = a.draws
     if getattr(a, "drawn_tail", False):
@@ -301,8 +303,27 @@ PROMPTS_HELP = ("distinct: independent users, each request with its own prompt a
                 "shared), else distinct")
 
 
+START_HELP = ("closed loop: together: every user sends its first request at once (a benchmark client, bench_serving: "
+              "with fixed outputs each wave ends on one step and the next arrives as one burst); staggered: "
+              "independent users, each joining at its own phase over one request's lifetime, metrics over the "
+              "steady state (each user's first request and the ramp excluded). Default: staggered for distinct "
+              "prompts, together for a shared prompt")
+
+
 def add_prompts(p) -> None:
     p.add_argument("--prompts", choices=("shared", "distinct"), default=None, help=PROMPTS_HELP)
+    p.add_argument("--start", choices=("together", "staggered"), default=None, help=START_HELP)
+
+
+def default_start(prompts: str) -> str:
+    """:func:`sacmodel.serving.predict.default_start` (imported when asked: the CLI starts without numpy)."""
+    from ..serving.predict import default_start as start
+    return start(prompts)
+
+
+def start_of(a, prompts: str) -> str:
+    """How a command's users start: ``--start``, else the workload's default (:func:`default_start`)."""
+    return getattr(a, "start", None) or default_start(prompts)
 
 
 def prompts_of(a, scenario=None) -> str:
@@ -332,12 +353,23 @@ def cache_flag(a) -> bool | None:
     return True if getattr(a, "cached", False) else None
 
 
-def workload_text(prompts: str, prefix_cached: bool | None = None) -> str:
-    """The workload in a header: who the users are and whether their prompts are cached (None: the default of
-    the workload, :func:`sacmodel.serving.predict.default_cached`)."""
+START_TEXT = {"together": "users start together", "staggered": "users staggered, steady state"}
+
+
+def workload_text(prompts: str, prefix_cached: bool | None = None, start: str | None = None) -> str:
+    """The workload in a header: who the users are, whether their prompts are cached (None: the default of
+    the workload, :func:`sacmodel.serving.predict.default_cached`) and how they start (None: not said, as for
+    an open loop)."""
     if prefix_cached is None:
         prefix_cached = prompts == "shared"
     if prompts == "shared":
-        return ("one shared cached prompt" if prefix_cached else "one shared prompt prefilled by every request") \
+        text = ("one shared cached prompt" if prefix_cached else "one shared prompt prefilled by every request") \
             + " and identical outputs: the testbed benchmark"
-    return f"independent users: distinct prompts (each {'cached' if prefix_cached else 'prefilled'}) and outputs"
+    else:
+        text = f"independent users: distinct prompts (each {'cached' if prefix_cached else 'prefilled'}) and outputs"
+    return text + (f"; {START_TEXT[start]}" if start else "")
+
+
+def closed_start(a, prompts: str) -> str | None:
+    """The start a command's closed loop uses (None for an open loop, whose arrivals are Poisson)."""
+    return None if getattr(a, "rate", None) else start_of(a, prompts)

@@ -105,7 +105,8 @@ def bench_requests(run: BenchRun, seed: int = 0):
             return rng.integers(lo, nominal + 1, size=n)
         ins, outs = lengths(run.isl), np.maximum(lengths(run.osl), 2)
     arrival = np.zeros(n) if math.isinf(run.request_rate) else np.cumsum(rng.exponential(1 / run.request_rate, n))
-    return Requests(arrival, ins, outs, np.zeros(n))
+    # lead=0: the users start together (the benchmark clients send every request at once, or Poisson)
+    return Requests(arrival, ins, outs, np.zeros(n), lead=0)
 
 
 def predict_bench(topo, run: BenchRun) -> dict:

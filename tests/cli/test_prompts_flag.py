@@ -51,3 +51,26 @@ def test_independent_users_prompts_are_prefilled_by_default():
                                                                     {"prefix_cached": True}))
     assert base.config["prompts"] == "distinct" and base.config["prefix_cached"] is False
     assert base.ttft_mean_ms == cold.ttft_mean_ms > 1.5 * warm.ttft_mean_ms
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_planning_command_takes_start_next_to_prompts(command, capsys):
+    rc, out, _ = run(capsys, command, "--help")
+    assert rc == 0 and "--start {together,staggered}" in out
+    assert out.index("--start {together,staggered}") > out.index("--prompts {shared,distinct}")
+
+
+def test_headers_say_how_the_users_start(capsys):
+    kw = ("--context", "1K", "--output", "4", "--concurrency", "2", "--requests", "4", "--draws", "1")
+    rc, out, _ = run(capsys, "predict", "--system", "gpu", *kw)
+    assert rc == 0 and "the testbed benchmark; users start together" in " ".join(out.split())
+    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", *kw)
+    assert rc == 0 and "and outputs; users staggered, steady state" in " ".join(out.split())
+    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", "--start", "together", *kw)
+    text = " ".join(out.split())
+    assert rc == 0 and "users start together; fixed outputs: each wave" in text
+    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", "--rate", "2", *kw)
+    head = " ".join(out.split()).split("predicted metrics")[0]
+    assert rc == 0 and "Poisson" in head and "users start" not in head and "users staggered" not in head
+    rc, _, err = run(capsys, "sensitivity", "--system", "cxl", "--context", "8K", "--unloaded", "--start", "together")
+    assert rc == 2 and "--start" in err

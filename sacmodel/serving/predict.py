@@ -1,8 +1,8 @@
 """Serving model: TTFT, TBT, throughput, completion and memory of each KV-cache architecture.
 
-:func:`predict` builds the workload (``requests`` released at once, at most ``concurrency`` in flight; independent
-users with distinct prompts unless the scenario's ``workload:`` or ``prompts=`` says they share one, as the SAC
-testbed's benchmark does), checks capacity (:mod:`sacmodel.serving.capacity`)
+:func:`predict` builds the workload (``requests`` in a closed loop, at most ``concurrency`` in flight; independent
+users with distinct prompts, each joining at its own phase, unless the scenario's ``workload:`` or ``prompts=``
+says they share one and start together, as the SAC testbed's benchmark does), checks capacity (:mod:`sacmodel.serving.capacity`)
 and runs the event engine (:mod:`sacmodel.serving.engine.loop`) over the step model (:mod:`sacmodel.serving.step`). A run whose
 device pool overflows stops where the server did; ``success_fraction`` says which share of the requests
 completed and ``limit`` names the resource.

@@ -2,8 +2,8 @@
 
 :func:`predict` builds the workload (``requests`` in a closed loop, at most ``concurrency`` in flight; independent
 users with distinct prompts, each joining at its own phase, unless the scenario's ``workload:`` or ``prompts=``
-says they share one and start together, as the SAC testbed's benchmark does), checks capacity (:mod:`sacmodel.serving.capacity`)
-and runs the event engine (:mod:`sacmodel.serving.engine.loop`) over the step model (:mod:`sacmodel.serving.step`). A run whose
+says they share one and start together, as the SAC testbed's benchmark does), checks capacity
+(:mod:`sacmodel.serving.capacity`) and runs the event engine (:mod:`sacmodel.serving.engine.loop`) over the step model (:mod:`sacmodel.serving.step`). A run whose
 device pool overflows stops where the server did; ``success_fraction`` says which share of the requests
 completed and ``limit`` names the resource.
 """
@@ -221,6 +221,8 @@ def _check(context, concurrency, requests, rate, prompts, method, start=None):
         raise ConfigError(f"prompts must be 'shared', 'distinct' or None (the scenario's workload), not {prompts!r}")
     if start not in (None, "together", "staggered"):
         raise ConfigError(f"start must be 'together', 'staggered' or None (the workload's), not {start!r}")
+    if start is not None and rate is not None:
+        raise ConfigError("start: an open loop (rate) has its own Poisson arrivals; give start or rate, not both")
     if method not in ("engine", "analytic"):
         raise ConfigError(f"method must be 'engine' or 'analytic', not {method!r}")
 
@@ -256,8 +258,9 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     (the ramp excluded, as a simulator excludes its warm-up), throughput over the time every user is in the
     loop (from the last user's joining to the last request sent); None (default): staggered for distinct
     prompts (independent users are not synchronized), together for a shared prompt (:func:`default_start`).
-    An open loop (``rate``) has its own Poisson arrivals: ``start`` does not apply. ``method="analytic"``: the
-    steady state without the event engine (no percentiles; quicker; no waves when staggered).
+    An open loop (``rate``) has its own Poisson arrivals: ``start`` does not apply (giving both is an error).
+    ``method="analytic"``: the steady state without the event engine (no percentiles; quicker; no waves when
+    staggered).
     """
     _check(context, concurrency, requests, rate, prompts, method, start)
     if prefix_cached is not None and not isinstance(prefix_cached, bool):

@@ -122,6 +122,8 @@ def test_the_default_start_follows_the_prompts():
     assert p.config["start"] is None                    # an open loop has its own (Poisson) arrivals
     with pytest.raises(ConfigError, match="start must be"):
         predict(machine(), "gpu", context=1024, output=16, concurrency=2, start="soon")
+    with pytest.raises(ConfigError, match="open loop"):
+        predict(machine(), "gpu", context=1024, output=16, concurrency=2, start="staggered", rate=1.0)
 
 
 @needs_shared

@@ -3,9 +3,9 @@
 :func:`predict` builds the workload (``requests`` in a closed loop, at most ``concurrency`` in flight; independent
 users with distinct prompts, each joining at its own phase, unless the scenario's ``workload:`` or ``prompts=``
 says they share one and start together, as the SAC testbed's benchmark does), checks capacity
-(:mod:`sacmodel.serving.capacity`) and runs the event engine (:mod:`sacmodel.serving.engine.loop`) over the step model (:mod:`sacmodel.serving.step`). A run whose
-device pool overflows stops where the server did; ``success_fraction`` says which share of the requests
-completed and ``limit`` names the resource.
+(:mod:`sacmodel.serving.capacity`) and runs the event engine (:mod:`sacmodel.serving.engine.loop`) over the step
+model (:mod:`sacmodel.serving.step`). A run whose device pool overflows stops where the server did;
+``success_fraction`` says which share of the requests completed and ``limit`` names the resource.
 """
 from __future__ import annotations
 
@@ -297,8 +297,7 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     if not cap["feasible"]:
         pred.feasible, pred.limit, pred.success_fraction = False, cap["limit"], 0.0
         return pred
-    life = 0.0
-
+    life = 0.0                                  # one request's lifetime (s) over which staggered users join
     def requests_of(phase: int) -> Requests:
         r = workload(cfg, context=context, output=(lo, hi), requests=n_req, rate=rate, seed=seed,
                      prefix_cached=prefix_cached, prompts=prompts, cold_staging=cold_staging,

@@ -232,7 +232,7 @@ def test_scenario_help_lists_every_built_in_scenario(capsys):
         assert name in text
 
 
-@pytest.mark.parametrize("prompts,phrase", [("distinct", "independent users: distinct prompts (each cached)"),
+@pytest.mark.parametrize("prompts,phrase", [("distinct", "independent users: distinct prompts (each prefilled)"),
                                             ("shared", "one shared cached prompt and identical outputs")])
 def test_predict_header_says_which_prompts_once(capsys, prompts, phrase):
     assert main(["predict", "--system", "gpu", "--context", "8K", "--concurrency", "2", "--requests", "4",

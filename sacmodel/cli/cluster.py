@@ -259,6 +259,8 @@ def cmd_hitrate(a):
 def _cluster_workload(a) -> dict:
     if getattr(a, "prompts", None):
         raise ConfigError("--prompts: a trace's requests carry their own prompts (drop --prompts with --trace)")
+    if getattr(a, "start", None):
+        raise ConfigError("--start: a trace's requests carry their own arrival times (drop --start with --trace)")
     fixed = {"time_scale": a.time_scale, "limit": a.limit}
     if a.slo_window:
         fixed["slo"] = a.slo_window

@@ -125,11 +125,13 @@ def _workload(a):
     """predict() keyword arguments from the workload options (``prompts`` only when given)."""
     kw = dict(context=getattr(a, "context", None), output=a.output, concurrency=a.concurrency,
               requests=a.requests, cxl_devices=a.cxl_devices, device_buffer=a.device_buffer, rdma_nics=a.rdma_nics,
-              rate=a.rate, prefix_cached=not a.cold, method=a.method, **server_limits(a))
+              rate=a.rate, prefix_cached=cache_flag(a), method=a.method, **server_limits(a))
     if not getattr(a, "cold_staging", True):
         kw["cold_staging"] = False
     if getattr(a, "prompts", None):
         kw["prompts"] = a.prompts
+    if getattr(a, "start", None):
+        kw["start"] = a.start
     if getattr(a, "draws", None):
         kw["draws"] = a.draws
     if getattr(a, "drawn_tail", False):
@@ -268,8 +270,7 @@ def add_workload(p, context=True, concurrency_help=None):
                                          "requests released at once, closed loop); overload is reported")
     add_resources(p)
     add_server_limits(p)
-    p.add_argument("--cold", action="store_true",
-                   help="uncached prompts: every request is prefilled (default: the prompt's KV is cached in the pool)")
+    add_cache_flags(p)
     p.add_argument("--no-cold-staging", dest="cold_staging", action="store_false",
                    help="the shared prompt's host-pool entry exists already (steady state): no rank backs the "
                         "prompt up again on its first hit (default: as in the testbed's second round, where "
@@ -302,8 +303,27 @@ PROMPTS_HELP = ("distinct: independent users, each request with its own prompt a
                 "shared), else distinct")
 
 
+START_HELP = ("closed loop: together: every user sends its first request at once (a benchmark client, bench_serving: "
+              "with fixed outputs each wave ends on one step and the next arrives as one burst); staggered: "
+              "independent users, each joining at its own phase over one request's lifetime, metrics over the "
+              "steady state (each user's first request and the ramp excluded). Default: staggered for distinct "
+              "prompts, together for a shared prompt")
+
+
 def add_prompts(p) -> None:
     p.add_argument("--prompts", choices=("shared", "distinct"), default=None, help=PROMPTS_HELP)
+    p.add_argument("--start", choices=("together", "staggered"), default=None, help=START_HELP)
+
+
+def default_start(prompts: str) -> str:
+    """:func:`sacmodel.serving.predict.default_start` (imported when asked: the CLI starts without numpy)."""
+    from ..serving.predict import default_start as start
+    return start(prompts)
+
+
+def start_of(a, prompts: str) -> str:
+    """How a command's users start: ``--start``, else the workload's default (:func:`default_start`)."""
+    return getattr(a, "start", None) or default_start(prompts)
 
 
 def prompts_of(a, scenario=None) -> str:
@@ -315,9 +335,41 @@ def prompts_of(a, scenario=None) -> str:
     return default_prompts(as_topology(scenario if scenario is not None else a.scenario))
 
 
-def workload_text(prompts: str, prefix_cached: bool = True) -> str:
-    """The workload in a header: who the users are and whether their prompts are cached."""
+def add_cache_flags(p) -> None:
+    """--cold and --cached: whether the prompts' KV is in the prefix cache (default: the workload's)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--cold", action="store_true",
+                   help="uncached prompts: every request is prefilled (default for distinct prompts: independent "
+                        "users' prompts were never sent before)")
+    g.add_argument("--cached", action="store_true",
+                   help="cached prompts: every prompt's KV is in the prefix cache (default for one shared prompt: "
+                        "every request after the first hits it)")
+
+
+def cache_flag(a) -> bool | None:
+    """predict()'s ``prefix_cached`` from --cold / --cached: False, True, or None (the workload's default)."""
+    if getattr(a, "cold", False):
+        return False
+    return True if getattr(a, "cached", False) else None
+
+
+START_TEXT = {"together": "users start together", "staggered": "users staggered, steady state"}
+
+
+def workload_text(prompts: str, prefix_cached: bool | None = None, start: str | None = None) -> str:
+    """The workload in a header: who the users are, whether their prompts are cached (None: the default of
+    the workload, :func:`sacmodel.serving.predict.default_cached`) and how they start (None: not said, as for
+    an open loop)."""
+    if prefix_cached is None:
+        prefix_cached = prompts == "shared"
     if prompts == "shared":
-        return ("one shared cached prompt" if prefix_cached else "one shared prompt prefilled by every request") \
+        text = ("one shared cached prompt" if prefix_cached else "one shared prompt prefilled by every request") \
             + " and identical outputs: the testbed benchmark"
-    return f"independent users: distinct prompts (each {'cached' if prefix_cached else 'prefilled'}) and outputs"
+    else:
+        text = f"independent users: distinct prompts (each {'cached' if prefix_cached else 'prefilled'}) and outputs"
+    return text + (f"; {START_TEXT[start]}" if start else "")
+
+
+def closed_start(a, prompts: str) -> str | None:
+    """The start a command's closed loop uses (None for an open loop, whose arrivals are Poisson)."""
+    return None if getattr(a, "rate", None) else start_of(a, prompts)

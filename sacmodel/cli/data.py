@@ -169,7 +169,7 @@ def _print_bench_fit(a, fit, cv, out, seconds: float):
         state = ("fitted" + (" (at its bound)" if n in fit.at_bound else "")) if n in fit.fitted else \
             f"not identified: transferred; pinned by {fit.unidentified[n]}"
         rows.append({"constant": n, "kind": c.kind, "value": fit.values[n], "transferred": fit.transferred[n],
-                     "sd_rel": fit.sd.get(n), "state": state})
+                     "sd_rel": fit.sd.get(n), "bootstrap": fit.interval.get(n), "state": state})
     if a.json:
         print_json({"constants": rows, "runs": fit.runs, "errors": fit.errors, "rms_log": fit.rms,
                     "cross_validation": cv, "warnings": fit.warnings(),
@@ -177,10 +177,13 @@ def _print_bench_fit(a, fit, cv, out, seconds: float):
         return
     con = console()
     t = table(f"calibrated on {len(fit.runs)} runs (rms log error {100 * fit.rms:.1f}%)",
-              ("constant", "kind", "value", "+-1 sd", "transferred", "state"), right=("value", "+-1 sd", "transferred"))
+              ("constant", "kind", "value", "+-1 sd", "68% (bootstrap over runs)", "transferred", "state"),
+              right=("value", "+-1 sd", "transferred"))
     for r in rows:
+        b = r["bootstrap"]
         t.add_row(r["constant"], r["kind"], f"{r['value']:.4g}", "-" if r["sd_rel"] is None else
-                  f"{100 * r['sd_rel']:.1f}%", f"{r['transferred']:.4g}", r["state"])
+                  f"{100 * r['sd_rel']:.1f}%", f"{b['p16']:.4g}-{b['p84']:.4g}" if b and b.get("draws") else "-",
+                  f"{r['transferred']:.4g}", r["state"])
     con.print(t)
     for w in fit.warnings():
         con.print(f"warning: {w}: the model does not follow this run with these constants; they may be biased",

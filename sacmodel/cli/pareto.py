@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from ..util.names import LIMITS, SYSTEMS
-from .common import (_scenario, add_json, add_output, add_plot, add_prompts, add_scenario, add_server_limits,
+from .common import (_scenario, default_start, add_json, add_output, add_plot, add_prompts, add_scenario, add_server_limits,
                      console, print_json, prompts_of, server_limits, table, workload_text, write_csv)
 from .types import Bad, arg, count, system_list, tokens
 
@@ -79,7 +79,7 @@ def _table(res, pts, every: bool, prompts: str) -> None:
     tok = lambda v: f"{v // 1024}K" if v % 1024 == 0 else f"{v:,}"  # noqa: E731
     queued = sum(p.queued for p in res.points)
     wl = res.points[0].workload if res.points else {}
-    who = workload_text(prompts, wl.get("prefix_cached", True))
+    who = workload_text(prompts, wl.get("prefix_cached"), wl.get("start") or default_start(prompts))
     con.print(f"{res.scenario}, context {tok(res.context)}, output {_out(res.output, tok)} ({who}): "
               f"{len(res.points)} configurations, {bad} infeasible" + (f", {queued} queue" if queued else ""),
               highlight=False)
@@ -112,6 +112,8 @@ def cmd_pareto(a):
         kw["draws"] = a.draws
     if a.prompts:
         kw["prompts"] = a.prompts
+    if a.start:
+        kw["start"] = a.start
     res = pareto(_scenario(a), a.systems, context=a.context, output=a.output, concurrencies=a.concurrencies,
                  cxl_devices=a.cxl_device_list, dp=a.dp_list, device_buffer=a.device_buffer, method=a.method, **kw)
     pts = _rows(res, a.all)

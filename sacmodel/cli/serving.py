@@ -6,8 +6,9 @@ import sys
 
 from ..util.names import MAIN_SYSTEMS, SYSTEMS
 from .common import (DEFAULT_CONTEXTS, LIMITS_TEXT, _fmt, _model_name, _parser, _scenario, _workload, add_json,
-                     add_model_options, add_plot, add_scenario, add_systems, add_workload, console, print_json,
-                     prompts_of, table, workload_text, write_csv)
+                     add_model_options, add_plot, add_scenario, add_systems, add_workload, cache_flag, console,
+                     print_json,
+                     closed_start, prompts_of, table, workload_text, write_csv)
 from .trust import print_band, print_binding, print_compare_bands
 from .types import LIMITS, arg, byte_size, count, setting, token_list
 
@@ -55,13 +56,25 @@ def _usage_unit(key: str, u: dict) -> str:
 
 
 def _describe(p, a) -> str:
-    kind = workload_text(p.config.get("prompts") or prompts_of(a), p.config.get("prefix_cached", not a.cold))
+    kind = workload_text(p.config.get("prompts") or prompts_of(a), p.config.get("prefix_cached", cache_flag(a)),
+                         p.config.get("start"))
     rate = f", Poisson {p.config['rate']:g} req/s" if p.config.get("rate") else ""
     tok = lambda n: f"{n // 1024}K" if n and n % 1024 == 0 else f"{n:,}"  # noqa: E731
     out = p.output if isinstance(p.output, int) else None
     out_text = tok(out) if out is not None else "{}:{} uniform".format(*map(tok, a.output))
     return (f"{p.system} on {p.scenario} ({_model_name(a)}): context {tok(p.context)}, output {out_text}, "
-            f"concurrency {p.concurrency}, {p.requests:,} requests{rate}, {kind}")
+            f"concurrency {p.concurrency}, {p.requests:,} requests{rate}, {kind}" + _lockstep_note(p))
+
+
+def _lockstep_note(p) -> str:
+    """Fixed outputs in a closed loop of distinct uncached prompts: every wave ends on one decode step, so the
+    next arrives as one burst of prefills (SGLang prefills before it decodes), not only the first wave."""
+    if not isinstance(p.output, int) or p.config.get("rate") or p.requests <= p.concurrency or \
+            p.config.get("prompts") != "distinct" or p.config.get("prefix_cached") or \
+            p.config.get("start") != "together":
+        return ""
+    return ("; fixed outputs: each wave of requests ends together and the next is prefilled as one burst "
+            "(bench_serving --random-range-ratio 1); a client drawing lengths, --output MIN:MAX, spreads them, as --start staggered does")
 
 
 def cmd_predict(a):
@@ -183,7 +196,8 @@ def cmd_compare(a):
     rows = [(L, compare(scenario, systems, **{**_workload(a), "context": L}))
             for L in track(a.contexts, f"compare {len(systems)} systems")]
     n = a.requests or 8 * a.concurrency
-    kind = f"{n:,} requests, " + workload_text(prompts_of(a, scenario), not a.cold)
+    prompts = prompts_of(a, scenario)
+    kind = f"{n:,} requests, " + workload_text(prompts, cache_flag(a), closed_start(a, prompts))
     title = f"{a.scenario} ({_model_name(a)}): output {a.output} tokens, concurrency {a.concurrency}, {kind}"
     if a.plot:
         from ..plots.serving import plot_compare

@@ -11,6 +11,8 @@ import sys
 from ..util.names import CLUSTER_SLO, HIGHER_IS_BETTER, LOADED, SHORT_METRICS, SYSTEMS, UNLOADED, fmt_value, kind_of
 from .common import (
     DEFAULT_CONCURRENCY,
+    add_cache_flags,
+    cache_flag,
     LIMITS_TEXT,
     _scenario,
     _workload,
@@ -27,6 +29,8 @@ from .common import (
     plain,
     print_json,
     prompts_of,
+    closed_start,
+    default_start,
     server_limits,
     table,
     workload_text,
@@ -81,16 +85,22 @@ def _loaded_workload(a) -> dict:
             given.append("--output MIN:MAX")
         if getattr(a, "prompts", None):
             given.append("--prompts")
+        if getattr(a, "start", None):
+            given.append("--start")
+        if getattr(a, "cached", False):
+            given.append("--cached")
         if given or getattr(a, "cold", False):
             raise ValueError(f"{', '.join(given) or '--cold'}: no effect with --unloaded (one request alone, cached "
                              "prompt); drop --unloaded for the loaded engine")
         return {**{k: v for k, v in dict(context=a.context, output=a.output).items() if v is not None}, **res}
     kw = dict(context=a.context, output=a.output, concurrency=a.concurrency or DEFAULT_CONCURRENCY,
               requests=a.requests, rate=a.rate, **res, **server_limits(a))
-    if getattr(a, "cold", False):
-        kw["prefix_cached"] = False
+    if cache_flag(a) is not None:
+        kw["prefix_cached"] = cache_flag(a)
     if getattr(a, "prompts", None):
         kw["prompts"] = a.prompts
+    if getattr(a, "start", None):
+        kw["start"] = a.start
     return {k: v for k, v in kw.items() if v is not None}
 
 
@@ -100,7 +110,9 @@ def _model_line(a, wl: dict) -> str:
     c = wl.get("concurrency")          # absent when the concurrency is what varies
     n = wl.get("requests") or (f"{8 * c:,}" if c else "8 x concurrency")
     how = f"Poisson {wl['rate']:g} req/s" if wl.get("rate") else f"{n if isinstance(n, str) else f'{n:,}'} requests"
-    prompt = workload_text(wl.get("prompts") or prompts_of(a), wl.get("prefix_cached") is not False)
+    prompts = wl.get("prompts") or prompts_of(a)
+    prompt = workload_text(prompts, wl.get("prefix_cached") is not False,
+                           None if wl.get("rate") else wl.get("start") or default_start(prompts))
     at = f"at concurrency {c}" if c else "over concurrency"
     return f"loaded: serving engine {at} ({how}, {prompt}); --unloaded for the closed form"
 
@@ -281,7 +293,8 @@ def cmd_plan(a):
         return
     con = console()
     con.print(r.message)
-    con.print("workload: " + workload_text(prompts_of(a), not a.cold), highlight=False)
+    con.print("workload: " + workload_text(prompts_of(a), cache_flag(a), closed_start(a, prompts_of(a))),
+              highlight=False)
     if r.tried:
         cols = ["value", "meets", "feasible", *slos]
         t = table(f"tried {r.vary}", cols, right=cols)
@@ -325,6 +338,7 @@ def predict_command(a, settings: dict) -> str:
             "--cxl-devices": a.cxl_devices, "--rdma-nics": a.rdma_nics, "--device-buffer": a.device_buffer,
             "--max-total-tokens": a.max_total_tokens, "--max-running-requests": a.max_running_requests,
             "--draws": getattr(a, "draws", None), "--prompts": getattr(a, "prompts", None),
+            "--start": getattr(a, "start", None),
             "--model": getattr(a, "model", None), "--method": None if a.method == "engine" else a.method}
     for name, v in settings.items():
         flag = "--" + name.replace("_", "-")
@@ -333,7 +347,7 @@ def predict_command(a, settings: dict) -> str:
         else:
             words += ["--set", f"{name}={v}"]
     words += [x for f, v in opts.items() if v is not None for x in (f, str(v))]
-    words += ["--cold"] * bool(a.cold) + ["--no-cold-staging"] * (not getattr(a, "cold_staging", True))
+    words += ["--cold"] * bool(a.cold) + ["--cached"] * bool(getattr(a, "cached", False)) + ["--no-cold-staging"] * (not getattr(a, "cold_staging", True))
     return shlex.join(words)
 
 
@@ -398,10 +412,12 @@ def cmd_sweep(a):
                                        **server_limits(a)).items()
                  if v is not None and k not in grid}
         fixed.setdefault("concurrency", DEFAULT_CONCURRENCY)
-        if a.cold:
-            fixed["prefix_cached"] = False
+        if cache_flag(a) is not None:
+            fixed["prefix_cached"] = cache_flag(a)
         if a.prompts:
             fixed["prompts"] = a.prompts
+        if a.start:
+            fixed["start"] = a.start
         if "context" not in grid and "context" not in fixed:
             raise ValueError("give --context or put context in a --grid")
         rows = sweep_predict(_scenario(a), a.system, grid, fixed=fixed, scheduler=a.scheduler, workers=a.workers)
@@ -410,11 +426,12 @@ def cmd_sweep(a):
         res = ("cxl_devices", "rdma_nics", "device_buffer")
         header, body = keys + list(res), [[r[k] for k in keys] + [r["config"][k] for k in res] for r in rows]
         cols = {h: [row[i] for row in body] for i, h in enumerate(header)}
-        model = "loaded: serving engine at every point, " + workload_text(prompts_of(a), not a.cold)
+        model = "loaded: serving engine at every point, " + workload_text(prompts_of(a), cache_flag(a),
+                                                                          closed_start(a, prompts_of(a)))
     else:
-        if a.concurrency or a.requests or a.rate or a.cold or a.prompts or server_limits(a) or \
+        if a.concurrency or a.requests or a.rate or a.cold or a.cached or a.prompts or a.start or server_limits(a) or \
                 isinstance(a.output, tuple):
-            raise ValueError("--concurrency/--requests/--rate/--cold/--prompts/--max-total-tokens/"
+            raise ValueError("--concurrency/--requests/--rate/--cold/--prompts/--start/--max-total-tokens/"
                              "--max-running-requests and --output MIN:MAX need --full (the vectorised sweep is the "
                              "unloaded closed form)")
         out = sweep(_scenario(a), a.system, grid, a.metric, context=a.context, output=a.output,
@@ -457,7 +474,7 @@ def _solver_workload(p, context_required=False, unloaded_flag=False):
                    help="requests per prediction (default 8 x concurrency)")
     p.add_argument("--rate", type=arg(number, lo=RATE_RANGE[0], hi=RATE_RANGE[1], lo_open=False), default=None,
                    metavar="REQ/S", help="open loop: Poisson arrivals per second (default: closed loop)")
-    p.add_argument("--cold", action="store_true", help="uncached prompts: every request is prefilled")
+    add_cache_flags(p)
     add_prompts(p)
     add_resources(p)
     add_server_limits(p)

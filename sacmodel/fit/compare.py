@@ -61,7 +61,9 @@ def run_kwargs(r: Run) -> dict:
     """``predict`` arguments that reproduce a measured run's configuration and workload."""
     out = r.output if r.output_min is None or r.output_min == r.output_max else (r.output_min, r.output_max)
     # the testbed's prompts have exactly the target length (its logs: 64-token tails beyond the cached pages)
-    kw = dict(context=r.context, output=out, concurrency=r.concurrency, requests=r.requests, exact_prompt=True)
+    # the testbed's client (bench_serving) sent every request at once: its users start together
+    kw = dict(context=r.context, output=out, concurrency=r.concurrency, requests=r.requests, exact_prompt=True,
+              start="together")
     if r.cxl_devices and r.system in ("cxl", "cxl-prefetch"):
         kw["cxl_devices"] = r.cxl_devices
     if r.rdma_nics and r.system in ("rdma", "rdma-topk"):

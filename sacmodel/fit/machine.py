@@ -12,8 +12,11 @@ TTFT, TPOT and throughput at the transferred values: a constant is identified wh
 deviation, at a benchmark repeatability of :data:`NOISE`, stays under :data:`IDENTIFIED_SD` with the constants
 already taken), fits those within their ranges (least squares in log space), gives each a standard deviation
 (Gauss-Newton, from the Jacobian at the solution and the residuals' own scatter, never below the repeatability),
-and leaves every other constant at its transferred value, saying which run would pin it. The band a calibrated
-scenario prints is the leave-one-run-out error of the same protocol (:func:`cross_validate`).
+and leaves every other constant at its transferred value, saying which run would pin it. Each fitted constant
+also gets an interval from a bootstrap over runs (:func:`bootstrap`: the runs resampled with replacement,
+seeded, each draw one Gauss-Newton step from the solution on the draw's rows), written into the scenario's
+provenance. The band a calibrated scenario prints is the leave-one-run-out error of the same protocol
+(:func:`cross_validate`).
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ class MachineConstant:
     pins: str
     range_source: str
     unit: float = 0.0       # > 0: fitted as value / unit (an additive time); 0: fitted as log(value) (a rate)
+    probe: tuple = (1024, 128, 1)   # the pinning run's (prompt, output, concurrency): checked to move the constant
 
     def to_x(self, v: float) -> float:
         return v / self.unit if self.unit else math.log(v)
@@ -73,15 +77,15 @@ MACHINE_CONSTANTS: dict[str, MachineConstant] = {
     "moe_eff": MachineConstant(
         "moe_eff", 0.3, 0.95, "kernel",
         "a run at concurrency 64 or more (TPOT of a batch that reads most experts)",
-        "grouped-GEMM weight reads reach 0.5-0.9 of HBM bandwidth"),
+        "grouped-GEMM weight reads reach 0.5-0.9 of HBM bandwidth", probe=(1024, 128, 64)),
     "prefill_eff": MachineConstant(
         "prefill_eff", 0.2, 0.9, "kernel",
         "a run with long prompts (8K or more) at low concurrency, beside a 1K one (the TTFT the longer prompt adds)",
-        "prefill GEMMs reach 0.2-0.9 of the tensor-core peak"),
+        "prefill GEMMs reach 0.2-0.9 of the tensor-core peak", probe=(8192, 128, 4)),
     "compute_eff": MachineConstant(
         "compute_eff", 0.1, 0.9, "kernel",
         "a run at long context (32K or more) and high concurrency (decode attention over the context)",
-        "decode attention and small GEMMs reach 0.1-0.9 of the tensor-core peak"),
+        "decode attention and small GEMMs reach 0.1-0.9 of the tensor-core peak", probe=(32768, 64, 64)),
 }
 
 
@@ -106,7 +110,8 @@ def bench_requests(run: BenchRun, seed: int = 0):
             return rng.integers(lo, nominal + 1, size=n)
         ins, outs = lengths(run.isl), np.maximum(lengths(run.osl), 2)
     arrival = np.zeros(n) if math.isinf(run.request_rate) else np.cumsum(rng.exponential(1 / run.request_rate, n))
-    return Requests(arrival, ins, outs, np.zeros(n))
+    # lead=0: the users start together (the benchmark clients send every request at once, or Poisson)
+    return Requests(arrival, ins, outs, np.zeros(n), lead=0)
 
 
 def predict_bench(topo, run: BenchRun) -> dict:
@@ -172,6 +177,7 @@ class MachineFit:
     cv: dict | None = None                                # leave-one-run-out errors (cross_validate)
     jac: np.ndarray | None = field(default=None, repr=False)     # weighted log errors' Jacobian at the solution
     resid: np.ndarray | None = field(default=None, repr=False)   # (rows: the runs' metrics in order; cols: fitted)
+    interval: dict = field(default_factory=dict)          # bootstrap over runs, per fitted constant (bootstrap)
 
     def warnings(self, limit: float = FOLLOW) -> list[str]:
         """The fitted runs the model still misses by more than ``limit``: a mechanism the constants cannot
@@ -225,7 +231,8 @@ def jacobian(topo, runs, names, values, step: float = 0.1) -> np.ndarray:
 
 def _sd(J: np.ndarray, sigma: float) -> np.ndarray:
     try:
-        return sigma * np.sqrt(np.diag(np.linalg.inv(J.T @ J)))
+        d = np.diag(np.linalg.inv(J.T @ J))
+        return sigma * np.sqrt(np.where(d > 0, d, np.inf))      # a negative variance: numerically singular
     except np.linalg.LinAlgError:
         return np.full(J.shape[1], np.inf)
 
@@ -279,12 +286,131 @@ def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | Non
     if not fitted:
         values, sd, at_bound, jac_at, resid = dict(base), {}, [], None, None
         rms = float(np.sqrt(np.mean(_residuals(topo, runs, [], np.array([])) ** 2)))
-    unident = {n: MACHINE_CONSTANTS[n].pins for n in names if n not in fitted}
+    unident = {n: pin_text(topo, runs, n, J=J, names=names, start=start) for n in names if n not in fitted}
     final = apply_constants(topo, {n: values[n] for n in fitted})
     errs = [{m: math.exp(e) - 1 for m, e in zip(_metrics_of(r), log_errors(r, predict_run(final, r)))}
             for r in runs]
-    return MachineFit(values, base, fitted, sd, unident, at_bound, rms, [r.source for r in runs], errs,
-                      jac=jac_at, resid=resid)
+    out = MachineFit(values, base, fitted, sd, unident, at_bound, rms, [r.source for r in runs], errs,
+                     jac=jac_at, resid=resid)
+    out.interval = bootstrap(out, runs)
+    return out
+
+
+MOVES = 0.05       # a probe run moves a constant when its range moves a metric by this much (log units)
+
+
+def probe_run(run, shape: tuple):
+    """A run of the same client and server as ``run`` with the probe's (prompt, output, concurrency), as many
+    requests as the concurrency, fixed lengths, all sent at once."""
+    from dataclasses import replace
+    isl, osl, conc = shape
+    return replace(run, source="probe", requests=conc, concurrency=conc, request_rate=math.inf, isl=isl, osl=osl,
+                   range_ratio=1.0, per_request=False, input_lens=None, output_lens=None, ttfts_s=None)
+
+
+def probe_moves(topo, run, name: str) -> bool:
+    """Whether the run that pins ``name`` (:attr:`MachineConstant.probe`) moves any metric on this machine by
+    :data:`MOVES` (log units) between the two ends of the constant's physical range: a constant none of whose
+    costs binds anywhere in its range (decode attention bandwidth-bound, so ``compute_eff`` never counts) cannot
+    be pinned by any run, nor matters. The ends, not a small step: at the transferred value a cost may hide
+    behind another (a short prefill behind the CPU's launches) and bind once the constant is far from it."""
+    c = MACHINE_CONSTANTS[name]
+    probe = probe_run(run, c.probe)
+    a, b = (predict_run(apply_constants(topo, {name: v}), probe) for v in (c.lo, c.hi))
+    if not (a["feasible"] and b["feasible"]):
+        return True             # the probe does not fit this machine: keep the advice, it may on a bigger one
+    return any(abs(math.log(b[m] / a[m])) >= MOVES for m in METRICS if a[m] > 0 and b[m] > 0)
+
+
+def pin_text(topo, runs, name: str, *, J: np.ndarray | None = None, names=None, start=None) -> str:
+    """What would pin an unidentified constant: the run :attr:`MachineConstant.pins` names, checked on this
+    machine. The probe run of its shape must move a metric (:func:`probe_moves`; else no run can, and that is
+    harmless); given the runs' Jacobian ``J`` (over ``names`` at ``start``), the probe's rows added to it must
+    make :func:`identify` take the constant, else the text says which fitted constants it stays tangled with."""
+    c = MACHINE_CONSTANTS[name]
+    if not runs or not isinstance(runs[0], BenchRun):
+        return c.pins
+    if not probe_moves(topo, runs[0], name):
+        isl, osl, conc = c.probe
+        return (f"no run: on this machine no value in its range {c.lo:g}-{c.hi:g} moves a metric of "
+                f"{c.pins.split(' (')[0]} ({isl} / {osl} tokens, concurrency {conc}) by {100 * MOVES:.0f}%, so its "
+                f"cost never binds and predictions do not depend on it")
+    if J is None or names is None or start is None:
+        return c.pins
+    rows = jacobian(topo, [probe_run(runs[0], c.probe)], names, start)
+    ids = identify(np.vstack([J, rows]), names)
+    if name in ids:
+        return f"{c.pins}; checked: with such a run added these runs identify it"
+    return (f"{c.pins}; checked: such a run added to these ones moves it but does not separate it from "
+            f"{', '.join(n for n in names if n not in ids and n != name) or 'the others'} (identified then: "
+            f"{', '.join(ids)}): add runs that move those")
+
+
+BOOTSTRAP_DRAWS = 400       # resamples of the runs; each costs one least-squares solve of a few rows
+BOOTSTRAP_SEED = 0
+
+
+def _rows_of(runs) -> list[np.ndarray]:
+    """Each run's row indices in the stacked residuals (its measured metrics, in order)."""
+    edges = np.cumsum([0] + [len(_metrics_of(r)) for r in runs])
+    return [np.arange(edges[k], edges[k + 1]) for k in range(len(runs))]
+
+
+def bootstrap(fit: MachineFit, runs, draws: int = BOOTSTRAP_DRAWS, seed: int = BOOTSTRAP_SEED) -> dict[str, dict]:
+    """Intervals of the fitted constants from a bootstrap over runs: ``draws`` resamples of the runs with
+    replacement, each drawn run's metrics remeasured at the benchmark's repeatability (:data:`NOISE` on every
+    weighted log error: what running the benchmarks again would give; with two runs, case resampling alone has
+    one usable draw). Each resample moves the solution by the one Gauss-Newton step its rows of the weighted
+    residuals and their Jacobian at the solution ask for beyond the full data's own step (exact for a linear
+    model; no new prediction, so 400 draws take milliseconds), within the constants' ranges. A resample whose
+    distinct runs do not identify every fitted constant (:func:`identify`'s rule) is set aside and counted.
+    Seeded: the same runs give the same intervals. Per constant (SI): ``p16``/``p84`` (68%) and
+    ``p2_5``/``p97_5`` (95%) percentiles, ``draws`` used, ``unidentified`` draws set aside; empty when
+    nothing was fitted."""
+    if not fit.fitted or fit.jac is None or fit.resid is None:
+        return {}
+    names = fit.fitted
+    rows = _rows_of(runs)
+    x0 = _to_x(names, fit.values)
+    lo = _to_x(names, {n: MACHINE_CONSTANTS[n].lo for n in names})
+    hi = _to_x(names, {n: MACHINE_CONSTANTS[n].hi for n in names})
+    tol = np.array([_tolerance(n) for n in names])
+    base = np.linalg.lstsq(fit.jac, -fit.resid, rcond=None)[0]
+    rng = np.random.default_rng(seed)
+    xs, skipped = [], 0
+    for _ in range(draws):
+        pick = rng.integers(0, len(runs), size=len(runs))
+        keep = np.concatenate([rows[k] for k in pick])
+        noise = rng.normal(0.0, NOISE, size=len(keep))
+        distinct = np.concatenate([rows[k] for k in sorted(set(pick.tolist()))])
+        if not (_sd(fit.jac[distinct], NOISE) / tol < 1).all():
+            skipped += 1
+            continue
+        step = np.linalg.lstsq(fit.jac[keep], -(fit.resid[keep] + noise), rcond=None)[0]
+        xs.append(np.clip(x0 + step - base, lo, hi))
+    out = {}
+    for j, n in enumerate(names):
+        c = MACHINE_CONSTANTS[n]
+        if not xs:
+            out[n] = {"draws": 0, "unidentified": skipped}
+            continue
+        col = np.array([x[j] for x in xs])
+        q = {k: c.from_x(float(np.percentile(col, v))) for k, v in
+             (("p2_5", 2.5), ("p16", 16.0), ("p84", 84.0), ("p97_5", 97.5))}
+        out[n] = {**q, "draws": len(xs), "unidentified": skipped}
+    return out
+
+
+def interval_text(iv: dict, unit: str = "") -> str:
+    """``bootstrap over runs: 68% 0.61-0.66, 95% 0.58-0.70 (400 draws, seed 0; 120 drew too few distinct
+    runs)`` for one constant's :func:`bootstrap` entry."""
+    if not iv or not iv.get("draws"):
+        return (f"bootstrap over runs: no resample identifies it ({iv.get('unidentified', 0)} draws, seed "
+                f"{BOOTSTRAP_SEED}): the runs pin it only together")
+    u = f" {unit}" if unit else ""
+    skip = f"; {iv['unidentified']} drew too few distinct runs, set aside" if iv["unidentified"] else ""
+    return (f"bootstrap over runs: 68% {iv['p16']:.4g}-{iv['p84']:.4g}{u}, 95% {iv['p2_5']:.4g}-{iv['p97_5']:.4g}"
+            f"{u} ({iv['draws']} draws, seed {BOOTSTRAP_SEED}{skip})")
 
 
 def _fit(topo, runs, fitted, base, start):
@@ -395,7 +521,8 @@ def calibration_entries(fit: MachineFit, runs: list[BenchRun], cv: dict, old: di
         bound = " [at its bound]" if name in fit.at_bound else ""
         out[c.param] = {"value": _format(fit.values[name], unit),
                         "source": f"{CALIBRATED} {len(runs)} runs ({_runs_text(runs)}); +-{100 * fit.sd[name]:.1f}% "
-                                  f"(1 sd, linearised){bound}; fit rms {100 * fit.rms:.1f}% (log); {band}; "
+                                  f"(1 sd, linearised){bound}; {interval_text(fit.interval.get(name, {}), 'SI')}; "
+                                  f"fit rms {100 * fit.rms:.1f}% (log); {band}; "
                                   f"range {c.lo:g}-{c.hi:g} ({c.range_source})"}
     for name, pins in fit.unidentified.items():
         c = MACHINE_CONSTANTS[name]

@@ -48,7 +48,8 @@ def external_requests(run: ExternalRun, seed: int = 0):
     def lengths(nominal: int) -> np.ndarray:
         lo = max(1, int(nominal * run.range_ratio))
         return rng.integers(lo, nominal + 1, size=n)
-    return Requests(np.zeros(n), lengths(run.isl), np.maximum(lengths(run.osl), 2), np.zeros(n))
+    # lead=0: the users start together (bench_serving / InferenceX send every request at once)
+    return Requests(np.zeros(n), lengths(run.isl), np.maximum(lengths(run.osl), 2), np.zeros(n), lead=0)
 
 
 def predict_external(run: ExternalRun, *, transfer: str = "fitted", values: dict | None = None,

@@ -76,7 +76,7 @@ PREFILL_ATTN_EFF: dict[str, tuple[float, str]] = {
 # Kernel efficiencies of a GPU generation and weight format other than the testbed's. Keys: (architecture,
 # weights) -> {constant: value}; each class's source in KERNEL_SOURCES. FITTED_CLASSES were fitted on
 # shared/data/external (the only constants fitted off the testbed; the report shows before and after).
-_HOPPER_FP8 = {"prefill_eff": 0.217, "moe_eff": 0.749}
+_HOPPER_FP8 = {"prefill_eff": 0.201, "moe_eff": 0.749}
 # aiconfigurator's measured DeepGEMM FP8 block GEMMs at prefill shapes run 1.9-2.4x (about 2.15x) faster on B200
 # than on H200, whose FP8 peaks differ by 4500 / 1979 = 2.27: the same shapes reach 2.15 / 2.27 = 0.947 of Hopper's
 # fraction of the peak

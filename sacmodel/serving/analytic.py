@@ -66,8 +66,9 @@ class Load:
     waves: bool
 
 
-def load_of(cfg: Config, mdl: Model, reqs: Requests, rate) -> Load:
-    """The averages :class:`Load` holds, from the requests as the engine's table sees them."""
+def load_of(cfg: Config, mdl: Model, reqs: Requests, rate, start: str = "together") -> Load:
+    """The averages :class:`Load` holds, from the requests as the engine's table sees them (identical outputs
+    move in waves only when the users start together)."""
     tb = RequestTable(cfg, reqs)
     L, O = float(np.mean(tb.L)), float(np.mean(tb.out))
     life = np.maximum(np.asarray(tb.out, dtype=float) - 1.0, 0.0)
@@ -80,7 +81,7 @@ def load_of(cfg: Config, mdl: Model, reqs: Requests, rate) -> Load:
     spread = float(((2 * rank - n + 1) * s).sum() / (n * n)) if n > 1 else 0.0      # E|s1 - s2| / 2
     overlap = float(((2 * (n - rank) - 1) * s).sum() / (n * n))                     # E min(s1, s2)
     E = float(np.mean(tb.todo))
-    waves = rate is None and n > 1 and s[0] == s[-1]
+    waves = rate is None and start == "together" and n > 1 and s[0] == s[-1]
     return Load(L, E, max(1, math.ceil(E / cfg.prefill_chunk)), O, age, m, spread, overlap,
                 cold=not all(tb.hit), shared=tb.pid is not None, waves=waves)
 
@@ -374,10 +375,12 @@ def _host_pool_stop(cfg: Config, reqs: Requests, decoding: float) -> str | None:
             "it decodes at once; a HiSparse allocation that finds the pool full stops the server")
 
 
-def steady_state(cfg: Config, reqs: Requests, concurrency: int, rate: float | None = None) -> dict:
-    """Metrics of the steady state (fields of :class:`sacmodel.serving.predict.Prediction`; ms, tokens/s)."""
+def steady_state(cfg: Config, reqs: Requests, concurrency: int, rate: float | None = None,
+                 start: str = "together") -> dict:
+    """Metrics of the steady state (fields of :class:`sacmodel.serving.predict.Prediction`; ms, tokens/s);
+    ``start="staggered"``: users at their own phases, so identical outputs do not move in waves."""
     mdl = Model(cfg)
-    ld = load_of(cfg, mdl, reqs, rate)
+    ld = load_of(cfg, mdl, reqs, rate, start)
     C = max(1, min(concurrency, len(reqs)))
     t = solve(cfg, mdl, ld, C, rate) if ld.O > 1 else prefill_only(cfg, mdl, ld, C, rate)
     stop = _host_pool_stop(cfg, reqs, t.b)

@@ -69,6 +69,9 @@ class Config:
     pcg_tokens: int = 0                              # prefill batches up to this many tokens run as piecewise
                                                      # CUDA graphs (attention eager); 0: every prefill eager
     engine: str = "sglang"                           # the server's scheduler: "sglang" or "vllm"
+    max_prefill_tokens: int = 16384                  # SGLang --max-prefill-tokens (default 16384): a prefill
+                                                     # batch admits no further request once its new tokens reach
+                                                     # it (PrefillAdder.rem_input_tokens), whatever the chunk
 
     @property
     def attn_tp(self) -> int:
@@ -149,7 +152,8 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
                  int(_setting(topo, "prefill_chunk", 8192 // dp)), page, tp=tp, ep=ep,
                  graph_bs=int(_setting(topo, "cuda_graph_max_bs", 512)), weights=weights_of(topo),
                  recv_interval=int(_setting(topo, "scheduler_recv_interval", 1)),
-                 pcg_tokens=int(_setting(topo, "piecewise_cuda_graph_max_tokens", 0)), engine=engine_of(topo))
+                 pcg_tokens=int(_setting(topo, "piecewise_cuda_graph_max_tokens", 0)), engine=engine_of(topo),
+                 max_prefill_tokens=int(_setting(topo, "max_prefill_tokens", 16384)))
     if cfg.engine == "vllm" and cfg.hisparse:
         raise ConfigError(f"{topo.name}: system {system!r} runs HiSparse, a fork of SGLang; a vLLM instance keeps "
                           "its KV in HBM: use system 'gpu' (or engine sglang)")

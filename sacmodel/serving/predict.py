@@ -1,11 +1,11 @@
 """Serving model: TTFT, TBT, throughput, completion and memory of each KV-cache architecture.
 
-:func:`predict` builds the workload (``requests`` released at once, at most ``concurrency`` in flight; independent
-users with distinct prompts unless the scenario's ``workload:`` or ``prompts=`` says they share one, as the SAC
-testbed's benchmark does), checks capacity (:mod:`sacmodel.serving.capacity`)
-and runs the event engine (:mod:`sacmodel.serving.engine.loop`) over the step model (:mod:`sacmodel.serving.step`). A run whose
-device pool overflows stops where the server did; ``success_fraction`` says which share of the requests
-completed and ``limit`` names the resource.
+:func:`predict` builds the workload (``requests`` in a closed loop, at most ``concurrency`` in flight; independent
+users with distinct prompts, each joining at its own phase, unless the scenario's ``workload:`` or ``prompts=``
+says they share one and start together, as the SAC testbed's benchmark does), checks capacity
+(:mod:`sacmodel.serving.capacity`) and runs the event engine (:mod:`sacmodel.serving.engine.loop`) over the step
+model (:mod:`sacmodel.serving.step`). A run whose device pool overflows stops where the server did;
+``success_fraction`` says which share of the requests completed and ``limit`` names the resource.
 """
 from __future__ import annotations
 
@@ -123,7 +123,8 @@ def output_spec(output) -> tuple[int, int]:
 
 def workload(cfg: Config, *, context: int, output, requests: int, rate: float | None = None, seed: int = 0,
              prefix_cached: bool = True, prompts: str = "shared", cold_staging: bool = True,
-             exact_prompt: bool = True, jitter: float = CLIENT_JITTER, phase: int = 0) -> Requests:
+             exact_prompt: bool = True, jitter: float = CLIENT_JITTER, phase: int = 0, concurrency: int = 0,
+             lifetime: float = 0.0) -> Requests:
     """The benchmark's requests: one cached prompt of ``context`` tokens (or distinct prompts), outputs fixed
     or uniform in [min, max] (0 counts as 1, as the benchmark client does), arrivals at once or Poisson.
     ``cold_staging``: no host-pool entry is found yet for the shared prompt's prefix, so each rank's first hit
@@ -135,7 +136,10 @@ def workload(cfg: Config, *, context: int, output, requests: int, rate: float | 
     request only): the tail varies over the page from request to request (seeded), for prompts whose lengths
     vary by a few tokens. ``jitter``: each
     request reaches the server a uniform 0..jitter s after it is sent (seeded). ``phase``: which draw of the
-    tails and delays (the workload's lengths and arrivals stay those of ``seed``)."""
+    tails and delays (the workload's lengths and arrivals stay those of ``seed``). ``concurrency`` > 0 and
+    ``lifetime`` > 0 (closed loop, staggered start): the first ``concurrency`` requests are the users' first,
+    user k joining at ``(k + u_k) / concurrency x lifetime`` s with u_k uniform in [0, 1) (seeded, stratified:
+    one user in each slice of a request's lifetime), and the rest follow in the closed loop."""
     lo, hi = output_spec(output)
     rng = np.random.default_rng(seed) if lo != hi or rate else None
     outs = np.full(requests, hi) if lo == hi else np.maximum(rng.integers(lo, hi + 1, size=requests), 1)
@@ -149,16 +153,44 @@ def workload(cfg: Config, *, context: int, output, requests: int, rate: float | 
     if prefix_cached and not exact_prompt and cfg.page > 1:
         tail = np.random.default_rng([seed, 1, phase]).integers(1, cfg.page + 1, size=requests)
     delay = np.random.default_rng([seed, 2, phase]).uniform(0.0, jitter, size=requests) if jitter > 0 else None
+    lead = min(concurrency, requests) if concurrency > 0 and lifetime > 0 and not rate else 0
+    if lead:
+        u = np.random.default_rng([seed, 3]).uniform(0.0, 1.0, size=lead)
+        arrivals[:lead] = (np.arange(lead) + u) / lead * lifetime
     return Requests(arrivals, np.full(requests, context), outs, cached, prefix_pages=prefix,
                     prompt=np.zeros(requests, dtype=np.int64) if prompts == "shared" else None,
                     cold_staging=bool(cold_staging and prefix_cached and prompts == "shared"), tail=tail,
-                    delay=delay)
+                    delay=delay, lead=lead)
 
 
 def default_prompts(topo) -> str:
     """The prompts of the workload a scenario stands for when a prediction names none: its ``workload:``
     field (the SAC testbed's: one shared prompt, its benchmark), else ``"distinct"`` (independent users)."""
     return getattr(topo, "workload", None) or "distinct"
+
+
+def default_cached(prompts: str) -> bool:
+    """Whether prompts are in the prefix cache when a prediction does not say: one shared prompt is (every
+    request after the first hits it), distinct prompts are not (independent users' prompts were never sent
+    before; bench_serving's random dataset draws fresh random tokens per request)."""
+    return prompts == "shared"
+
+
+def default_start(prompts: str) -> str:
+    """How the users start when a prediction does not say: independent users (distinct prompts) are not
+    synchronized, so each joins at its own phase (``"staggered"``); the testbed's benchmark (one shared prompt)
+    sends every request at once (``"together"``), as its client (bench_serving) did."""
+    return "together" if prompts == "shared" else "staggered"
+
+
+def lifetime_estimate(cfg: Config, reqs: Requests, concurrency: int) -> float:
+    """One request's expected lifetime (s, sending to last token) at ``concurrency`` users in steady state
+    (the analytic steady state of :mod:`sacmodel.serving.analytic`, without waves: milliseconds, not a second
+    engine run); 0 where the steady state has no answer (a capacity stop: the engine's run names it)."""
+    from .analytic import steady_state
+    res = steady_state(cfg, reqs, concurrency, None, start="staggered")
+    e2e = res.get("e2e_mean_ms", math.nan)
+    return float(e2e) / 1e3 if math.isfinite(e2e) and e2e > 0 else 0.0
 
 
 def percentile(x, q: float) -> float:
@@ -171,7 +203,7 @@ def percentile(x, q: float) -> float:
     return float(b - (b - a) * (1.0 - g) if g >= 0.5 else a + (b - a) * g)
 
 
-def _check(context, concurrency, requests, rate, prompts, method):
+def _check(context, concurrency, requests, rate, prompts, method, start=None):
     """The workload arguments of :func:`predict`, within the documented limits (``util.names.LIMITS``)."""
     from ..util.names import LIMITS, RATE_RANGE
     for name, v, lim in (("context", context, "tokens"), ("concurrency", concurrency, "concurrency"),
@@ -187,6 +219,10 @@ def _check(context, concurrency, requests, rate, prompts, method):
                           f"got {rate!r}")
     if prompts not in (None, "shared", "distinct"):
         raise ConfigError(f"prompts must be 'shared', 'distinct' or None (the scenario's workload), not {prompts!r}")
+    if start not in (None, "together", "staggered"):
+        raise ConfigError(f"start must be 'together', 'staggered' or None (the workload's), not {start!r}")
+    if start is not None and rate is not None:
+        raise ConfigError("start: an open loop (rate) has its own Poisson arrivals; give start or rate, not both")
     if method not in ("engine", "analytic"):
         raise ConfigError(f"method must be 'engine' or 'analytic', not {method!r}")
 
@@ -194,15 +230,18 @@ def _check(context, concurrency, requests, rate, prompts, method):
 def predict(scenario, system: str, *, context: int, output, concurrency: int, requests: int | None = None,
             cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
             rate: float | None = None, max_total_tokens: int | None = None, max_running_requests: int | None = None,
-            seed: int = 0, prefix_cached: bool = True, prompts: str | None = None, method: str = "engine",
+            seed: int = 0, prefix_cached: bool | None = None, prompts: str | None = None, method: str = "engine",
             outputs=None, record: bool = False, cold_staging: bool = True, exact_prompt: bool = True,
-            draws: int = DRAWS) -> Prediction:
+            draws: int = DRAWS, start: str | None = None) -> Prediction:
     """Predict TTFT, TBT, E2E latency, throughput and completion of ``system`` on ``scenario``.
 
     Closed loop (default): ``requests`` (default 8 x concurrency) released at t = 0, at most ``concurrency``
     in flight; open loop: Poisson arrivals at ``rate`` requests/s. ``output``: an int, or a ``(min, max)``
     pair drawn uniformly per request (``seed``), or the exact lengths in ``outputs``. ``prefix_cached=False``:
-    every prompt is prefilled from scratch (the testbed's first round). ``prompts="distinct"``: independent
+    every prompt is prefilled from scratch (the testbed's first round); True: every prompt's KV is cached (a
+    prompt seen before); None (default): cached for one shared prompt (the benchmark's second round), uncached
+    for distinct prompts (independent users send prompts no one sent before, as bench_serving's random
+    dataset does: no prefix hits). ``prompts="distinct"``: independent
     users, each request with its own prompt (and its own output tokens); ``"shared"``: every request hits one
     cached prompt (the testbed benchmark: the prefix is stored once, and greedy decoding gives every request
     the same tokens, so a MoE layer reads the experts of one token); None (default): the scenario's
@@ -212,10 +251,20 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     ``context`` tokens has exactly ``context`` tokens; False: its last partial page varies from request to
     request (:func:`workload`). ``draws``: seeded draws of the requests' randomness the metrics average, where
     there is any (varying prompt tails); ``spread`` reports their range. A workload with nothing random takes
-    one draw. ``method="analytic"``: the steady state
-    without the event engine (no waves, no percentiles; quicker).
+    one draw. ``start`` (closed loop): ``"together"``: every user sends its first request at t = 0 (a
+    benchmark client such as bench_serving, and the testbed's); ``"staggered"``: each user joins at its own
+    phase, stratified over one request's expected lifetime (:func:`workload`, :func:`lifetime_estimate`),
+    and the metrics are the steady state's: TTFT, TBT and E2E over the requests after each user's first
+    (the ramp excluded, as a simulator excludes its warm-up), throughput over the time every user is in the
+    loop (from the last user's joining to the last request sent); None (default): staggered for distinct
+    prompts (independent users are not synchronized), together for a shared prompt (:func:`default_start`).
+    An open loop (``rate``) has its own Poisson arrivals: ``start`` does not apply (giving both is an error).
+    ``method="analytic"``: the steady state without the event engine (no percentiles; quicker; no waves when
+    staggered).
     """
-    _check(context, concurrency, requests, rate, prompts, method)
+    _check(context, concurrency, requests, rate, prompts, method, start)
+    if prefix_cached is not None and not isinstance(prefix_cached, bool):
+        raise ConfigError(f"prefix_cached must be True, False or None, got {prefix_cached!r}")
     for name, v in (("cold_staging", cold_staging), ("exact_prompt", exact_prompt)):
         if not isinstance(v, bool):
             raise ConfigError(f"{name} must be True or False, got {v!r}")
@@ -225,31 +274,21 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics,
                   max_total_tokens=max_total_tokens, max_running_requests=max_running_requests)
     prompts = default_prompts(cfg.topo) if prompts is None else prompts
+    prefix_cached = default_cached(prompts) if prefix_cached is None else prefix_cached
+    start = None if rate else (default_start(prompts) if start is None else start)
     if cfg.model.max_position and context + hi > cfg.model.max_position:
         raise PositionError(f"context {context} + output {hi} exceeds {cfg.model.name}'s maximum position "
                           f"{cfg.model.max_position}")
     n_req = requests if requests is not None else 8 * concurrency
     if outputs is not None:
-        from ..util.names import LIMITS
-        try:
-            arr = np.asarray(outputs)
-            ok = arr.ndim == 1 and len(arr) == n_req and arr.dtype.kind in "iu" and \
-                bool(((arr >= 1) & (arr <= LIMITS["tokens"])).all())
-        except (TypeError, ValueError, OverflowError):
-            ok = False
-        if not ok:
-            raise ConfigError(f"outputs must be {n_req} whole numbers of tokens in 1..{LIMITS['tokens']:,}")
-        outputs = arr.astype(np.int64)
-        if cfg.model.max_position and context + int(outputs.max()) > cfg.model.max_position:
-            raise PositionError(f"context {context} + output {int(outputs.max())} (outputs) exceeds "
-                                f"{cfg.model.name}'s maximum position {cfg.model.max_position}")
+        outputs = _outputs(cfg, outputs, n_req, context)
     out_field = hi if lo == hi else (lo, hi)
     pred = Prediction(system, cfg.topo.name, context, out_field, concurrency, n_req, True, None,
                       config={"cxl_devices": cfg.cxl_devices, "rdma_nics": cfg.rdma_nics,
                               "device_buffer": cfg.device_buffer, "dp": cfg.dp, "rate": rate,
                               "max_total_tokens": cfg.max_total_tokens,
                               "max_running_requests": cfg.max_running_requests, "prompts": prompts,
-                              "prefix_cached": prefix_cached, "cold_staging": cold_staging})
+                              "prefix_cached": prefix_cached, "cold_staging": cold_staging, "start": start})
     pred.band, pred.band_basis = error_band(cfg, context=context, output=hi, concurrency=concurrency)
     if method == "analytic":
         pred.band_basis += "; measured for the engine, not for the analytic steady state"
@@ -258,21 +297,24 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     if not cap["feasible"]:
         pred.feasible, pred.limit, pred.success_fraction = False, cap["limit"], 0.0
         return pred
+    life = 0.0                                  # one request's lifetime (s) over which staggered users join
     def requests_of(phase: int) -> Requests:
         r = workload(cfg, context=context, output=(lo, hi), requests=n_req, rate=rate, seed=seed,
                      prefix_cached=prefix_cached, prompts=prompts, cold_staging=cold_staging,
-                     exact_prompt=exact_prompt, phase=phase)
+                     exact_prompt=exact_prompt, phase=phase, concurrency=concurrency, lifetime=life)
         if outputs is not None:
             r.output = outputs
         return r
     if method == "analytic":
         from .analytic import steady_state
-        res = steady_state(cfg, requests_of(0), concurrency, rate)
+        res = steady_state(cfg, requests_of(0), concurrency, rate, start=start or "together")
         for k, v in res.items():
             setattr(pred, k, v)
         return pred
     # the server's warm-up request and the first round went round-robin before: round 2 starts one rank on
     first_round = cfg.dp + 1 if prefix_cached else 1
+    if start == "staggered":
+        life = lifetime_estimate(cfg, requests_of(0), concurrency)
     model = Model(cfg)
     runs, first = [], None
     if exact_prompt or not prefix_cached or cfg.page <= 1:       # nothing drawn: every draw is the same
@@ -285,6 +327,24 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     pred = _average(pred, runs)
     pred.binding = what_binds(cfg, model, first[0].stats, first[1], pred)
     return pred
+
+
+def _outputs(cfg: Config, outputs, n_req: int, context: int) -> np.ndarray:
+    """``predict``'s explicit output lengths, checked: ``n_req`` whole numbers of tokens within the limits."""
+    from ..util.names import LIMITS
+    try:
+        arr = np.asarray(outputs)
+        ok = arr.ndim == 1 and len(arr) == n_req and arr.dtype.kind in "iu" and \
+            bool(((arr >= 1) & (arr <= LIMITS["tokens"])).all())
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"outputs must be {n_req} whole numbers of tokens in 1..{LIMITS['tokens']:,}")
+    outputs = arr.astype(np.int64)
+    if cfg.model.max_position and context + int(outputs.max()) > cfg.model.max_position:
+        raise PositionError(f"context {context} + output {int(outputs.max())} (outputs) exceeds "
+                            f"{cfg.model.name}'s maximum position {cfg.model.max_position}")
+    return outputs
 
 
 def _average(pred: Prediction, runs: list[Prediction]) -> Prediction:
@@ -310,7 +370,9 @@ def simulate(cfg: Config, reqs: Requests, concurrency: int, **engine_kw) -> Pred
 
 
 def fill(pred: Prediction, cfg: Config, reqs: Requests, res) -> Prediction:
-    """Metrics of an engine run, over the requests that completed."""
+    """Metrics of an engine run, over the requests that completed; with a staggered start (``reqs.lead``),
+    latencies over the requests after the users' first ones and throughput over the window in which every
+    user is in the loop (:func:`steady_window`)."""
     ok = res.completed
     out = reqs.output.astype(float)
     pred.success_fraction = float(ok.mean()) if len(ok) else 1.0
@@ -319,13 +381,15 @@ def fill(pred: Prediction, cfg: Config, reqs: Requests, res) -> Prediction:
         pred.limit = f"{res.crash.resource}: {res.crash.reason}"
     ttft = (res.first - res.release) * 1e3
     e2e = (res.done - res.release) * 1e3
-    multi = ok & (out > 1)
+    steady = np.arange(len(ok)) >= reqs.lead if 0 < reqs.lead < len(ok) else np.ones(len(ok), dtype=bool)
+    okm = ok & steady
+    multi = okm & (out > 1)
     gaps = (res.done - res.first)[multi]
-    if ok.any():
-        pred.ttft_mean_ms = float(ttft[ok].mean())
-        pred.ttft_p50_ms = percentile(ttft[ok], 50)
-        pred.ttft_p99_ms = percentile(ttft[ok], 99)
-        pred.e2e_mean_ms = float(e2e[ok].mean())
+    if okm.any():
+        pred.ttft_mean_ms = float(ttft[okm].mean())
+        pred.ttft_p50_ms = percentile(ttft[okm], 50)
+        pred.ttft_p99_ms = percentile(ttft[okm], 99)
+        pred.e2e_mean_ms = float(e2e[okm].mean())
     if multi.any():
         pred.tbt_mean_ms = float(gaps.sum() / (out[multi] - 1).sum() * 1e3)
         pred.tbt_p99_ms = percentile(gaps / (out[multi] - 1) * 1e3, 99)
@@ -334,16 +398,42 @@ def fill(pred: Prediction, cfg: Config, reqs: Requests, res) -> Prediction:
         end = res.crash.time
     duration = end - float(np.nanmin(res.release)) if ok.any() else math.nan
     pred.duration_s = duration
-    if duration and duration > 0:
+    window = steady_window(reqs, res) if res.crash is None else None
+    if window is not None:
+        pred.output_throughput_tok_s, pred.request_throughput_req_s = window
+    elif duration and duration > 0:
         pred.output_throughput_tok_s = float(out[ok].sum() / duration)
         pred.request_throughput_req_s = float(ok.sum() / duration)
     pred.breakdown = breakdown(cfg, res, duration)
     pred.per_request = {"release_s": res.release, "first_s": res.first, "done_s": res.done, "ttft_ms": ttft,
                         "tbt_ms": np.where(out > 1, (res.done - res.first) / np.maximum(out - 1, 1) * 1e3, np.nan),
-                        "e2e_ms": e2e, "output": reqs.output, "completed": ok}
+                        "e2e_ms": e2e, "output": reqs.output, "completed": ok, "steady": steady}
     if res.timeline:
         pred.breakdown["timeline"] = res.timeline
     return pred
+
+
+def steady_window(reqs: Requests, res) -> tuple[float, float] | None:
+    """Output tokens/s and requests/s while every user is in the loop of a staggered start: from the last
+    user's joining to the last request's sending (after it the run drains). A request's first token counts at
+    its first-token time and the other ``output - 1`` evenly over its span to the last token. None: no
+    staggered start, or no such window (no request beyond the users' first ones)."""
+    lead, n = reqs.lead, len(reqs)
+    if not 0 < lead < n:
+        return None
+    t0, t1 = float(res.release[lead - 1]), float(np.nanmax(res.release))
+    if not t1 > t0:
+        return None
+    out = reqs.output.astype(float)
+    first, done = res.first, res.done
+    ok = np.isfinite(first) & np.isfinite(done)
+    f, d, o = first[ok], done[ok], out[ok]
+    at_first = ((f >= t0) & (f < t1)).astype(float)
+    span = np.maximum(d - f, 1e-12)
+    share = np.clip((np.minimum(d, t1) - np.maximum(f, t0)) / span, 0.0, 1.0)
+    tokens = float((at_first + (o - 1.0) * share).sum())
+    ended = float(((d >= t0) & (d < t1)).sum())
+    return tokens / (t1 - t0), ended / (t1 - t0)
 
 
 def breakdown(cfg: Config, res, duration: float) -> dict:

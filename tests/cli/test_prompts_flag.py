@@ -33,4 +33,44 @@ def test_headers_name_the_workload(capsys):
     rc, out, _ = run(capsys, "predict", "--system", "gpu", *kw)
     assert rc == 0 and "one shared cached prompt and identical outputs: the testbed benchmark" in " ".join(out.split())
     rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", *kw)
+    assert rc == 0 and "independent users: distinct prompts (each prefilled) and outputs" in " ".join(out.split())
+    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", "--cached", *kw)
     assert rc == 0 and "independent users: distinct prompts (each cached) and outputs" in " ".join(out.split())
+    rc, _, err = run(capsys, "predict", "--system", "gpu", "--cold", "--cached", *kw)
+    assert rc == 2 and "--cached" in err
+
+
+def test_independent_users_prompts_are_prefilled_by_default():
+    """Distinct prompts were never sent before (bench_serving's random dataset: no prefix hits), so a
+    prediction that names no cache state prefills each one: its TTFT is the --cold one, above the cached one."""
+    from sacmodel import scenario
+    from sacmodel.serving.predict import predict
+    topo = scenario("h200", gpus=8, tp=8, model="deepseek-r1")
+    kw = dict(context=4096, output=8, concurrency=4, requests=8)
+    base, cold, warm = (predict(topo, "gpu", **kw, **x) for x in ({}, {"prefix_cached": False},
+                                                                    {"prefix_cached": True}))
+    assert base.config["prompts"] == "distinct" and base.config["prefix_cached"] is False
+    assert base.ttft_mean_ms == cold.ttft_mean_ms > 1.5 * warm.ttft_mean_ms
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_planning_command_takes_start_next_to_prompts(command, capsys):
+    rc, out, _ = run(capsys, command, "--help")
+    assert rc == 0 and "--start {together,staggered}" in out
+    assert out.index("--start {together,staggered}") > out.index("--prompts {shared,distinct}")
+
+
+def test_headers_say_how_the_users_start(capsys):
+    kw = ("--context", "1K", "--output", "4", "--concurrency", "2", "--requests", "4", "--draws", "1")
+    rc, out, _ = run(capsys, "predict", "--system", "gpu", *kw)
+    assert rc == 0 and "the testbed benchmark; users start together" in " ".join(out.split())
+    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", *kw)
+    assert rc == 0 and "and outputs; users staggered, steady state" in " ".join(out.split())
+    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", "--start", "together", *kw)
+    text = " ".join(out.split())
+    assert rc == 0 and "users start together; fixed outputs: each wave" in text
+    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", "--rate", "2", *kw)
+    head = " ".join(out.split()).split("predicted metrics")[0]
+    assert rc == 0 and "Poisson" in head and "users start" not in head and "users staggered" not in head
+    rc, _, err = run(capsys, "sensitivity", "--system", "cxl", "--context", "8K", "--unloaded", "--start", "together")
+    assert rc == 2 and "--start" in err

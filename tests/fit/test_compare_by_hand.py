@@ -47,7 +47,8 @@ def test_run_kwargs_field_by_field():
     kw = run_kwargs(run("cxl", cxl_devices=3, rdma_nics=4, device_buffer=2048, max_total_tokens=150000,
                         max_running_requests=32))
     assert kw == dict(context=32768, output=1024, concurrency=64, requests=256, exact_prompt=True, cxl_devices=3,
-                      device_buffer=2048, max_total_tokens=150000, max_running_requests=32)
+                      device_buffer=2048, max_total_tokens=150000, max_running_requests=32,
+                      start="together")        # the testbed's client sent every request at once
     kw = run_kwargs(run("rdma", cxl_devices=3, rdma_nics=4, device_buffer=2048))
     assert kw["rdma_nics"] == 4 and "cxl_devices" not in kw
     kw = run_kwargs(run("gpu", device_buffer=2048, prefix_cached=False))

@@ -62,6 +62,7 @@ def test_a_lone_low_load_run_leaves_the_moe_rate_transferred_and_says_what_pins_
     f = fit_machine(base, runs, NAMES)
     assert "moe_eff" not in f.fitted and f.values["moe_eff"] == base.param("moe_eff")
     assert "concurrency 64" in f.unidentified["moe_eff"]
+    assert f.unidentified["moe_eff"].endswith("checked: with such a run added these runs identify it")
     assert "t_request" in f.fitted and f.values["t_request"] == pytest.approx(0.070, rel=0.15)
 
 
@@ -103,6 +104,8 @@ def test_the_calibrated_scenario_has_provenance_its_band_and_carries_to_b200(bas
     assert src.startswith("calibrated: 2 runs") and "results.jsonl:2" in src and "leave-one-run-out error" in src
     assert topo.param("t_request") == pytest.approx(f.values["t_request"], rel=1e-4)
     assert "not identified" not in src and topo.calibration["prefill_eff"].source.startswith("calibrated") is False
+    iv = f.interval["t_request"]
+    assert "bootstrap over runs: 68% " in src and f"{iv['p16']:.4g}-{iv['p84']:.4g}" in src
 
     from sacmodel.serving.bands import own_band
     band, basis = own_band(topo)
@@ -112,10 +115,11 @@ def test_the_calibrated_scenario_has_provenance_its_band_and_carries_to_b200(bas
     b200 = carry(topo, "b200", kw)
     rules_h200, rules_b200 = scenario("h200", **kw), scenario("b200", **kw)
     assert b200.param("t_request") == topo.param("t_request")                       # software: kept
-    for n in ("t_graph_kernel", "moe_eff", "prefill_eff"):                           # kernel: moved by the rules
+    for n in ("t_graph_kernel", "moe_eff"):                          # calibrated kernel: moved by the rules
         moved = topo.param(n) * rules_b200.param(n) / rules_h200.param(n)
         lo, hi = MACHINE_CONSTANTS[n].lo, MACHINE_CONSTANTS[n].hi
         assert b200.param(n) == pytest.approx(min(max(moved, lo), hi), rel=1e-9)
+    assert b200.param("prefill_eff") == rules_b200.param("prefill_eff")             # not calibrated: B200's rule
     # the in-graph floor is a latency Blackwell shares with Hopper; Blackwell's FP8 GEMMs are Hopper's x 0.947
     assert b200.param("t_graph_kernel") == pytest.approx(topo.param("t_graph_kernel"))
     assert b200.param("prefill_eff") != topo.param("prefill_eff")
@@ -163,3 +167,44 @@ def test_a_calibration_refuses_more_requests_than_it_can_simulate_before_simulat
     p.write_text(json.dumps(sglang_line(16, 2, 1, 6000)) + "\n" + json.dumps(sglang_line(16, 4, 1, 6000)) + "\n")
     with pytest.raises(ValueError, match=r"6,000 requests \(12,000 over the 2 runs\)"):
         fit_machine(base, load_bench_file(p), NAMES)
+
+
+def test_the_run_a_lone_low_load_run_names_pins_the_moe_rate(base, tmp_path):
+    """The advice is checked: the run the lone run's fit names for moe_eff (its probe shape) identifies it."""
+    truth = apply_constants(base, TRUE)
+    isl, osl, conc = MACHINE_CONSTANTS["moe_eff"].probe
+    assert f"concurrency {conc}" in MACHINE_CONSTANTS["moe_eff"].pins
+    runs = measured_file(tmp_path / "two.jsonl", truth, [(1024, 128, 1, 3), (isl, osl, conc, conc)])
+    f = fit_machine(base, runs, NAMES)
+    assert "moe_eff" in f.fitted and f.values["moe_eff"] == pytest.approx(0.70, rel=0.08)
+
+
+def test_a_constant_no_run_can_move_is_named_as_such(base, tmp_path):
+    """DeepSeek-R1 TP8 on H200: the step model's decode attention and projections are bandwidth-bound at every
+    context here, so compute_eff binds nowhere and its named run (32K prompts at concurrency 64) does not move
+    it: the fit says so instead of sending the user to run it."""
+    from sacmodel.fit.machine import probe_moves
+    truth = apply_constants(base, TRUE)
+    runs = measured_file(tmp_path / "r.jsonl", truth, [(1024, 128, 1, 3), (1024, 128, 64, 128)])
+    assert not probe_moves(base, runs[0], "compute_eff") and probe_moves(base, runs[0], "moe_eff")
+    f = fit_machine(base, runs, NAMES + ["compute_eff"])
+    assert f.unidentified["compute_eff"].startswith("no run: ") and "do not depend on it" in f.unidentified["compute_eff"]
+
+
+def test_the_bootstrap_over_runs_of_a_linear_model_has_the_width_of_resampling_and_repeatability():
+    """One constant, one row per run, J = 1: a draw moves log(value) by minus the mean of its runs' residuals
+    plus their remeasurement noise, so the 68% interval's half-width is sqrt((var(r) + NOISE^2) / n) in log
+    units (hand-computed), centred on the fit; and the same runs give the same interval (seeded)."""
+    from types import SimpleNamespace
+
+    from sacmodel.fit.machine import NOISE, MachineFit, bootstrap
+    n = 40
+    r = np.random.default_rng(3).normal(0.0, 0.1, size=n)
+    r -= r.mean()                                  # at the solution: the residuals' mean step is zero
+    fit = MachineFit({"moe_eff": 0.6}, {}, ["moe_eff"], {}, {}, [], 0.0, [], [], jac=np.ones((n, 1)), resid=r)
+    runs = [SimpleNamespace(ttft_mean_ms=math.nan, tpot_mean_ms=10.0, output_tok_s=math.nan)] * n
+    iv = bootstrap(fit, runs, draws=2000)
+    half = math.log(iv["moe_eff"]["p84"] / iv["moe_eff"]["p16"]) / 2
+    assert half == pytest.approx(math.sqrt((r.var() + NOISE ** 2) / n), rel=0.1)
+    assert math.sqrt(iv["moe_eff"]["p16"] * iv["moe_eff"]["p84"]) == pytest.approx(0.6, rel=0.01)
+    assert bootstrap(fit, runs, draws=2000) == iv and iv["moe_eff"]["draws"] == 2000

@@ -114,6 +114,23 @@ def test_prefill_batch_chunks_a_long_prompt_and_counts_pages(cfg):
     assert memory.used[0] == tb.hold[0] + tb.hold[1]               # memory is taken when a request starts
 
 
+def test_prefill_batch_stops_at_max_prefill_tokens_whatever_the_chunk(cfg):
+    """SGLang's PrefillAdder (add_one_req): a batch takes no further request whose page-rounded prompt is at
+    least the input budget left (``max_prefill_tokens``, 16384 by default, less the pages taken), even when the
+    chunk (32768 on InferenceX's servers) has room: 8192-token prompts go one to a batch (8192 >= 16384 - 8192),
+    1024-token ones fifteen (the sixteenth meets 1024 left)."""
+    def first_batch(lengths):
+        reqs, tb = table(cfg, lengths, [5] * len(lengths))
+        ranks, _, _ = make_ranks(cfg, tb, reqs)
+        ranks.chunk, ranks.max_input = 32768, 16384
+        ranks.waiting[0].extend(range(len(lengths)))
+        return ranks.prefill_batch(0, 0.0, set())[0]
+    assert first_batch([8192] * 4) == [(0, 8192)]
+    assert len(first_batch([1024] * 20)) == 15
+    assert [i for i, _ in first_batch([6000, 10000, 100])] == [0, 1, 2]    # 6016 + 10048 + 128 pages < 16384
+    assert [i for i, _ in first_batch([6000, 10400])] == [0]                # 10432 >= 16384 - 6016
+
+
 def test_prefill_batch_respects_max_running_requests(cfg):
     reqs, tb = table(cfg, [100] * 3, [5] * 3)
     ranks, _, _ = make_ranks(cfg, tb, reqs)

@@ -21,7 +21,8 @@ def test_a_server_that_stops_is_infeasible_as_false_not_as_a_missing_value():
     assert ok.feasible is True and ok.limit is None and ok.success_fraction == 1.0
 
 
-HOST = dict(context=16384, output=64, device_buffer=6144, max_total_tokens=30000, prompts="distinct")
+# every request in flight at once: the users start together (staggered users would not all be in flight)
+HOST = dict(context=16384, output=64, device_buffer=6144, max_total_tokens=30000, prompts="distinct", start="together")
 
 
 def test_the_host_pool_holds_floor_of_its_slots_over_a_request_and_one_more_stops_the_server():

@@ -103,7 +103,7 @@ def two_run_group(name: str, ext: list, throughput_measured: bool) -> dict:
                      "two_run": _errors(b, b.predict(cal), derived)})
     return {"group": name, "calibrated_on": [ext[lo].id, ext[hi].id],
             "calibrated_on_workload": [f"{ext[j].isl}/{ext[j].osl} c{ext[j].concurrency}" for j in (lo, hi)],
-            "fitted": {n: fit.values[n] for n in fit.fitted}, "sd_rel": fit.sd, "at_bound": fit.at_bound,
+            "fitted": {n: fit.values[n] for n in fit.fitted}, "sd_rel": fit.sd, "interval": fit.interval, "at_bound": fit.at_bound,
             "unidentified": fit.unidentified, "throughput_measured": throughput_measured, "rows": rows,
             "summary": summary(rows)}
 
@@ -195,7 +195,7 @@ def testbed_groups() -> list[dict]:
                  "two_run": _variant_errors(r, r.predict(cal))} for i, r in enumerate(rs) if i not in (lo, hi)]
         out.append({"group": f"testbed {system}", "calibrated_on": [rs[lo].source, rs[hi].source],
                     "calibrated_on_workload": [f"{rs[j].isl}/{rs[j].osl} c{rs[j].concurrency}" for j in (lo, hi)],
-                    "fitted": {n: fit.values[n] for n in fit.fitted}, "sd_rel": fit.sd, "at_bound": fit.at_bound,
+                    "fitted": {n: fit.values[n] for n in fit.fitted}, "sd_rel": fit.sd, "interval": fit.interval, "at_bound": fit.at_bound,
                     "unidentified": fit.unidentified, "throughput_measured": True, "rows": rows,
                     "summary": summary(rows)})
     return out
@@ -242,10 +242,17 @@ def render(rep) -> list[str]:
     if case.get("skipped"):
         L += ["", "Machines with fewer than three runs (two to fit, none left to predict): "
               + "; ".join(case["skipped"]) + "."]
-    L += ["", "Fitted constants per group (relative sd; unidentified ones stay transferred):", ""]
+    L += ["", "Fitted constants per group (linearised relative sd; 68% interval of a seeded bootstrap over the "
+          "runs, each resampled run remeasured at the benchmark's repeatability, `sacmodel.fit.machine.bootstrap`; "
+          "with two runs only the draws holding both identify the constants; unidentified ones stay transferred):",
+          ""]
+
+    def _iv(g, n) -> str:
+        iv = (g.get("interval") or {}).get(n) or {}
+        return f", 68% {iv['p16']:.4g}-{iv['p84']:.4g}" if iv.get("draws") else ""
     for g in case["public"]:
-        fitted = ", ".join(f"{n} {v:.4g} (+-{100 * g['sd_rel'][n]:.0f}%{', at bound' if n in g['at_bound'] else ''})"
-                           for n, v in g["fitted"].items())
+        fitted = ", ".join(f"{n} {v:.4g} (+-{100 * g['sd_rel'][n]:.0f}%{_iv(g, n)}"
+                           f"{', at bound' if n in g['at_bound'] else ''})" for n, v in g["fitted"].items())
         L.append(f"- {g['group']}: {fitted or 'none'}; not identified: {', '.join(g['unidentified']) or 'none'}"
                  + ("" if g["throughput_measured"] else "; throughput not measured (Little's law estimate)"))
     return L + [""]

@@ -224,12 +224,20 @@ def render(rep) -> list[str]:
          "a longer prompt adds to the TTFT; built machines take a benchmark harness's path, 60 ms (`t_request`, "
          "hardware/transfer.py PUBLIC_REQUEST_PATH, the lower end of the 60-80 ms public harnesses show). (2) B200's "
          "kernel floor is Hopper's (a latency, no longer scaled down by its 148 SMs): its TPOT is within 2% at every "
-         "concurrency; its 8K prompts reach their first token 40% early at concurrency 1-4 (the model's 8K prefill "
-         "is 44 ms longer than a 1K one, the measured 154 ms): these servers ran FlashInfer's GEMMs with JIT "
-         "DeepGEMM off, and Blackwell's prefill GEMM efficiency is Hopper's fit x aiconfigurator's measured "
-         "B200/H200 DeepGEMM ratio. (3) Eager launches overlap the GPU's work on a built machine (stock SGLang); the "
-         "V3.2 DP8 saturation runs come out faster with them overlapped (TTFT -20..-24%, throughput +12..+24%) "
-         "than added (+7..+17%, TPOT +19..+41%): neither fits them well.", "",
+         "concurrency; its 8K prompts reach their first token 38-39% early at concurrency 1-4: these servers ran "
+         "FlashInfer's GEMMs with JIT DeepGEMM off, and Blackwell's prefill GEMM efficiency is Hopper's fit x "
+         "aiconfigurator's measured B200/H200 DeepGEMM ratio (0.19 of B200's FP8 peak). What an 8K prompt adds to "
+         "a 1K one there (154 ms at concurrency 1) is what H200's servers add (187-215 ms): a prefill at about "
+         "Hopper's absolute FP8 rate, 0.1 of B200's peak, below the published floor of the calibration range "
+         "(0.2); no published B200 rate of the kernels these servers ran was found, so it is left open, not "
+         "fitted. (3) Eager launches overlap the GPU's work on a built machine (stock SGLang); the "
+         "V3.2 DP8 saturation runs come out faster with them overlapped (TTFT -15..-19%, throughput +11..+19%, "
+         "after prefill batches stop at SGLang's max_prefill_tokens and the Hopper FP8 prefill efficiency was "
+         "refitted to 0.201) than added (before those: +7..+17%, TPOT +19..+41%): the missing time per prefill "
+         "iteration (about 300 ms measured against 230 ms for 1,024 tokens a rank) is about one eager launch; "
+         "neither form fits them well. (4) Prefill batches stop where SGLang's PrefillAdder stops them: at "
+         "the chunk, or once a request's prompt is at least what is left of max_prefill_tokens (16384), which "
+         "binds on InferenceX's servers (chunk 32768): 8K prompts go one to a batch.", "",
          "### Fit set: shared/data/external (8 x H200, DeepSeek-R1 FP8, TP8, SGLang 0.5.9)", "",
          "Before (testbed constants and transfer rules only):", "", _table(ext["before"]), "",
          "After (Hopper FP8 kernel efficiencies fitted here):", "", _table(ext["after"]), "",

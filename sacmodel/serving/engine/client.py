@@ -12,8 +12,12 @@ class Client:
 
     Closed loop: all requests are ready at once and at most ``concurrency`` are in flight; the next one goes
     out as soon as the client sees a request's last token. Open loop: each goes out at its arrival time (the
-    same rule, with a concurrency above the load). A request reaches the front end its ``delay`` after it is sent
-    (the network, HTTP and the client's own event loop), and costs it ``t_token`` per prompt token.
+    same rule, with a concurrency above the load). Staggered start (``table.lead`` > 0): the first ``lead``
+    requests are the users' first requests, each sent at its own arrival time (the user's phase) on a slot kept
+    for it; the rest go in order as slots free, as each user sends its next request when it sees the last token
+    of its previous one (whether or not a later user has joined yet). A request reaches the front end its
+    ``delay`` after it is sent (the network, HTTP and the client's own event loop), and costs it ``t_token``
+    per prompt token.
     """
 
     def __init__(self, table: RequestTable, concurrency: int, frontend: FrontEnd, t_token: float):
@@ -22,7 +26,9 @@ class Client:
         self.sent = [math.nan] * table.n        # when each request was sent
         self.first = [math.nan] * table.n       # when its first token was seen
         self.done = [math.nan] * table.n        # when its last token was seen
-        self.next_req = 0
+        self.lead = min(getattr(table, "lead", 0), table.n, concurrency)   # users' first requests, own starts
+        self.next_lead = 0                      # the next user's first request still to send
+        self.next_req = self.lead               # the next request of the loop
         self.in_flight = 0
         self.slot_since = 0.0                   # since when the cap has let another request through
         self.stopped = False                    # the server failed: nothing more is sent
@@ -38,19 +44,28 @@ class Client:
 
     def send(self, now: float) -> None:
         """Send every request whose time has come and that the concurrency cap lets through."""
-        i, n = self.next_req, self.n
-        if i >= n or self.in_flight >= self.concurrency or self.stopped:
+        if self.stopped:
             return
-        arrival, limit = self.arrival, now + 1e-12
-        while i < n and self.in_flight < self.concurrency and arrival[i] <= limit:
+        limit = now + 1e-12
+        while self.next_lead < self.lead and self.arrival[self.next_lead] <= limit:
+            self._go(self.next_lead, self.arrival[self.next_lead])       # a user joins on its kept slot
+            self.next_lead += 1
+        i, n, kept = self.next_req, self.n, self.lead - self.next_lead
+        if i >= n or self.in_flight + kept >= self.concurrency:
+            return
+        arrival = self.arrival
+        while i < n and self.in_flight + kept < self.concurrency and arrival[i] <= limit:
             # sent at its arrival, or when the cap let it through (the client does not wait for the server's
             # iterations, which only decide when this call comes)
-            r = max(arrival[i], self.slot_since)
-            self.sent[i] = r
-            self.frontend.arrive(r + self.delay[i] if self.delay else r, i, self.t_token * self.L[i])
+            self._go(i, max(arrival[i], self.slot_since))
             i += 1
             self.next_req = i
-            self.in_flight += 1
+
+    def _go(self, i: int, r: float) -> None:
+        """Request ``i`` sent at ``r`` (s)."""
+        self.sent[i] = r
+        self.frontend.arrive(r + self.delay[i] if self.delay else r, i, self.t_token * self.L[i])
+        self.in_flight += 1
 
     def deliver(self, payload: list, when: float) -> None:
         """Tokens reach the client at ``when``: ``payload`` holds (request, is its last token) pairs."""
@@ -60,7 +75,7 @@ class Client:
                 listener(i, last, when)
             if last:
                 self.done[i] = when
-                if self.in_flight >= self.concurrency:
+                if self.in_flight + self.lead - self.next_lead >= self.concurrency:
                     self.slot_since = when
                 self.in_flight -= 1
             elif first[i] != first[i]:                # NaN: its first token (a retracted request's re-prefill
@@ -69,6 +84,7 @@ class Client:
 
     def next_send(self) -> float:
         """When the next request will be sent if nothing else happens (inf: none can go before a delivery)."""
-        if self.next_req < self.n and self.in_flight < self.concurrency:
-            return self.arrival[self.next_req]
-        return math.inf
+        t = self.arrival[self.next_lead] if self.next_lead < self.lead else math.inf
+        if self.next_req < self.n and self.in_flight + self.lead - self.next_lead < self.concurrency:
+            t = min(t, self.arrival[self.next_req])
+        return t

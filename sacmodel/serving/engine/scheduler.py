@@ -5,7 +5,9 @@
   (``event_loop_overlap``: receive, schedule, launch the next batch, then process the last one's results), so
   a request that reaches it after it launched the current iteration waits for the next (:class:`Dispatch`).
 - **Prefill batches.** Each iteration a rank with waiting requests admits them into a prefill batch (prefill
-  has priority over decode): up to ``prefill_chunk`` new tokens, a prefix hit costing one page, at most
+  has priority over decode): up to ``prefill_chunk`` new tokens, no further request once the batch's new
+  tokens reach ``max_prefill_tokens`` (SGLang's PrefillAdder: ``rem_input_tokens``, 16384 by default, binds
+  when the chunk is larger), a prefix hit costing one page, at most
   ``max_running_requests`` requests on the rank, each only if its device memory fits
   (:class:`~sacmodel.serving.engine.memory.DeviceMemory`); a prompt longer than the budget is chunked over
   iterations and fills the batch.
@@ -85,6 +87,7 @@ class Ranks:
         self.curve: list = [_LATER] * table.n
         self.hooks = None                                 # a cluster's view of admissions, prefills and ends
         self.page, self.chunk, self.max_run = cfg.page, cfg.prefill_chunk, cfg.max_running_requests
+        self.max_input = cfg.max_prefill_tokens
         self.todo, self.pid, self.staged = table.todo, table.pid, staging.staged
         n = table.n
         self.rank_of = [0] * n
@@ -163,9 +166,12 @@ class Ranks:
         batch, n_tok, n_new = [], 0, 0
         if budget is None:
             budget = self.chunk
+        inputs = self.max_input if self.PAGED_BUDGET else math.inf  # SGLang's max_prefill_tokens; vLLM: its budget only
         room = self.max_run - self.running[r] - len(self.staged[r])
-        while w and budget > 0 and len(batch) < room:
+        while w and budget > 0 and inputs > 0 and len(batch) < room:
             i = w[0]
+            if batch and -(-(todo[i] - prefilled[i]) // page) * page >= inputs:
+                break                                      # add_one_req: paged input >= rem_input_tokens
             if prefilled[i] == 0:                          # its memory is taken when it starts
                 if hooks is not None:                      # the rank's prefix cache as it is now
                     hooks.lookup(r, i)
@@ -186,6 +192,7 @@ class Ranks:
                     chunks.add(chunk)
                     n_new += take
             budget -= -(-take // page) * page
+            inputs -= -(-take // page) * page
             if prefilled[i] + take < todo[i]:
                 break                                      # a chunked prompt fills the batch
             w.popleft()

@@ -16,7 +16,9 @@ class Requests:
     ``prefix_pages``: device tokens that the cached prefix holds on every rank (the benchmark's shared prompt,
     prefilled once per rank in its first round); 0 when cached prefixes are evictable. ``cold_staging``: no
     host-pool entry is found yet for the prompts' page-aligned prefixes (as in the benchmark's second round),
-    so each rank's first prefix hit of each prompt is staged cold.
+    so each rank's first prefix hit of each prompt is staged cold. ``lead``: how many of the first requests are
+    the users' first requests, each sent at its own ``arrival`` (a staggered start) while the rest of a closed
+    loop go as slots free; 0: every request goes at its arrival as the cap lets it (all at once, or Poisson).
     """
     arrival: np.ndarray
     context: np.ndarray
@@ -27,6 +29,7 @@ class Requests:
     cold_staging: bool = False            # no host-pool entry under the prompts' prefix keys yet
     tail: np.ndarray | None = None        # a prefix hit's uncached tokens per request; None: from the lengths
     delay: np.ndarray | None = None       # each request's delay from the client to the server (s); None: 0
+    lead: int = 0                         # users' first requests with their own start times (staggered start)
 
     def __post_init__(self):
         self.arrival = np.asarray(self.arrival, dtype=float)
@@ -79,6 +82,7 @@ class RequestTable:
         self.shape = list(zip(self.L, self.life))
         self.pid = reqs.prompt.tolist() if reqs.prompt is not None else None
         self.delay = reqs.delay.tolist() if reqs.delay is not None else None
+        self.lead = int(reqs.lead)
 
     def append(self, L: int, out: int, cached: float, arrival: float, tail: int | None = None) -> int:
         """Add one request (a cluster routes requests to an engine as they come); returns its index."""

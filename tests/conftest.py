@@ -1,7 +1,7 @@
 """The suite's two commands (README, "Tests"):
 
     python3 -m pytest              the checks: in parallel (pytest-xdist, ``-n auto``), hypothesis's "checks"
-                                   profile, the fuzz suite at SACMODEL_FUZZ_EXAMPLES (40) per target
+                                   profile, the fuzz suite at SACMODEL_FUZZ_EXAMPLES (20) per target
     python3 -m pytest -m long      the campaigns: tests marked ``long``, the fuzz suite at 2,000 examples per
                                    target (SACMODEL_FUZZ_LONG_EXAMPLES) and every hypothesis test under the
                                    "long" profile (ten times the default run's examples)

@@ -1,6 +1,6 @@
 """Fuzzing the edge: scenario YAML, traces, run and micro-benchmark JSON and CLI values, each case run in a
 sandbox (tests/fuzz/sandbox.py) against the contract (tests/fuzz/contract.py). CI runs a bounded number of
-examples per target (SACMODEL_FUZZ_EXAMPLES, default 40); ``pytest --fuzz-long`` runs 2,000 per target."""
+examples per target (SACMODEL_FUZZ_EXAMPLES, default 20); ``pytest --fuzz-long`` runs 2,000 per target."""
 import json
 import os
 
@@ -15,7 +15,7 @@ from sacmodel.serving.systems import SYSTEMS
 from .contract import check
 from .strategies import corrupted_text, mutated, nasty
 
-EXAMPLES = int(os.environ.get("SACMODEL_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("SACMODEL_FUZZ_EXAMPLES", "20"))
 LONG = EXAMPLES > 100
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=not LONG, print_blob=True,
                 suppress_health_check=list(HealthCheck))

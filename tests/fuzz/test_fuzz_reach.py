@@ -23,7 +23,7 @@ from sacmodel.hardware.scenarios import TOPOLOGY_DIR
 from .contract import check, check_quantities, file_kind
 from .strategies import corrupted_text, mutated
 
-EXAMPLES = int(os.environ.get("SACMODEL_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("SACMODEL_FUZZ_EXAMPLES", "20"))
 LONG = EXAMPLES > 100
 FUZZ = settings(max_examples=EXAMPLES if LONG else max(10, EXAMPLES // 2), deadline=None, database=None,
                 derandomize=not LONG, print_blob=True, suppress_health_check=list(HealthCheck))

@@ -25,6 +25,13 @@ def _r(x) -> float | None:
     return None if x is None else round(float(x), 1)
 
 
+def _check_machines() -> dict[str, tuple[str, str]]:
+    """Each public check group's (gpu, model), from validation/data/external_checks.csv."""
+    import csv
+    with open(REPO / "validation" / "data" / "external_checks.csv", newline="") as f:
+        return {r["group"]: (r["gpu"], r["model"]) for r in csv.DictReader(f)}
+
+
 def bands(report: dict, old: dict) -> dict:
     """``old`` (the file's structure and its sources) with every figure recomputed from ``report``."""
     new = json.loads(json.dumps(old))
@@ -48,9 +55,12 @@ def bands(report: dict, old: dict) -> dict:
         for short, m in zip(SHORT, ("ttft", "tpot", "throughput")):
             ex[name][short] = _r(mape[key][m])
         ex[name]["runs"] = mape[key]["runs"]
+    machine = _check_machines()
     for g, v in mape["by_group"].items():
-        if g in ex["groups"]:
-            ex["groups"][g].update({short: _r(v[m]) for short, m in zip(SHORT, ("ttft", "tpot", "throughput"))})
+        if g not in ex["groups"]:                 # a group new to the checks: its machine from the checks' file
+            ex["groups"][g] = dict(zip(("gpu", "model"), machine.get(g, (None, None))))
+        ex["groups"][g].update({short: _r(v[m]) for short, m in zip(SHORT, ("ttft", "tpot", "throughput"))},
+                               runs=v.get("runs", ex["groups"][g].get("runs")))
     cov = report["external"].get("coverage", {})
     gens = {"source": "validation/report.md section 10, the checks of each GPU generation: per metric the error "
                       "80% of them lie within (the ceil(0.8 n)-th smallest absolute error; TPOT as tbt). A built "

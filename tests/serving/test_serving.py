@@ -365,3 +365,16 @@ def test_closed_loop_sends_follow_the_front_end_pace():
     rel = np.sort(p.per_request["release_s"])
     later = rel[64:128] - rel[64]
     assert 0.5 * 64 * 0.55e-6 * 65536 < later.max() < 2.0 * 64 * 0.55e-6 * 65536
+
+def test_a_scenario_without_the_pool_its_system_reads_names_the_file(tmp_path):
+    # (found by the long fuzz run of stop 38: a scenario file whose cxl pool was deleted, predicted with system
+    # cxl, said "cxl_devices=2 but the scenario has no cxl pool", naming neither the file nor the system)
+    import yaml
+
+    from sacmodel.hardware.scenarios import TOPOLOGY_DIR
+    doc = yaml.safe_load((TOPOLOGY_DIR / "sac-testbed.yaml").read_text())
+    del doc["pools"]["cxl"]
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"mine\.yaml: system 'cxl' reads a cxl pool, which the scenario does not"):
+        predict(str(tmp_path / "mine.yaml"), "cxl", context=8192, output=16, concurrency=2, requests=4)
+    assert predict(str(tmp_path / "mine.yaml"), "dram", context=8192, output=16, concurrency=2, requests=4).feasible

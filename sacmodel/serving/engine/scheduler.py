@@ -87,7 +87,7 @@ class Ranks:
         self.curve: list = [_LATER] * table.n
         self.hooks = None                                 # a cluster's view of admissions, prefills and ends
         self.page, self.chunk, self.max_run = cfg.page, cfg.prefill_chunk, cfg.max_running_requests
-        self.max_input = cfg.max_prefill_tokens
+        self.max_input = cfg.max_prefill_tokens           # SGLang's max_prefill_tokens (PrefillAdder)
         self.todo, self.pid, self.staged = table.todo, table.pid, staging.staged
         n = table.n
         self.rank_of = [0] * n
@@ -166,7 +166,7 @@ class Ranks:
         batch, n_tok, n_new = [], 0, 0
         if budget is None:
             budget = self.chunk
-        inputs = self.max_input if self.PAGED_BUDGET else math.inf  # SGLang's max_prefill_tokens; vLLM: its budget only
+        inputs = self.max_input
         room = self.max_run - self.running[r] - len(self.staged[r])
         while w and budget > 0 and inputs > 0 and len(batch) < room:
             i = w[0]
@@ -191,8 +191,9 @@ class Ranks:
                 if chunk not in chunks:
                     chunks.add(chunk)
                     n_new += take
-            budget -= -(-take // page) * page
-            inputs -= -(-take // page) * page
+            paged = -(-take // page) * page
+            budget -= paged
+            inputs -= paged
             if prefilled[i] + take < todo[i]:
                 break                                      # a chunked prompt fills the batch
             w.popleft()

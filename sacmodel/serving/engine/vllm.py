@@ -23,6 +23,8 @@ engine mixes (``IterationCost.mixed``), where SGLang's ranks each run one or the
 """
 from __future__ import annotations
 
+import math
+
 from .memory import SGLangMemory
 from .scheduler import Ranks
 
@@ -49,6 +51,10 @@ class VLLMRanks(Ranks):
     """The ranks' schedulers as vLLM's: each rank's decoding requests and a prefill batch in one iteration."""
 
     PAGED_BUDGET = False          # vLLM counts scheduled tokens exactly
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.max_input = math.inf   # no max_prefill_tokens: the token budget alone bounds a prefill
 
     def schedule(self, now: float) -> tuple[list, list[int], int, int]:
         """Each rank decodes its running requests (one token each; preempting the newest where a step does not

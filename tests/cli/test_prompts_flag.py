@@ -12,6 +12,13 @@ def run(capsys, *args):
     return rc, out.out, out.err
 
 
+def header(capsys, *flags, requests="2"):
+    """(exit status, output with whitespace folded) of a small gpu prediction with ``flags``."""
+    rc, out, _ = run(capsys, "predict", "--system", "gpu", *flags, "--context", "1K", "--output", "4",
+                     "--concurrency", "2", "--requests", requests, "--draws", "1")
+    return rc, " ".join(out.split())
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_planning_command_takes_prompts(command, capsys):
     rc, out, _ = run(capsys, command, "--help")
@@ -29,14 +36,13 @@ def test_prompts_has_no_effect_on_the_closed_form_and_says_so(args, capsys):
 
 
 def test_headers_name_the_workload(capsys):
-    kw = ("--context", "1K", "--output", "4", "--concurrency", "2", "--requests", "2", "--draws", "1")
-    rc, out, _ = run(capsys, "predict", "--system", "gpu", *kw)
-    assert rc == 0 and "one shared cached prompt and identical outputs: the testbed benchmark" in " ".join(out.split())
-    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", *kw)
-    assert rc == 0 and "independent users: distinct prompts (each prefilled) and outputs" in " ".join(out.split())
-    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", "--cached", *kw)
-    assert rc == 0 and "independent users: distinct prompts (each cached) and outputs" in " ".join(out.split())
-    rc, _, err = run(capsys, "predict", "--system", "gpu", "--cold", "--cached", *kw)
+    rc, text = header(capsys)
+    assert rc == 0 and "one shared cached prompt and identical outputs: the testbed benchmark" in text
+    rc, text = header(capsys, "--prompts", "distinct")
+    assert rc == 0 and "independent users: distinct prompts (each prefilled) and outputs" in text
+    rc, text = header(capsys, "--prompts", "distinct", "--cached")
+    assert rc == 0 and "independent users: distinct prompts (each cached) and outputs" in text
+    rc, _, err = run(capsys, "predict", "--system", "gpu", "--cold", "--cached", "--context", "1K")
     assert rc == 2 and "--cached" in err
 
 
@@ -61,16 +67,14 @@ def test_every_planning_command_takes_start_next_to_prompts(command, capsys):
 
 
 def test_headers_say_how_the_users_start(capsys):
-    kw = ("--context", "1K", "--output", "4", "--concurrency", "2", "--requests", "4", "--draws", "1")
-    rc, out, _ = run(capsys, "predict", "--system", "gpu", *kw)
-    assert rc == 0 and "the testbed benchmark; users start together" in " ".join(out.split())
-    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", *kw)
-    assert rc == 0 and "and outputs; users staggered, steady state" in " ".join(out.split())
-    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", "--start", "together", *kw)
-    text = " ".join(out.split())
+    rc, text = header(capsys, requests="4")
+    assert rc == 0 and "the testbed benchmark; users start together" in text
+    rc, text = header(capsys, "--prompts", "distinct", requests="4")
+    assert rc == 0 and "and outputs; users staggered, steady state" in text
+    rc, text = header(capsys, "--prompts", "distinct", "--start", "together", requests="4")
     assert rc == 0 and "users start together; fixed outputs: each wave" in text
-    rc, out, _ = run(capsys, "predict", "--system", "gpu", "--prompts", "distinct", "--rate", "2", *kw)
-    head = " ".join(out.split()).split("predicted metrics")[0]
+    rc, text = header(capsys, "--prompts", "distinct", "--rate", "2", requests="4")
+    head = text.split("predicted metrics")[0]
     assert rc == 0 and "Poisson" in head and "users start" not in head and "users staggered" not in head
     rc, _, err = run(capsys, "sensitivity", "--system", "cxl", "--context", "8K", "--unloaded", "--start", "together")
     assert rc == 2 and "--start" in err

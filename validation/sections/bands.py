@@ -26,10 +26,9 @@ def _r(x) -> float | None:
 
 
 def _check_machines() -> dict[str, tuple[str, str]]:
-    """Each public check group's (gpu, model), from validation/data/external_checks.csv."""
-    import csv
-    with open(REPO / "validation" / "data" / "external_checks.csv", newline="") as f:
-        return {r["group"]: (r["gpu"], r["model"]) for r in csv.DictReader(f)}
+    """Each public check group's (gpu, model), read as the external section reads its checks."""
+    from sacmodel.data.external import load_external_runs
+    return {r.group: (r.gpu, r.model) for r in load_external_runs(REPO / "validation" / "data" / "external_checks.csv")}
 
 
 def bands(report: dict, old: dict) -> dict:

@@ -306,10 +306,19 @@ CATALOG_CONFIGS: dict[str, dict] = {
                   "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "intermediate_size": 25600,
                   "max_position_embeddings": 40960,
                   "_source": "Qwen/Qwen3-32B config.json (Hugging Face model card)"},
+    "qwen3-14b": {"num_hidden_layers": 40, "hidden_size": 5120, "num_attention_heads": 40,
+                  "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "intermediate_size": 17408,
+                  "max_position_embeddings": 40960,
+                  "_source": "Qwen/Qwen3-14B config.json (Hugging Face model card)"},
+    "qwen3-8b": {"num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "intermediate_size": 12288,
+                 "max_position_embeddings": 40960,
+                 "_source": "Qwen/Qwen3-8B config.json (Hugging Face model card)"},
 }
 ALIASES = {"dsv32": "deepseek-v3.2", "deepseek-v3.2-exp": "deepseek-v3.2", "dsv3": "deepseek-v3",
            "deepseek-r1": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3", "deepseek-v3-0324": "deepseek-v3",
-           "llama-70b": "llama-3.1-70b", "llama-8b": "llama-3.1-8b", "qwen3-32b-instruct": "qwen3-32b"}
+           "llama-70b": "llama-3.1-70b", "llama-8b": "llama-3.1-8b", "qwen3-32b-instruct": "qwen3-32b",
+           "qwen3-14b-fp8": "qwen3-14b", "qwen3-8b-fp8": "qwen3-8b"}
 
 
 def get_model(name: str | Path) -> ModelSpec:

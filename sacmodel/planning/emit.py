@@ -35,6 +35,7 @@ CHECKPOINTS = {
     "deepseek-r1": ("deepseek-ai/DeepSeek-R1", "fp8"), "deepseek-r1-0528": ("deepseek-ai/DeepSeek-R1-0528", "fp8"),
     "llama-3.1-70b": ("meta-llama/Llama-3.1-70B-Instruct", "bf16"),
     "llama-3.1-8b": ("meta-llama/Llama-3.1-8B-Instruct", "bf16"), "qwen3-32b": ("Qwen/Qwen3-32B", "bf16"),
+    "qwen3-14b": ("Qwen/Qwen3-14B", "bf16"), "qwen3-8b": ("Qwen/Qwen3-8B", "bf16"),
 }
 WEIGHTS_TEXT = {"fp8": "FP8", "bf16": "BF16", "awq-int4": "4-bit AWQ", "fp4": "NVFP4"}
 KV_DTYPE = {"bf16": "bfloat16", "fp8": "fp8_e4m3"}

@@ -445,3 +445,20 @@ def test_deepep_and_two_batch_overlap_are_sglangs_settings():
     for kw in (dict(moe_a2a="deepep"), dict(ep_redundant=32), dict(moe_a2a="deepep", two_batch_overlap=True)):
         with pytest.raises(TopologyError, match=r"is SGLang's setting .* use engine='sglang'"):
             scenario("h100", gpus=16, dp=16, ep=16, model="deepseek-v3", mem_fraction=0.85, engine="vllm", **kw)
+
+
+@pytest.mark.parametrize("name,billions", [("qwen3-14b", 14.8), ("qwen3-8b", 8.2)])
+def test_the_qwen3_catalog_entries_count_their_published_parameters(name, billions):
+    """Qwen3-14B and Qwen3-8B (model cards: 14.8 B and 8.2 B parameters, embeddings untied). By hand for 14B:
+    40 layers x (attention 5120 x (40 + 2 x 8 + 40) x 128 + MLP 3 x 5120 x 17408) + 2 x 151,936 x 5120 words."""
+    m = get_model(name)
+    assert m.params_total() / 1e9 == pytest.approx(billions, abs=0.1)
+    if name == "qwen3-14b":
+        by_hand = 40 * (5120 * (40 + 2 * 8 + 40) * 128 + 3 * 5120 * 17408) + 2 * 151936 * 5120
+        assert m.params_total() == pytest.approx(by_hand, rel=0.005)            # norms are the rest
+
+
+def test_a_14b_model_in_fp8_is_served_by_one_h100():
+    t = scenario("h100", gpus=1, model="qwen3-14b", weights="fp8")
+    cfg = resolve(t, "gpu")
+    assert cfg.tp == 1 and cfg.max_total_tokens > 100_000         # ~15 GB of weights leave ~50 GB of KV

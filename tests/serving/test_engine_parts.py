@@ -364,6 +364,29 @@ def test_prefill_part_adds_the_admission_work_of_each_new_request(cfg):
     assert later == pytest.approx(model.prefill(8192, 8192))
 
 
+
+def test_a_dense_mla_batch_takes_one_attention_path_by_its_prefixes_in_all():
+    """SGLang (deepseek_v2.py _handle_attention_backend) runs a dense-MLA prefill batch as multi-head attention
+    only when the batch's prefixes sum to 0 or at least 8192, else every request of it absorbed: the rest of a
+    chunked 2,000-token prompt (prefix 192) takes the new prompts behind it into the absorbed form."""
+    from sacmodel import scenario
+    from sacmodel.serving.engine.stepmodel import MLA_CHUNKED_PREFIX, batch_mha
+    assert (batch_mha(0), batch_mha(1), batch_mha(MLA_CHUNKED_PREFIX - 1), batch_mha(MLA_CHUNKED_PREFIX)) == \
+        (True, False, False, True)
+    r1 = resolve(scenario("h200", model="deepseek-r1", weights="fp8"), "gpu")
+    reqs, tb = table(r1, [2000, 2000, 2000], [5, 5, 5])
+    model = Model(r1)
+    cost = IterationCost(model, tb)
+    mixed = cost.prefill_part([(0, [(0, 1808), (1, 2000), (2, 2000)])], prefilled=[192, 0, 0])
+    absorbed = model.prefill(1808, 192, False, False) + 2 * model.prefill(2000, 0, True, False)
+    assert mixed == pytest.approx(absorbed, rel=1e-12)
+    assert model.prefill(2000, 0, True, False) > model.prefill(2000, 0, True)          # alone it would be MHA
+    fresh = cost.prefill_part([(0, [(1, 2000), (2, 2000)])], prefilled=[0, 0, 0])      # no prefix: MHA
+    assert fresh == pytest.approx(2 * model.prefill(2000, 0, True, True), rel=1e-12)
+    deep = cost.prefill_part([(0, [(0, 64), (1, 2000)])], prefilled=[MLA_CHUNKED_PREFIX, 0, 0])
+    assert deep == pytest.approx(model.prefill(64, MLA_CHUNKED_PREFIX, False, True)
+                                 + model.prefill(2000, 0, True, True), rel=1e-12)
+
 # ---- distinct tokens, emission, stats ----------------------------------------------------------------
 def test_distinct_tokens_count_a_ranks_requests_of_one_prompt_and_join_clock_once():
     """Rows of one batch with the same prompt and age are identical; on another rank they are not (batch

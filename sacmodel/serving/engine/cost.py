@@ -19,7 +19,7 @@ import math
 
 from ..costs import fair_share_finish
 from .scheduler import Ranks
-from .stepmodel import Model
+from .stepmodel import Model, batch_mha
 from .workload import RequestTable
 
 
@@ -44,6 +44,9 @@ class IterationCost:
         # vLLM runs a rank's prefill chunks and decode tokens in one forward: its rank part is their sum
         self.mixed = model.cfg.engine == "vllm"
         self.mixed_parts: dict[int, float] | None = None      # the iteration's prefill part of each rank (mixed)
+        # SGLang runs a dense-MLA prefill batch on one attention path, chosen by the batch's prefixes in all
+        m = model.cfg.model
+        self.batch_path = m.kind == "mla" and not m.sparse and model.cfg.engine != "vllm"
 
     def own_unit(self, b: int) -> float:
         """Seconds per entry per layer of a rank's swap-in alone on the route (``b`` blocks in flight)."""
@@ -62,9 +65,10 @@ class IterationCost:
         parts = {}
         for r, batch in admits:
             p = 0.0
+            mha = batch_mha(sum(L[i] - todo[i] + prefilled[i] for i, _ in batch)) if self.batch_path else None
             for i, take in batch:
                 done = prefilled[i]
-                key = (take, L[i] - todo[i] + done, done == 0)
+                key = (take, L[i] - todo[i] + done, done == 0, mha)
                 x = cache.get(key)
                 if x is None:
                     x = cache[key] = self.model.prefill(*key)

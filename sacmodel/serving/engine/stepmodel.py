@@ -41,8 +41,19 @@ def _remember(key: tuple, value):
 
 
 # SGLang's dense MLA runs multi-head attention over a cached prefix from this many tokens on
-# (SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD, v0.5.9)
+# (SGLANG_CHUNKED_PREFIX_CACHE_THRESHOLD, v0.5.9). SGLang compares the sum of the prefixes of the whole forward
+# batch with it, and the batch takes one path (sgl-project/sglang v0.5.3 a4a3d8239
+# python/sglang/srt/models/deepseek_v2.py:275-316 _get_sum_extend_prefix_lens / _handle_attention_backend, the
+# fa3 handler Hopper's MLA default: model_executor/model_runner.py:533-535; the same at v0.5.6 7ae368efd
+# deepseek_v2.py:321-356): a batch of new prompts behind the rest of a chunked one (prefix below the threshold)
+# runs the absorbed form for all of them
 MLA_CHUNKED_PREFIX = 8192
+
+
+def batch_mha(prefixes: int) -> bool:
+    """Whether SGLang runs a dense-MLA prefill batch whose requests have ``prefixes`` cached tokens in all as
+    multi-head attention (none, or at least :data:`MLA_CHUNKED_PREFIX`), else the absorbed form."""
+    return prefixes == 0 or prefixes >= MLA_CHUNKED_PREFIX
 
 # trace replays compute the miss curves on the server's 64-token page grid (see Model.misses)
 TRACE_CONTEXT_GRID = 64
@@ -228,8 +239,9 @@ class Model:
         a = self.shared_c.args(self.shared_values(n_tokens, prefill, distinct, seqs))
         return {k: f(*a) for k, f in self.shared_c.funcs.items()}
 
-    def prefill_values(self, P: float, H: float, first: bool = False) -> dict:
-        """Symbol values of one chunk of ``P`` tokens after ``H``: SGLang's attention path for it.
+    def prefill_values(self, P: float, H: float, first: bool = False, mha: bool | None = None) -> dict:
+        """Symbol values of one chunk of ``P`` tokens after ``H``: SGLang's attention path for it (``mha``: the
+        dense-MLA path its batch takes, :func:`batch_mha`; None: the chunk's own prefix decides, as alone).
 
         DSA: dense multi-head attention while the whole sequence is within the top-k (SGLang's short-prompt path;
         not with HiSparse, whose fork forces the sparse kernels), the indexer only past the top-k. Dense MLA:
@@ -240,16 +252,18 @@ class Model:
             mha = 1.0 if L <= m.topk and not self.cfg.hisparse else 0.0
             return dict(P=float(P), H=float(H), k_attn=min(self.k, L), mha_on=mha, dense_on=0.0,
                         index_on=1.0 if L > m.topk else 0.0, admit_on=admit)
-        mha = 1.0 if m.kind == "mla" and (H == 0 or H >= MLA_CHUNKED_PREFIX) else 0.0
-        return dict(P=float(P), H=float(H), k_attn=1.0, mha_on=mha, dense_on=1.0, index_on=0.0, admit_on=admit)
+        if mha is None:
+            mha = H == 0 or H >= MLA_CHUNKED_PREFIX
+        on = 1.0 if m.kind == "mla" and mha else 0.0
+        return dict(P=float(P), H=float(H), k_attn=1.0, mha_on=on, dense_on=1.0, index_on=0.0, admit_on=admit)
 
-    def prefill(self, P: float, H: float, first: bool = False) -> float:
+    def prefill(self, P: float, H: float, first: bool = False, mha: bool | None = None) -> float:
         """Seconds of one request's prefill of ``P`` new tokens after ``H`` cached ones (its own part; ``first``:
-        the chunk that admits it)."""
-        key = ("prefill", self._id, P, H, first)
+        the chunk that admits it; ``mha``: its batch's dense-MLA path, as :meth:`prefill_values`)."""
+        key = ("prefill", self._id, P, H, first, mha)
         x = _SHARED_PARTS.get(key)
         if x is None:
-            v = dict(self.v, **self.prefill_values(P, H, first))
+            v = dict(self.v, **self.prefill_values(P, H, first, mha))
             x = _remember(key, self.prefill_c.total(*self.prefill_c.args(v)))
         return x
 

@@ -204,6 +204,31 @@ def sglang_refusal(model: ModelSpec, dp: int, *, recv_interval: int = 1, piecewi
     return None
 
 
+FP8_BLOCK = 128     # FP8 block quantisation of DeepSeek-V3/R1's checkpoints: weight_block_size [128, 128]
+
+
+def fp8_block_refusal(model: ModelSpec, *, tp: int, ep: int, weights: str) -> str | None:
+    """Why SGLang will not load these FP8 block-quantised experts (None if it will): each GPU holds
+    moe_intermediate / (tp / ep) columns of every expert's gate and up projections (tensor parallelism inside the
+    MoE, ``tp / ep`` GPUs per expert), and the FP8 linear method refuses a share that is not a whole number of
+    128-wide blocks ("The output_size of gate's and up's weight = 64 is not divisible by weight quantization
+    block_n = 128": sgl-project/sglang python/sglang/srt/layers/quantization/fp8.py, ``validate_block_quant_shapes``;
+    vLLM has the same check). DeepSeek's 2,048-wide experts: TP16 keeps 128 (one block, no fallback), TP32 64.
+    Only routed experts are checked: a dense MLP's FP8 checkpoint may not be block-quantised (per-channel Llama
+    FP8), and DeepSeek's three dense layers follow ``--moe-dense-tp-size``, which is not modelled."""
+    if weights != "fp8" or not model.routed_experts:
+        return None
+    moe_tp = max(1, tp // max(ep, 1))
+    share = model.moe_intermediate / moe_tp
+    if share == int(share) and int(share) % FP8_BLOCK == 0:
+        return None
+    return (f"SGLang refuses FP8 block-quantised experts split into shares that are not whole 128-wide blocks: "
+            f"{model.name}'s {model.moe_intermediate}-wide experts over tp / ep = {moe_tp} GPUs leave {share:g} "
+            f"per GPU ('The output_size of gate's and up's weight = {share:g} is not divisible by weight "
+            f"quantization block_n = {FP8_BLOCK}', fp8.py); split experts over at most "
+            f"{max(1, model.moe_intermediate // FP8_BLOCK)} GPUs (a larger ep) or use bf16 weights")
+
+
 def idle_eager_kernels(model: ModelSpec) -> int:
     """Launches per layer of an IDLE batch, which a DP-attention rank with no request of its own runs in lockstep
     while another rank's batch runs without a CUDA graph [estimated]: attention returns at once for no tokens

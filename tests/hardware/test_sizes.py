@@ -205,6 +205,23 @@ def test_a_scenario_binds_its_fabrics_measured_allreduce(tmp_path):
     assert static_values(resolve(load_topology(path), "gpu"))["t_collective"] == pytest.approx(plain8)
 
 
+def test_fp8_experts_are_split_into_whole_blocks_or_refused():
+    """SGLang's FP8 linear method needs each GPU's share of an expert's gate/up columns to be whole 128-wide
+    blocks. DeepSeek-R1's 2,048-wide experts: TP16 keeps 128 per GPU (the TP16 deployments load: one block, no
+    fallback kernel), TP32 leaves 64 (refused), unless expert parallelism keeps experts over fewer GPUs (ep=2:
+    16 per expert). BF16 weights have no blocks; a dense model's FP8 checkpoint is not checked."""
+    from sacmodel.hardware.sizing import fp8_block_refusal
+    r1 = get_model("deepseek-r1")
+    assert fp8_block_refusal(r1, tp=16, ep=1, weights="fp8") is None
+    assert "leave 64 per GPU" in fp8_block_refusal(r1, tp=32, ep=1, weights="fp8")
+    assert "leave 170.667 per GPU" in fp8_block_refusal(r1, tp=12, ep=1, weights="fp8")
+    assert fp8_block_refusal(r1, tp=32, ep=2, weights="fp8") is None
+    assert fp8_block_refusal(r1, tp=72, ep=72, weights="fp8") is None
+    assert fp8_block_refusal(r1, tp=32, ep=1, weights="bf16") is None
+    assert fp8_block_refusal(get_model("llama-3.1-70b"), tp=64, ep=1, weights="fp8") is None
+    assert scenario("h200", gpus=32, ep=2, model="deepseek-r1").param("ep") == 2
+
+
 def test_a_server_over_two_hosts_uses_the_catalog_nics():
     """R1 on 16 x H200: two hosts of 8 (four sockets), collectives over 8 ConnectX-7 per host (8 x 50 GB/s =
     400 GB/s), each all-reduce NCCL's 25.2 us (a tree with LL: 6.8 + 2 x (7 x 0.6 + 5.0)); on 16 x H20, 4 NICs per
@@ -238,7 +255,8 @@ def test_the_network_between_hosts_slows_decode_compared_with_one_nvlink_domain(
 
 
 def test_tp64_spans_eight_hosts_and_is_not_one_nvlink_domain():
-    t = scenario("h200", gpus=64, tp=64, model="deepseek-r1")
+    # ep=4: each expert over 16 GPUs, 128 columns each (SGLang refuses FP8 experts split over 64, 32 columns)
+    t = scenario("h200", gpus=64, tp=64, ep=4, model="deepseek-r1")
     v = static_values(resolve(t, "gpu"))
     # NCCL's tree over 8 hosts with LL: 6.8 + 2 x (7 x 0.6 + 3 x 5.0) = 45.2 us
     assert v["link_bw"] == pytest.approx(400e9) and v["t_collective"] == pytest.approx(45.2e-6)
@@ -255,6 +273,9 @@ def test_tp64_spans_eight_hosts_and_is_not_one_nvlink_domain():
      r"147,456 MiB of it for DP attention with dp=64 \(3 x cuda_graph_max_bs 512 x dp, and 1.5 x more"),
     ("h100", dict(gpus=16, dp=16, model="deepseek-r1"),
      r"does not fit on 16 x H100.* 36,864 MiB of it for DP attention with dp=16"),
+    ("h200", dict(gpus=32, model="deepseek-r1"),
+     r"tp=32, ep=1, weights='fp8': SGLang refuses FP8 block-quantised experts .* 2048-wide experts over tp / ep = "
+     r"32 GPUs leave 64 per GPU .*block_n = 128.* at most 16 GPUs"),
 ])
 def test_sizes_that_cannot_be_built_name_the_rule(gpu, kw, msg):
     with pytest.raises(ValueError, match=msg):

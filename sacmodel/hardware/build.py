@@ -16,7 +16,7 @@ from .models import ModelError, get_model
 from .sizing import VLLM_BLOCK, VLLM_GPU_MEMORY_UTILIZATION, VLLM_GRAPH_TOKENS, vllm_batch_defaults
 from .sizing import (GIB, MIB, RUNTIME_RESERVE, WEIGHT_BYTES, chunked_prefill_default, cuda_graph_max_bs_default,
                      kv_cell_bytes, kv_dtype_default, kv_pool_tokens, mem_fraction_default, reserved_mib,
-                     sglang_refusal, weights_per_gpu)
+                     fp8_block_refusal, sglang_refusal, weights_per_gpu)
 from ..util.names import ENGINES
 from .topology import LIMITS as TOPOLOGY_LIMITS
 from .topology import Topology, TopologyError
@@ -175,6 +175,9 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
         _vllm_serving(serving, g, dp=dp, chunked_prefill=chunked_prefill, mem_fraction=mem_fraction,
                       max_running_requests=max_running_requests)
     _check_fits(g, m, serving, tp=tp, dp=dp, chunk=chunked_prefill or chunked_prefill_default(g.memory_mib))
+    why = fp8_block_refusal(m, tp=tp, ep=ep, weights=weights)     # SGLang's weight loader, after its memory rules
+    if why:
+        raise TopologyError(f"scenario: tp={tp}, ep={ep}, weights='fp8': {why}")
     data: dict[str, Any] = {
         "schema_version": 1, "name": name, "model": model,
         "description": f"{gpus} x {g.name.upper()} serving {m.name} ({weights} weights, {kv} KV, TP{tp}"

@@ -11,7 +11,9 @@ direction) each, all of a host's NICs carrying its share of a collective
 (:func:`sacmodel.hardware.sizing.collective_rates`; their latency is NCCL's model,
 :func:`sacmodel.hardware.sizing.nccl_latency`), and ``nic_latency`` (s), what a small exchange across hosts
 takes, added to each of DeepEP's dispatch and combine calls that leaves a host
-(:func:`sacmodel.hardware.sizing.a2a_groups`).
+(:func:`sacmodel.hardware.sizing.a2a_groups`). A scenario file may add ``net_allreduce_time`` (s) to its GPUs:
+nccl-tests' small all-reduce over two hosts of its fabric, which scales NCCL's model of every collective across
+hosts (:func:`sacmodel.hardware.sizing.fabric_scale`); the catalog leaves it unset (NCCL's own model).
 """
 from __future__ import annotations
 

@@ -204,6 +204,31 @@ def sglang_refusal(model: ModelSpec, dp: int, *, recv_interval: int = 1, piecewi
     return None
 
 
+FP8_BLOCK = 128     # FP8 block quantisation of DeepSeek-V3/R1's checkpoints: weight_block_size [128, 128]
+
+
+def fp8_block_refusal(model: ModelSpec, *, tp: int, ep: int, weights: str) -> str | None:
+    """Why SGLang will not load these FP8 block-quantised experts (None if it will): each GPU holds
+    moe_intermediate / (tp / ep) columns of every expert's gate and up projections (tensor parallelism inside the
+    MoE, ``tp / ep`` GPUs per expert), and the FP8 linear method refuses a share that is not a whole number of
+    128-wide blocks ("The output_size of gate's and up's weight = 64 is not divisible by weight quantization
+    block_n = 128": sgl-project/sglang python/sglang/srt/layers/quantization/fp8.py, ``validate_block_quant_shapes``;
+    vLLM has the same check). DeepSeek's 2,048-wide experts: TP16 keeps 128 (one block, no fallback), TP32 64.
+    Only routed experts are checked: a dense MLP's FP8 checkpoint may not be block-quantised (per-channel Llama
+    FP8), and DeepSeek's three dense layers follow ``--moe-dense-tp-size``, which is not modelled."""
+    if weights != "fp8" or not model.routed_experts:
+        return None
+    moe_tp = max(1, tp // max(ep, 1))
+    share = model.moe_intermediate / moe_tp
+    if share == int(share) and int(share) % FP8_BLOCK == 0:
+        return None
+    return (f"SGLang refuses FP8 block-quantised experts split into shares that are not whole 128-wide blocks: "
+            f"{model.name}'s {model.moe_intermediate}-wide experts over tp / ep = {moe_tp} GPUs leave {share:g} "
+            f"per GPU ('The output_size of gate's and up's weight = {share:g} is not divisible by weight "
+            f"quantization block_n = {FP8_BLOCK}', fp8.py); split experts over at most "
+            f"{max(1, model.moe_intermediate // FP8_BLOCK)} GPUs (a larger ep) or use bf16 weights")
+
+
 def idle_eager_kernels(model: ModelSpec) -> int:
     """Launches per layer of an IDLE batch, which a DP-attention rank with no request of its own runs in lockstep
     while another rank's batch runs without a CUDA graph [estimated]: attention returns at once for no tokens
@@ -290,28 +315,68 @@ def nccl_small_latency(coll: str, ranks: int, nodes: int) -> float:
     return min(nccl_latency(coll, a, p, ranks, nodes) for a in ("tree", "ring") for p in ("ll", "ll128", "simple"))
 
 
-def collective_rates(groups: list[tuple[int, float, str]], *, domain: int, nvlink_bw: float, nic_bw: float,
-                     t_collective: float) -> tuple[float, float]:
-    """(bandwidth B/s, latency s) per collective of a layer, averaged so that ``bytes / bandwidth`` and
-    ``count x latency`` give the layer's totals (bytes per GPU as :func:`collective_groups` counts them).
+def fabric_scale(measured: float | None, domain: int) -> float:
+    """How much slower than NCCL's own latency model a fabric's small collectives run: ``measured`` (s), the time
+    nccl-tests' ``all_reduce_perf`` reports for a small (8 B-16 KB) all-reduce over two full hosts of ``domain``
+    GPUs on this fabric, over NCCL's model of that all-reduce (:func:`nccl_small_latency`); 1 when not measured.
 
-    A collective inside one NVLink domain (``domain`` GPUs, one host) runs at ``nvlink_bw`` per GPU and direction
-    and takes ``t_collective`` (SGLang's custom all-reduce). One over n > domain GPUs spans ceil(n / domain)
-    hosts and runs on NCCL: NCCL splits it into one ring per channel and spreads the channels over the host's
-    NICs; each ring leaves a host once, so a host sends as many bytes across as one GPU's share of the
-    collective, spread over all its NICs: the bus bandwidth is ``domain`` x ``nic_bw`` (the NICs of one host;
-    ``nic_bw`` is NICs per GPU x rate), capped by NVLink [derived; nccl-tests#290: 46-48 GB/s of bus bandwidth
-    per 400 Gb/s NIC]. Its latency is NCCL's own model of the quickest algorithm and protocol for a small
-    message (:func:`nccl_small_latency`: base latency, NVLink steps, network steps)."""
+    Published runs of two hosts of 8 x H100 (checks of the rule, not defaults): NCCL prints its own estimate of
+    25.2 us for a 128 B all-reduce and nccl-tests measures 61.6 us (75.4 us at 4 KB against 25.9), a factor of 2.4
+    to 2.9 (NVIDIA/nccl#1453); GCP A3 Mega (GPUDirect-TCPXO, 8 x 200 Gb/s) measures 123-139 us from 8 B to 16 KB
+    (lessizzmore/create-a3mega-ztan-fork, ztan-NCCL-test-result), 4.9-5.5 x. Transfer rule: every collective
+    across hosts of that fabric keeps this ratio to NCCL's model of it (ranks, hosts, algorithm)."""
+    if not measured:
+        return 1.0
+    return measured / nccl_small_latency("allreduce", 2 * domain, 2)
+
+
+def cross_host_latency(coll: str, ranks: int, hosts: int, *, t_collective: float, scale: float = 1.0) -> float:
+    """Seconds of the latency of one small collective over ``ranks`` GPUs on ``hosts`` hosts (more than one):
+    NCCL's model of it (:func:`nccl_small_latency`) x the fabric's ``scale`` (:func:`fabric_scale`), never below
+    ``t_collective``, the same collective inside one host: a collective that leaves a host still takes its
+    NVLink steps inside it."""
+    return max(t_collective, scale * nccl_small_latency(coll, ranks, hosts))
+
+
+def collective_parts(coll: str, *, ranks: int, domain: int, nvlink_bw: float, nic_bw: float, t_collective: float,
+                     scale: float = 1.0) -> tuple[float, float]:
+    """(latency s, bandwidth B/s per GPU) of one collective over ``ranks`` GPUs.
+
+    Inside one NVLink domain (``ranks`` <= ``domain``): SGLang's custom all-reduce, ``t_collective`` and
+    ``nvlink_bw``. Across hosts SGLang runs NCCL (its custom all-reduce is disabled once a group spans nodes:
+    ``CustomAllreduce.__init__``, sgl-project/sglang python/sglang/srt/distributed/device_communicators/
+    custom_all_reduce.py): :func:`cross_host_latency`, and the bus bandwidth of one host's NICs, ``domain`` x
+    ``nic_bw`` (NCCL's rings each leave a host once and spread over its NICs), capped by NVLink [derived;
+    nccl-tests#290: 46-48 GB/s of bus bandwidth per 400 Gb/s NIC]."""
+    hosts = math.ceil(ranks / domain)
+    if hosts <= 1:
+        return t_collective, nvlink_bw
+    return (cross_host_latency(coll, ranks, hosts, t_collective=t_collective, scale=scale),
+            min(nvlink_bw, domain * nic_bw))
+
+
+def collective_time(coll: str, nbytes: float, **kw) -> float:
+    """Seconds of one collective that moves ``nbytes`` per GPU (as :func:`collective_groups` counts them: 2 (n -
+    1) / n of the message for a ring all-reduce, (n - 1) / n for an all-gather or a reduce-scatter): latency +
+    bytes / bandwidth of :func:`collective_parts` (its keywords)."""
+    lat, bw = collective_parts(coll, **kw)
+    return lat + nbytes / bw
+
+
+def collective_rates(groups: list[tuple[int, float, str]], *, domain: int, nvlink_bw: float, nic_bw: float,
+                     t_collective: float, scale: float = 1.0) -> tuple[float, float]:
+    """(bandwidth B/s, latency s) per collective of a layer, averaged so that ``bytes / bandwidth`` and
+    ``count x latency`` give the layer's totals of :func:`collective_time` over its collectives (bytes per GPU
+    as :func:`collective_groups` counts them; ``scale``: :func:`fabric_scale`)."""
     if not groups:
         return nvlink_bw, t_collective
     total = sum(g[1] for g in groups)
-    across = min(nvlink_bw, domain * nic_bw)
     seconds, latency = 0.0, 0.0
     for n, nbytes, coll in groups:
-        hosts = math.ceil(n / domain)
-        seconds += nbytes / (across if hosts > 1 else nvlink_bw)
-        latency += nccl_small_latency(coll, n, hosts) if hosts > 1 else t_collective
+        lat, bw = collective_parts(coll, ranks=n, domain=domain, nvlink_bw=nvlink_bw, nic_bw=nic_bw,
+                                   t_collective=t_collective, scale=scale)
+        seconds += nbytes / bw
+        latency += lat
     bw = total / seconds if seconds > 0 else nvlink_bw
     return bw, latency / len(groups)
 
@@ -365,16 +430,19 @@ def a2a_groups(model: ModelSpec, *, tp: int, ep: int, domain: int, mode: str, nv
 
 
 def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_mode: str, domain: int,
-               nvlink_bw: float, nic_bw: float, t_collective: float, nic_latency: float) -> dict[str, float]:
+               nvlink_bw: float, nic_bw: float, t_collective: float, nic_latency: float,
+               scale: float = 1.0) -> dict[str, float]:
     """The step model's communication symbols of one layer: ``n_coll`` collectives (averaged over layers),
     ``coll_bytes`` per token per GPU at ``link_bw``, ``t_collective`` each, and ``a2a_share``, the share of
     those seconds that is DeepEP's dispatch and combine (whose busiest receiver sets their length).
 
     Without an all-to-all backend, the collectives of :func:`collective_groups` at :func:`collective_rates`.
     With DeepEP (``a2a="deepep"``, SGLang's ``--moe-a2a-backend deepep``), the MoE layers replace the gather and
-    scatter of the tokens by DeepEP's dispatch and combine (:func:`a2a_groups`); the dense layers keep them."""
+    scatter of the tokens by DeepEP's dispatch and combine (:func:`a2a_groups`); the dense layers keep them.
+    ``scale``: the fabric's small collectives over NCCL's model of them (:func:`fabric_scale`)."""
     groups = collective_groups(model, tp, dp)
-    bw, lat = collective_rates(groups, domain=domain, nvlink_bw=nvlink_bw, nic_bw=nic_bw, t_collective=t_collective)
+    bw, lat = collective_rates(groups, domain=domain, nvlink_bw=nvlink_bw, nic_bw=nic_bw, t_collective=t_collective,
+                               scale=scale)
     nbytes = sum(g[1] for g in groups)
     if a2a != "deepep" or not model.routed_experts or ep <= 1:
         return {"n_coll": float(len(groups)), "coll_bytes": nbytes, "link_bw": bw, "t_collective": lat,

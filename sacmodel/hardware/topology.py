@@ -92,7 +92,9 @@ NODE_FIELDS: dict[str, dict[str, tuple[str, bool]]] = {
             "sms": ("count", False),
             # beyond one host: GPUs per NVLink domain, and the scale-out NICs collectives across hosts use
             "nvlink_domain": ("count", False), "nics_per_gpu": ("count", False),
-            "nic_rate": ("bandwidth", False), "nic_latency": ("time", False)},
+            "nic_rate": ("bandwidth", False), "nic_latency": ("time", False),
+            # nccl-tests' time of a small all-reduce over two full hosts of this fabric (hardware.sizing.fabric_scale)
+            "net_allreduce_time": ("time", False)},
     "cpu_root_complex": {"bandwidth": ("bandwidth", False), "latency": ("time", False)},
     "host_dram": {"capacity": ("bytes", True), "bandwidth": ("bandwidth", True), "latency": ("time", True)},
     "pcie_switch": {"bandwidth": ("bandwidth", False), "latency": ("time", False)},

@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..hardware.models import ModelSpec, entry_bytes, model_of
-from ..hardware.sizing import HEAD_BYTES, attention_split, decode_kernels, gemm_precision, layer_comm, sglang_refusal
+from ..hardware.sizing import (HEAD_BYTES, attention_split, decode_kernels, fabric_scale, gemm_precision, layer_comm,
+                               sglang_refusal)
 from ..hardware.scenarios import as_topology, is_builtin
 from ..hardware.topology import LIMITS as TOPOLOGY_LIMITS
 from ..hardware.topology import Topology, TopologyError, with_pool_size
@@ -297,10 +298,11 @@ def static_values(cfg: Config) -> dict[str, float]:
     )
     v["n_kernels"] = float(decode_kernels(m))
     gpu = t.node(t.gpus[0])        # beyond one NVLink domain, collectives cross the hosts' NICs
-    comm = dict(tp=cfg.tp, dp=cfg.dp, ep=cfg.ep, a2a=_text(t, "moe_a2a", "none"),
-                domain=int(gpu.get("nvlink_domain", len(t.gpus))), nvlink_bw=v["link_bw"],
-                nic_bw=gpu.get("nics_per_gpu", 1.0) * gpu.get("nic_rate", v["link_bw"]),
-                t_collective=v["t_collective"], nic_latency=gpu.get("nic_latency", 0.0))
+    domain = int(gpu.get("nvlink_domain", len(t.gpus)))
+    comm = dict(tp=cfg.tp, dp=cfg.dp, ep=cfg.ep, a2a=_text(t, "moe_a2a", "none"), domain=domain,
+                nvlink_bw=v["link_bw"], nic_bw=gpu.get("nics_per_gpu", 1.0) * gpu.get("nic_rate", v["link_bw"]),
+                t_collective=v["t_collective"], nic_latency=gpu.get("nic_latency", 0.0),
+                scale=fabric_scale(gpu.get("net_allreduce_time"), domain))
     decode_mode, prefill_mode = deepep_modes(t)
     v.update(layer_comm(m, deepep_mode=decode_mode, **comm))
     pre = layer_comm(m, deepep_mode=prefill_mode, **comm)

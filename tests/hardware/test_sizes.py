@@ -140,6 +140,88 @@ def test_more_hosts_never_make_a_collective_faster(coll):
     assert all(b >= a for a, b in zip(times, times[1:]))
 
 
+def test_one_collective_time_at_one_message_size_by_hand():
+    """One all-reduce of a decode step at batch 1 of DeepSeek-R1 (hidden 7,168, BF16: a 14,336 B message), each GPU
+    moving 2 (n - 1) / n of it. TP16 over two hosts of 8: NCCL (SGLang's custom all-reduce is disabled across
+    nodes), the tree with LL, 6.8 + 2 x (7 x 0.6 + 5.0) = 25.2 us, plus 26,880 B at 8 NICs x 50 GB/s = 400 GB/s:
+    67.2 ns; 25.2672 us. TP8 inside one host: the custom all-reduce's 10 us plus 25,088 B at 450 GB/s: 10.0558 us.
+    On a fabric whose two-host all-reduce nccl-tests measures at 138.6 us (GCP A3 Mega at 16 KB), NCCL's model x
+    138.6 / 25.2 = 5.5: 138.6672 us. A fabric measured faster than NCCL's model stays above the in-host time."""
+    from sacmodel.hardware.sizing import collective_time, fabric_scale
+    row = 2 * 7168
+    kw = dict(domain=8, nvlink_bw=450e9, nic_bw=50e9, t_collective=10e-6)
+    assert collective_time("allreduce", 2 * 15 / 16 * row, ranks=16, **kw) == pytest.approx(25.2672e-6, rel=1e-9)
+    assert collective_time("allreduce", 2 * 7 / 8 * row, ranks=8, **kw) == pytest.approx(10e-6 + 25088 / 450e9,
+                                                                                        rel=1e-12)
+    assert fabric_scale(None, 8) == 1.0 and fabric_scale(138.6e-6, 8) == pytest.approx(5.5)
+    scaled = collective_time("allreduce", 2 * 15 / 16 * row, ranks=16, scale=fabric_scale(138.6e-6, 8), **kw)
+    assert scaled == pytest.approx(138.6672e-6, rel=1e-9)
+    fast = collective_time("allreduce", 0.0, ranks=16, scale=fabric_scale(2e-6, 8), **kw)
+    assert fast == pytest.approx(10e-6)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_collective_across_hosts_is_never_faster_than_inside_one_host(seed):
+    """A law: at the same bytes per GPU, a collective over GPUs of two or more hosts takes at least as long as
+    the same collective inside one host, whatever the scenario's rates: NVLink, NICs, the in-host latency
+    (``t_collective``, a calibrated value may exceed NCCL's model) and the fabric's measured scale."""
+    import random
+    from sacmodel.hardware.sizing import collective_time
+    rnd = random.Random(seed)
+    for _ in range(200):
+        domain = rnd.choice([2, 4, 8])
+        kw = dict(domain=domain, nvlink_bw=rnd.uniform(50e9, 900e9), nic_bw=rnd.uniform(1e9, 400e9),
+                  t_collective=rnd.uniform(1e-6, 80e-6), scale=rnd.uniform(0.1, 6.0))
+        coll = rnd.choice(["allreduce", "allgather", "reducescatter"])
+        nbytes = 10 ** rnd.uniform(1, 9)
+        inside = collective_time(coll, nbytes, ranks=rnd.randint(2, domain), **kw)
+        across = collective_time(coll, nbytes, ranks=domain * rnd.randint(2, 16), **kw)
+        assert across >= inside, (coll, nbytes, kw)
+
+
+def test_a_scenario_binds_its_fabrics_measured_allreduce(tmp_path):
+    """``net_allreduce_time`` on the GPUs of a scenario file (nccl-tests' small all-reduce over two hosts of the
+    fabric) scales NCCL's model of every collective across hosts; without it the model is NCCL's own. R1 TP16
+    on two hosts of H100: 25.2 us per all-reduce, 61.6 us with NVIDIA/nccl#1453's measured fabric. Inside one
+    host it changes nothing."""
+    import yaml
+    d = scenario_dict("h100", gpus=16, model="deepseek-r1")
+    path = tmp_path / "plain.yaml"
+    path.write_text(yaml.safe_dump(d))
+    assert static_values(resolve(load_topology(path), "gpu"))["t_collective"] == pytest.approx(25.2e-6)
+    for node in d["nodes"]:
+        if node["kind"] == "gpu":
+            node["net_allreduce_time"] = {"value": "61.58 us", "source": "NVIDIA/nccl#1453: all_reduce_perf, 128 B"}
+    path = tmp_path / "measured.yaml"
+    path.write_text(yaml.safe_dump(d))
+    assert static_values(resolve(load_topology(path), "gpu"))["t_collective"] == pytest.approx(61.58e-6)
+    d8 = scenario_dict("h200", gpus=8, model="deepseek-r1")
+    plain8 = static_values(resolve(scenario("h200", gpus=8, model="deepseek-r1"), "gpu"))["t_collective"]
+    for node in d8["nodes"]:
+        if node["kind"] == "gpu":
+            node["net_allreduce_time"] = {"value": "138.6 us", "source": "A3 Mega nccl-tests, 16 KB"}
+    path = tmp_path / "one-host.yaml"
+    path.write_text(yaml.safe_dump(d8))
+    assert static_values(resolve(load_topology(path), "gpu"))["t_collective"] == pytest.approx(plain8)
+
+
+def test_fp8_experts_are_split_into_whole_blocks_or_refused():
+    """SGLang's FP8 linear method needs each GPU's share of an expert's gate/up columns to be whole 128-wide
+    blocks. DeepSeek-R1's 2,048-wide experts: TP16 keeps 128 per GPU (the TP16 deployments load: one block, no
+    fallback kernel), TP32 leaves 64 (refused), unless expert parallelism keeps experts over fewer GPUs (ep=2:
+    16 per expert). BF16 weights have no blocks; a dense model's FP8 checkpoint is not checked."""
+    from sacmodel.hardware.sizing import fp8_block_refusal
+    r1 = get_model("deepseek-r1")
+    assert fp8_block_refusal(r1, tp=16, ep=1, weights="fp8") is None
+    assert "leave 64 per GPU" in fp8_block_refusal(r1, tp=32, ep=1, weights="fp8")
+    assert "leave 170.667 per GPU" in fp8_block_refusal(r1, tp=12, ep=1, weights="fp8")
+    assert fp8_block_refusal(r1, tp=32, ep=2, weights="fp8") is None
+    assert fp8_block_refusal(r1, tp=72, ep=72, weights="fp8") is None
+    assert fp8_block_refusal(r1, tp=32, ep=1, weights="bf16") is None
+    assert fp8_block_refusal(get_model("llama-3.1-70b"), tp=64, ep=1, weights="fp8") is None
+    assert scenario("h200", gpus=32, ep=2, model="deepseek-r1").param("ep") == 2
+
+
 def test_a_server_over_two_hosts_uses_the_catalog_nics():
     """R1 on 16 x H200: two hosts of 8 (four sockets), collectives over 8 ConnectX-7 per host (8 x 50 GB/s =
     400 GB/s), each all-reduce NCCL's 25.2 us (a tree with LL: 6.8 + 2 x (7 x 0.6 + 5.0)); on 16 x H20, 4 NICs per
@@ -173,7 +255,8 @@ def test_the_network_between_hosts_slows_decode_compared_with_one_nvlink_domain(
 
 
 def test_tp64_spans_eight_hosts_and_is_not_one_nvlink_domain():
-    t = scenario("h200", gpus=64, tp=64, model="deepseek-r1")
+    # ep=4: each expert over 16 GPUs, 128 columns each (SGLang refuses FP8 experts split over 64, 32 columns)
+    t = scenario("h200", gpus=64, tp=64, ep=4, model="deepseek-r1")
     v = static_values(resolve(t, "gpu"))
     # NCCL's tree over 8 hosts with LL: 6.8 + 2 x (7 x 0.6 + 3 x 5.0) = 45.2 us
     assert v["link_bw"] == pytest.approx(400e9) and v["t_collective"] == pytest.approx(45.2e-6)
@@ -190,6 +273,9 @@ def test_tp64_spans_eight_hosts_and_is_not_one_nvlink_domain():
      r"147,456 MiB of it for DP attention with dp=64 \(3 x cuda_graph_max_bs 512 x dp, and 1.5 x more"),
     ("h100", dict(gpus=16, dp=16, model="deepseek-r1"),
      r"does not fit on 16 x H100.* 36,864 MiB of it for DP attention with dp=16"),
+    ("h200", dict(gpus=32, model="deepseek-r1"),
+     r"tp=32, ep=1, weights='fp8': SGLang refuses FP8 block-quantised experts .* 2048-wide experts over tp / ep = "
+     r"32 GPUs leave 64 per GPU .*block_n = 128.* at most 16 GPUs"),
 ])
 def test_sizes_that_cannot_be_built_name_the_rule(gpu, kw, msg):
     with pytest.raises(ValueError, match=msg):

@@ -74,6 +74,8 @@ def external_case() -> dict | None:
     rep["mape"]["by_group"] = {g: _mape([r for r in rep["checks"] if r["group"] == g]) for g in groups}
     rep["coverage"] = coverage(rep["checks"])
     rep["large_scale"] = large_scale_case()
+    rep["fabric"] = fabric_case(checks)
+    rep["fabric_speedup"] = fabric_speedup()
     low = [r for r in rep["after"] + rep["checks"] if r["concurrency"] <= 8 and math.isfinite(r["predicted"]["ttft"])]
     gap = [r["measured"]["ttft"] - r["predicted"]["ttft"] for r in low]
     rep["low_load_ttft_gap_ms"] = {"runs": len(gap), "median": float(np.median(gap)), "min": float(np.min(gap)),
@@ -85,13 +87,72 @@ def external_case() -> dict | None:
     return rep
 
 
+# nccl-tests' small all-reduce over two hosts of 8 x H100 on published fabrics (the scenario's net_allreduce_time)
+FABRICS = [("NCCL's own model (the checks' default)", None),
+           ("NVIDIA/nccl#1453: 61.6 us at 128 B (NCCL's estimate 25.2)", 61.58e-6),
+           ("GCP A3 Mega, GPUDirect-TCPXO: 138.6 us at 16 KB (lessizzmore/create-a3mega-ztan-fork)", 138.6e-6)]
+
+
+def fabric_case(checks) -> list[dict]:
+    """The checks whose collectives cross hosts, predicted with each published fabric's measured small all-reduce
+    bound to their scenario (``net_allreduce_time``, :func:`sacmodel.hardware.sizing.fabric_scale`): what the
+    network between the hosts does to them. Only the default row is the check; the others show the sensitivity."""
+    from sacmodel.fit.transfer import external_scenario
+    out = []
+    for r in checks:
+        if r.tp <= 8:
+            continue
+        for label, measured in FABRICS:
+            topo = external_scenario(r, transfer="fitted")
+            if measured:
+                for g in topo.gpus:
+                    topo.node(g)["net_allreduce_time"] = measured
+            p = predict_external(r, topo=topo)
+            out.append({"id": r.id, "fabric": label, "tpot": p["tpot_mean_ms"], "measured_tpot": r.tpot_mean_ms,
+                        "error_pct": {k: 100 * v for k, v in errors(r, p).items()}})
+    return out
+
+
+def fabric_speedup() -> list[dict]:
+    """LMSYS's EP72-over-TP16 decode ratio (published 5.2x) predicted at each fabric of ``FABRICS``."""
+    out = []
+    for label, measured in FABRICS:
+        by = {r["id"]: r for r in large_scale_case(measured)}
+        ep, tp = by.get("lmsys-ep72-decode"), by.get("lmsys-tp16-decode")
+        if ep and tp:
+            out.append({"fabric": label, "ratio": ep["predicted"] / tp["predicted"],
+                        "tp16_step_ms": tp["step_ms"], "published": ep["published"] / tp["published"]})
+    return out
+
+
+def render_fabric(rows: list[dict], speedup: list[dict] = ()) -> list[str]:
+    """The cross-host checks at each published fabric's all-reduce time (signed errors), and LMSYS's EP72 over
+    TP16 ratio at each."""
+    if not rows:
+        return []
+    ratio = ["LMSYS's EP72 over TP16 decode (published 5.2x) at the same fabrics: " + "; ".join(
+        f"{d['fabric'].split(':')[0]}: {d['ratio']:.2f}x (TP16 step {d['tp16_step_ms']:.1f} ms)" for d in speedup)
+        + ".", ""] if speedup else []
+    return ["### Tensor parallelism across hosts: the fabric's small all-reduce (sensitivity, not fitted)", "",
+            "SGLang runs NCCL for every all-reduce of a group that spans hosts (its custom all-reduce is disabled "
+            "there), two per layer for DeepSeek's tensor-parallel forward. The tt356 runs (2 x 8 H100, TP16, "
+            "concurrency 1) need about 138 us per all-reduce; their thread names InfiniBand and gives no "
+            "nccl-tests, so the check keeps NCCL's model (docs/model.md, collectives across hosts).", "",
+            table([[r["id"], r["fabric"], fmt(r["measured_tpot"], 2), fmt(r["tpot"], 2), fmt(r["error_pct"]["tpot"]),
+                    fmt(r["error_pct"]["ttft"]), fmt(r["error_pct"].get("throughput"))] for r in rows],
+                  ["run", "fabric (nccl-tests, two hosts of 8 x H100)", "TPOT ms", "model", "TPOT err %",
+                   "TTFT err %", "throughput err %"]), "", *ratio]
+
+
 LARGE = HERE / "data" / "large_scale_checks.csv"
 LARGE_TARGET = 20.0        # issue 35: per node, input and output throughput of the large-scale deployment
 
 
-def large_scale_case() -> list[dict]:
+def large_scale_case(measured: float | None = None) -> list[dict]:
     """Disaggregated roles across hosts (``validation/data/large_scale_checks.csv``): each role's throughput per
-    node predicted with :func:`sacmodel.serving.roles.role_throughput` on the published settings (checks only)."""
+    node predicted with :func:`sacmodel.serving.roles.role_throughput` on the published settings (checks only);
+    ``measured``: a fabric's small all-reduce bound to every scenario (``net_allreduce_time``; None: NCCL's
+    model, the checks' default)."""
     import csv
 
     from sacmodel import scenario
@@ -107,7 +168,10 @@ def large_scale_case() -> list[dict]:
                 kw["chunked_prefill"] = int(row["chunked_prefill"])
             if row["cuda_graph_max_bs"]:
                 kw["cuda_graph_max_bs"] = int(row["cuda_graph_max_bs"])
-            r = role_throughput(scenario(row["gpu"], **kw), row["role"], prompt=int(row["prompt"]),
+            topo = scenario(row["gpu"], **kw)
+            for g in topo.gpus if measured else ():
+                topo.node(g)["net_allreduce_time"] = measured
+            r = role_throughput(topo, row["role"], prompt=int(row["prompt"]),
                                 tokens_per_gpu=int(row["tokens_per_gpu"]) if row["tokens_per_gpu"] else None,
                                 batch_per_gpu=int(row["batch_per_gpu"]) if row["batch_per_gpu"] else None)
             pub = float(row["published_tok_s_per_node"])
@@ -243,7 +307,7 @@ def render(rep) -> list[str]:
          "After (Hopper FP8 kernel efficiencies fitted here):", "", _table(ext["after"]), "",
          "### Checks (not fitted)", "", _table(ext["checks"]), "",
          "Sources of the checks: " + "; ".join(sorted({f"{r['id']}: {r['source']}" for r in ext["checks"]})), "",
-         *render_large_scale(ext.get("large_scale", []))]
+         *render_fabric(ext.get("fabric", []), ext.get("fabric_speedup", [])), *render_large_scale(ext.get("large_scale", []))]
     return L
 
 

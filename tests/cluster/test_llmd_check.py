@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import sacmodel
-from sacmodel.cluster.replay import replay
+from sacmodel.cluster.replay import INFERENCE_PERF_BARRIER, replay
 from sacmodel.serving.config import ConfigError
 from sacmodel.workloads import shared_prefix, stage_of
 
@@ -37,7 +37,8 @@ def ladder():
 def test_no_scheduler_is_overloaded_at_10_qps_on_vllm_pods(ladder, name):
     tr, pod, step = ladder
     router, params = ROUTERS[name]
-    p = replay(pod, "gpu", tr, router=router, router_params=params, instances=8)
+    p = replay(pod, "gpu", tr, router=router, router_params=params, instances=8,
+               stage_barrier=INFERENCE_PERF_BARRIER)          # inference-perf drains each stage first
     x = p.per_request["ttft_ms"][step == 2] / 1e3
     p90 = float(np.percentile(np.where(np.isnan(x), np.inf, x), 90))
     published = _published(10.0)[name]
@@ -54,7 +55,6 @@ def test_inference_perfs_stage_barrier_holds_a_stage_until_the_last_one_has_fini
     barrier, request 2 arrives at request 1's end + 2 s and request 3 one second later; without it, at 2 and 3 s.
     The published queues past break-away level near 100 s because each stage starts empty (each holds about
     750 or 1,500 requests)."""
-    from sacmodel.cluster.replay import INFERENCE_PERF_BARRIER
     tr = shared_prefix(1, 2, 1000, 100, 300, rate=[(1.0, 2.0), (1.0, 2.0)], arrivals="constant")
     pod = sacmodel.scenario("h100", gpus=2, model="qwen3-32b", weights="bf16", engine="vllm")
     free = replay(pod, "gpu", tr, instances=1).per_request

@@ -101,6 +101,7 @@ class CoSim:
         self.in_flight = 0
         self.slot_at = 0.0
         self.finished = 0
+        self._stages(tr)
         self.now = 0.0
         self.rank_pre: dict[int, tuple] = {}       # request -> (rank, local id) on its prefill instance
         self.dec_cand: dict[int, int] = {}
@@ -216,10 +217,42 @@ class CoSim:
                     state.remove(j)
 
     # ---- arrivals and routing ------------------------------------------------------------------------
+    def _stages(self, tr) -> None:
+        """A ladder trace replayed with a stage barrier: each request's stage (by position in arrival order) and
+        the stages' nominal starts (s, scaled); the shift the barriers have added so far."""
+        barrier, ladder = getattr(self.s, "stage_barrier", None), tr.stages
+        self.barrier = barrier if barrier is not None and ladder else None
+        if self.barrier is None:
+            return
+        ends = np.cumsum([d for _, d in ladder]) / self.s.time_scale
+        self.stage_t0 = np.concatenate(([0.0], ends[:-1])).tolist()
+        self.stage_pos = np.searchsorted(ends, np.asarray(self.arrival)[self.order], side="right").tolist()
+        self.open_stage, self.shift = self.stage_pos[0] if self.n else 0, 0.0
+
+    def _barrier(self) -> bool:
+        """Whether the next request's stage may start: the client waits until every earlier request has
+        finished, then starts the stage ``barrier`` s after the last of them (the shift carries to later
+        stages)."""
+        st = self.stage_pos[self.next_arr]
+        if st == self.open_stage:
+            return True
+        if self.finished < self.next_arr:
+            return False
+        self.shift = max(self.shift, self.slot_at + self.barrier - self.stage_t0[st])
+        self.open_stage = st
+        return True
+
     def _next_arrival(self) -> float:
         if self.next_arr >= self.n:
             return math.inf
         g = self.order[self.next_arr]
+        if self.barrier is not None:
+            if not self._barrier():
+                return math.inf
+            if self.s.closed_loop:
+                return math.inf if self.in_flight >= self.s.closed_loop else \
+                    max(self.arrival[g] + self.shift, self.slot_at)
+            return self.arrival[g] + self.shift
         if self.s.closed_loop:
             if self.in_flight >= self.s.closed_loop:
                 return math.inf

@@ -264,7 +264,8 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
            cache_capacity=None, pd=None, time_scale: float = 1.0, concurrency: int | None = None,
            cache: str = "trace", slo=None, router_params: dict | None = None,
            block_tokens: int | None = None, limit: int | None = None, progress: bool = False, tiers=None,
-           engine: str | None = None, decode=None, **resources) -> ClusterPrediction:
+           engine: str | None = None, decode=None, stage_barrier: float | None = None,
+           **resources) -> ClusterPrediction:
     """Replay ``trace`` through a cluster running ``system`` on every instance.
 
     ``scenario``: a cluster (``sac-cluster-4x``, a schema-2 YAML, a :class:`ClusterSpec`) or a single-host
@@ -280,15 +281,22 @@ def replay(scenario, system: str, trace, *, router: str = "round_robin", instanc
     ``tiers``: only these tiers (names or kinds) of each instance's chain. ``engine``: "sglang" or "vllm" on
     every instance (default: each instance's ``engine:`` in the cluster file, else the host scenario's).
     ``decode``: with ``pd``, the scenario of the decode instances (their GPUs and parallelism; the same model),
-    where the two roles run different configurations. A request the server would refuse
+    where the two roles run different configurations. ``stage_barrier``: a ladder trace's client holds each
+    stage until every request of the previous one has finished, and starts it that many seconds later
+    (inference-perf's load generator; 2 s: its ``interval`` 1 s and 1 s lead, :data:`INFERENCE_PERF_BARRIER`);
+    None: stages run back to back. A request the server would refuse
     (longer than the model's positions, larger than an instance's pool) fails alone; an instance whose engine
     fails leaves its requests incomplete and the prediction infeasible.
     """
     _check(cache, instances, router, router_params, tiers, cache_capacity, time_scale, concurrency)
+    if stage_barrier is not None and (isinstance(stage_barrier, bool) or not isinstance(
+            stage_barrier, (int, float)) or not 0 <= stage_barrier < 1e6):
+        raise ConfigError(f"stage_barrier must be seconds from 0 to 1e6, got {str(stage_barrier)[:40]!r}")
     setup = Setup(scenario, system, trace, router=router, instances=instances, pd=pd, time_scale=time_scale,
                   concurrency=concurrency, cache=cache, slo=slo, router_params=router_params, limit=limit,
                   resources=resources, engine=engine, decode=decode)
     setup.build(cache_capacity, block_tokens, tiers)
+    setup.stage_barrier = stage_barrier
     sim = CoSim(setup)
     bar = _progress(progress, len(setup.tr))
     try:
@@ -325,6 +333,13 @@ def _check(cache, instances, router, router_params, tiers, cache_capacity, time_
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
                                     or concurrency < 1):
         raise ConfigError(f"concurrency must be a positive integer, got {concurrency!r}")
+
+
+# inference-perf's stage barrier (kubernetes-sigs/inference-perf at d4215cec, loadgen/load_generator.py
+# LoadGenerator.mp_run): after a stage's duration the generator waits until every request of the stage has
+# finished, sleeps LoadConfig.interval (1.0 s, config.py), and starts the next stage's timer 1 s ahead
+# ("Allow generation a second to begin populating the queue")
+INFERENCE_PERF_BARRIER = 2.0
 
 
 class Setup:

@@ -16,7 +16,9 @@ a KV-aware router, the cache contents the engines report (KV events; ``overlap``
   ``disk_weight`` (0.25), a shared tier ``shared_weight`` (0). The cheapest wins, ties broken at random
   (seeded); ``temperature`` > 0 samples a softmax of the costs normalised to [0, 1]. ``queue_threshold``:
   requests wait in the router while every rank prefills more than that many x ``batched_tokens`` prompt
-  tokens (Dynamo's ``router_queue_threshold``; off by default, as in Dynamo).
+  tokens (Dynamo's ``router_queue_threshold``; off by default here: Dynamo's own default is 16 at 0243c51b,
+  ``lib/kv-router/src/scheduling/config.rs``, 4 in some earlier versions, and none in others; on the
+  conversation trace at 2-3 req/s on 8 pods neither 4 nor 16 ever holds a request).
 - ``llm_d``: llm-d's endpoint picker (:class:`LlmD`): weighted prefix, KV-use and queue scorers.
 - ``cache_aware``: the SGLang gateway's ``cache_aware`` policy (sgl-model-gateway ``policies/cache_aware.rs``):
   when the load is imbalanced (max - min in-flight > ``balance_abs`` and max > ``balance_rel`` x min) the least

@@ -40,6 +40,8 @@ class Trace:
     offsets: np.ndarray | None = None
     block_tokens: int = MOONCAKE_BLOCK
     lines: np.ndarray | None = None       # line of the file each request came from
+    # a generated ladder's stages [(requests/s, seconds), ...], run back to back from 0 (None: not a ladder)
+    stages: tuple | None = None
 
     def __len__(self) -> int:
         return len(self.arrival)
@@ -51,7 +53,7 @@ class Trace:
             blocks = blocks[:offsets[-1]]
         return Trace(self.name, self.arrival[:n], self.input_len[:n], self.output_len[:n], self.cached[:n],
                      self.has_prefix_info, blocks, offsets, self.block_tokens,
-                     None if self.lines is None else self.lines[:n])
+                     None if self.lines is None else self.lines[:n], self.stages)
 
 
 def _bad(path, line, msg):

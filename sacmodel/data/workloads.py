@@ -6,7 +6,9 @@
 per group, every request one of these prompts followed by ``output_tokens`` of output. As inference-perf
 does, the groups x prompts prompts are shuffled once and the requests cycle through that fixed list, so after
 the first pass a prompt repeats whole. Arrivals are Poisson at ``rate`` requests/s, or a ladder of stages
-``[(rate, seconds), ...]`` run back to back (queues carry over from one stage to the next).
+``[(rate, seconds), ...]`` run back to back (queues carry over from one stage to the next; the trace
+keeps its ``stages``, so a replay can hold each stage until the previous one has finished, as inference-perf
+does: ``replay(..., stage_barrier=s)``).
 
 Blocks: a prompt's KV blocks of ``block_tokens`` tokens are named by (group, block) while they hold system-prompt
 tokens only, and by (prompt, block) from the first block that holds question tokens on: two prompts share
@@ -58,9 +60,11 @@ def shared_prefix(groups: int, prompts_per_group: int, system_tokens: int, quest
     j = np.arange(n_blocks)
     ids = np.where(j[None, :] < shared, g[:, None] * n_blocks + j[None, :],
                    (groups + prompt[:, None]) * n_blocks + j[None, :])
+    ladder = None if isinstance(rate, (int, float)) else tuple((float(r), float(d)) for r, d in rate)
     return Trace(f"shared_prefix-{groups}x{prompts_per_group}", arrival, np.full(n, L, np.int64),
                  np.full(n, output_tokens, np.int64), _cached(prompt, g, shared, n_blocks, L, block_tokens), True,
-                 ids.ravel().astype(np.int64), np.arange(n + 1, dtype=np.int64) * n_blocks, block_tokens)
+                 ids.ravel().astype(np.int64), np.arange(n + 1, dtype=np.int64) * n_blocks, block_tokens,
+                 stages=ladder)
 
 
 def _arrivals(rate, requests, default: int, rng, constant: bool = False) -> np.ndarray:

@@ -13,7 +13,8 @@ from typing import Any
 
 from .gpus import GPUSpec, get_gpu
 from .models import ModelError, get_model
-from .sizing import VLLM_BLOCK, VLLM_GPU_MEMORY_UTILIZATION, VLLM_GRAPH_TOKENS, vllm_batch_defaults
+from .sizing import (VLLM_BLOCK, VLLM_FRONT_END, VLLM_GPU_MEMORY_UTILIZATION, VLLM_GRAPH_TOKENS,
+                     vllm_batch_defaults)
 from .sizing import (GIB, MIB, RUNTIME_RESERVE, WEIGHT_BYTES, chunked_prefill_default, cuda_graph_max_bs_default,
                      kv_cell_bytes, kv_dtype_default, kv_pool_tokens, mem_fraction_default, reserved_mib,
                      fp8_block_refusal, sglang_refusal, weights_per_gpu)
@@ -495,6 +496,8 @@ def _vllm_serving(s: dict, g: GPUSpec, *, dp: int, chunked_prefill, mem_fraction
     s["cuda_graph_max_bs"] = _num(str(VLLM_GRAPH_TOKENS), f"{VLLM}: largest CUDA-graph capture size")
     s["piecewise_cuda_graph_max_tokens"] = _num(str(VLLM_GRAPH_TOKENS), f"{VLLM}: piecewise CUDA graphs of "
                                                                          "mixed batches up to the capture size")
+    for name, (_value, raw, source) in VLLM_FRONT_END.items():        # the API server's request path
+        s[name] = _num(raw, source)
 
 
 def _mem_fraction(g: GPUSpec, given, *, tp: int, dp: int, chunk: int, cgmb: int) -> dict:

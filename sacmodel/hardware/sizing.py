@@ -37,6 +37,27 @@ VLLM_BLOCK = 16
 VLLM_GPU_MEMORY_UTILIZATION = 0.9
 VLLM_GRAPH_TOKENS = 512
 
+# vLLM's request path outside the engine core (engine="vllm"), each term (seconds, source):
+# - the API server's tokenizer (AsyncMicrobatchTokenizer, vllm/utils/async_utils.py at 007e04ac): one thread
+#   (ThreadPoolExecutor(max_workers=1)) runs the encode calls; its batcher takes the first queued prompt, waits
+#   batch_wait_timeout_s = 2 ms (or until max_batch_size = 32 prompts) for more, then tokenizes the batch. The
+#   work per prompt token is t_token, the same fast tokenizer as SGLang's.
+# - the output handler (AsyncLLM.output_handler, vllm/v1/engine/async_llm.py at 00080ee1): one coroutine on the
+#   API server's event loop pulls each EngineCoreOutputs (one per engine step) and runs
+#   OutputProcessor.process_outputs over its requests (incremental detokenisation, stop checks, a RequestOutput
+#   pushed to each request's stream). Its cost: vllm-project/vllm#6913 measured the same per-step work in V0's
+#   _process_model_outputs at 0.2 ms for a batch of 1 and 3.4 ms for 32 (Llama3-70B, 4 x H100): 0.103 ms per
+#   request and 0.097 ms per message.
+VLLM_FRONT_END: dict[str, tuple[float, str, str]] = {
+    "vllm_tokenizer_wait": (2e-3, "2 ms", "vllm-project/vllm vllm/utils/async_utils.py at 007e04ac: "
+                            "AsyncMicrobatchTokenizer batch_wait_timeout_s 0.002 (max_batch_size 32, one thread)"),
+    "vllm_output_message": (0.097e-3, "0.097 ms", "vllm-project/vllm#6913: V0 _process_model_outputs 0.2 ms at "
+                            "batch 1 and 3.4 ms at batch 32 (Llama3-70B, 4 x H100), less the per-request part"),
+    "vllm_output_request": (0.103e-3, "0.103 ms", "vllm-project/vllm#6913: (3.4 - 0.2) ms / 31 requests, the "
+                            "per-request part of one step's output processing (detokenise, RequestOutput)"),
+}
+VLLM_TOKENIZER_BATCH = 32        # AsyncMicrobatchTokenizer max_batch_size (vllm/utils/async_utils.py at 007e04ac)
+
 
 def vllm_batch_defaults(memory_mib: float, gpu_name: str) -> tuple[int, int]:
     """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` for its OpenAI API server when unset

@@ -131,6 +131,7 @@ PARAM_DIMENSIONS = {
     "load_balance": "string", "weights": "string", "max_prefill_tokens": "tokens", "engine": "string",
     "moe_a2a": "string", "deepep_mode": "string", "two_batch_overlap": "dimensionless",
     "ep_redundant": "dimensionless",
+    "vllm_tokenizer_wait": "time", "vllm_output_message": "time", "vllm_output_request": "time",
 }
 # Parameters of earlier versions, and what replaced them (a scenario naming one gets this in its error)
 RETIRED_PARAMS = {

@@ -222,6 +222,15 @@ def as_engine(cfg: Config, engine: str) -> Config:
                    limits={"setting": None, "profiled": pool})
 
 
+def vllm_front_end(topo: Topology) -> tuple[float, float, float]:
+    """vLLM's API-server terms (s): the tokenizer's batch wait, the output handler's time per engine-core message
+    and per request in it: the scenario's ``vllm_tokenizer_wait``, ``vllm_output_message``,
+    ``vllm_output_request``, else vLLM's own (:data:`sacmodel.hardware.sizing.VLLM_FRONT_END`, with sources)."""
+    from ..hardware.sizing import VLLM_FRONT_END
+    return tuple(_setting(topo, name, VLLM_FRONT_END[name][0])
+                 for name in ("vllm_tokenizer_wait", "vllm_output_message", "vllm_output_request"))
+
+
 def _setting_int(topo: Topology, name: str) -> int | None:
     return int(topo.param(name)) if topo.has_param(name) else None
 

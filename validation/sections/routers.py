@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 import sacmodel
-from sacmodel.cluster.replay import replay
+from sacmodel.cluster.replay import INFERENCE_PERF_BARRIER, replay
 from sacmodel.workloads import shared_prefix, stage_of
 
 HERE = Path(__file__).resolve().parents[1] / "data"
@@ -106,7 +106,9 @@ def reproduce(b: Bench = BENCHES["73"]) -> dict:
     qps = [q for q, _ in ladder]
     out = {"bench": b, "qps": qps, "requests": len(tr), "predicted": {}, "published": pub, "hit": {}}
     for name, (router, params) in b.configs.items():
-        p = replay(pod, "gpu", tr, router=router, router_params=params, instances=b.instances)
+        # inference-perf drains each stage before it starts the next (its stage barrier)
+        p = replay(pod, "gpu", tr, router=router, router_params=params, instances=b.instances,
+                   stage_barrier=INFERENCE_PERF_BARRIER)
         ttft = p.per_request["ttft_ms"] / 1e3
         row = []
         for j in range(1, len(stages)):
@@ -132,7 +134,10 @@ def markdown(r: dict) -> list[str]:
           f"`validation/sections/routers.py`). Source: llm-d/llm-d-kv-cache-manager `{b.source}` (a378f5b3). "
           "Cells: p90 TTFT in s, published / predicted. The published pods run vLLM, and so do the model's "
           "(vLLM V1's scheduler: mixed prefill-decode batches under max_num_batched_tokens 8192, max_num_seqs "
-          "1024, 16-token blocks; `sacmodel/serving/engine/vllm.py`).", "",
+          "1024, 16-token blocks; `sacmodel/serving/engine/vllm.py`; its API server's tokenizer thread and output "
+          "handler, `vllm_front.py`). The client is inference-perf's, which waits for every request of a stage to "
+          "finish before it starts the next (`stage_barrier`, 2 s; kubernetes-sigs/inference-perf d4215cec): "
+          "each stage starts with empty queues.", "",
           "| QPS | " + " | ".join(b.configs) + " |", "|---|" + "---|" * len(b.configs)]
     for j, q in enumerate(qps):
         md.append(f"| {q:g} | " + " | ".join(f"{r['published'][n][j]:.2f} / {r['predicted'][n][j]:.2f}"

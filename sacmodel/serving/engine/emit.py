@@ -41,13 +41,16 @@ class Emission:
             return delays[r] if delays else 0.0
         # in time order: the front end's queue is first in, first out
         for r in sorted(by_rank, key=lambda r: (delay(r), r)):
-            self.frontend.produce(when + delay(r), 1, by_rank[r])
+            self.frontend.produce(when + delay(r), 1, by_rank[r], requests=len({i for i, _ in by_rank[r]}))
         self.unsent.clear()
 
-    def decode_tokens(self, when: float, decoding: list[int], jump: int, ended: list) -> None:
-        """The messages of ``jump`` decode steps of the ``decoding`` ranks; the last tokens of ``ended``
-        (request, True) pairs wait for their rank's next launch (:meth:`last_tokens`)."""
-        self.frontend.produce(when, jump * len(decoding) - len({self.rank_of[e[0]] for e in ended}))
+    def decode_tokens(self, when: float, decoding: list[int], jump: int, ended: list, tokens: int = 0,
+                      since: float | None = None) -> None:
+        """The messages of ``jump`` decode steps of the ``decoding`` ranks, run from ``since`` to ``when`` and
+        carrying ``tokens`` request outputs; the last tokens of ``ended`` (request, True) pairs wait for their
+        rank's next launch (:meth:`last_tokens`)."""
+        self.frontend.produce(when, jump * len(decoding) - len({self.rank_of[e[0]] for e in ended}),
+                              requests=tokens, since=since)
         for e in ended:
             self.unsent_last.setdefault(self.rank_of[e[0]], []).append(e)
 

@@ -32,9 +32,11 @@ class FrontEnd:
         """Request ``i`` reaches the front end at ``t`` and needs ``work`` s of the loop to be taken in."""
         bisect.insort(self.intake, (t, i, work))
 
-    def produce(self, t: float, count: int, payload: list | None = None) -> None:
+    def produce(self, t: float, count: int, payload: list | None = None, requests: int = 0,
+                since: float | None = None) -> None:
         """``count`` output messages were produced by ``t``; ``payload`` (first or last tokens) rides on the
-        last of them and is delivered with it."""
+        last of them and is delivered with it. ``requests`` (request outputs in them) and ``since`` (when the
+        first was produced) price vLLM's output handler; SGLang's loop hands a message on in one turn."""
         if count <= 0:
             return
         msgs = self.msgs

@@ -16,6 +16,8 @@ part                 what it follows in the server
 ``vllm``             ``engine="vllm"``: vLLM V1's scheduler in place of ``scheduler``'s batches (decodes and
                      prefill chunks mixed under one token budget; preemption by recompute) and its
                      block manager in place of ``memory``'s
+``vllm_front``       ``engine="vllm"``: vLLM's API server in place of ``frontend``: the tokenizer thread's
+                     batches and the output handler's time per message and per request
 ``staging``          prefill to decode: staging, the RDMA pool's prefix copy, cold-staging backups
 ``cost``             the iteration's time: shared part plus the slowest rank, in jumps of identical steps
 ``distinct``         identical tokens of requests of one prompt (the MoE reads their experts once)
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..capacity import host_pool_tokens
-from ..config import Config
+from ..config import Config, vllm_front_end
 from .client import Client
 from .cost import IterationCost
 from .distinct import DistinctTokens
@@ -47,6 +49,7 @@ from .staging import Staging
 from .stats import Stats, Timeline
 from .stepmodel import Model
 from .vllm import VLLMMemory, VLLMRanks
+from .vllm_front import VLLMFrontEnd
 from .workload import RequestTable, Requests
 
 
@@ -100,7 +103,8 @@ class Engine:
                  first_round: int):
         self.cfg, self.model = cfg, model
         self.table = table = RequestTable(cfg, reqs)
-        self.frontend = FrontEnd()
+        self.vllm = cfg.engine == "vllm"
+        self.frontend = VLLMFrontEnd(*vllm_front_end(cfg.topo)) if self.vllm else FrontEnd()
         self.client = Client(table, concurrency, self.frontend, model.v["t_token"])
         self.memory = _memory(cfg, table, reqs.prefix_pages)
         self.staging = Staging(cfg, table, model, reqs.cold_staging)
@@ -168,7 +172,9 @@ class Engine:
         if memory.crash is not None:
             self.client.stopped = True
             return False
-        delays = self.cost.send_delays(self.ranks, admits, decoding) if admits or decoding else None
+        # vLLM's engine core returns a step's outputs when the step ends (no overlap scheduler to wait for)
+        delays = self.cost.send_delays(self.ranks, admits, decoding) if (admits or decoding) and not self.vllm \
+            else None
         hold_t = self._send_first_tokens(copy_t, delays) if self.emit.unsent or self.hold_next else 0.0
         if self.emit.unsent_last:       # the last batch's last tokens leave with its first tokens
             self.emit.last_tokens(self.t + copy_t, delays)
@@ -262,19 +268,26 @@ class Engine:
                                                             self.t, horizon)
         if self.pool is not None:      # a pool shared with other hosts: its devices may slow this host down
             T = self.pool(self, T, self.cost.misses, jump)
-        last = self.t + copy_t + (jump - 1) * T           # the start of the (last) iteration
-        self.recv_at = [last + d for d in delays]
+        first = self.t + copy_t                           # the start of the first iteration
+        last = first + (jump - 1) * T                     # the start of the (last) iteration
         self.t = t = self.t + (copy_t + jump * T + hold_t)
+        # SGLang's overlap loop takes requests in once it has launched the iteration; vLLM's engine core between
+        # its steps (run_busy_loop: _process_input_queue, then _process_engine_step)
+        self.recv_at = [t] * self.cfg.dp if delays is None else [last + d for d in delays]
         self.it += jump
         self.recv_count += 1000 if admits else jump
         stats.add_iteration(jump, T, shared, copy_t, bool(admits), len(decoding), slowest, n_tok, n_distinct)
         if decoding:                 # the decoding ranks advance; their tokens and the ended requests' go out
             ended: list[tuple[int, bool]] = []
+            tokens = jump * sum(ranks.running[r] for r in decoding) if self.vllm else 0
             self.finished += ranks.advance(decoding, jump, ended)
             if timeline.on:
                 for r in decoding:
                     timeline.decode(t, r, jump, ranks.running[r], self.memory.used[r])
-            self.emit.decode_tokens(t, decoding, jump, ended)
+            if self.vllm:             # its output handler's work: the request outputs, from the first step on
+                self.emit.decode_tokens(t, decoding, jump, ended, tokens, first)
+            else:
+                self.emit.decode_tokens(t, decoding, jump, ended)
         if timeline.on:
             for r, batch in admits:
                 timeline.event(t, r, "prefill", len(batch), ranks.running[r])

@@ -1,0 +1,130 @@
+"""vLLM's API server as the engine's front end (``engine="vllm"``): the tokenizer thread's batches, the output
+handler's time per message and per request, and the engine core taking requests in between its steps.
+
+Read from vllm-project/vllm: ``vllm/utils/async_utils.py`` at 007e04ac (``AsyncMicrobatchTokenizer``: one thread,
+a 2 ms batch window, at most 32 prompts), ``vllm/v1/engine/async_llm.py`` at 00080ee1 (``output_handler``),
+``vllm/v1/engine/core.py`` at ac3cb2e2 (``run_busy_loop``). The per-message and per-request costs are
+vllm-project/vllm#6913's (0.2 ms at batch 1, 3.4 ms at batch 32). Each hand-computed value below differs from
+what SGLang's front end gives for the same events."""
+import math
+
+import pytest
+
+import sacmodel
+from sacmodel.hardware.sizing import VLLM_FRONT_END
+from sacmodel.serving.config import resolve
+from sacmodel.serving.engine import loop
+from sacmodel.serving.engine.frontend import FrontEnd
+from sacmodel.serving.engine.loop import open_engine
+from sacmodel.serving.engine.vllm_front import VLLMFrontEnd
+
+MS = 1e-3
+
+
+def _run(fe, until=math.inf):
+    dispatched, delivered = {}, []
+    fe.run(until, lambda i, t: dispatched.setdefault(i, t), lambda p, t: delivered.append((p, t)))
+    return dispatched, delivered
+
+
+def test_the_tokenizer_batches_prompts_that_come_within_its_window():
+    """Prompts at 0 and 1 ms (3 and 4 ms of tokenizing) form one batch: it starts at the 2 ms window's end and
+    both go on at 2 + 3 + 4 = 9 ms. A prompt at 2.5 ms waits for the thread (free at 9 ms), then for its own
+    window: 9 + 2 + 1 = 12 ms. SGLang's loop takes each in as it comes: 3, 7 and 8 ms."""
+    fe = VLLMFrontEnd(2 * MS, 0.0, 0.0)
+    for t, i, w in ((0.0, 0, 3 * MS), (1 * MS, 1, 4 * MS), (2.5 * MS, 2, 1 * MS)):
+        fe.arrive(t, i, w)
+    d, _ = _run(fe)
+    assert d == pytest.approx({0: 9 * MS, 1: 9 * MS, 2: 12 * MS})
+    sg = FrontEnd()
+    for t, i, w in ((0.0, 0, 3 * MS), (1 * MS, 1, 4 * MS), (2.5 * MS, 2, 1 * MS)):
+        sg.arrive(t, i, w)
+    assert _run(sg)[0] == pytest.approx({0: 3 * MS, 1: 7 * MS, 2: 8 * MS})
+
+
+def test_a_full_batch_does_not_wait_for_the_window():
+    """32 prompts queued by 0.5 ms: the batch starts with the 32nd (max_batch_size), not at the 2 ms window."""
+    fe = VLLMFrontEnd(2 * MS, 0.0, 0.0)
+    for i in range(33):
+        fe.arrive(i * 0.5 * MS / 32, i, 0.1 * MS)
+    d, _ = _run(fe)
+    assert d[0] == pytest.approx(31 * 0.5 * MS / 32 + 32 * 0.1 * MS)
+    assert d[32] == pytest.approx(d[0] + 2 * MS + 0.1 * MS)      # the 33rd opens the next batch's window
+
+
+def test_tokenizing_does_not_hold_up_the_outputs():
+    """A 100 ms prompt being tokenized from 0 and a first token produced at 1 ms: vLLM's event loop hands the
+    token on at 1 ms + one message (0.097 ms) + one request (0.103 ms); SGLang's loop, busy with the intake,
+    hands it on after it, at 100 ms."""
+    msg, req = VLLM_FRONT_END["vllm_output_message"][0], VLLM_FRONT_END["vllm_output_request"][0]
+    fe = VLLMFrontEnd(0.0, msg, req)
+    fe.arrive(0.0, 0, 100 * MS)
+    fe.produce(1 * MS, 1, [(7, False)], requests=1)
+    _, got = _run(fe)
+    assert got == [([(7, False)], pytest.approx(1 * MS + msg + req))]
+    sg = FrontEnd()
+    sg.arrive(0.0, 0, 100 * MS)
+    sg.produce(1 * MS, 1, [(7, False)])
+    assert _run(sg)[1][0][1] == pytest.approx(100 * MS)
+
+
+def test_outputs_fall_behind_when_a_steps_outputs_take_longer_than_the_step():
+    """0.1 ms a message, 0.1 ms a request. Ten steps from 0 to 10 ms with 50 requests each: 10 x (0.1 + 5) =
+    51 ms of work, so the next first token (produced at 10 ms) is handed on at 51 + 0.2 ms. With 5 requests a
+    step (6 ms of work) the loop keeps up: 10 + 0.2 ms."""
+    for per_step, want in ((50, 51.2 * MS), (5, 10.2 * MS)):
+        fe = VLLMFrontEnd(0.0, 0.1 * MS, 0.1 * MS)
+        fe.produce(10 * MS, 10, requests=10 * per_step, since=0.0)
+        fe.produce(10 * MS, 1, [(3, False)], requests=1)
+        assert _run(fe)[1][0][1] == pytest.approx(want)
+
+
+def test_a_vllm_machine_carries_its_front_end_terms_with_sources():
+    t = sacmodel.scenario("h100", gpus=2, model="qwen3-32b", weights="bf16", engine="vllm")
+    for name, (value, raw, source) in VLLM_FRONT_END.items():
+        p = t.serving[name]
+        assert (p.value, p.raw) == (pytest.approx(value), raw) and "vllm" in p.source.lower()
+    assert "vllm_tokenizer_wait" not in sacmodel.scenario("h100", gpus=2, model="qwen3-32b", weights="bf16").serving
+
+
+def _lone_ttft(monkeypatch, terms, prompt=2000):
+    monkeypatch.setattr(loop, "vllm_front_end", lambda topo: terms)
+    cfg = resolve(sacmodel.scenario("h100", gpus=2, model="qwen3-32b", weights="bf16", engine="vllm"), "gpu")
+    eng = open_engine(cfg, max_output=4)
+    eng.submit(0.0, prompt, 4)
+    while eng.due() < math.inf:
+        eng.step()
+    r = eng.result()
+    return float(r.first[0] - r.release[0])
+
+
+def test_each_front_end_term_adds_itself_to_a_lone_requests_ttft(monkeypatch):
+    """A lone request: the tokenizer's window, one message and one request of output processing each add
+    exactly their value to its TTFT (the engine core admits it at once: it is idle)."""
+    base = _lone_ttft(monkeypatch, (0.0, 0.0, 0.0))
+    assert _lone_ttft(monkeypatch, (2 * MS, 0.0, 0.0)) - base == pytest.approx(2 * MS, abs=1e-9)
+    assert _lone_ttft(monkeypatch, (0.0, 0.3 * MS, 0.0)) - base == pytest.approx(0.3 * MS, abs=1e-9)
+    assert _lone_ttft(monkeypatch, (0.0, 0.0, 0.5 * MS)) - base == pytest.approx(0.5 * MS, abs=1e-9)
+
+
+def test_the_engine_core_takes_a_request_in_between_its_steps():
+    """A request reaching a busy vLLM engine core mid-step is scheduled in the next step, which starts when
+    the running one ends (run_busy_loop drains its input queue before each step); SGLang's overlap loop has
+    already taken requests in for that step when it launched it, so the request waits one step more."""
+    waits = {}
+    for engine in ("vllm", "sglang"):
+        cfg = resolve(sacmodel.scenario("h100", gpus=2, model="qwen3-32b", weights="bf16", engine=engine), "gpu")
+        eng = open_engine(cfg, max_output=400)
+        eng.submit(0.0, 100, 400)
+        while eng.ranks.running[0] < 1:
+            eng.step()
+        for _ in range(5):
+            eng.step()
+        t0 = eng.t
+        eng.submit(t0 + 1e-6, 100, 2)
+        starts = []
+        while eng.ranks.prefilled[1] < 100:
+            starts.append(eng.t)
+            eng.step()
+        waits[engine] = starts[-1] - t0
+    assert waits["vllm"] < 0.75 * waits["sglang"]          # one decode step against two

@@ -21,6 +21,7 @@ from ..hardware.cluster import (
     USABLE,
     ClusterSpec,
     InstanceSpec,
+    instance_topology,
     kv_bytes_per_token,
     parse_capacity,
 )
@@ -366,8 +367,17 @@ class Setup:
             if (id(base), eng) not in carried:
                 carried[id(base), eng] = as_engine(base, eng)
             return carried[id(base), eng]
-        self._cfgs = [served(cfg_dec if split and k >= split[0] else cfg, engine or inst.engine)
-                      for k, inst in enumerate(insts)]
+        own: dict = {}                     # (machine, system) -> the config of instances with their own settings
+
+        def base(k, inst):
+            dec = bool(split) and k >= split[0]
+            if not inst.settings:
+                return cfg_dec if dec else cfg
+            topo, sys_k = instance_topology(cl, inst), dec_system if dec else system
+            if (id(topo), sys_k) not in own:
+                own[id(topo), sys_k] = resolve(topo, sys_k, **resources)
+            return own[id(topo), sys_k]
+        self._cfgs = [served(base(k, inst), engine or inst.engine) for k, inst in enumerate(insts)]
         self.cfg = self._cfgs[0]
         self.cfg_dec = self._cfgs[split[0]] if split else self.cfg
         self.bpt = kv_bytes_per_token(cl.host)

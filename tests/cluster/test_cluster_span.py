@@ -1,0 +1,104 @@
+"""Cluster-file instances that span hosts (issue 35 item 1): one SGLang server over several hosts of the host
+scenario, its collectives and DeepEP's all-to-all over the cluster's network, refused where SGLang refuses."""
+import pytest
+import yaml
+
+import sacmodel
+from sacmodel.cli import main
+from sacmodel.hardware.cluster import instance_topology
+from sacmodel.hardware.scenarios import load_topology
+from sacmodel.hardware.topology import TopologyError
+from sacmodel.serving.config import resolve, static_values
+
+NET = {"rdma": {"nics": {"value": 2, "source": "sac-system.md: 2 x ConnectX-7 per host"},
+                "nic_rate": {"value": "100 Gbit/s", "source": "sac-system.md"},
+                "op_cost": {"value": "0.239 us", "source": "fitted"}}}
+
+
+def span_file(tmp_path, instances, hosts=4):
+    data = {"schema_version": 2, "name": "span", "model": "deepseek-v3.2",
+            "cluster": {"host": "sac-testbed", "hosts": [{"id": "h", "count": hosts}], "instances": instances,
+                        "tiers": {"hbm": {"kind": "hbm", "capacity": {"value": "3200000 token", "source": "test"}}},
+                        "network": NET}}
+    p = tmp_path / "span.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_an_instance_over_two_hosts_runs_its_collectives_at_the_hosts_nics_hand_computed(tmp_path):
+    p = span_file(tmp_path, [{"id": "i", "host": "h", "hosts": 2, "count": 2, "tp": 16, "dp": 16,
+                              "tiers": ["hbm"]}])
+    cl = sacmodel.load_cluster(p)
+    assert [i.hosts for i in cl.instances] == [("h0", "h1"), ("h2", "h3")]
+    t = instance_topology(cl, cl.instances[0])
+    assert len(t.gpus) == 16 and len(t.pools["dram"]) == 4          # each host keeps its own DRAM
+    cfg = resolve(t, "gpu")
+    assert (cfg.tp, cfg.dp, cfg.ep, cfg.attn_tp) == (16, 16, 1, 1)
+    assert cfg.prefill_chunk == 1024 * 8 // 16        # the testbed's chunked_prefill_size 8192 over dp 16
+    v = static_values(cfg)
+    # DP attention over 16 GPUs: an all-gather and a reduce-scatter per layer, crossing the two hosts: a host
+    # sends at its 2 x 100 Gb/s = 25 GB/s (far below NVLink's 450 GB/s); NCCL's ring LL over 16 ranks on 2 nodes:
+    # 6.6 us base + 14 NVLink steps at the 1.0 us network overhead + 1 network step of 2.7 us = 23.3 us
+    assert v["link_bw"] == pytest.approx(25e9)
+    assert v["t_collective"] == pytest.approx(23.3e-6)
+    assert v["coll_bytes"] == pytest.approx(2 * 15 / 16 * 2 * 7168)
+    one = static_values(resolve(load_topology("sac-testbed"), "gpu"))
+    assert one["link_bw"] == 450e9                     # on one host: NVLink
+
+
+def test_deepep_across_hosts_prices_the_all_to_all_over_the_network(tmp_path):
+    ep = {"tp": 16, "dp": 16, "ep": 16, "moe_a2a": "deepep"}
+    p = span_file(tmp_path, [{"id": "p", "hosts": ["h0", "h1"], "role": "prefill", "tiers": ["hbm"], **ep},
+                             {"id": "d", "hosts": ["h2", "h3"], "role": "decode", "tiers": ["hbm"], **ep}])
+    cl = sacmodel.load_cluster(p)
+    v = static_values(resolve(instance_topology(cl, cl.instances[0]), "gpu"))
+    assert 0.9 < v["a2a_share"] < 1          # the MoE layers' dispatch and combine; the 3 dense layers gather
+    r = sacmodel.replay(p, "gpu", _trace(tmp_path))
+    assert r.summary["pd"] == "1:1" and r.success_fraction == 1
+
+
+def _trace(tmp_path):
+    import json
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps({"timestamp": t, "input_length": n, "output_length": 8, "hash_ids": h}) + "\n"
+                         for t, n, h in ((0, 3000, [1, 2, 3]), (400, 2000, [4, 5]))))
+    return p
+
+
+@pytest.mark.parametrize("inst,msg", [
+    ({"hosts": 2, "tp": 12}, "instances[0].tp: tp=12 must equal gpus=16 (2 host(s) x 8 GPUs)"),
+    ({"hosts": 2, "tp": 16, "dp": 16, "ep": 8, "moe_a2a": "deepep"},
+     "instances[0].moe_a2a: moe_a2a='deepep' with tp=16, dp=16, ep=8: SGLang's DeepEP runs expert parallelism"),
+    ({"hosts": 2, "tp": 16, "ep": 3}, "instances[0].ep: ep=3 must divide tp=16"),
+    ({"hosts": 2, "two_batch_overlap": True}, "instances[0].two_batch_overlap: two_batch_overlap overlaps DeepEP's "
+     "dispatch and combine with computation: SGLang's --enable-two-batch-overlap needs --moe-a2a-backend deepep"),
+    ({"hosts": 5}, "instances[0].hosts: 1 instance(s) of 5 hosts each need 5 hosts; the host group has 4"),
+    ({"hosts": ["h0", "h9"]}, "instances[0].hosts: unknown host 'h9'"),
+])
+def test_refused_instances_name_the_file_the_field_and_sglangs_rule(tmp_path, capsys, inst, msg):
+    p = span_file(tmp_path, [{"id": "i", "host": "h", "tiers": ["hbm"], **inst}])
+    with pytest.raises(TopologyError) as exc:
+        sacmodel.load_cluster(p)
+    assert str(p) in str(exc.value) and msg in str(exc.value)
+    assert main(["replay", str(_trace(tmp_path)), "--scenario", str(p), "--system", "gpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert msg in err and len(err.splitlines()) == 1
+
+
+def test_a_one_host_instance_is_unchanged(tmp_path):
+    tr = _trace(tmp_path)
+    plain = sacmodel.replay(span_file(tmp_path, [{"id": "i", "host": "h", "count": 2, "tiers": ["hbm"]}], hosts=2), "gpu", tr)
+    cl = sacmodel.load_cluster(span_file(tmp_path, [{"id": "i", "host": "h", "count": 2, "hosts": 1,
+                                                     "tiers": ["hbm"]}], hosts=2))
+    assert cl.instances[0].settings == {} and instance_topology(cl, cl.instances[0]) is cl.host
+    again = sacmodel.replay(cl, "gpu", tr)
+    # the host's own server written out (tp 8, dp 8 on one host) prices every step as the host scenario does
+    same = span_file(tmp_path, [{"id": "i", "host": "h", "count": 2, "hosts": 1, "tp": 8, "dp": 8,
+                                 "tiers": ["hbm"]}], hosts=2)
+    cl2 = sacmodel.load_cluster(same)
+    host = static_values(resolve(cl2.host, "gpu"))
+    own = static_values(resolve(instance_topology(cl2, cl2.instances[0]), "gpu"))
+    assert own == host
+    written = sacmodel.replay(same, "gpu", tr)
+    for r in (again, written):
+        assert r.ttft_mean_ms == plain.ttft_mean_ms and r.tbt_mean_ms == plain.tbt_mean_ms

@@ -15,7 +15,7 @@ from .gpus import GPUSpec, get_gpu
 from .models import ModelError, get_model
 from .sizing import VLLM_BLOCK, VLLM_GPU_MEMORY_UTILIZATION, VLLM_GRAPH_TOKENS, vllm_batch_defaults
 from .sizing import (GIB, MIB, RUNTIME_RESERVE, WEIGHT_BYTES, chunked_prefill_default, cuda_graph_max_bs_default,
-                     kv_cell_bytes, kv_dtype_default, kv_pool_tokens, mem_fraction_default, reserved_mib,
+                     ep_load_skew, kv_cell_bytes, kv_dtype_default, kv_pool_tokens, mem_fraction_default, reserved_mib,
                      sglang_refusal, weights_per_gpu)
 from ..util.names import ENGINES
 from .topology import LIMITS as TOPOLOGY_LIMITS
@@ -148,6 +148,7 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                                                               ("rdma_nics", n_rdma, "rdma")) if p in pools},
                        cuda_graph_max_bs=cuda_graph_max_bs)
     serving.update(_ep_serving(ep_parts))
+    serving.update(_skew_serving(m, ep, g.host_gpus, ep_parts["ep_redundant"]))
     if engine == "vllm":
         _vllm_serving(serving, g, dp=dp, chunked_prefill=chunked_prefill, mem_fraction=mem_fraction,
                       max_running_requests=max_running_requests)
@@ -225,6 +226,18 @@ def _ep_serving(p: dict) -> dict:
         out["two_batch_overlap"] = _num("1", "given (SGLang --enable-two-batch-overlap)")
     if p["ep_redundant"]:
         out["ep_redundant"] = _num(str(p["ep_redundant"]), "given (SGLang --ep-num-redundant-experts, EPLB)")
+    return out
+
+
+def _skew_serving(m, ep: int, host_gpus: int, redundant: int) -> dict:
+    """The busiest GPU's routed-expert load over the mean, per phase, with its source, where an expert-parallel
+    group spans hosts (:func:`sacmodel.hardware.sizing.ep_load_skew`; none inside one host: uniform routing)."""
+    if ep <= host_gpus or not m.routed_experts:
+        return {}
+    out = {}
+    for name, phase in (("ep_load_skew", "decode"), ("ep_load_skew_prefill", "prefill")):
+        v, src = ep_load_skew(ep, host_gpus, redundant > 0, phase)
+        out[name] = _num(f"{v:.6g}", src)
     return out
 
 

@@ -128,7 +128,7 @@ PARAM_DIMENSIONS = {
     "cxl_map_bytes": "bytes", "swap_load_bytes": "bytes", "buffer_extra_slots": "tokens",
     "load_balance": "string", "weights": "string", "max_prefill_tokens": "tokens", "engine": "string",
     "moe_a2a": "string", "deepep_mode": "string", "two_batch_overlap": "dimensionless",
-    "ep_redundant": "dimensionless",
+    "ep_redundant": "dimensionless", "ep_load_skew": "dimensionless", "ep_load_skew_prefill": "dimensionless",
 }
 # Parameters of earlier versions, and what replaced them (a scenario naming one gets this in its error)
 RETIRED_PARAMS = {
@@ -167,6 +167,8 @@ PARAM_RANGES: dict[str, Range] = {
     "deepep_mode": Range("string", 0, 0, choices=("auto", "normal", "low_latency")),
     "two_batch_overlap": Range("dimensionless", 0, 1, integer=True),
     "ep_redundant": Range("dimensionless", 0, 1 << 16, integer=True),
+    # the busiest GPU's routed-expert tokens over the mean: 1 (uniform) up to every token on one GPU of a large group
+    "ep_load_skew": Range("dimensionless", 1.0, 1024.0), "ep_load_skew_prefill": Range("dimensionless", 1.0, 1024.0),
     "score_correlation": Range("dimensionless", 0.0, 0.999999),
     "drift_settling": Range("dimensionless", 0.0, 1e4),
     "settling_steps": Range("dimensionless", 0.0, 1e9, lo_open=True),

@@ -3,8 +3,9 @@
 A cluster is a set of hosts, each with the hardware and serving parameters of one scenario (``host:`` names a
 version-1 scenario, or the file carries the host's ``nodes``/``links`` inline), serving instances placed on
 them (``both``: prefill and decode; ``prefill``/``decode``: disaggregated; ``engine: vllm`` runs an instance
-with vLLM's scheduler and defaults instead of the host scenario's engine), the KV tiers the instances cache
-prefixes in, and the network between hosts:
+with vLLM's scheduler and defaults instead of the host scenario's engine; ``hosts: K`` or ``hosts: [ids]`` with
+``tp``/``dp``/``ep`` and SGLang's expert-parallel settings runs one server over several hosts, :mod:`.span`), the
+KV tiers the instances cache prefixes in, and the network between hosts:
 
 - ``hbm`` / ``host`` tiers belong to one instance (its GPUs' HBM, its host DRAM);
 - a ``cxl`` tier is one pool behind the CXL switch, shared by the hosts in ``attached``: a prefix written once

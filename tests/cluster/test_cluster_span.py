@@ -102,3 +102,24 @@ def test_a_one_host_instance_is_unchanged(tmp_path):
     written = sacmodel.replay(same, "gpu", tr)
     for r in (again, written):
         assert r.ttft_mean_ms == plain.ttft_mean_ms and r.tbt_mean_ms == plain.tbt_mean_ms
+
+
+def test_an_instance_whose_weights_leave_no_kv_pool_is_refused(tmp_path):
+    """DeepSeek-V3 FP8 on 8 x H200 at mem_fraction 0.6: TP8 holds 79.3 GiB of weights per GPU, within 0.6 x (the
+    GPU's memory less SGLang's runtime reserve); DP attention over the 8 GPUs replicates the attention and dense
+    weights (89.6 GiB per GPU): no KV pool is left, and SGLang stops at start."""
+    host = tmp_path / "host.yaml"
+    host.write_text(sacmodel.scenario_yaml(gpu="h200", gpus=8, model="deepseek-v3", mem_fraction=0.6))
+    data = {"schema_version": 2, "name": "fits", "model": "deepseek-v3",
+            "cluster": {"host": str(host), "hosts": [{"id": "h", "count": 2}],
+                        "instances": [{"id": "i", "host": "h", "count": 2, "hosts": 1, "tp": 8, "dp": 8,
+                                       "tiers": ["hbm"]}],
+                        "tiers": {"hbm": {"kind": "hbm", "capacity": {"value": "1000000 token", "source": "t"}}},
+                        "network": NET}}
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(TopologyError, match=r"instances\[0\]\.tp: deepseek-v3 does not fit on tp=8 GPUs"):
+        sacmodel.load_cluster(p)
+    data["cluster"]["instances"][0]["dp"] = 1           # TP8 as the host runs it fits
+    p.write_text(yaml.safe_dump(data))
+    assert sacmodel.load_cluster(p).instances[0].settings["dp"] == 1

@@ -83,6 +83,9 @@ def parse_settings(inst: dict, iw: str, host: Topology, k: int) -> dict:
         raise TopologyError(f"{iw}.{field}: " + str(exc).removeprefix("scenario: ")) from None
     out = {"tp": tp, "dp": dp, "ep": ep, **parts}
     if "cuda_graph_max_bs" in given:
+        if given["cuda_graph_max_bs"] > 4096:               # as sacmodel.scenario() bounds it
+            raise TopologyError(f"{iw}.cuda_graph_max_bs: must be a whole number from 1 to 4096, got "
+                                f"{given['cuda_graph_max_bs']}")
         out["cuda_graph_max_bs"] = given["cuda_graph_max_bs"]
     _check_fits(host, m, out, iw)
     return out

@@ -74,6 +74,10 @@ def _trace(tmp_path):
      "dispatch and combine with computation: SGLang's --enable-two-batch-overlap needs --moe-a2a-backend deepep"),
     ({"hosts": 5}, "instances[0].hosts: 1 instance(s) of 5 hosts each need 5 hosts; the host group has 4"),
     ({"hosts": ["h0", "h9"]}, "instances[0].hosts: unknown host 'h9'"),
+    ({"hosts": 2, "tp": "16"}, "instances[0].tp: expected a whole number, got '16'"),
+    ({"hosts": 2, "tp": 16, "dp": 16, "ep": 16, "moe_a2a": "nccl"}, "instances[0].moe_a2a: moe_a2a must be one of"),
+    ({"hosts": 2, "cuda_graph_max_bs": 100000}, "instances[0].cuda_graph_max_bs: must be a whole number from 1"),
+    ({"hosts": 0}, "instances[0].hosts: expected a host count"),
 ])
 def test_refused_instances_name_the_file_the_field_and_sglangs_rule(tmp_path, capsys, inst, msg):
     p = span_file(tmp_path, [{"id": "i", "host": "h", "tiers": ["hbm"], **inst}])
@@ -123,3 +127,25 @@ def test_an_instance_whose_weights_leave_no_kv_pool_is_refused(tmp_path):
     data["cluster"]["instances"][0]["dp"] = 1           # TP8 as the host runs it fits
     p.write_text(yaml.safe_dump(data))
     assert sacmodel.load_cluster(p).instances[0].settings["dp"] == 1
+
+
+def test_an_instance_over_two_built_hosts_prices_its_network_as_scenario_does(tmp_path):
+    """Two hosts of 8 x H200 (the host scenario sacmodel.scenario builds, with its NICs) joined in one DeepEP
+    server of 16 GPUs communicate as scenario("h200", gpus=16, ...) does: the same collective and all-to-all
+    rates, latencies and routing skew."""
+    host = tmp_path / "host.yaml"
+    host.write_text(sacmodel.scenario_yaml(gpu="h200", gpus=8, model="deepseek-v3"))
+    ep = {"tp": 16, "dp": 16, "ep": 16, "moe_a2a": "deepep", "two_batch_overlap": True}
+    data = {"schema_version": 2, "name": "two", "model": "deepseek-v3",
+            "cluster": {"host": str(host), "hosts": [{"id": "h", "count": 2}],
+                        "instances": [{"id": "i", "host": "h", "hosts": 2, "tiers": ["hbm"], **ep}],
+                        "tiers": {"hbm": {"kind": "hbm", "capacity": {"value": "1000000 token", "source": "t"}}}}}
+    p = tmp_path / "c.yaml"
+    p.write_text(yaml.safe_dump(data))
+    cl = sacmodel.load_cluster(p)
+    mine = static_values(resolve(instance_topology(cl, cl.instances[0]), "gpu"))
+    built = static_values(resolve(sacmodel.scenario("h200", gpus=16, model="deepseek-v3", dp=16, ep=16,
+                                                    moe_a2a="deepep", two_batch_overlap=True), "gpu"))
+    for k in ("link_bw", "t_collective", "coll_bytes", "a2a_share", "n_coll", "coll_bytes_prefill",
+              "t_collective_prefill", "a2a_share_prefill", "tbo", "ep", "tp", "attn_tp", "ep_skew", "ep_skew_prefill"):
+        assert mine[k] == pytest.approx(built[k], rel=1e-5), k

@@ -167,6 +167,13 @@ def test_the_cli_prints_the_split_the_runners_up_and_a_check_that_reproduces_it(
     assert main(["plan", "--trace", str(p), *machine, "--system", "gpu", "--slo", "ttft_p90_ms=3000",
                  "--slo", "tbt_p99_ms=40", "--roles", "search", "--parallel", "2,4", "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["best"]
+    # the printed launch commands parse back to the answer's configuration of each role
+    lines = out.splitlines()
+    for role in ("prefill", "decode"):
+        at = next(i for i, ln in enumerate(lines) if ln.startswith(f"launch the {role} role"))
+        end = next((i for i in range(at + 1, len(lines)) if lines[i].startswith("launch the ")), len(lines))
+        flags = launch_flags("\n".join(lines[at + 1:end]))
+        assert flags["--disaggregation-mode"] == role and flags["--tp-size"] == best[role].split("-")[0][2:]
     words = shlex.split(check)
     assert words[:2] == ["sacmodel", "replay"] and "--pd" in words
     assert main(words[1:] + ["--json", "--quiet"]) == 0

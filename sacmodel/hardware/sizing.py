@@ -414,7 +414,12 @@ def ep_load_skew(ep: int, domain: int, eplb: bool, phase: str) -> tuple[float, s
     statistics, SGLang's ``--ep-num-redundant-experts``) 59,337 / 50,302 = 1.18 in prefill, the same assumed in
     decode; without a balancer 1.18 x EPLB's speed-up, 1.49 (prefill) and 2.54 (decode). They apply where the
     expert-parallel group spans hosts (``ep`` > ``domain``), the scale they were measured at (the imbalance grows
-    with the EP size, LMSYS's simulation); inside one host 1 (no published figure: uniform routing)."""
+    with the EP size, LMSYS's simulation); inside one host 1 (no published figure: uniform routing).
+
+    ``eplb`` stands for a placement balanced from statistics, which the scenario says by its redundant experts
+    (LMSYS ran 32 of them with ``--init-expert-location`` from in-distribution statistics); SGLang keeps
+    ``--enable-eplb`` / ``--init-expert-location`` apart from ``--ep-num-redundant-experts``, and redundant
+    experts placed trivially balance nothing: such a deployment sets ``ep_load_skew`` itself."""
     if ep <= domain:
         return 1.0, (f"[assumed] uniform routing inside one host (EP{ep}): LMSYS's imbalance figures are at "
                      "EP32-EP72 across hosts")

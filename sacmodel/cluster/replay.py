@@ -109,12 +109,23 @@ def _instances(cl: ClusterSpec, n: int | None) -> list[InstanceSpec]:
         return list(cl.instances)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"instances must be a positive integer, got {n!r}")
-    # n instances like the cluster's, one per host (hosts added as needed); shared tiers reach them all
-    hosts = list(cl.hosts[:n])
-    while len(hosts) < n:
-        hosts.append(next(f"host{j}" for j in range(len(hosts), 10 * n) if f"host{j}" not in hosts))
-    return [InstanceSpec(f"i{k}", hosts[k], cl.instances[k % len(cl.instances)].role,
-                         cl.instances[k % len(cl.instances)].tiers) for k in range(n)]
+    # n instances like the cluster's, each on hosts of its own (as many as its model spans; hosts added as
+    # needed); shared tiers reach them all
+    like = [cl.instances[k % len(cl.instances)] for k in range(n)]
+    need = sum(i.spans for i in like)
+    hosts = list(cl.hosts[:need])
+    j = len(hosts)
+    while len(hosts) < need:
+        if f"host{j}" not in hosts:
+            hosts.append(f"host{j}")
+        j += 1
+    out, at = [], 0
+    for k, i in enumerate(like):
+        span = tuple(hosts[at:at + i.spans])
+        at += i.spans
+        out.append(InstanceSpec(f"i{k}", span[0], i.role, i.tiers, i.engine, span if len(span) > 1 else (),
+                                dict(i.settings)))
+    return out
 
 
 def _chain(cl: ClusterSpec, inst: InstanceSpec, system: str, only=None) -> list[str]:

@@ -149,3 +149,16 @@ def test_an_instance_over_two_built_hosts_prices_its_network_as_scenario_does(tm
     for k in ("link_bw", "t_collective", "coll_bytes", "a2a_share", "n_coll", "coll_bytes_prefill",
               "t_collective_prefill", "a2a_share_prefill", "tbo", "ep", "tp", "attn_tp", "ep_skew", "ep_skew_prefill"):
         assert mine[k] == pytest.approx(built[k], rel=1e-5), k
+
+
+def test_more_instances_like_the_files_keep_their_hosts_and_settings(tmp_path):
+    """replay(instances=3) of a file whose instance spans two hosts: three such servers, each on two hosts of
+    its own (hosts added past the file's four), each with the file's settings."""
+    from sacmodel.cluster.replay import _instances
+    p = span_file(tmp_path, [{"id": "i", "host": "h", "hosts": 2, "count": 2, "tp": 16, "dp": 16, "tiers": ["hbm"]}])
+    cl = sacmodel.load_cluster(p)
+    more = _instances(cl, 3)
+    assert [i.hosts for i in more] == [("h0", "h1"), ("h2", "h3"), ("host4", "host5")]
+    assert all(i.settings == cl.instances[0].settings for i in more)
+    r = sacmodel.replay(p, "gpu", _trace(tmp_path), instances=3)
+    assert r.success_fraction == 1

@@ -162,3 +162,11 @@ def test_more_instances_like_the_files_keep_their_hosts_and_settings(tmp_path):
     assert all(i.settings == cl.instances[0].settings for i in more)
     r = sacmodel.replay(p, "gpu", _trace(tmp_path), instances=3)
     assert r.success_fraction == 1
+
+
+def test_an_instance_across_hosts_costs_all_their_gpus(tmp_path):
+    """Two instances of two testbed hosts each: 4 hosts x 8 H20s x $1.35 per hour, as four one-host instances."""
+    from sacmodel.cluster.plan import cost_per_hour
+    p = span_file(tmp_path, [{"id": "i", "host": "h", "hosts": 2, "count": 2, "tp": 16, "dp": 16, "tiers": ["hbm"]}])
+    assert cost_per_hour(p, "gpu", 2, None)["gpu_h20"] == pytest.approx(32 * 1.35)
+    assert cost_per_hour(p, "gpu", 1, None)["gpu_h20"] == pytest.approx(16 * 1.35)

@@ -404,6 +404,15 @@ class Setup:
         self.lanes_split = m.kind != "mla"                  # MLA's latent is replicated on them
         self._alone = _alone_limits(self.cfg, self.cfg_dec if split else None, self.tr)
 
+    def host_of(self, k: int, rank: int) -> str:
+        """The host of instance ``k``'s data-parallel rank ``rank`` (its first GPU's): an instance across hosts
+        has ``per host GPUs / attn_tp`` ranks on each, in order; any other, its one host."""
+        inst = self.insts[k]
+        if not inst.hosts:
+            return inst.host
+        per_host = max(1, len(self.cl.host.gpus))
+        return inst.hosts[min(len(inst.hosts) - 1, rank * self.cfg_of(k).attn_tp // per_host)]
+
     def cfg_of(self, k: int):
         """The configuration instance ``k`` runs (its role's system, its engine)."""
         return self._cfgs[k]
@@ -439,7 +448,7 @@ class Setup:
                                     per_rank=any(c.dp > 1 for c in self._cfgs),
                                     hosts_of={k: i.host for k, i in enumerate(self.insts)})
         self.far_tiers = [t for t in self.tier_names if self.caches.is_far(t)]
-        self.net = Network(cl, sorted({i.host for i in self.insts}), cl.host)
+        self.net = Network(cl, sorted({h for i in self.insts for h in (i.hosts or (i.host,))}), cl.host)
         self.pool_tier = next((t for t in self.tier_names if cl.tiers[t].kind == "cxl"), None)
         if self.meta.get("warm"):              # a testbed run: its first round cached the prompt everywhere
             keys = chain(page_keys(tr.blocks[tr.offsets[0]:tr.offsets[1]], tr.input_len[0], tr.block_tokens, bt))

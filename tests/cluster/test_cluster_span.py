@@ -170,3 +170,23 @@ def test_an_instance_across_hosts_costs_all_their_gpus(tmp_path):
     p = span_file(tmp_path, [{"id": "i", "host": "h", "hosts": 2, "count": 2, "tp": 16, "dp": 16, "tiers": ["hbm"]}])
     assert cost_per_hour(p, "gpu", 2, None)["gpu_h20"] == pytest.approx(32 * 1.35)
     assert cost_per_hour(p, "gpu", 1, None)["gpu_h20"] == pytest.approx(16 * 1.35)
+
+
+def test_handoffs_leave_and_reach_the_host_of_each_rank(tmp_path):
+    """A prefill server over h0-h1 hands each request's KV to a decode server over h2-h3: a DP rank's KV leaves
+    from its own host's NIC (ranks 0-7 on h0, 8-15 on h1) and lands on its decode rank's host; every byte
+    sent is received."""
+    import json
+    ep = {"tp": 16, "dp": 16}
+    p = span_file(tmp_path, [{"id": "p", "hosts": ["h0", "h1"], "role": "prefill", "tiers": ["hbm"], **ep},
+                             {"id": "d", "hosts": ["h2", "h3"], "role": "decode", "tiers": ["hbm"], **ep}])
+    tr = tmp_path / "t20.jsonl"
+    tr.write_text("".join(json.dumps({"timestamp": 300 * i, "input_length": 2000, "output_length": 4,
+                                      "hash_ids": [1000 + i]}) + "\n" for i in range(20)))
+    r = sacmodel.replay(p, "gpu", tr)
+    links = r.summary["bytes_by_link"]
+    assert r.success_fraction == 1
+    assert {k.split(".")[0] for k in links if k.endswith(".out")} == {"h0", "h1"}
+    assert {k.split(".")[0] for k in links if k.endswith(".in")} == {"h2", "h3"}
+    assert sum(v for k, v in links.items() if k.endswith(".out")) == \
+        pytest.approx(sum(v for k, v in links.items() if k.endswith(".in")))

@@ -7,7 +7,8 @@ the same ones :func:`sacmodel.scenario` takes: ``tp``, ``dp``, ``ep``, ``moe_a2a
 rules (the ones :func:`sacmodel.scenario` applies), each refusal naming the file and field.
 
 The instance's machine (:func:`span_topology`) is the host scenario copied once per host (its GPUs, sockets,
-DRAM and pools: each host keeps its own), the GPUs marked with their NVLink domain (one host) and the NICs
+DRAM, NICs and CXL adapters: each host keeps its own; the CXL switch and devices and the remote memory an
+RDMA pool reads are one pool they share), the GPUs marked with their NVLink domain (one host) and the NICs
 collectives across hosts use: the host scenario's GPU fields ``nics_per_gpu`` / ``nic_rate`` / ``nic_latency``
 where it has them (a scenario :func:`sacmodel.scenario` built), else the cluster's ``network.rdma`` (its NICs
 per host over the host's GPUs, their rate). The step model then prices the ranks' collectives and DeepEP's
@@ -28,6 +29,7 @@ from .topology import Param, Topology, TopologyError
 
 # the server settings a cluster-file instance may give (as sacmodel.scenario() takes them)
 SETTINGS = ("tp", "dp", "ep", "moe_a2a", "deepep_mode", "two_batch_overlap", "ep_redundant", "cuda_graph_max_bs")
+SHARED_KINDS = ("cxl_switch", "cxl_device", "remote_memory")
 NIC_LATENCY_SOURCE = ("[assumed] nccl-tests#150: an 8 B all-reduce between two hosts over InfiniBand takes "
                       "19-20 us (the GPU catalog's default)")
 
@@ -132,14 +134,25 @@ def span_topology(host: Topology, k: int, settings: dict, net: dict, name: str) 
     g = t.graph
     base_nodes = list(g.nodes(data=True))
     base_edges = list(g.edges(data=True))
+    # the CXL switch and its devices are one pool the hosts share (a cluster tier the instance's every host
+    # reaches): each copy's adapters link to them; everything else is the copy's own
+    shared = {n for n, d in base_nodes if d.get("kind") in SHARED_KINDS}
     gpus, pools = list(host.gpus), {p: list(v) for p, v in host.pools.items()}
     for i in range(1, k):
-        ren = {n: f"{n}@{i}" for n, _ in base_nodes}
-        g.add_nodes_from((ren[n], copy.deepcopy(d)) for n, d in base_nodes)
-        g.add_edges_from((ren[u], ren[v], copy.deepcopy(d)) for u, v, d in base_edges)
+        ren = {n: (n if n in shared else f"{n}@{i}") for n, _ in base_nodes}
+        g.add_nodes_from((ren[n], copy.deepcopy(d)) for n, d in base_nodes if n not in shared)
+        g.add_edges_from((ren[u], ren[v], copy.deepcopy(d)) for u, v, d in base_edges
+                         if not (u in shared and v in shared))
+        for n, _ in base_nodes:
+            if n not in shared:
+                g.nodes[ren[n]]["host_copy"] = i
         gpus += [ren[x] for x in host.gpus]
         for p, members in host.pools.items():
-            pools[p] += [ren[x] for x in members]
+            pools[p] += [ren[x] for x in members if x not in shared]
+    if k > 1:
+        for n, _ in base_nodes:
+            if n not in shared:
+                g.nodes[n]["host_copy"] = 0
     for x in gpus:
         node = g.nodes[x]
         for f, v in net.items():

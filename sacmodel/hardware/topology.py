@@ -350,13 +350,16 @@ class Topology:
         if not members:
             raise TopologyError(f"{self.name}: no '{pool}' pool in this scenario (pools: {sorted(self.pools)})")
         gpu = self.gpus[gpu_rank]
+        copy_of = self.node(gpu).get("host_copy")   # a server over copies of one host (hardware.span): a rank
+        if copy_of is not None:                    # uses its own host's members (a shared pool's, else)
+            members = [m for m in members if self.node(m).get("host_copy") == copy_of] or members
         if pool == "dram":
             key = ("nearest", "dram", gpu)     # 3-tuple: never a (src, dst) route key
             if key not in self._routes:
                 reach = [m for m in members if nx.has_path(self.graph, m, gpu)]
                 self._routes[key] = min(reach, key=lambda m: self.route_latency(self.route(m, gpu)))
             return self._routes[key]
-        n = len(members) if n_devices is None else n_devices
+        n = len(members) if n_devices is None else min(n_devices, len(members)) if copy_of is not None else n_devices
         if not 1 <= n <= len(members):
             raise TopologyError(f"{self.name}: {pool} pool has {len(members)} devices, asked for {n}")
         return members[gpu_rank % n]

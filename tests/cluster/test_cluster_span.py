@@ -190,3 +190,24 @@ def test_handoffs_leave_and_reach_the_host_of_each_rank(tmp_path):
     assert {k.split(".")[0] for k in links if k.endswith(".in")} == {"h2", "h3"}
     assert sum(v for k, v in links.items() if k.endswith(".out")) == \
         pytest.approx(sum(v for k, v in links.items() if k.endswith(".in")))
+
+
+def test_each_rank_uses_its_own_hosts_memory_and_the_shared_cxl_pool(tmp_path):
+    """sac-cluster-4x with one server over two hosts: a rank on the second host swaps from that host's DRAM and
+    posts RDMA on its NICs, while the CXL pool behind the switch is one pool for both hosts: its two devices
+    are mapped by 16 ranks instead of 8, so each rank's share of a device is half the one-host share."""
+    from sacmodel.hardware.scenarios import TOPOLOGY_DIR
+    data = yaml.safe_load((TOPOLOGY_DIR / "sac-cluster-4x.yaml").read_text())
+    data["cluster"]["instances"] = [{"id": "n", "count": 2, "host": "h", "hosts": 2, "tp": 16, "dp": 16,
+                                     "tiers": ["hbm", "host", "cxl", "store"]}]
+    p = tmp_path / "c4.yaml"
+    p.write_text(yaml.safe_dump(data))
+    cl = sacmodel.load_cluster(p)
+    t = instance_topology(cl, cl.instances[0])
+    assert t.pool_for(9, "dram").endswith("@1") and not t.pool_for(1, "dram").endswith("@1")
+    assert t.pool_for(9, "rdma", 2) == "nic[1]@1" and t.pool_for(1, "rdma", 2) == "nic[1]"
+    assert t.pool_for(9, "cxl", 2) == "cxl_dev[1]" and t.pools["cxl"] == ["cxl_dev[0]", "cxl_dev[1]"]
+    one = resolve(load_topology("sac-testbed"), "cxl").limits["cxl_partition"]
+    assert resolve(t, "cxl").limits["cxl_partition"] == one // 2
+    for system in ("cxl", "rdma", "dram"):
+        assert sacmodel.replay(p, system, _trace(tmp_path)).success_fraction == 1

@@ -340,6 +340,10 @@ def _print_role_plan(a, r) -> None:
     con.print(f"{tally_line(r.predictions)}; {r.replays} cluster replays", highlight=False)
     if r.best is not None:
         con.print("check it: " + role_check_command(a, r.best), highlight=False, soft_wrap=True)
+        n_p, n_d = r.best["pd"].split(":")
+        for role, n in (("prefill", n_p), ("decode", n_d)):
+            con.print(f"launch the {role} role ({n} instance(s) of {r.best[role]}):", highlight=False)
+            con.print(r.launch.get(role, ""), highlight=False, soft_wrap=True, markup=False)
 
 
 def _tok(v) -> str:

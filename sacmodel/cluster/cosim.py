@@ -326,7 +326,7 @@ class CoSim:
             nbytes = blocks * s.bt * s.bpt
             holders = s.caches.shared[tier].holders(self.keys[g][have:have + blocks]) \
                 if tier in s.caches.shared and hasattr(s.caches.shared[tier], "holders") else None
-            flows += s.net.load(srv.host, r, ts, nbytes, holders)
+            flows += s.net.load(s.host_of(k, r), r, ts, nbytes, holders)
             self.by_tier[tier][g] += min(blocks * s.bt, self.L[g] - 1)
             have += blocks
         left = [len(flows)]
@@ -443,7 +443,7 @@ class CoSim:
             if alloc is not None and not alloc:
                 continue
             nb = len(alloc if alloc is not None else new)
-            flows = s.net.write(srv.host, r, s.cl.tiers[tier], nb * s.bt * s.bpt)
+            flows = s.net.write(s.host_of(srv.k, r), r, s.cl.tiers[tier], nb * s.bt * s.bpt)
             landed = keys[:blocks] if alloc is None else alloc
             left = [len(flows)]
 
@@ -607,7 +607,8 @@ class CoSim:
             return
         have = s.caches.near(kd, rd, keys, t)[0] if keys else 0
         missing = self.L[g] - min(have * s.bt, self.L[g] - 1)
-        flows = s.net.handoff(srv.host, rp, self.servers[kd].host, rd, missing * s.bpt, s.lanes, s.lanes_split)
+        flows = s.net.handoff(s.host_of(srv.k, rp), rp, s.host_of(kd, rd), rd, missing * s.bpt, s.lanes,
+                              s.lanes_split)
         if not flows:
             arrived(t)
             return

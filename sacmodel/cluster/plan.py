@@ -18,7 +18,7 @@ from ..hardware.scenarios import cluster_of
 from sacmodel.planning.pricing import GB, check_parts, gpu_part, per_gb_or_device, prices, usd
 from ..serving.predict import ConfigError
 from ..util.names import LIMITS
-from .replay import parse_pd, replay
+from .replay import _instances, parse_pd, replay
 
 AXES = ("instances", "pool", "router", "pd")
 # summary metrics where larger is better (every other one: smaller is better)
@@ -68,7 +68,8 @@ def cost_per_hour(scenario, system: str, instances: int, pool_tokens: float | No
     is refused naming every one missing."""
     cl = cluster_of(scenario)
     table = prices(price_table)
-    counts = {gpu_part(cl.host, table): instances * len(cl.host.gpus)}
+    hosts = sum(i.spans for i in _instances(cl, instances))     # an instance across hosts takes all their GPUs
+    counts = {gpu_part(cl.host, table): hosts * len(cl.host.gpus)}
     kind = HOME[system]
     tier = next((t for t in cl.tiers.values() if t.kind == kind), None)
     cap = pool_tokens if pool_tokens is not None else (tier.capacity_tokens if tier else math.inf)
@@ -76,10 +77,10 @@ def cost_per_hour(scenario, system: str, instances: int, pool_tokens: float | No
     if kind == "cxl":
         devs = max(1, math.ceil(gb / 1000)) if math.isfinite(cap) else 0     # 1 TB devices
         row, amount = per_gb_or_device(table, devs * 1000.0, devs)
-        counts.update({row: amount, "cxl_adapter": 2 * instances, "cxl_switch": math.ceil(instances / 16)})
+        counts.update({row: amount, "cxl_adapter": 2 * hosts, "cxl_switch": math.ceil(hosts / 16)})
     elif kind == "rdma":
         te = tier.params.get("rdma") if tier else None
-        counts["rdma_nic"] = 2 * instances + (te.nics if te else 2)
+        counts["rdma_nic"] = 2 * hosts + (te.nics if te else 2)
         if gb:
             counts["dram_gb"] = gb
     check_parts(table, list(counts), price_table)

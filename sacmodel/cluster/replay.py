@@ -21,6 +21,7 @@ from ..hardware.cluster import (
     USABLE,
     ClusterSpec,
     InstanceSpec,
+    instance_topology,
     kv_bytes_per_token,
     parse_capacity,
 )
@@ -108,12 +109,23 @@ def _instances(cl: ClusterSpec, n: int | None) -> list[InstanceSpec]:
         return list(cl.instances)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"instances must be a positive integer, got {n!r}")
-    # n instances like the cluster's, one per host (hosts added as needed); shared tiers reach them all
-    hosts = list(cl.hosts[:n])
-    while len(hosts) < n:
-        hosts.append(next(f"host{j}" for j in range(len(hosts), 10 * n) if f"host{j}" not in hosts))
-    return [InstanceSpec(f"i{k}", hosts[k], cl.instances[k % len(cl.instances)].role,
-                         cl.instances[k % len(cl.instances)].tiers) for k in range(n)]
+    # n instances like the cluster's, each on hosts of its own (as many as its model spans; hosts added as
+    # needed); shared tiers reach them all
+    like = [cl.instances[k % len(cl.instances)] for k in range(n)]
+    need = sum(i.spans for i in like)
+    hosts = list(cl.hosts[:need])
+    j = len(hosts)
+    while len(hosts) < need:
+        if f"host{j}" not in hosts:
+            hosts.append(f"host{j}")
+        j += 1
+    out, at = [], 0
+    for k, i in enumerate(like):
+        span = tuple(hosts[at:at + i.spans])
+        at += i.spans
+        out.append(InstanceSpec(f"i{k}", span[0], i.role, i.tiers, i.engine, span if len(span) > 1 else (),
+                                dict(i.settings)))
+    return out
 
 
 def _chain(cl: ClusterSpec, inst: InstanceSpec, system: str, only=None) -> list[str]:
@@ -381,8 +393,17 @@ class Setup:
             if (id(base), eng) not in carried:
                 carried[id(base), eng] = as_engine(base, eng)
             return carried[id(base), eng]
-        self._cfgs = [served(cfg_dec if split and k >= split[0] else cfg, engine or inst.engine)
-                      for k, inst in enumerate(insts)]
+        own: dict = {}                     # (machine, system) -> the config of instances with their own settings
+
+        def base(k, inst):
+            dec = bool(split) and k >= split[0]
+            if not inst.settings:
+                return cfg_dec if dec else cfg
+            topo, sys_k = instance_topology(cl, inst), dec_system if dec else system
+            if (id(topo), sys_k) not in own:
+                own[id(topo), sys_k] = resolve(topo, sys_k, **resources)
+            return own[id(topo), sys_k]
+        self._cfgs = [served(base(k, inst), engine or inst.engine) for k, inst in enumerate(insts)]
         self.cfg = self._cfgs[0]
         self.cfg_dec = self._cfgs[split[0]] if split else self.cfg
         self.bpt = kv_bytes_per_token(cl.host)
@@ -397,6 +418,15 @@ class Setup:
         self.lanes = self.cfg.attn_tp                       # GPUs whose KV a handoff moves, one NIC each
         self.lanes_split = m.kind != "mla"                  # MLA's latent is replicated on them
         self._alone = _alone_limits(self.cfg, self.cfg_dec if split else None, self.tr)
+
+    def host_of(self, k: int, rank: int) -> str:
+        """The host of instance ``k``'s data-parallel rank ``rank`` (its first GPU's): an instance across hosts
+        has ``per host GPUs / attn_tp`` ranks on each, in order; any other, its one host."""
+        inst = self.insts[k]
+        if not inst.hosts:
+            return inst.host
+        per_host = max(1, len(self.cl.host.gpus))
+        return inst.hosts[min(len(inst.hosts) - 1, rank * self.cfg_of(k).attn_tp // per_host)]
 
     def cfg_of(self, k: int):
         """The configuration instance ``k`` runs (its role's system, its engine)."""
@@ -433,7 +463,7 @@ class Setup:
                                     per_rank=any(c.dp > 1 for c in self._cfgs),
                                     hosts_of={k: i.host for k, i in enumerate(self.insts)})
         self.far_tiers = [t for t in self.tier_names if self.caches.is_far(t)]
-        self.net = Network(cl, sorted({i.host for i in self.insts}), cl.host)
+        self.net = Network(cl, sorted({h for i in self.insts for h in (i.hosts or (i.host,))}), cl.host)
         self.pool_tier = next((t for t in self.tier_names if cl.tiers[t].kind == "cxl"), None)
         if self.meta.get("warm"):              # a testbed run: its first round cached the prompt everywhere
             keys = chain(page_keys(tr.blocks[tr.offsets[0]:tr.offsets[1]], tr.input_len[0], tr.block_tokens, bt))

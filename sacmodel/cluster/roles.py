@@ -81,11 +81,30 @@ class RolePlan:
     predictions: dict = field(default_factory=dict)
     replays: int = 0
     stalled: dict = field(default_factory=dict)   # prefill configuration -> the count past which TTFT stopped falling
+    launch: dict = field(default_factory=dict)    # role -> the SGLang launch command of its instances (or why none)
 
     def to_dict(self) -> dict:
         return {"best": self.best, "message": self.message, "tried": self.tried, "runners_up": self.runners_up,
                 "configs": self.configs, "rates": self.rates, "predictions": self.predictions,
-                "replays": self.replays, "stalled": self.stalled}
+                "replays": self.replays, "stalled": self.stalled, "launch": self.launch}
+
+
+def launch_commands(p: RoleConfig, d: RoleConfig, system: str) -> dict[str, str]:
+    """The SGLang launch commands of the answer's two roles (:func:`sacmodel.sglang_command` with
+    ``--disaggregation-mode prefill`` / ``decode`` and Mooncake's transfer backend, SGLang's default; a role over
+    several hosts with ``--nnodes`` and ``--node-rank``). The decode role of an RDMA system reads the KV it was
+    handed in host DRAM, as the replay runs it (``dram``). Where SGLang's command cannot describe the role (a
+    vLLM scenario, a what-if system), the reason instead, starting with ``#``."""
+    from ..planning.common import SolverError
+    from ..planning.emit import sglang_command
+    out = {}
+    for role, rc, sys_r in (("prefill", p, system),
+                            ("decode", d, "dram" if system in ("rdma", "rdma-topk") else system)):
+        try:
+            out[role] = sglang_command(rc.scenario, sys_r, disaggregation_mode=role)
+        except (SolverError, ConfigError, TopologyError) as exc:
+            out[role] = f"# no SGLang launch command for the {role} role: {exc}"
+    return out
 
 
 def role_configs(scenario, parallel=None) -> list[RoleConfig]:
@@ -262,6 +281,7 @@ def role_search(scenario, system: str, trace, slo: dict, *, parallel=None, max_r
         plan.tried.append(row)
         if row.get("meets"):
             plan.best = row
+            plan.launch = launch_commands(p, d, system)
             break
         _note_stall(plan.stalled, ttfts.setdefault(pn, {}), pn, n_p, row, slo)
         for n_p2, n_d2 in _next_splits(row, slo, n_p, n_d):

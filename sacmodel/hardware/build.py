@@ -16,11 +16,12 @@ from .models import ModelError, get_model
 from .sizing import (VLLM_BLOCK, VLLM_FRONT_END, VLLM_GPU_MEMORY_UTILIZATION, VLLM_GRAPH_TOKENS,
                      vllm_batch_defaults)
 from .sizing import (GIB, MIB, RUNTIME_RESERVE, WEIGHT_BYTES, chunked_prefill_default, cuda_graph_max_bs_default,
-                     kv_cell_bytes, kv_dtype_default, kv_pool_tokens, mem_fraction_default, reserved_mib,
-                     fp8_block_refusal, sglang_refusal, weights_per_gpu)
+                     ep_load_skew, kv_cell_bytes, kv_dtype_default, kv_pool_tokens, mem_fraction_default,
+                     reserved_mib, fp8_block_refusal, sglang_refusal, weights_per_gpu)
 from ..util.names import ENGINES
 from .topology import LIMITS as TOPOLOGY_LIMITS
 from .topology import Topology, TopologyError
+from .rules import _check_choice, _check_flag, _check_int, _is_bool, check_parallel, ep_settings  # noqa: F401
 
 SGLANG = "SGLang 0.5.9 default"
 VLLM = "vLLM V1 default (vllm-project/vllm at 00024d31)"
@@ -35,30 +36,6 @@ def _num(value: str, source: str) -> dict:
     except ValueError:
         v = value
     return {"value": v, "source": source}
-
-
-def _is_bool(v) -> bool:
-    """A Python or numpy bool (refused where a number is meant, taken where a flag is)."""
-    return isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"))
-
-
-def _check_int(name: str, v, lo: int = 1, hi: int = 256) -> int:
-    """A whole number in [lo, hi] (numpy integers too; bools are not numbers here)."""
-    if _is_bool(v) or not isinstance(v, numbers.Integral) or not lo <= int(v) <= hi:
-        raise TopologyError(f"scenario: {name} must be a whole number from {lo} to {hi}, got {v!r}"[:300])
-    return int(v)
-
-
-def _check_choice(name: str, v, choices) -> str:
-    if not isinstance(v, str) or v not in choices:
-        raise TopologyError(f"scenario: {name} must be one of {', '.join(choices)}, got {v!r}"[:300])
-    return v
-
-
-def _check_flag(name: str, v) -> bool:
-    if not _is_bool(v):
-        raise TopologyError(f"scenario: {name} must be True or False, got {v!r}"[:300])
-    return bool(v)
 
 
 def _check_fraction(name: str, v) -> float:
@@ -152,7 +129,7 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
     pools = _pools(pool)
     n_cxl = _pool_size("cxl_devices", cxl_devices, "cxl", pools)
     n_rdma = _pool_size("rdma_nics", rdma_nics, "rdma", pools)
-    ep_parts = _ep_settings(m, tp=tp, dp=dp, ep=ep, moe_a2a=moe_a2a, deepep_mode=deepep_mode,
+    ep_parts = ep_settings(m, tp=tp, dp=dp, ep=ep, moe_a2a=moe_a2a, deepep_mode=deepep_mode,
                             two_batch_overlap=two_batch_overlap, ep_redundant=ep_redundant)
     _check_machine(g, m, gpus=gpus, tp=tp, dp=dp, ep=ep, weights=weights, pools=pools,
                    redundant=ep_parts["ep_redundant"])
@@ -172,6 +149,7 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                                                               ("rdma_nics", n_rdma, "rdma")) if p in pools},
                        cuda_graph_max_bs=cuda_graph_max_bs)
     serving.update(_ep_serving(ep_parts))
+    serving.update(_skew_serving(m, ep, g.host_gpus, ep_parts["ep_redundant"]))
     if engine == "vllm":
         _vllm_serving(serving, g, dp=dp, chunked_prefill=chunked_prefill, mem_fraction=mem_fraction,
                       max_running_requests=max_running_requests)
@@ -224,21 +202,9 @@ def _pool_size(name: str, v, pool: str, pools) -> int | None:
 
 def _check_machine(g: GPUSpec, m, *, gpus: int, tp: int, dp: int, ep: int, weights: str, pools,
                    redundant: int = 0) -> None:
-    """What SGLang would refuse, or what the built machine cannot be: one server over all GPUs, the parallel
-    sizes dividing it, experts to split under EP, FP4 kernels only on Blackwell, pools on one host."""
-    if tp != gpus:
-        raise TopologyError(f"scenario: tp={tp} must equal gpus={gpus} (one server over all its GPUs)")
-    for name, v in (("dp", dp), ("ep", ep)):
-        if tp % v:
-            raise TopologyError(f"scenario: {name}={v} must divide tp={tp}")
-    if ep > 1 and not m.routed_experts:
-        raise TopologyError(f"scenario: ep={ep} splits a model's experts over GPUs, but {m.name} is dense (no "
-                            "routed experts): use ep=1")
-    if ep > 1 and (m.routed_experts + redundant) % ep:
-        extra = f" + {redundant} redundant" if redundant else ""
-        raise TopologyError(f"scenario: ep={ep} must divide the {m.routed_experts}{extra} routed experts of {m.name} "
-                            "(SGLang places whole experts; ep_redundant, --ep-num-redundant-experts, adds EPLB "
-                            "replicas to make them divide)")
+    """What SGLang would refuse, or what the built machine cannot be: the parallel sizes (:func:`check_parallel`),
+    FP4 kernels only on Blackwell, pools on one host."""
+    check_parallel(m, gpus=gpus, tp=tp, dp=dp, ep=ep, redundant=redundant)
     if weights == "fp4" and (g.sm_version < 100 or not g.flops_fp4):
         raise TopologyError(f"scenario: weights='fp4' needs FP4 tensor cores (Blackwell, SM100): SGLang's FP4 "
                             f"(NVFP4) kernels do not run on {g.name} (SM{g.sm_version}); use fp8 or awq-int4")
@@ -252,33 +218,8 @@ def _check_machine(g: GPUSpec, m, *, gpus: int, tp: int, dp: int, ep: int, weigh
                                 f"is not modelled (use at most {g.host_gpus} GPUs, or write a scenario file)")
 
 
-def _ep_settings(m, *, tp: int, dp: int, ep: int, moe_a2a, deepep_mode, two_batch_overlap, ep_redundant) -> dict:
-    """The expert-parallel settings checked against SGLang's rules (server_args.py): DeepEP needs expert
-    parallelism over all GPUs (it sets ep_size = tp_size) and DP attention; two-batch overlap needs an
-    all-to-all backend; redundant experts need expert parallelism."""
-    a2a = _check_choice("moe_a2a", moe_a2a, ("none", "deepep"))
-    mode = _check_choice("deepep_mode", deepep_mode, ("auto", "normal", "low_latency"))
-    tbo = _check_flag("two_batch_overlap", two_batch_overlap)
-    red = 0 if ep_redundant == 0 and not _is_bool(ep_redundant) else _check_int("ep_redundant", ep_redundant, 1, 1024)
-    if a2a == "deepep":
-        if not m.routed_experts:
-            raise TopologyError(f"scenario: moe_a2a='deepep' dispatches tokens to experts, but {m.name} is dense")
-        if ep != tp or dp != tp:
-            raise TopologyError(f"scenario: moe_a2a='deepep' with tp={tp}, dp={dp}, ep={ep}: SGLang's DeepEP runs "
-                                f"expert parallelism over all GPUs (it sets ep_size = tp_size) under DP attention; "
-                                f"give dp={tp} and ep={tp}")
-    elif mode != "auto":
-        raise TopologyError(f"scenario: deepep_mode={mode!r} needs moe_a2a='deepep'")
-    if tbo and a2a != "deepep":
-        raise TopologyError("scenario: two_batch_overlap overlaps DeepEP's dispatch and combine with computation: "
-                            "SGLang's --enable-two-batch-overlap needs --moe-a2a-backend deepep (moe_a2a='deepep')")
-    if red and ep <= 1:
-        raise TopologyError(f"scenario: ep_redundant={red} replicates experts over expert-parallel groups: give ep > 1")
-    return {"moe_a2a": a2a, "deepep_mode": mode, "two_batch_overlap": tbo, "ep_redundant": red}
-
-
 def _ep_serving(p: dict) -> dict:
-    """The serving entries of :func:`_ep_settings` (none when expert parallelism runs without DeepEP)."""
+    """The serving entries of :func:`ep_settings` (none when expert parallelism runs without DeepEP)."""
     out = {}
     if p["moe_a2a"] == "deepep":
         out["moe_a2a"] = _num("deepep", "given (SGLang --moe-a2a-backend deepep)")
@@ -289,6 +230,18 @@ def _ep_serving(p: dict) -> dict:
         out["two_batch_overlap"] = _num("1", "given (SGLang --enable-two-batch-overlap)")
     if p["ep_redundant"]:
         out["ep_redundant"] = _num(str(p["ep_redundant"]), "given (SGLang --ep-num-redundant-experts, EPLB)")
+    return out
+
+
+def _skew_serving(m, ep: int, host_gpus: int, redundant: int) -> dict:
+    """The busiest GPU's routed-expert load over the mean, per phase, with its source, where an expert-parallel
+    group spans hosts (:func:`sacmodel.hardware.sizing.ep_load_skew`; none inside one host: uniform routing)."""
+    if ep <= host_gpus or not m.routed_experts:
+        return {}
+    out = {}
+    for name, phase in (("ep_load_skew", "decode"), ("ep_load_skew_prefill", "prefill")):
+        v, src = ep_load_skew(ep, host_gpus, redundant > 0, phase)
+        out[name] = _num(f"{v:.6g}", src)
     return out
 
 

@@ -3,8 +3,9 @@
 A cluster is a set of hosts, each with the hardware and serving parameters of one scenario (``host:`` names a
 version-1 scenario, or the file carries the host's ``nodes``/``links`` inline), serving instances placed on
 them (``both``: prefill and decode; ``prefill``/``decode``: disaggregated; ``engine: vllm`` runs an instance
-with vLLM's scheduler and defaults instead of the host scenario's engine), the KV tiers the instances cache
-prefixes in, and the network between hosts:
+with vLLM's scheduler and defaults instead of the host scenario's engine; ``hosts: K`` or ``hosts: [ids]`` with
+``tp``/``dp``/``ep`` and SGLang's expert-parallel settings runs one server over several hosts, :mod:`.span`), the
+KV tiers the instances cache prefixes in, and the network between hosts:
 
 - ``hbm`` / ``host`` tiers belong to one instance (its GPUs' HBM, its host DRAM);
 - a ``cxl`` tier is one pool behind the CXL switch, shared by the hosts in ``attached``: a prefix written once
@@ -76,6 +77,14 @@ class InstanceSpec:
     role: str
     tiers: tuple
     engine: str | None = None            # "sglang" or "vllm" (None: the host scenario's)
+    hosts: tuple = ()                    # every host the server spans (``host`` first); () : ``host`` alone
+    settings: dict = field(default_factory=dict)   # its server's tp, dp, ep, DeepEP... (span.SETTINGS); {}: the
+                                                   # host scenario's
+
+    @property
+    def spans(self) -> int:
+        """Hosts the instance's server runs on."""
+        return max(1, len(self.hosts))
 
 
 @dataclass
@@ -202,10 +211,10 @@ def parse_cluster(raw: dict, host: Topology, where: str, name: str, description:
     bpt = kv_bytes_per_token(host)
     tiers = {str(tname): _parse_tier(str(tname), t, f"{w}.tiers.{tname}", bpt, hosts, groups)
              for tname, t in raw["tiers"].items()}
-    instances = _parse_instances(raw["instances"] or [], w, hosts, groups, tiers)
     net = raw.get("network") or {}
     _expect(net, {"rdma"}, f"{w}.network")
     rdma = _engine(net["rdma"], f"{w}.network.rdma") if "rdma" in net else None
+    instances = _parse_instances(raw["instances"] or [], w, hosts, groups, tiers, host, rdma)
     max_ctx = None
     if "max_context" in raw:
         max_ctx = _num(raw["max_context"], "tokens", f"{w}.max_context")[0]
@@ -308,13 +317,16 @@ def _store_fields(spec: TierSpec, t: dict, tw: str) -> None:
         spec.params["lease"], spec.sources["lease"] = v, src
 
 
-def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dict) -> list[InstanceSpec]:
+def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dict, host: Topology,
+                     rdma: TransferEngine | None) -> list[InstanceSpec]:
     """Instances (a group of ``count`` is id0, id1, ... spread over its host group), each with the tiers its
-    host reaches."""
+    host reaches; an instance over several hosts (``hosts``) with its server's settings (:mod:`.span`)."""
+    from .span import SETTINGS, span_hosts
     instances: list[InstanceSpec] = []
     for i, inst in enumerate(entries):
         iw = f"{w}.instances[{i}]"
-        _expect(inst, {"id", "count", "host", "role", "tiers", "description", "engine"}, iw, ("id", "tiers"))
+        _expect(inst, {"id", "count", "host", "role", "tiers", "description", "engine", "hosts", *SETTINGS}, iw,
+                ("id", "tiers"))
         role = inst.get("role", "both")
         if role not in ROLES:
             raise TopologyError(f"{iw}.role: unknown role {role!r} (known: {', '.join(ROLES)})")
@@ -324,26 +336,36 @@ def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dic
         n = _plain_count(inst["count"], f"{iw}.count", "instances") if "count" in inst else 1
         if len(instances) + n > LIMITS["instances"]:
             raise TopologyError(f"{iw}: more than {LIMITS['instances']:,} instances in the cluster (limit)")
-        href = str(inst.get("host", hosts[0] if len(hosts) == 1 else ""))
+        listed = inst.get("hosts") if isinstance(inst.get("hosts"), list) and inst["hosts"] else None
+        href = str(inst.get("host", hosts[0] if len(hosts) == 1 else listed[0] if listed else ""))
         if href not in groups and href not in hosts:
             raise TopologyError(f"{iw}.host: unknown host {inst.get('host')!r} (hosts: {', '.join(hosts)})")
         hlist = groups.get(href, [href])
-        if len(hlist) not in (1, n):
+        if len(hlist) not in (1, n) and "hosts" not in inst:
             raise TopologyError(f"{iw}: {n} instances over host group {href!r} of {len(hlist)} hosts")
+        spans = span_hosts(inst.get("hosts"), iw, n, hlist, hosts)
+        settings = _instance_settings(inst, iw, host, len(spans[0]), rdma)
         tl = inst["tiers"]
         if not isinstance(tl, list):
             raise TopologyError(f"{iw}.tiers: expected a list of tier names")
         for tn in tl:
             if not isinstance(tn, str) or tn not in tiers:
                 raise TopologyError(f"{iw}.tiers: unknown tier {tn!r} (tiers: {', '.join(tiers)})")
+        if settings and engine == "vllm":
+            raise TopologyError(f"{iw}.engine: an instance with its own parallel settings (or over several hosts) "
+                                "runs SGLang's server; the vLLM engine does not model them")
         for j in range(n):
             iid = str(inst["id"]) if n == 1 else f"{inst['id']}{j}"
-            h = hlist[j % len(hlist)]
-            reach = tuple(tn for tn in tl if tiers[tn].attached is None or h in tiers[tn].attached)
+            span = spans[j]
+            h = span[0]
+            # a tier the server's every host reaches (a CXL pool attached to some of them serves none)
+            reach = tuple(tn for tn in tl if tiers[tn].attached is None or set(span) <= set(tiers[tn].attached))
             if not reach:
-                raise TopologyError(f"{iw}: instance {iid!r} on host {h!r} reaches no KV tier "
+                where = f"host {h!r}" if len(span) == 1 else f"hosts {', '.join(span)}"
+                raise TopologyError(f"{iw}: instance {iid!r} on {where} reaches no KV tier "
                                     f"(listed: {', '.join(tl) or 'none'})")
-            instances.append(InstanceSpec(iid, h, role, reach, engine))
+            instances.append(InstanceSpec(iid, h, role, reach, engine, span if len(span) > 1 else (),
+                                          dict(settings)))
     if not instances:
         raise TopologyError(f"{w}.instances: no instances")
     if len({i.id for i in instances}) != len(instances):
@@ -354,6 +376,33 @@ def _parse_instances(entries, w: str, hosts: list[str], groups: dict, tiers: dic
         raise TopologyError(f"{w}.instances: every instance has role {only!r}; a disaggregated cluster needs a "
                             f"{'decode' if only == 'prefill' else 'prefill'} instance too (or role 'both')")
     return instances
+
+
+def _instance_settings(inst: dict, iw: str, host: Topology, k: int, rdma) -> dict:
+    """An instance's server settings over ``k`` hosts (checked), with the network its ranks cross."""
+    from .span import network_of, parse_settings
+    settings = parse_settings(inst, iw, host, k)
+    if settings and k > 1:
+        network_of(host, rdma, iw)          # refuse now an instance across hosts with no network to price
+    return settings
+
+
+def instance_topology(cl: ClusterSpec, inst: InstanceSpec) -> Topology:
+    """The machine an instance's server runs on: the host scenario itself, or for an instance with its own
+    settings (over one host or several) the host copied once per host with those settings
+    (:func:`sacmodel.hardware.span.span_topology`); one per distinct (hosts, settings), kept on ``cl``."""
+    if not inst.settings:
+        return cl.host
+    from .span import network_of, span_topology
+    key = (inst.spans, tuple(sorted(inst.settings.items())))
+    memo = cl.__dict__.setdefault("_span_topos", {})
+    if key not in memo:
+        s = inst.settings
+        name = (f"{cl.host.name}x{inst.spans}-tp{s['tp']}" + (f"-dp{s['dp']}" if s["dp"] > 1 else "")
+                + (f"-ep{s['ep']}" if s["ep"] > 1 else ""))
+        net = network_of(cl.host, cl.rdma, f"{cl.name}: instance {inst.id!r}") if inst.spans > 1 else {}
+        memo[key] = span_topology(cl.host, inst.spans, s, net, name)
+    return memo[key]
 
 
 V2_FIELDS = {"schema_version", "name", "description", "model", "cluster", "nodes", "links", "pools", "serving",

@@ -105,8 +105,8 @@ def _cache_key(path: Path) -> str | None:
 
 
 _LOADER_SOURCES = ("hardware/topology.py", "hardware/schema.py", "hardware/scenarios.py", "hardware/units.py",
-                   "hardware/models.py", "hardware/cluster.py", "data/records.py", "util/reading.py",
-                   "util/names.py")
+                   "hardware/models.py", "hardware/cluster.py", "hardware/span.py", "hardware/rules.py",
+                   "hardware/sizing.py", "data/records.py", "util/reading.py", "util/names.py")
 
 
 def builtin_scenarios() -> list[str]:

@@ -480,6 +480,47 @@ def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_
             "a2a_share": a2a / seconds if seconds > 0 else 0.0}
 
 
+# ---- expert-load skew: the busiest GPU's routed-expert tokens over the mean (SGLang's EPLB "balancedness" is its
+# inverse: mean over max tokens per GPU, sglang/srt/eplb) -------------------------------------------------------
+# LMSYS, "Deploying DeepSeek with PD Disaggregation and Large-scale Expert Parallelism on 96 H100 GPUs" (2025-05-05,
+# lm-sys/lm-sys.github.io blog/2025-05-05-large-scale-ep.md at 2db4e404): prefill at 16,384 tokens per GPU and
+# 4,096-token prompts, EP32, runs at 50,302 tokens/s per node with its EPLB placement (in-distribution statistics)
+# and 59,337 with "simulated perfect EPLB" (random routing: the model's uniform routing); EPLB itself gives a
+# speed-up of 1.49x in prefill and 2.54x in decode over no balancer ("Ablation Study: EPLB").
+LMSYS_EP = ("LMSYS 'Deploying DeepSeek with PD Disaggregation and Large-scale Expert Parallelism on 96 H100 GPUs' "
+            "(2025-05-05, blog/2025-05-05-large-scale-ep.md@2db4e404)")
+EPLB_RESIDUAL = 59337 / 50302          # 1.180: the whole step's slow-down of EPLB's placement against perfect balance
+EPLB_SPEEDUP = {"prefill": 1.49, "decode": 2.54}
+
+
+def ep_load_skew(ep: int, domain: int, eplb: bool, phase: str) -> tuple[float, str]:
+    """(ratio, source) of the busiest GPU's routed-expert tokens over the mean, beyond what uniform routing
+    spreads (:func:`sacmodel.serving.step.a2a_excess` prices that): it multiplies the busiest GPU's MoE FLOPs and
+    what DeepEP's dispatch and combine deliver to it.
+
+    From LMSYS's published throughputs at EP32-EP72 (:data:`LMSYS_EP`), read as lower bounds (they slow the whole
+    step, of which the MoE and its all-to-all are a part): with EPLB (``eplb``: redundant experts placed from
+    statistics, SGLang's ``--ep-num-redundant-experts``) 59,337 / 50,302 = 1.18 in prefill, the same assumed in
+    decode; without a balancer 1.18 x EPLB's speed-up, 1.49 (prefill) and 2.54 (decode). They apply where the
+    expert-parallel group spans hosts (``ep`` > ``domain``), the scale they were measured at (the imbalance grows
+    with the EP size, LMSYS's simulation); inside one host 1 (no published figure: uniform routing).
+
+    ``eplb`` stands for a placement balanced from statistics, which the scenario says by its redundant experts
+    (LMSYS ran 32 of them with ``--init-expert-location`` from in-distribution statistics); SGLang keeps
+    ``--enable-eplb`` / ``--init-expert-location`` apart from ``--ep-num-redundant-experts``, and redundant
+    experts placed trivially balance nothing: such a deployment sets ``ep_load_skew`` itself."""
+    if ep <= domain:
+        return 1.0, (f"[assumed] uniform routing inside one host (EP{ep}): LMSYS's imbalance figures are at "
+                     "EP32-EP72 across hosts")
+    if eplb:
+        src = (f"{LMSYS_EP}: prefill at EP32 with EPLB 50,302 tok/s per node against 59,337 with simulated perfect "
+               "EPLB, 59,337 / 50,302 [lower bound]" + ("" if phase == "prefill" else "; decode [assumed] as prefill"))
+        return EPLB_RESIDUAL, src
+    return EPLB_RESIDUAL * EPLB_SPEEDUP[phase], (
+        f"{LMSYS_EP}: no balancer, EPLB's {phase} speed-up {EPLB_SPEEDUP[phase]}x over EPLB's residual 59,337 / "
+        "50,302 [lower bound]")
+
+
 def gemm_precision(weights: str) -> str:
     """The tensor-core precision GEMMs with these weights run at: FP8 blocks on FP8 cores, FP4 on FP4, AWQ's 4-bit
     weights dequantised to BF16 (Marlin kernels), BF16 as is."""

@@ -130,7 +130,7 @@ PARAM_DIMENSIONS = {
     "cxl_map_bytes": "bytes", "swap_load_bytes": "bytes", "buffer_extra_slots": "tokens",
     "load_balance": "string", "weights": "string", "max_prefill_tokens": "tokens", "engine": "string",
     "moe_a2a": "string", "deepep_mode": "string", "two_batch_overlap": "dimensionless",
-    "ep_redundant": "dimensionless",
+    "ep_redundant": "dimensionless", "ep_load_skew": "dimensionless", "ep_load_skew_prefill": "dimensionless",
     "vllm_tokenizer_wait": "time", "vllm_output_message": "time", "vllm_output_request": "time",
 }
 # Parameters of earlier versions, and what replaced them (a scenario naming one gets this in its error)
@@ -170,6 +170,8 @@ PARAM_RANGES: dict[str, Range] = {
     "deepep_mode": Range("string", 0, 0, choices=("auto", "normal", "low_latency")),
     "two_batch_overlap": Range("dimensionless", 0, 1, integer=True),
     "ep_redundant": Range("dimensionless", 0, 1 << 16, integer=True),
+    # the busiest GPU's routed-expert tokens over the mean: 1 (uniform) up to every token on one GPU of a large group
+    "ep_load_skew": Range("dimensionless", 1.0, 1024.0), "ep_load_skew_prefill": Range("dimensionless", 1.0, 1024.0),
     "score_correlation": Range("dimensionless", 0.0, 0.999999),
     "drift_settling": Range("dimensionless", 0.0, 1e4),
     "settling_steps": Range("dimensionless", 0.0, 1e9, lo_open=True),
@@ -351,13 +353,16 @@ class Topology:
         if not members:
             raise TopologyError(f"{self.name}: no '{pool}' pool in this scenario (pools: {sorted(self.pools)})")
         gpu = self.gpus[gpu_rank]
+        copy_of = self.node(gpu).get("host_copy")   # a server over copies of one host (hardware.span): a rank
+        if copy_of is not None:                    # uses its own host's members (a shared pool's, else)
+            members = [m for m in members if self.node(m).get("host_copy") == copy_of] or members
         if pool == "dram":
             key = ("nearest", "dram", gpu)     # 3-tuple: never a (src, dst) route key
             if key not in self._routes:
                 reach = [m for m in members if nx.has_path(self.graph, m, gpu)]
                 self._routes[key] = min(reach, key=lambda m: self.route_latency(self.route(m, gpu)))
             return self._routes[key]
-        n = len(members) if n_devices is None else n_devices
+        n = len(members) if n_devices is None else min(n_devices, len(members)) if copy_of is not None else n_devices
         if not 1 <= n <= len(members):
             raise TopologyError(f"{self.name}: {pool} pool has {len(members)} devices, asked for {n}")
         return members[gpu_rank % n]

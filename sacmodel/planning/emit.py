@@ -41,7 +41,10 @@ WEIGHTS_TEXT = {"fp8": "FP8", "bf16": "BF16", "awq-int4": "4-bit AWQ", "fp4": "N
 KV_DTYPE = {"bf16": "bfloat16", "fp8": "fp8_e4m3"}
 WHAT_IFS = ("cxl-prefetch", "rdma-topk")
 SETTINGS = ("dp", "cxl_devices", "rdma_nics", "device_buffer", "max_total_tokens", "max_running_requests",
-            "model_path")
+            "model_path", "disaggregation_mode", "transfer_backend")
+ROLES = ("prefill", "decode")
+# SGLang's --disaggregation-transfer-backend default (server_args.py: disaggregation_transfer_backend="mooncake")
+TRANSFER_BACKENDS = ("mooncake", "nixl")
 
 
 def sglang_command(scenario, system: str, **settings) -> str:
@@ -51,6 +54,11 @@ def sglang_command(scenario, system: str, **settings) -> str:
     (attention groups on the same GPUs), ``cxl_devices``, ``rdma_nics``, ``device_buffer`` (slots per request
     and layer), ``max_total_tokens`` (KV pool tokens per rank), ``max_running_requests`` (per rank), and
     ``model_path`` (default: the public checkpoint of the model and weights, else ``$MODEL_PATH``).
+    ``disaggregation_mode``: "prefill" or "decode" for one role of a disaggregated deployment (SGLang's
+    ``--disaggregation-mode``, with ``--disaggregation-transfer-backend`` ``transfer_backend``, "mooncake" by
+    default as in SGLang). A server over several hosts carries ``--nnodes``, ``--node-rank 0`` and
+    ``--dist-init-addr "$DIST_INIT_ADDR"`` (host 0's address and port): the command of host 0; host ``i`` runs
+    it with ``--node-rank i``.
     """
     args, notes = sglang_args(scenario, system, **settings)
     lines, cur = [], LAUNCHER
@@ -65,9 +73,9 @@ def sglang_command(scenario, system: str, **settings) -> str:
 
 
 def _quote(value) -> str:
-    """A shell word; ``$MODEL_PATH`` stays a variable the shell expands."""
+    """A shell word; ``$MODEL_PATH`` and ``$DIST_INIT_ADDR`` stay variables the shell expands."""
     v = str(value)
-    return f'"{v}"' if v == "$MODEL_PATH" else shlex.quote(v)
+    return f'"{v}"' if v in ("$MODEL_PATH", "$DIST_INIT_ADDR") else shlex.quote(v)
 
 
 # each integer setting's range: SGLang indexes the KV pool with int32 (req_to_token), the CLI's own bounds
@@ -92,6 +100,13 @@ def check_settings(settings: dict) -> None:
     path = settings.get("model_path")
     if path is not None:
         safe_text("model_path", path)
+    for k, choices in (("disaggregation_mode", ROLES), ("transfer_backend", TRANSFER_BACKENDS)):
+        v = settings.get(k)
+        if v is not None and v not in choices:
+            raise SolverError(f"sglang_command: {k}={str(v)[:40]!r}: must be one of {', '.join(choices)}")
+    if settings.get("transfer_backend") is not None and settings.get("disaggregation_mode") is None:
+        raise SolverError("sglang_command: transfer_backend moves the KV between a prefill and a decode server: "
+                          "give disaggregation_mode too")
 
 
 def safe_text(what: str, value) -> str:
@@ -136,11 +151,15 @@ def sglang_args(scenario, system: str, **settings) -> tuple[dict, list[str]]:
     if cfg.hisparse:
         args["--enable-hisparse"] = True
         args["--hisparse-config"] = json.dumps(hisparse_config(cfg), separators=(",", ":"))
+    role = settings.get("disaggregation_mode")
+    if role:
+        args["--disaggregation-mode"] = role
+        args["--disaggregation-transfer-backend"] = settings.get("transfer_backend") or "mooncake"
     hosts = -(-len(t.gpus) // int(t.node(t.gpus[0]).get("nvlink_domain", len(t.gpus))))
     if hosts > 1:
-        args["--nnodes"] = hosts
-        notes = [*notes, f"one server over {hosts} hosts: run this on each with --node-rank 0..{hosts - 1} and "
-                         "--dist-init-addr HOST0:PORT (host 0's address)"]
+        args.update({"--nnodes": hosts, "--node-rank": 0, "--dist-init-addr": "$DIST_INIT_ADDR"})
+        notes = [*notes, f"one server over {hosts} hosts: host 0's command; run it on each host with its own "
+                         f"--node-rank 0..{hosts - 1}, DIST_INIT_ADDR=HOST0:PORT (host 0's address) on all"]
     head = (f"sacmodel: {system} on {safe_text('scenario name', t.name)} "
             f"({safe_text('model name', cfg.model.name)}, {cfg.weights} weights, {cfg.tp} GPUs, dp {cfg.dp})")
     pool = {"cxl": "cxl", "rdma": "rdma_pool"}.get(cfg.system) if cfg.hisparse else None

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..hardware.models import ModelSpec, entry_bytes, model_of
-from ..hardware.sizing import (HEAD_BYTES, attention_split, decode_kernels, fabric_scale, gemm_precision, layer_comm,
-                               sglang_refusal)
+from ..hardware.sizing import (HEAD_BYTES, attention_split, decode_kernels, ep_load_skew, fabric_scale, gemm_precision,
+                               layer_comm, sglang_refusal)
 from ..hardware.scenarios import as_topology, is_builtin
 from ..hardware.topology import LIMITS as TOPOLOGY_LIMITS
 from ..hardware.topology import Topology, TopologyError, with_pool_size
@@ -319,6 +319,7 @@ def static_values(cfg: Config) -> dict[str, float]:
     v["coll_bytes_prefill"], v["t_collective_prefill"] = pre["coll_bytes"], pre["t_collective"]
     v["a2a_share_prefill"] = pre["a2a_share"]
     v["tbo"] = _setting(t, "two_batch_overlap", 0.0)
+    v["ep_skew"], v["ep_skew_prefill"] = (ep_skew(cfg, phase) for phase in ("decode", "prefill"))
     nics = t.pools.get("rdma", [])
     if nics:
         nic = t.node(nics[0])
@@ -330,6 +331,20 @@ def static_values(cfg: Config) -> dict[str, float]:
     page_reads = t.serving["rdma_topk_granularity"].raw == "page" if "rdma_topk_granularity" in t.serving else False
     v["rdma_ops_per_miss"], v["rdma_bytes_per_miss"] = 1.0, v["entry_bytes"] * (cfg.page if page_reads else 1)
     return v
+
+
+def ep_skew(cfg: Config, phase: str) -> float:
+    """The busiest GPU's routed-expert load over the mean in ``phase`` ("prefill" or "decode"): the scenario's
+    ``ep_load_skew`` / ``ep_load_skew_prefill``, else LMSYS's published figure for the expert-parallel group
+    (:func:`sacmodel.hardware.sizing.ep_load_skew`; EPLB where the scenario has redundant experts)."""
+    name = "ep_load_skew_prefill" if phase == "prefill" else "ep_load_skew"
+    t = cfg.topo
+    if t.has_param(name):
+        return float(t.param(name))
+    if cfg.ep <= 1 or not cfg.model.routed_experts:
+        return 1.0
+    domain = int(t.node(t.gpus[0]).get("nvlink_domain", len(t.gpus)))
+    return ep_load_skew(cfg.ep, domain, _setting(t, "ep_redundant", 0) > 0, phase)[0]
 
 
 def _gpu_values(cfg: Config) -> dict[str, float]:

@@ -174,7 +174,8 @@ def shared_terms() -> dict[str, sp.Expr]:
         "comm": c["layers"] * N * sym("coll_bytes", "byte", "collective bytes per token per layer per GPU")
         / sym("link_bw", "byte/second", "NVLink bandwidth per GPU per direction"),
         "dense_mlp": _roof(c["fu"] * 2 * N * dense / c["tp"], c["wb"] * dense / c["tp"], c["pw"], meff),
-        "moe": _roof(c["fu"] * 2 * N * l_moe * e * P_exp / c["tp"], c["wb"] * l_moe * P_exp * experts
+        # the busiest GPU computes ep_skew x the mean of the routed tokens (all of them under TP: skew 1)
+        "moe": _roof(c["fu"] * 2 * N * l_moe * e * P_exp * _skew() / c["tp"], c["wb"] * l_moe * P_exp * experts
                      / c["tp"], c["pw"], meff, sym("moe_eff", "dimensionless",
                                                    "achieved fraction of HBM bandwidth of the grouped MoE GEMM")),
         "lm_head": _roof(c["fu"] * 2 * S * vh / c["tp"], sym("head_bytes", "byte", "bytes per LM head param")
@@ -186,15 +187,22 @@ def shared_terms() -> dict[str, sp.Expr]:
     return terms
 
 
+def _skew():
+    return sym("ep_skew", "dimensionless", "the busiest GPU's routed-expert tokens over the mean, beyond uniform "
+                                           "routing (1: uniform; sacmodel.hardware.sizing.ep_load_skew)")
+
+
 def a2a_excess(N, e):
     """The busiest GPU's excess over the mean of what DeepEP's dispatch and combine deliver, as a share of the
     all-to-all's time: each of the ``N`` tokens' ``e`` copies lands on one of ``ep`` GPUs (uniform routing, what
     a perfect balancer gives), so a GPU receives mu = N e / ep copies on average and the busiest about
-    mu + sqrt(2 ln ep) sqrt(mu); the call ends when the busiest has received (and sent back) its copies."""
+    mu + sqrt(2 ln ep) sqrt(mu); real routing's skew (``ep_skew``, the busiest GPU's load over the mean) scales
+    that; the call ends when the busiest has received (and sent back) its copies."""
     ep = sym("ep", "dimensionless")
     imb = sym("ep_imbalance", "dimensionless")
     share = sym("a2a_share", "dimensionless", "share of the collectives' seconds that is DeepEP's all-to-all")
-    return share * imb / sp.sqrt(sp.Max(N * e / ep, 1))     # at least one copy (e = 0: a dense model)
+    # at least one copy (e = 0: a dense model)
+    return share * (_skew() * (1 + imb / sp.sqrt(sp.Max(N * e / ep, 1))) - 1)
 
 
 def tbo_hidden(compute, comm, layers):

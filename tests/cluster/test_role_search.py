@@ -7,8 +7,8 @@ import pytest
 
 import sacmodel
 from sacmodel.cluster.plan import cluster_plan
-from sacmodel.cluster.roles import (RoleConfig, bracket, measure, role_configs, role_search, split_cost,
-                                    trace_rates, ttft_quantile)
+from sacmodel.cluster.roles import (RoleConfig, bracket, launch_commands, measure, role_configs, role_search,
+                                    split_cost, trace_rates, ttft_quantile)
 from sacmodel.data.traces import Trace
 from sacmodel.planning.pricing import prices, usd
 from sacmodel.planning.search import Tally
@@ -89,6 +89,44 @@ def test_the_search_replays_cheapest_first_and_stops_at_the_first_that_meets(hos
     assert r.best is not None and (r.best["prefill"], r.best["decode"], r.best["pd"]) == ("tp2", "tp2", "3:2")
     assert r.replays == len(seen) and r.predictions["engine"] > 0
     assert all(u["cost_usd_per_hour"] >= r.best["cost_usd_per_hour"] for u in r.runners_up)
+    # the answer's launch commands parse back to its configuration, one per role
+    for role in ("prefill", "decode"):
+        flags = launch_flags(r.launch[role])
+        assert flags["--disaggregation-mode"] == role and flags["--disaggregation-transfer-backend"] == "mooncake"
+        assert flags["--tp-size"] == "2" and "--dp-size" not in flags and "--nnodes" not in flags
+
+
+def launch_flags(text: str) -> dict:
+    """An emitted SGLang command as flag -> value (True for a switch), comment lines skipped."""
+    import shlex
+    body = " ".join(ln.rstrip("\\").strip() for ln in text.splitlines() if not ln.startswith("#"))
+    words = shlex.split(body)
+    assert words[:3] == ["python3", "-m", "sglang.launch_server"]
+    out, i = {}, 3
+    while i < len(words):
+        more = i + 1 < len(words) and not words[i + 1].startswith("--")
+        out[words[i]], i = (words[i + 1], i + 2) if more else (True, i + 1)
+    return out
+
+
+def test_launch_commands_of_roles_across_hosts_parse_back_to_their_configuration():
+    """A prefill role of DeepEP over 16 H100s (2 hosts, DP attention, EP16) and a decode role of TP16: each
+    command carries its role, its parallelism and the hosts it spans (host 0's: --node-rank 0)."""
+    pre = RoleConfig(16, 16, gpus=16, scenario=sacmodel.scenario("h100", gpus=16, model="deepseek-v3", dp=16, ep=16,
+                                                                 mem_fraction=0.85, moe_a2a="deepep"))
+    dec = RoleConfig(16, 1, gpus=16, scenario=sacmodel.scenario("h100", gpus=16, model="deepseek-v3"))
+    cmds = launch_commands(pre, dec, "gpu")
+    p, d = launch_flags(cmds["prefill"]), launch_flags(cmds["decode"])
+    assert (p["--disaggregation-mode"], p["--tp-size"], p["--dp-size"], p["--ep-size"], p["--moe-a2a-backend"]) == \
+        ("prefill", "16", "16", "16", "deepep")
+    assert p["--enable-dp-attention"] is True and (p["--nnodes"], p["--node-rank"]) == ("2", "0")
+    assert (d["--disaggregation-mode"], d["--tp-size"], d["--ep-size"], d["--nnodes"]) == ("decode", "16", "1", "2")
+    assert "--dp-size" not in d and "--moe-a2a-backend" not in d
+    assert p["--dist-init-addr"] == "$DIST_INIT_ADDR" and '"$DIST_INIT_ADDR"' in cmds["prefill"]
+    # a role SGLang's command cannot describe says why instead of printing a wrong command
+    vllm = RoleConfig(2, 1, gpus=2, scenario=sacmodel.scenario("h100", gpus=2, model="qwen3-32b", weights="bf16",
+                                                               engine="vllm"))
+    assert launch_commands(vllm, vllm, "gpu")["prefill"].startswith("# no SGLang launch command for the prefill")
 
 
 def test_a_tighter_slo_never_picks_a_cheaper_plan(host):
@@ -123,10 +161,19 @@ def test_the_cli_prints_the_split_the_runners_up_and_a_check_that_reproduces_it(
                  "--slo", "tbt_p99_ms=40", "--roles", "search", "--parallel", "2,4"]) == 0
     out = capsys.readouterr().out
     assert "cheapest split meeting the SLO" in out and "cluster replays" in out and "USD/hour" in out
+    assert "launch the prefill role" in out and "launch the decode role" in out
+    assert "--disaggregation-mode prefill" in out and "--disaggregation-mode decode" in out
     check = next(line for line in out.splitlines() if line.startswith("check it: ")).removeprefix("check it: ")
     assert main(["plan", "--trace", str(p), *machine, "--system", "gpu", "--slo", "ttft_p90_ms=3000",
                  "--slo", "tbt_p99_ms=40", "--roles", "search", "--parallel", "2,4", "--json"]) == 0
     best = json.loads(capsys.readouterr().out)["best"]
+    # the printed launch commands parse back to the answer's configuration of each role
+    lines = out.splitlines()
+    for role in ("prefill", "decode"):
+        at = next(i for i, ln in enumerate(lines) if ln.startswith(f"launch the {role} role"))
+        end = next((i for i in range(at + 1, len(lines)) if lines[i].startswith("launch the ")), len(lines))
+        flags = launch_flags("\n".join(lines[at + 1:end]))
+        assert flags["--disaggregation-mode"] == role and flags["--tp-size"] == best[role].split("-")[0][2:]
     words = shlex.split(check)
     assert words[:2] == ["sacmodel", "replay"] and "--pd" in words
     assert main(words[1:] + ["--json", "--quiet"]) == 0

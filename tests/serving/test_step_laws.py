@@ -30,7 +30,8 @@ V = dict(layers=10.0, w_bytes=1.0, tp=4.0, attn_tp=2.0, peak_bf16=1e15, peak_fp8
          mlp_eff=0.5, p_head=1e9, head_bytes=2.0, n_kernels=20.0, t_graph_kernel=2e-6, n_coll=3.0, t_collective=1e-5,
          P=5.0, H=3.0, mha_on=0.0, dense_on=0.0, index_on=1.0, admit_on=1.0, t_hs_admit=2e-3, f_mha=3000.0,
          p_kvb=1e7, t_launch=5e-6, N_f=1000.0, nic_bw=1e10, stage_copy_bw=5e9, stage_passes=3.0, N_b=2000.0,
-         bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4, tbo=0.0, a2a_share=0.0)
+         bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4, tbo=0.0, a2a_share=0.0,
+         ep_skew=1.0)
 
 
 def ev(group, **kw):
@@ -104,6 +105,21 @@ def test_the_busiest_receiver_of_deepeps_all_to_all_by_hand():
     assert t["a2a_imbalance"] == pytest.approx(t["comm"] * 0.5 * 2 / math.sqrt(64 * 8 / 8), rel=1e-12)
     assert ev("shared", a2a_share=0.0, ep=8.0, ep_imbalance=2.0)["a2a_imbalance"] == 0.0
     assert math.isfinite(ev("shared", a2a_share=0.5, ep=8.0, ep_imbalance=2.0, e_active=0.0)["a2a_imbalance"])
+
+
+def test_routing_skew_scales_the_busiest_gpus_moe_flops_and_its_all_to_all_by_hand():
+    """The busiest GPU gets ep_skew = 1.5 times the mean routed tokens: its MoE FLOPs grow by 1.5 (the weights
+    it reads do not: the same experts), and the all-to-all lasts until it has received 1.5 x (mu + 2 sqrt(mu))
+    copies: comm x 0.5 x (1.5 x 1.25 - 1). A skew of 1 is uniform routing (the test above)."""
+    big = dict(N=1e4, N_d=1e4, S=1e4)                     # compute-bound MoE: its FLOPs decide
+    t0, t = ev("shared", **big), ev("shared", ep_skew=1.5, **big)
+    assert t["moe"] == pytest.approx(1.5 * 2 * 1e4 * 8 * 8 * 4e7 / 4 / 1e15, rel=1e-12) == pytest.approx(1.5 * t0["moe"])
+    one = ev("shared", N=1.0, N_d=1.0, ep_skew=1.5)       # one token: weight reads decide, no skew
+    assert one["moe"] == pytest.approx(8 * 4e7 * 8 / 4 / 3.2e12, rel=1e-12)
+    a = ev("shared", a2a_share=0.5, ep=8.0, ep_imbalance=2.0, ep_skew=1.5)
+    assert a["a2a_imbalance"] == pytest.approx(a["comm"] * 0.5 * (1.5 * (1 + 2 / math.sqrt(64)) - 1), rel=1e-12)
+    # without DeepEP the tokens reach every GPU by all-gather: no receiver is busier
+    assert ev("shared", a2a_share=0.0, ep=8.0, ep_imbalance=2.0, ep_skew=1.5)["a2a_imbalance"] == 0.0
 
 
 @pytest.mark.parametrize("coll_bytes", [1e2, 1e4, 1e6, 1e8])

@@ -92,7 +92,8 @@ class Model:
         names = self.shared_c.names
         self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, S=1.0, mlp_eff=1.0))
         self._shared_at = (names.index("N"), names.index("N_d"), names.index("S"), names.index("mlp_eff"))
-        self._comm_at = (names.index("coll_bytes"), names.index("t_collective"), names.index("a2a_share"))
+        self._comm_at = (names.index("coll_bytes"), names.index("t_collective"), names.index("a2a_share"),
+                         names.index("ep_skew"))
         self._tbo_at = names.index("tbo")
 
     def overlapped(self, gpu: float, excess: float) -> float:
@@ -208,9 +209,9 @@ class Model:
                 a[i_n], a[i_d], a[i_s] = float(max(n_tokens, 1)), float(max(d, 1)), float(max(q, 1))
                 a[i_eff] = self.v["prefill_eff"] if prefill else self.v["compute_eff"]
                 if prefill:
-                    i_cb, i_tc, i_sh = self._comm_at
+                    i_cb, i_tc, i_sh, i_sk = self._comm_at
                     a[i_cb], a[i_tc] = self.v["coll_bytes_prefill"], self.v["t_collective_prefill"]
-                    a[i_sh] = self.v["a2a_share_prefill"]
+                    a[i_sh], a[i_sk] = self.v["a2a_share_prefill"], self.v["ep_skew_prefill"]
                 if not self.splits(n_tokens):
                     a[self._tbo_at] = 0.0
                 s = _remember(("shared", self._id, *key), self.shared_c.total(*a))
@@ -224,7 +225,7 @@ class Model:
                  S=float(max(seqs or n_tokens, 1)), mlp_eff=self.v["prefill_eff" if prefill else "compute_eff"])
         if prefill:
             v.update(coll_bytes=self.v["coll_bytes_prefill"], t_collective=self.v["t_collective_prefill"],
-                     a2a_share=self.v["a2a_share_prefill"])
+                     a2a_share=self.v["a2a_share_prefill"], ep_skew=self.v["ep_skew_prefill"])
         if not self.splits(n_tokens):
             v["tbo"] = 0.0
         return v

@@ -167,6 +167,29 @@ def test_transfer_rules_by_hand():
     assert "prefill_attn_eff" not in same                                  # its dense attention: its prefill_eff
 
 
+def test_flashinfer_fp8_gemm_sets_blackwell_prefill_at_its_published_rate():
+    """SGLang with JIT DeepGEMM off runs FlashInfer's TRT-LLM FP8 block-scale GEMM on Blackwell, which levels off at
+    about 440 TFLOP/s at prefill shapes (sgl-project/sglang#13528): 440 / 4,500 of a B200's FP8 peak, fitted or
+    not (a published kernel figure); DeepGEMM (SGLang's default) keeps the class's value; Hopper has no such
+    kernel (SGLang refuses it); BF16 weights run no FP8 GEMM."""
+    from sacmodel.hardware.topology import TopologyError
+    b200 = get_gpu("b200")
+    for fitted in (True, False):
+        fi = transferred(b200, "fp8", fitted=fitted, fp8_gemm_backend="flashinfer_trtllm")["prefill_eff"]
+        assert fi[0] == pytest.approx(440 / 4500) and "sgl-project/sglang#13528" in fi[1]
+    default = transferred(b200, "fp8")["prefill_eff"][0]
+    assert transferred(b200, "fp8", fp8_gemm_backend="deep_gemm")["prefill_eff"][0] == default
+    assert default == pytest.approx(KERNEL_EFFICIENCY[("blackwell", "fp8")]["prefill_eff"])
+    assert transferred(b200, "bf16", fp8_gemm_backend="flashinfer_trtllm")["prefill_eff"][0] == \
+        transferred(b200, "bf16")["prefill_eff"][0]
+    s = sacmodel.scenario("b200", model="deepseek-r1", fp8_gemm_backend="flashinfer_trtllm")
+    assert s.param("prefill_eff") == pytest.approx(440 / 4500, rel=1e-5)
+    with pytest.raises(TopologyError, match="flashinfer_trtllm needs a Blackwell GPU"):
+        sacmodel.scenario("h200", model="deepseek-r1", fp8_gemm_backend="flashinfer_trtllm")
+    with pytest.raises(TopologyError, match="fp8_gemm_backend must be one of"):
+        sacmodel.scenario("b200", model="deepseek-r1", fp8_gemm_backend="cublas")
+
+
 def test_a_floor_of_small_kernels_does_not_shrink_with_sms():
     """A B200 (148 SMs) has the same in-graph kernel floor as an H200 (132): the rule that scaled it by SMs put
     B200's floor below H200's."""

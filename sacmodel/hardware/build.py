@@ -176,6 +176,10 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                                                               ("rdma_nics", n_rdma, "rdma")) if p in pools},
                        cuda_graph_max_bs=cuda_graph_max_bs)
     serving.update(_ep_serving(ep_parts))
+    if fp8_gemm_backend != "auto":
+        serving["fp8_gemm_backend"] = _num(fp8_gemm_backend, "given (SGLang --fp8-gemm-backend; "
+                                                             "SGLANG_ENABLE_JIT_DEEPGEMM=0 gives flashinfer_trtllm "
+                                                             "on Blackwell)")
     if engine == "vllm":
         _vllm_serving(serving, g, dp=dp, chunked_prefill=chunked_prefill, mem_fraction=mem_fraction,
                       max_running_requests=max_running_requests)

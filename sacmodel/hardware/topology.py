@@ -128,7 +128,7 @@ PARAM_DIMENSIONS = {
     "cxl_map_bytes": "bytes", "swap_load_bytes": "bytes", "buffer_extra_slots": "tokens",
     "load_balance": "string", "weights": "string", "max_prefill_tokens": "tokens", "engine": "string",
     "moe_a2a": "string", "deepep_mode": "string", "two_batch_overlap": "dimensionless",
-    "ep_redundant": "dimensionless",
+    "ep_redundant": "dimensionless", "fp8_gemm_backend": "string",
 }
 # Parameters of earlier versions, and what replaced them (a scenario naming one gets this in its error)
 RETIRED_PARAMS = {
@@ -165,6 +165,7 @@ PARAM_RANGES: dict[str, Range] = {
     "load_balance": Range("string", 0, 0, choices=("round_robin",)),
     "moe_a2a": Range("string", 0, 0, choices=("none", "deepep")),
     "deepep_mode": Range("string", 0, 0, choices=("auto", "normal", "low_latency")),
+    "fp8_gemm_backend": Range("string", 0, 0, choices=("auto", "deep_gemm", "flashinfer_trtllm")),
     "two_batch_overlap": Range("dimensionless", 0, 1, integer=True),
     "ep_redundant": Range("dimensionless", 0, 1 << 16, integer=True),
     "score_correlation": Range("dimensionless", 0.0, 0.999999),

@@ -121,13 +121,24 @@ FLASHINFER_FP8_GEMM_SOURCE = (
     "FP32 block scales [assumed: no published B200 rate of it at prefill sizes])")
 
 
-def fp8_gemm_efficiency(gpu: GPUSpec, weights: str, backend: str) -> tuple[float, str] | None:
-    """(``prefill_eff``, source) where SGLang's FP8 GEMM backend sets it apart from the GPU's kernel class: FP8
-    weights on Blackwell with FlashInfer's TRT-LLM GEMM (DeepGEMM off). None: the class's value stands."""
+def prefill_gemm_ceiling(flops_fp8: float, weights: str, backend: str) -> float | None:
+    """The highest ``prefill_eff`` (a fraction of the GPU's FP8 peak ``flops_fp8``, FLOP/s) the prefill GEMMs
+    can reach when their kernel's own published rate is below the peak: FlashInfer's TRT-LLM FP8 GEMM
+    (:data:`FLASHINFER_FP8_GEMM_RATE`) with FP8 weights. None: the tensor cores' peak is the ceiling."""
     if backend not in FP8_GEMM_BACKENDS:
         raise ValueError(f"fp8_gemm_backend must be one of {', '.join(FP8_GEMM_BACKENDS)}, got {backend!r}"[:300])
-    if backend == "flashinfer_trtllm" and weights == "fp8" and gpu.arch == "blackwell":
-        return FLASHINFER_FP8_GEMM_RATE / gpu.flops_fp8, FLASHINFER_FP8_GEMM_SOURCE
+    if backend == "flashinfer_trtllm" and weights == "fp8" and flops_fp8 > 0:
+        return min(1.0, FLASHINFER_FP8_GEMM_RATE / flops_fp8)
+    return None
+
+
+def fp8_gemm_efficiency(gpu: GPUSpec, weights: str, backend: str) -> tuple[float, str] | None:
+    """(``prefill_eff``, source) where SGLang's FP8 GEMM backend sets it apart from the GPU's kernel class: FP8
+    weights on Blackwell with FlashInfer's TRT-LLM GEMM (DeepGEMM off), at that kernel's published rate. None:
+    the class's value stands."""
+    ceiling = prefill_gemm_ceiling(gpu.flops_fp8, weights, backend)
+    if ceiling is not None and gpu.arch == "blackwell":
+        return ceiling, FLASHINFER_FP8_GEMM_SOURCE
     return None
 
 

@@ -208,3 +208,18 @@ def test_the_bootstrap_over_runs_of_a_linear_model_has_the_width_of_resampling_a
     assert half == pytest.approx(math.sqrt((r.var() + NOISE ** 2) / n), rel=0.1)
     assert math.sqrt(iv["moe_eff"]["p16"] * iv["moe_eff"]["p84"]) == pytest.approx(0.6, rel=0.01)
     assert bootstrap(fit, runs, draws=2000) == iv and iv["moe_eff"]["draws"] == 2000
+
+
+def test_a_kernel_below_the_peak_moves_the_prefill_range_to_its_own_rate():
+    """A server on FlashInfer's TRT-LLM FP8 GEMM (B200, DeepGEMM off) prefills at most at that kernel's published
+    440 TFLOP/s, 440 / 4,500 of the peak, and at least a fifth of it (the 0.2 floor of a kernel's own rate);
+    on DeepGEMM (the default) the range is the tensor-core peak's; a calibrated scenario carries the backend."""
+    from sacmodel.fit.machine import constant_range, machine_of
+    fi = scenario("b200", model="deepseek-r1", fp8_gemm_backend="flashinfer_trtllm")
+    lo, hi = constant_range(fi, "prefill_eff")
+    assert hi == pytest.approx(440 / 4500) and lo == pytest.approx(0.2 * 440 / 4500)
+    assert lo <= fi.param("prefill_eff") <= hi * (1 + 1e-6)        # the transferred value: the kernel's rate
+    c = MACHINE_CONSTANTS["prefill_eff"]
+    assert constant_range(scenario("b200", model="deepseek-r1"), "prefill_eff") == (c.lo, c.hi)
+    assert constant_range(fi, "moe_eff") == (MACHINE_CONSTANTS["moe_eff"].lo, MACHINE_CONSTANTS["moe_eff"].hi)
+    assert machine_of(fi)["fp8_gemm_backend"] == "flashinfer_trtllm"

@@ -77,6 +77,25 @@ def test_collectives_of_each_parallelism():
     assert decode_kernels(get_model("deepseek-v3.2")) > decode_kernels(m) > decode_kernels(get_model("qwen3-32b"))
 
 
+def test_dp_attention_prefills_gather_and_scatter_by_all_reduce():
+    """An iteration that prefills under DP attention pads to the sum of the ranks' tokens (SGLang's
+    DpPaddingMode.SUM_LEN for any extend batch): the gather all-reduces a zeroed buffer of every rank's tokens and
+    the MLP's output is all-reduced before each rank copies its slice, twice the bytes of the all-gather and
+    reduce-scatter a decode step runs (2 x 2 x 7/8 of a BF16 row against 2 x 7/8 at TP8); TP attention's
+    all-reduces are the same either way; the built machine prices its prefills with them."""
+    from sacmodel.hardware.sizing import collective_groups
+    m = get_model("deepseek-r1")
+    row = 2 * m.hidden
+    pre = collective_groups(m, 8, 8, prefill=True)
+    assert [g[2] for g in pre] == ["allreduce", "allreduce"]
+    assert sum(g[1] for g in pre) == pytest.approx(2 * 2 * 7 / 8 * row)
+    assert sum(g[1] for g in collective_groups(m, 8, 8)) == pytest.approx(2 * 7 / 8 * row)
+    assert collective_groups(m, 8, 1, prefill=True) == collective_groups(m, 8, 1)
+    from sacmodel.serving.config import static_values
+    v = static_values(resolve(sacmodel.scenario("h200", dp=8), "gpu"))
+    assert v["coll_bytes_prefill"] == pytest.approx(2 * v["coll_bytes"])
+
+
 def test_scenario_builds_what_every_function_accepts():
     t = sacmodel.scenario("h200", gpus=8, model="deepseek-r1", weights="fp8")
     cfg = resolve(t, "gpu")

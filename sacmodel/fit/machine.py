@@ -91,18 +91,18 @@ MACHINE_CONSTANTS: dict[str, MachineConstant] = {
 
 def constant_range(topo, name: str) -> tuple[float, float]:
     """The physical range (SI) of constant ``name`` on ``topo``'s machine: :data:`MACHINE_CONSTANTS`' range,
-    except where the kernel the server runs has a published rate below the GPU's peak. Then ``prefill_eff``,
-    a fraction of the peak, reaches that kernel's rate at most and a fifth of it at least (the same 0.2 floor
-    of a kernel's own rate): FlashInfer's TRT-LLM FP8 GEMM on Blackwell, 440 of 4,500 TFLOP/s
-    (:func:`sacmodel.hardware.transfer.prefill_gemm_ceiling`)."""
+    except where the kernel the server runs has published rates below the GPU's peak. Then ``prefill_eff`` (a
+    fraction of the peak) spans that kernel's published rates at prefill shapes, as the tensor-core range spans
+    the published block-FP8 GEMMs': FlashInfer's TRT-LLM FP8 GEMM on Blackwell, 295-533 of 4,500 TFLOP/s
+    (:func:`sacmodel.hardware.transfer.prefill_gemm_range`)."""
     c = MACHINE_CONSTANTS[name]
     if name == "prefill_eff" and topo is not None and "fp8_gemm_backend" in topo.serving:
-        from ..hardware.transfer import prefill_gemm_ceiling
+        from ..hardware.transfer import prefill_gemm_range
         from ..serving.config import weights_of
-        ceiling = prefill_gemm_ceiling(topo.node(topo.gpus[0])["flops_fp8"], weights_of(topo),
-                                       topo.serving["fp8_gemm_backend"].raw)
-        if ceiling is not None and ceiling < c.hi:
-            return c.lo * ceiling, ceiling
+        span = prefill_gemm_range(topo.node(topo.gpus[0])["flops_fp8"], weights_of(topo),
+                                  topo.serving["fp8_gemm_backend"].raw)
+        if span is not None:
+            return span
     return c.lo, c.hi
 
 

@@ -111,6 +111,9 @@ KERNEL_SOURCES: dict[tuple[str, str], str] = {
 # reaches a plateau at prefill shapes that no fraction of the DeepGEMM class gives:
 FP8_GEMM_BACKENDS = ("auto", "deep_gemm", "flashinfer_trtllm")
 FLASHINFER_FP8_GEMM_RATE = 440e12      # FLOP/s on SM100
+# the spread of its published rates at prefill shapes (M = 1,024-4,096 tokens; sgl-project/sglang#13528): 295 TFLOP/s
+# (M 1,024, N 576, K 7,168: 28.7 us) to 533 (M 4,096, N 576: 63.5 us); the large-N plateau above lies within
+FLASHINFER_FP8_GEMM_RANGE = (295e12, 533e12)
 FLASHINFER_FP8_GEMM_SOURCE = (
     "published kernel: FlashInfer's gemm_fp8_nt_groupwise(backend='trtllm'), the GEMM SGLang runs for FP8 block-scale "
     "linears on Blackwell with DeepGEMM off, levels off at 404-443 TFLOP/s for M = 256-2048, N = 24576, K = 7168 "
@@ -121,24 +124,29 @@ FLASHINFER_FP8_GEMM_SOURCE = (
     "FP32 block scales [assumed: no published B200 rate of it at prefill sizes])")
 
 
-def prefill_gemm_ceiling(flops_fp8: float, weights: str, backend: str) -> float | None:
-    """The highest ``prefill_eff`` (a fraction of the GPU's FP8 peak ``flops_fp8``, FLOP/s) the prefill GEMMs
-    can reach when their kernel's own published rate is below the peak: FlashInfer's TRT-LLM FP8 GEMM
-    (:data:`FLASHINFER_FP8_GEMM_RATE`) with FP8 weights. None: the tensor cores' peak is the ceiling."""
+def _flashinfer(weights: str, backend: str) -> bool:
     if backend not in FP8_GEMM_BACKENDS:
         raise ValueError(f"fp8_gemm_backend must be one of {', '.join(FP8_GEMM_BACKENDS)}, got {backend!r}"[:300])
-    if backend == "flashinfer_trtllm" and weights == "fp8" and flops_fp8 > 0:
-        return min(1.0, FLASHINFER_FP8_GEMM_RATE / flops_fp8)
+    return backend == "flashinfer_trtllm" and weights == "fp8"
+
+
+def prefill_gemm_range(flops_fp8: float, weights: str, backend: str) -> tuple[float, float] | None:
+    """The range of ``prefill_eff`` (fractions of the GPU's FP8 peak ``flops_fp8``, FLOP/s) when the prefill
+    GEMMs run a kernel whose published rates lie below the peak: FlashInfer's TRT-LLM FP8 GEMM with FP8 weights,
+    :data:`FLASHINFER_FP8_GEMM_RANGE` (the spread of its rates at prefill shapes, as the tensor-core range spans
+    the published block-FP8 GEMMs). None: the tensor cores' range holds."""
+    if _flashinfer(weights, backend) and flops_fp8 > 0:
+        lo, hi = FLASHINFER_FP8_GEMM_RANGE
+        return min(1.0, lo / flops_fp8), min(1.0, hi / flops_fp8)
     return None
 
 
 def fp8_gemm_efficiency(gpu: GPUSpec, weights: str, backend: str) -> tuple[float, str] | None:
     """(``prefill_eff``, source) where SGLang's FP8 GEMM backend sets it apart from the GPU's kernel class: FP8
-    weights on Blackwell with FlashInfer's TRT-LLM GEMM (DeepGEMM off), at that kernel's published rate. None:
-    the class's value stands."""
-    ceiling = prefill_gemm_ceiling(gpu.flops_fp8, weights, backend)
-    if ceiling is not None and gpu.arch == "blackwell":
-        return ceiling, FLASHINFER_FP8_GEMM_SOURCE
+    weights on Blackwell with FlashInfer's TRT-LLM GEMM (DeepGEMM off), at that kernel's published rate at large
+    prefill GEMMs (:data:`FLASHINFER_FP8_GEMM_RATE`). None: the class's value stands."""
+    if _flashinfer(weights, backend) and gpu.arch == "blackwell":
+        return min(1.0, FLASHINFER_FP8_GEMM_RATE / gpu.flops_fp8), FLASHINFER_FP8_GEMM_SOURCE
     return None
 
 

@@ -599,9 +599,13 @@ def carry(topo, gpu: str, machine: dict):
     from ..hardware.build import scenario
     from ..hardware.params import with_params
     from ..serving.bands import gpu_name
+    from ..hardware.gpus import get_gpu
     src_gpu = gpu_name(topo.node(topo.gpus[0]))
-    target = scenario(gpu, **machine)
     source = scenario(src_gpu, **machine)
+    if machine.get("fp8_gemm_backend") == "flashinfer_trtllm" and get_gpu(gpu).arch != "blackwell":
+        # FlashInfer's TRT-LLM FP8 GEMM is Blackwell's: SGLang there runs its default (DeepGEMM)
+        machine = {k: v for k, v in machine.items() if k != "fp8_gemm_backend"}
+    target = scenario(gpu, **machine)
     values = {}
     for name, c in MACHINE_CONSTANTS.items():
         p = topo.calibration.get(c.param)

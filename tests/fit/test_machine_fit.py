@@ -225,3 +225,19 @@ def test_a_kernel_below_the_peak_moves_the_prefill_range_to_its_own_rate():
     assert constant_range(scenario("b200", model="deepseek-r1"), "prefill_eff") == (c.lo, c.hi)
     assert constant_range(fi, "moe_eff") == (MACHINE_CONSTANTS["moe_eff"].lo, MACHINE_CONSTANTS["moe_eff"].hi)
     assert machine_of(fi)["fp8_gemm_backend"] == "flashinfer_trtllm"
+
+
+def test_a_flashinfer_calibration_carried_to_hopper_runs_deepgemm_there():
+    """A B200 calibrated with FlashInfer's FP8 GEMM carried to an H200: SGLang has no such kernel on Hopper and
+    runs DeepGEMM, so the target is the H200's default machine and the calibrated prefill rate moves by the ratio
+    of the two machines' transferred rates (DeepGEMM's Hopper class over FlashInfer's 440 / 4,500)."""
+    from sacmodel.fit.machine import machine_of
+    from sacmodel.hardware.params import with_params
+    fi = scenario("b200", model="deepseek-r1", fp8_gemm_backend="flashinfer_trtllm")
+    cal = with_params(fi, {"prefill_eff": 0.11})
+    cal.calibration["prefill_eff"].source = "calibrated: by hand"
+    out = carry(cal, "h200", machine_of(fi))
+    h200 = scenario("h200", model="deepseek-r1")
+    assert "fp8_gemm_backend" not in out.serving
+    assert out.param("prefill_eff") == pytest.approx(0.11 * h200.param("prefill_eff") / fi.param("prefill_eff"),
+                                                     rel=1e-4)

@@ -20,7 +20,7 @@ FLAGS = {
     "--pool": "pool", "--cxl-devices": "cxl_devices",
     "--rdma-nics": "rdma_nics", "--engine": "engine", "--moe-a2a": "moe_a2a", "--deepep-mode": "deepep_mode",
     "--two-batch-overlap": "two_batch_overlap", "--ep-redundant": "ep_redundant",
-    "--cuda-graph-max-bs": "cuda_graph_max_bs",
+    "--cuda-graph-max-bs": "cuda_graph_max_bs", "--fp8-gemm-backend": "fp8_gemm_backend",
 }
 
 
@@ -78,6 +78,9 @@ def add_machine(p: argparse.ArgumentParser) -> None:
         help="SGLang's --ep-num-redundant-experts: EPLB replicas, so that experts + replicas divide by --ep")
     add("--cuda-graph-max-bs", type=arg(count, hi=4096), metavar="N",
         help="SGLang's --cuda-graph-max-bs (default: SGLang's rule for the GPU; it sizes DP attention's reserve)")
+    add("--fp8-gemm-backend", choices=("auto", "deep_gemm", "flashinfer_trtllm"),
+        help="SGLang's --fp8-gemm-backend for FP8 block-scale GEMMs (default auto: DeepGEMM); flashinfer_trtllm "
+             "(Blackwell; what SGLang runs with SGLANG_ENABLE_JIT_DEEPGEMM=0) prefills at FlashInfer's published rate")
     add("--engine", choices=ENGINES, help="the server's engine (default sglang): vllm runs vLLM V1's scheduler, "
                                           "prefill chunks and decodes mixed under max_num_batched_tokens "
                                           "(--chunked-prefill sets it), with vLLM's defaults for the GPU")

@@ -284,6 +284,9 @@ def machine_from_server_log(path: str | Path) -> dict:
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             raise DataError(f"{shown(path)}: server_args {key}={v!r} is not a positive number")
         kw[name] = v
+    gemm = s.get("fp8_gemm_runner_backend")        # SGLang's --fp8-gemm-backend (auto: DeepGEMM where it is on)
+    if gemm in ("deep_gemm", "flashinfer_trtllm"):
+        kw["fp8_gemm_backend"] = gemm
     if not s.get("enable_dp_attention"):
         kw.pop("dp", None)
     if "tp" in kw:

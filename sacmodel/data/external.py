@@ -3,7 +3,8 @@
 One CSV row per benchmark point: the machine (``gpu``, ``gpus``, ``model``, ``weights``, ``kv_dtype``, ``tp``,
 ``dp`` = attention data-parallel groups, ``ep``), the server settings that differ from SGLang's defaults
 (``mem_fraction``, ``chunked_prefill``, ``scheduler_recv_interval``, ``piecewise_cuda_graph`` = 1 where the
-server ran short prefills as piecewise CUDA graphs), the client's workload (``isl``/``osl`` nominal lengths, each request's
+server ran short prefills as piecewise CUDA graphs, ``fp8_gemm_backend`` = SGLang's FP8 GEMM backend where the server
+did not run DeepGEMM: ``flashinfer_trtllm``), the client's workload (``isl``/``osl`` nominal lengths, each request's
 lengths drawn uniformly in [``range_ratio`` x nominal, nominal], ``concurrency`` in flight at most, ``requests`` in
 all) and the measured means (``ttft_mean_ms``, ``tpot_mean_ms`` = the mean over requests of (E2E - TTFT) / (output -
 1), ``output_tok_s``). The shared file names its columns a little differently (``attn_dp``, ``moe_ep``,
@@ -53,6 +54,7 @@ class ExternalRun:
     source: str
     scheduler_recv_interval: int | None = None
     piecewise_cuda_graph: bool = False
+    fp8_gemm_backend: str = "auto"
 
     def scenario_kwargs(self) -> dict:
         """Arguments of :func:`sacmodel.scenario` for the machine and its server settings."""
@@ -66,6 +68,8 @@ class ExternalRun:
             kw["scheduler_recv_interval"] = self.scheduler_recv_interval
         if self.piecewise_cuda_graph:
             kw["piecewise_cuda_graph"] = True
+        if self.fp8_gemm_backend != "auto":
+            kw["fp8_gemm_backend"] = self.fp8_gemm_backend
         return kw
 
 
@@ -89,6 +93,17 @@ def _flag(row: dict, key: str, where: str) -> bool:
     if v not in ("0", "1"):
         raise DataError(f"{where}: column {key!r} must be 0 or 1, got {v[:40]!r}")
     return v == "1"
+
+
+FP8_GEMM_BACKENDS = ("auto", "deep_gemm", "flashinfer_trtllm")     # SGLang's --fp8-gemm-backend
+
+
+def _choice(row: dict, key: str, where: str, choices: tuple[str, ...]) -> str:
+    """A column naming one of ``choices``; empty is the first (the default)."""
+    v = (row.get(key) or "").strip() or choices[0]
+    if v not in choices:
+        raise DataError(f"{where}: column {key!r} must be one of {', '.join(choices)}, got {v[:40]!r}")
+    return v
 
 
 def load_external_runs(path: str | Path, source: str | None = None) -> list[ExternalRun]:
@@ -120,5 +135,6 @@ def load_external_runs(path: str | Path, source: str | None = None) -> list[Exte
             output_tok_s=_num(row, "output_tok_s", where, float, math.nan),
             source=source or row.get("source") or str(path),
             scheduler_recv_interval=_num(row, "scheduler_recv_interval", where, int, 0) or None,
-            piecewise_cuda_graph=_flag(row, "piecewise_cuda_graph", where)))
+            piecewise_cuda_graph=_flag(row, "piecewise_cuda_graph", where),
+            fp8_gemm_backend=_choice(row, "fp8_gemm_backend", where, FP8_GEMM_BACKENDS)))
     return out

@@ -89,6 +89,27 @@ MACHINE_CONSTANTS: dict[str, MachineConstant] = {
 }
 
 
+def constant_range(topo, name: str) -> tuple[float, float]:
+    """The physical range (SI) of constant ``name`` on ``topo``'s machine: :data:`MACHINE_CONSTANTS`' range,
+    except where the kernel the server runs has published rates below the GPU's peak. Then ``prefill_eff`` (a
+    fraction of the peak) spans that kernel's published rates at prefill shapes, as the tensor-core range spans
+    the published block-FP8 GEMMs': FlashInfer's TRT-LLM FP8 GEMM on Blackwell, 295-533 of 4,500 TFLOP/s
+    (:func:`sacmodel.hardware.transfer.prefill_gemm_range`)."""
+    c = MACHINE_CONSTANTS[name]
+    if name == "prefill_eff" and topo is not None and "fp8_gemm_backend" in topo.serving:
+        from ..hardware.transfer import prefill_gemm_range
+        from ..serving.config import weights_of
+        span = prefill_gemm_range(topo.node(topo.gpus[0])["flops_fp8"], weights_of(topo),
+                                  topo.serving["fp8_gemm_backend"].raw)
+        if span is not None:
+            return span
+    return c.lo, c.hi
+
+
+def _ranges(topo, names) -> dict[str, tuple[float, float]]:
+    return {n: constant_range(topo, n) for n in names}
+
+
 def apply_constants(topo, values: dict[str, float]):
     """A private copy of ``topo`` with the named machine constants (SI) set, through the scenario-override
     mechanism."""
@@ -178,6 +199,11 @@ class MachineFit:
     jac: np.ndarray | None = field(default=None, repr=False)     # weighted log errors' Jacobian at the solution
     resid: np.ndarray | None = field(default=None, repr=False)   # (rows: the runs' metrics in order; cols: fitted)
     interval: dict = field(default_factory=dict)          # bootstrap over runs, per fitted constant (bootstrap)
+    ranges: dict = field(default_factory=dict)            # name -> (lo, hi) on this machine (constant_range)
+
+    def range_of(self, name: str) -> tuple[float, float]:
+        c = MACHINE_CONSTANTS[name]
+        return self.ranges.get(name, (c.lo, c.hi))
 
     def warnings(self, limit: float = FOLLOW) -> list[str]:
         """The fitted runs the model still misses by more than ``limit``: a mechanism the constants cannot
@@ -222,7 +248,7 @@ def jacobian(topo, runs, names, values, step: float = 0.1) -> np.ndarray:
     for j, n in enumerate(names):
         c = MACHINE_CONSTANTS[n]
         h = step * (10 if c.unit else 1)
-        h = h if x0[j] + h <= c.to_x(c.hi) else -h
+        h = h if x0[j] + h <= c.to_x(constant_range(topo, n)[1]) else -h
         x = x0.copy()
         x[j] += h
         cols.append((_residuals(topo, runs, names, x) - r0) / h)
@@ -271,7 +297,8 @@ def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | Non
     check_work(runs)
     names = list(names or MACHINE_CONSTANTS)
     base = transferred_values(topo, names)
-    start = {n: min(max(v, MACHINE_CONSTANTS[n].lo), MACHINE_CONSTANTS[n].hi) for n, v in base.items()}
+    ranges = _ranges(topo, names)
+    start = {n: min(max(v, ranges[n][0]), ranges[n][1]) for n, v in base.items()}
     J = jacobian(topo, runs, names, start) if jac is None else jac
     fitted = identify(J, names)
     values = dict(base)
@@ -291,7 +318,7 @@ def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | Non
     errs = [{m: math.exp(e) - 1 for m, e in zip(_metrics_of(r), log_errors(r, predict_run(final, r)))}
             for r in runs]
     out = MachineFit(values, base, fitted, sd, unident, at_bound, rms, [r.source for r in runs], errs,
-                     jac=jac_at, resid=resid)
+                     jac=jac_at, resid=resid, ranges=ranges)
     out.interval = bootstrap(out, runs)
     return out
 
@@ -316,7 +343,7 @@ def probe_moves(topo, run, name: str) -> bool:
     behind another (a short prefill behind the CPU's launches) and bind once the constant is far from it."""
     c = MACHINE_CONSTANTS[name]
     probe = probe_run(run, c.probe)
-    a, b = (predict_run(apply_constants(topo, {name: v}), probe) for v in (c.lo, c.hi))
+    a, b = (predict_run(apply_constants(topo, {name: v}), probe) for v in constant_range(topo, name))
     if not (a["feasible"] and b["feasible"]):
         return True             # the probe does not fit this machine: keep the advice, it may on a bigger one
     return any(abs(math.log(b[m] / a[m])) >= MOVES for m in METRICS if a[m] > 0 and b[m] > 0)
@@ -332,7 +359,8 @@ def pin_text(topo, runs, name: str, *, J: np.ndarray | None = None, names=None, 
         return c.pins
     if not probe_moves(topo, runs[0], name):
         isl, osl, conc = c.probe
-        return (f"no run: on this machine no value in its range {c.lo:g}-{c.hi:g} moves a metric of "
+        lo, hi = constant_range(topo, name)
+        return (f"no run: on this machine no value in its range {lo:g}-{hi:g} moves a metric of "
                 f"{c.pins.split(' (')[0]} ({isl} / {osl} tokens, concurrency {conc}) by {100 * MOVES:.0f}%, so its "
                 f"cost never binds and predictions do not depend on it")
     if J is None or names is None or start is None:
@@ -372,8 +400,8 @@ def bootstrap(fit: MachineFit, runs, draws: int = BOOTSTRAP_DRAWS, seed: int = B
     names = fit.fitted
     rows = _rows_of(runs)
     x0 = _to_x(names, fit.values)
-    lo = _to_x(names, {n: MACHINE_CONSTANTS[n].lo for n in names})
-    hi = _to_x(names, {n: MACHINE_CONSTANTS[n].hi for n in names})
+    lo = _to_x(names, {n: fit.range_of(n)[0] for n in names})
+    hi = _to_x(names, {n: fit.range_of(n)[1] for n in names})
     tol = np.array([_tolerance(n) for n in names])
     base = np.linalg.lstsq(fit.jac, -fit.resid, rcond=None)[0]
     rng = np.random.default_rng(seed)
@@ -421,8 +449,9 @@ def _fit(topo, runs, fitted, base, start):
     values = dict(base)
     sd, at_bound, rms, ratio, jac, fun = {}, [], float("nan"), {}, None, None
     if fitted:
-        lo = _to_x(fitted, {n: MACHINE_CONSTANTS[n].lo for n in fitted})
-        hi = _to_x(fitted, {n: MACHINE_CONSTANTS[n].hi for n in fitted})
+        ranges = _ranges(topo, fitted)
+        lo = _to_x(fitted, {n: ranges[n][0] for n in fitted})
+        hi = _to_x(fitted, {n: ranges[n][1] for n in fitted})
         x0 = np.clip(_to_x(fitted, start), lo + 1e-6, hi - 1e-6)
         res = least_squares(lambda x: _residuals(topo, runs, fitted, x), x0, bounds=(lo, hi),
                             x_scale=np.ones(len(fitted)), diff_step=0.03, ftol=1e-3, xtol=1e-3, max_nfev=15,
@@ -487,7 +516,8 @@ def _one_step(fit: MachineFit, J_keep: np.ndarray, names: list[str], keep: np.nd
     out = {}
     for n, dx in zip(ids, step):
         c = MACHINE_CONSTANTS[n]
-        x = min(max(c.to_x(fit.values[n]) + dx, c.to_x(c.lo)), c.to_x(c.hi))
+        lo, hi = fit.range_of(n)
+        x = min(max(c.to_x(fit.values[n]) + dx, c.to_x(lo)), c.to_x(hi))
         out[n] = c.from_x(x)
     return out
 
@@ -519,11 +549,14 @@ def calibration_entries(fit: MachineFit, runs: list[BenchRun], cv: dict, old: di
         c = MACHINE_CONSTANTS[name]
         unit = " ".join(str(old[c.param]["value"]).split()[1:])
         bound = " [at its bound]" if name in fit.at_bound else ""
+        lo, hi = fit.range_of(name)
+        why = c.range_source if (lo, hi) == (c.lo, c.hi) else \
+            f"{c.range_source}, of the published rate of the kernel the server runs"
         out[c.param] = {"value": _format(fit.values[name], unit),
                         "source": f"{CALIBRATED} {len(runs)} runs ({_runs_text(runs)}); +-{100 * fit.sd[name]:.1f}% "
                                   f"(1 sd, linearised){bound}; {interval_text(fit.interval.get(name, {}), 'SI')}; "
                                   f"fit rms {100 * fit.rms:.1f}% (log); {band}; "
-                                  f"range {c.lo:g}-{c.hi:g} ({c.range_source})"}
+                                  f"range {lo:.3g}-{hi:.3g} ({why})"}
     for name, pins in fit.unidentified.items():
         c = MACHINE_CONSTANTS[name]
         out[c.param] = {"value": old[c.param]["value"],
@@ -566,9 +599,13 @@ def carry(topo, gpu: str, machine: dict):
     from ..hardware.build import scenario
     from ..hardware.params import with_params
     from ..serving.bands import gpu_name
+    from ..hardware.gpus import get_gpu
     src_gpu = gpu_name(topo.node(topo.gpus[0]))
-    target = scenario(gpu, **machine)
     source = scenario(src_gpu, **machine)
+    if machine.get("fp8_gemm_backend") == "flashinfer_trtllm" and get_gpu(gpu).arch != "blackwell":
+        # FlashInfer's TRT-LLM FP8 GEMM is Blackwell's: SGLang there runs its default (DeepGEMM)
+        machine = {k: v for k, v in machine.items() if k != "fp8_gemm_backend"}
+    target = scenario(gpu, **machine)
     values = {}
     for name, c in MACHINE_CONSTANTS.items():
         p = topo.calibration.get(c.param)
@@ -578,7 +615,8 @@ def carry(topo, gpu: str, machine: dict):
             values[c.param] = p.value
         else:
             moved = p.value * target.param(c.param) / source.param(c.param)
-            values[c.param] = min(max(moved, c.lo), c.hi)
+            lo, hi = constant_range(target, name)
+            values[c.param] = min(max(moved, lo), hi)
     out = with_params(target, values)
     for k in values:
         rule = "kept (software)" if MACHINE_CONSTANTS[k].kind == "software" else \
@@ -597,6 +635,8 @@ def machine_of(topo) -> dict:
             kw[k] = int(s[k].value)
     if "mem_fraction" in s:
         kw["mem_fraction"] = float(s["mem_fraction"].value)
+    if "fp8_gemm_backend" in s:
+        kw["fp8_gemm_backend"] = s["fp8_gemm_backend"].raw
     return kw
 
 

@@ -56,7 +56,7 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
              pool: str | None = None, cxl_devices: int | None = None, rdma_nics: int | None = None,
              transfer: str = "fitted", engine: str = "sglang", moe_a2a: str = "none", deepep_mode: str = "auto",
              two_batch_overlap: bool = False, ep_redundant: int = 0,
-             cuda_graph_max_bs: int | None = None) -> Topology:
+             cuda_graph_max_bs: int | None = None, fp8_gemm_backend: str = "auto") -> Topology:
     """A scenario of ``gpus`` x ``gpu`` serving ``model`` with SGLang.
 
     ``weights``: fp8, bf16, awq-int4 or fp4 (Blackwell only); ``kv_dtype``: auto (SGLang's rule: BF16 on Hopper,
@@ -87,6 +87,10 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
     :func:`sacmodel.serving.step.tbo_hidden`); ``ep_redundant``:
     ``--ep-num-redundant-experts`` (EPLB's replicas: routed experts + replicas must divide by ``ep``; each GPU
     holds its share of them); ``cuda_graph_max_bs``: ``--cuda-graph-max-bs`` (it sizes DP attention's reserve).
+    ``fp8_gemm_backend``: SGLang's ``--fp8-gemm-backend`` for FP8 block-scale GEMMs: ``auto`` (DeepGEMM, JIT
+    DeepGEMM being on by default), ``deep_gemm``, or ``flashinfer_trtllm`` (FlashInfer's TRT-LLM GEMM, Blackwell
+    only; what SGLang runs with ``SGLANG_ENABLE_JIT_DEEPGEMM=0``): it sets the prefill GEMM rate
+    (:func:`sacmodel.hardware.transfer.fp8_gemm_efficiency`).
 
     A machine SGLang would not run, or whose weights leave no room for a KV pool, raises ``ValueError``
     (:class:`~sacmodel.hardware.topology.TopologyError`) naming the argument, its value and the rule.
@@ -102,7 +106,7 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
                                        engine=engine,
                                        moe_a2a=moe_a2a, deepep_mode=deepep_mode,
                                        two_batch_overlap=two_batch_overlap, ep_redundant=ep_redundant,
-                                       cuda_graph_max_bs=cuda_graph_max_bs))
+                                       cuda_graph_max_bs=cuda_graph_max_bs, fp8_gemm_backend=fp8_gemm_backend))
 
 
 def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: str = "fp8",
@@ -113,7 +117,7 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                   pool: str | None = None, cxl_devices: int | None = None, rdma_nics: int | None = None,
                   transfer: str = "fitted", engine: str = "sglang", moe_a2a: str = "none", deepep_mode: str = "auto",
                   two_batch_overlap: bool = False, ep_redundant: int = 0,
-                  cuda_graph_max_bs: int | None = None) -> dict:
+                  cuda_graph_max_bs: int | None = None, fp8_gemm_backend: str = "auto") -> dict:
     """The scenario of :func:`scenario` as a schema-version-1 mapping (what :func:`scenario_yaml` writes)."""
     g = get_gpu(gpu)
     try:
@@ -126,6 +130,7 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
     kv_dtype = _check_choice("kv_dtype", kv_dtype, ("auto", "bf16", "fp8"))
     transfer = _check_choice("transfer", transfer, ("fitted", "rules"))
     engine = _check_choice("engine", engine, ENGINES)
+    fp8_gemm_backend = _fp8_gemm_backend(g, weights, fp8_gemm_backend)
     pools = _pools(pool)
     n_cxl = _pool_size("cxl_devices", cxl_devices, "cxl", pools)
     n_rdma = _pool_size("rdma_nics", rdma_nics, "rdma", pools)
@@ -150,6 +155,10 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                        cuda_graph_max_bs=cuda_graph_max_bs)
     serving.update(_ep_serving(ep_parts))
     serving.update(_skew_serving(m, ep, g.host_gpus, ep_parts["ep_redundant"]))
+    if fp8_gemm_backend != "auto":
+        serving["fp8_gemm_backend"] = _num(fp8_gemm_backend, "given (SGLang --fp8-gemm-backend; "
+                                                             "SGLANG_ENABLE_JIT_DEEPGEMM=0 gives flashinfer_trtllm "
+                                                             "on Blackwell)")
     if engine == "vllm":
         _vllm_serving(serving, g, dp=dp, chunked_prefill=chunked_prefill, mem_fraction=mem_fraction,
                       max_running_requests=max_running_requests)
@@ -170,8 +179,20 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
         "serving": serving,
     }
     from .transfer import calibration_for
-    data["calibration"] = calibration_for(g, m, weights=weights, dp=dp, fitted=transfer == "fitted")
+    data["calibration"] = calibration_for(g, m, weights=weights, dp=dp, fitted=transfer == "fitted",
+                                          fp8_gemm_backend=fp8_gemm_backend)
     return data
+
+
+def _fp8_gemm_backend(g: GPUSpec, weights: str, backend) -> str:
+    """SGLang's FP8 GEMM backend, checked: FlashInfer's TRT-LLM FP8 GEMM needs Blackwell (SGLang raises at
+    start-up otherwise: fp8_utils.py _dispatch_explicit_backend)."""
+    from .transfer import FP8_GEMM_BACKENDS
+    backend = _check_choice("fp8_gemm_backend", backend, FP8_GEMM_BACKENDS)
+    if backend == "flashinfer_trtllm" and weights == "fp8" and g.arch != "blackwell":
+        raise TopologyError(f"scenario: fp8_gemm_backend=flashinfer_trtllm needs a Blackwell GPU (SGLang: "
+                            f"'FlashInfer FP8 GEMM requires Blackwell GPUs'), got {g.name}")
+    return backend
 
 
 def _pools(pool) -> tuple[str, ...]:

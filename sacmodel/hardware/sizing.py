@@ -264,22 +264,29 @@ def piecewise_eager_kernels(model: ModelSpec) -> int:
     return 3
 
 
-def collective_groups(model: ModelSpec, tp: int, dp: int) -> list[tuple[int, float, str]]:
+def collective_groups(model: ModelSpec, tp: int, dp: int, prefill: bool = False) -> list[tuple[int, float, str]]:
     """(GPUs taking part, bytes per token per layer each GPU sends, NCCL collective) of each collective of one
     layer of SGLang's parallel forward.
 
     Tensor-parallel attention (dp = 1): an all-reduce after the attention output and one after the MLP, over all
     tp GPUs. DP attention: the ranks' tokens are all-gathered before the MLP and reduce-scattered after it (over
-    all tp GPUs), plus an all-reduce inside an attention group of more than one GPU (tp / dp GPUs). A ring
-    all-reduce moves 2 (n - 1) / n of the data per GPU, an all-gather or a reduce-scatter (n - 1) / n
-    (activations in BF16)."""
+    all tp GPUs), plus an all-reduce inside an attention group of more than one GPU (tp / dp GPUs). An iteration
+    that prefills (``prefill``) pads to the sum of the ranks' tokens instead (SGLang's DpPaddingMode.SUM_LEN for
+    any extend batch, layers/dp_attention.py v0.5.6-v0.5.12): each rank writes its tokens into a zeroed buffer of
+    all of them, which is all-reduced (_dp_gather_via_all_reduce), and the MLP's output is all-reduced before each
+    rank copies its slice out (communicator.py _scatter_hidden_states: reduce-scatter only when padded to the
+    max length): two all-reduces over all tp GPUs. A ring all-reduce moves 2 (n - 1) / n of the data per GPU, an
+    all-gather or a reduce-scatter (n - 1) / n (activations in BF16)."""
     row = 2.0 * model.hidden
     attn_tp = max(1, tp // dp)
     groups: list[tuple[int, float, str]] = []
     if dp > 1:
         if attn_tp > 1:
             groups.append((attn_tp, 2 * (attn_tp - 1) / attn_tp * row, "allreduce"))
-        groups += [(tp, (tp - 1) / tp * row, "allgather"), (tp, (tp - 1) / tp * row, "reducescatter")]
+        if prefill:
+            groups += [(tp, 2 * (tp - 1) / tp * row, "allreduce")] * 2
+        else:
+            groups += [(tp, (tp - 1) / tp * row, "allgather"), (tp, (tp - 1) / tp * row, "reducescatter")]
     elif tp > 1:
         groups += [(tp, 2 * (tp - 1) / tp * row, "allreduce")] * 2
     return groups
@@ -452,7 +459,7 @@ def a2a_groups(model: ModelSpec, *, tp: int, ep: int, domain: int, mode: str, nv
 
 def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_mode: str, domain: int,
                nvlink_bw: float, nic_bw: float, t_collective: float, nic_latency: float,
-               scale: float = 1.0) -> dict[str, float]:
+               scale: float = 1.0, prefill: bool = False) -> dict[str, float]:
     """The step model's communication symbols of one layer: ``n_coll`` collectives (averaged over layers),
     ``coll_bytes`` per token per GPU at ``link_bw``, ``t_collective`` each, and ``a2a_share``, the share of
     those seconds that is DeepEP's dispatch and combine (whose busiest receiver sets their length).
@@ -460,8 +467,9 @@ def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_
     Without an all-to-all backend, the collectives of :func:`collective_groups` at :func:`collective_rates`.
     With DeepEP (``a2a="deepep"``, SGLang's ``--moe-a2a-backend deepep``), the MoE layers replace the gather and
     scatter of the tokens by DeepEP's dispatch and combine (:func:`a2a_groups`); the dense layers keep them.
-    ``scale``: the fabric's small collectives over NCCL's model of them (:func:`fabric_scale`)."""
-    groups = collective_groups(model, tp, dp)
+    ``scale``: the fabric's small collectives over NCCL's model of them (:func:`fabric_scale`).
+    ``prefill``: an iteration that prefills (DP attention's gather and scatter by all-reduce)."""
+    groups = collective_groups(model, tp, dp, prefill)
     bw, lat = collective_rates(groups, domain=domain, nvlink_bw=nvlink_bw, nic_bw=nic_bw, t_collective=t_collective,
                                scale=scale)
     nbytes = sum(g[1] for g in groups)

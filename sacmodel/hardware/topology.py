@@ -132,6 +132,7 @@ PARAM_DIMENSIONS = {
     "moe_a2a": "string", "deepep_mode": "string", "two_batch_overlap": "dimensionless",
     "ep_redundant": "dimensionless", "ep_load_skew": "dimensionless", "ep_load_skew_prefill": "dimensionless",
     "vllm_tokenizer_wait": "time", "vllm_output_message": "time", "vllm_output_request": "time",
+    "fp8_gemm_backend": "string",
 }
 # Parameters of earlier versions, and what replaced them (a scenario naming one gets this in its error)
 RETIRED_PARAMS = {
@@ -168,6 +169,7 @@ PARAM_RANGES: dict[str, Range] = {
     "load_balance": Range("string", 0, 0, choices=("round_robin",)),
     "moe_a2a": Range("string", 0, 0, choices=("none", "deepep")),
     "deepep_mode": Range("string", 0, 0, choices=("auto", "normal", "low_latency")),
+    "fp8_gemm_backend": Range("string", 0, 0, choices=("auto", "deep_gemm", "flashinfer_trtllm")),
     "two_batch_overlap": Range("dimensionless", 0, 1, integer=True),
     "ep_redundant": Range("dimensionless", 0, 1 << 16, integer=True),
     # the busiest GPU's routed-expert tokens over the mean: 1 (uniform) up to every token on one GPU of a large group

@@ -14,7 +14,9 @@ kind of thing; :data:`RULES` says which, and so how it transfers:
   kernel class on a GPU generation and weight format. Within the testbed's class it carries over; otherwise it
   comes from :data:`KERNEL_EFFICIENCY` (each class with its source in :data:`KERNEL_SOURCES`: published GEMM
   rates, or fitted on ``shared/data/external`` and reported before and after in the validation report), else
-  it is carried over and the scenario says so.
+  it is carried over and the scenario says so. The class is the kernel SGLang runs by default (DeepGEMM for FP8
+  block-scale GEMMs); a server that runs FlashInfer's TRT-LLM FP8 GEMM instead on Blackwell (``fp8_gemm_backend``,
+  DeepGEMM off) prefills at that kernel's published rate (:data:`FLASHINFER_FP8_GEMM_RATE`).
 - **published kernel** (``hbm_eff``: FlashMLA's dense decode against HBM; ``sparse_prefill_eff``: its sparse
   prefill against the BF16 peak; ``prefill_attn_eff``: the dense prefill attention kernels per generation,
   :data:`PREFILL_ATTN_EFF`): a vendor's measurement of the kernel, not fitted.
@@ -44,7 +46,8 @@ RULES: dict[str, tuple[str, str]] = {
     "t_launch": ("server", "sgl-project/sglang#12160 read under the machine's launch rule (T_LAUNCH_OVERLAPPED)"),
     "launch_overlap": ("server", "1 on a built machine (stock SGLang launches asynchronously); the testbed's fork 0"),
     "compute_eff": ("kernel efficiency", "carried over within the kernel class (decode attention and GEMV)"),
-    "prefill_eff": ("kernel efficiency", "per GPU generation and weight format: KERNEL_EFFICIENCY, else carried"),
+    "prefill_eff": ("kernel efficiency", "per GPU generation and weight format: KERNEL_EFFICIENCY, else carried; "
+                                         "FlashInfer's FP8 GEMM on Blackwell: FLASHINFER_FP8_GEMM_RATE"),
     "moe_eff": ("kernel efficiency", "per GPU generation and weight format: KERNEL_EFFICIENCY, else carried"),
     "hbm_eff": ("published kernel", "carried over (a published kernel measurement, not fitted)"),
     "sparse_prefill_eff": ("published kernel", "carried over (a published kernel measurement, the same fraction of "
@@ -101,6 +104,52 @@ KERNEL_SOURCES: dict[tuple[str, str], str] = {
                           "the peak ratio 2.27; moe_eff: [assumed: Hopper FP8's fraction of HBM; no published Blackwell "
                           "grouped-GEMM weight-read rate found]",
 }
+# The FP8 block-scale GEMMs SGLang runs (its --fp8-gemm-backend; server_args fp8_gemm_runner_backend): "auto"
+# picks DeepGEMM where JIT DeepGEMM is on (SGLANG_ENABLE_JIT_DEEPGEMM, on by default on SM90 and SM100), else
+# FlashInfer's TRT-LLM groupwise GEMM on Blackwell (fp8_utils.py _dispatch_auto_backend at v0.5.9). The Blackwell
+# FP8 class above is DeepGEMM's. FlashInfer's TRT-LLM backend of gemm_fp8_nt_groupwise (FP32 block scales)
+# reaches a plateau at prefill shapes that no fraction of the DeepGEMM class gives:
+FP8_GEMM_BACKENDS = ("auto", "deep_gemm", "flashinfer_trtllm")
+FLASHINFER_FP8_GEMM_RATE = 440e12      # FLOP/s on SM100
+# the spread of its published rates at prefill shapes (M = 1,024-4,096 tokens; sgl-project/sglang#13528): 295 TFLOP/s
+# (M 1,024, N 576, K 7,168: 28.7 us) to 533 (M 4,096, N 576: 63.5 us); the large-N plateau above lies within
+FLASHINFER_FP8_GEMM_RANGE = (295e12, 533e12)
+FLASHINFER_FP8_GEMM_SOURCE = (
+    "published kernel: FlashInfer's gemm_fp8_nt_groupwise(backend='trtllm'), the GEMM SGLang runs for FP8 block-scale "
+    "linears on Blackwell with DeepGEMM off, levels off at 404-443 TFLOP/s for M = 256-2048, N = 24576, K = 7168 "
+    "(223.5 / 826 / 1,633 us; DeepGEMM 71 / 146 / 260 us on the same shapes) on GB200 "
+    "(sgl-project/sglang#13528, benchmark/kernels/deepseek/benchmark_deepgemm_fp8_gemm_blackwell.py); FP8 "
+    "blockwise GEMMs slower than FP16 torch.linear on B200 (flashinfer-ai/flashinfer#2146): 440 TFLOP/s of the "
+    "GPU's FP8 peak, taken for every prefill GEMM (the flashinfer_trtllm MoE runs TRT-LLM's kernels with the same "
+    "FP32 block scales [assumed: no published B200 rate of it at prefill sizes])")
+
+
+def _flashinfer(weights: str, backend: str) -> bool:
+    if backend not in FP8_GEMM_BACKENDS:
+        raise ValueError(f"fp8_gemm_backend must be one of {', '.join(FP8_GEMM_BACKENDS)}, got {backend!r}"[:300])
+    return backend == "flashinfer_trtllm" and weights == "fp8"
+
+
+def prefill_gemm_range(flops_fp8: float, weights: str, backend: str) -> tuple[float, float] | None:
+    """The range of ``prefill_eff`` (fractions of the GPU's FP8 peak ``flops_fp8``, FLOP/s) when the prefill
+    GEMMs run a kernel whose published rates lie below the peak: FlashInfer's TRT-LLM FP8 GEMM with FP8 weights,
+    :data:`FLASHINFER_FP8_GEMM_RANGE` (the spread of its rates at prefill shapes, as the tensor-core range spans
+    the published block-FP8 GEMMs). None: the tensor cores' range holds."""
+    if _flashinfer(weights, backend) and flops_fp8 > 0:
+        lo, hi = FLASHINFER_FP8_GEMM_RANGE
+        return min(1.0, lo / flops_fp8), min(1.0, hi / flops_fp8)
+    return None
+
+
+def fp8_gemm_efficiency(gpu: GPUSpec, weights: str, backend: str) -> tuple[float, str] | None:
+    """(``prefill_eff``, source) where SGLang's FP8 GEMM backend sets it apart from the GPU's kernel class: FP8
+    weights on Blackwell with FlashInfer's TRT-LLM GEMM (DeepGEMM off), at that kernel's published rate at large
+    prefill GEMMs (:data:`FLASHINFER_FP8_GEMM_RATE`). None: the class's value stands."""
+    if _flashinfer(weights, backend) and gpu.arch == "blackwell":
+        return min(1.0, FLASHINFER_FP8_GEMM_RATE / gpu.flops_fp8), FLASHINFER_FP8_GEMM_SOURCE
+    return None
+
+
 # the in-graph kernel floor per GPU generation: a factor on the testbed's (H20, Hopper) t_graph_kernel, fitted on
 # the H200 runs' lowest-concurrency TPOT; Blackwell takes Hopper's
 GRAPH_KERNEL_SCALE: dict[str, float] = {"hopper": 0.603}
@@ -142,12 +191,15 @@ def _efficiencies(gpu: GPUSpec, weights: str, fitted: bool) -> tuple[dict, str]:
     return {}, ""
 
 
-def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True) -> dict[str, tuple[float, str]]:
+def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True,
+                fp8_gemm_backend: str = "auto") -> dict[str, tuple[float, str]]:
     """Each testbed constant's value (SI) on ``gpu`` with ``weights``, with the rule that gave it, and the
     constants a built machine adds (``launch_overlap``, ``prefill_attn_eff``).
 
     ``fitted=False``: the rules and published figures alone (what the report calls "before"); True: with the
-    classes fitted on other machines' runs (:data:`FITTED_CLASSES`, :data:`GRAPH_KERNEL_SCALE`)."""
+    classes fitted on other machines' runs (:data:`FITTED_CLASSES`, :data:`GRAPH_KERNEL_SCALE`).
+    ``fp8_gemm_backend``: SGLang's FP8 GEMM backend (:func:`fp8_gemm_efficiency`; a published kernel figure,
+    so it holds under both)."""
     cal = _testbed_calibration()
     same_class = gpu.arch == get_gpu(TESTBED_GPU).arch and weights == TESTBED_WEIGHTS
     eff, eff_source = ({}, "") if same_class else _efficiencies(gpu, weights, fitted)
@@ -172,18 +224,22 @@ def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True) -> dict[str,
             rule = f"carried over from the testbed ({TESTBED_GPU}, {TESTBED_WEIGHTS}) [no measured {gpu.arch} " \
                    f"{weights} machine]"
         out[name] = (value, rule)
+    gemm = fp8_gemm_efficiency(gpu, weights, fp8_gemm_backend)
+    if gemm:
+        out["prefill_eff"] = gemm
     out.setdefault("launch_overlap", (1.0, RULES["launch_overlap"][1]))
     if not same_class and gpu.arch in PREFILL_ATTN_EFF:
         out["prefill_attn_eff"] = PREFILL_ATTN_EFF[gpu.arch]
     return out
 
 
-def calibration_for(gpu: GPUSpec, model, *, weights: str, dp: int, fitted: bool = True) -> dict:
+def calibration_for(gpu: GPUSpec, model, *, weights: str, dp: int, fitted: bool = True,
+                    fp8_gemm_backend: str = "auto") -> dict:
     """The ``calibration:`` section of a built scenario: every testbed constant transferred, with its source."""
     del model, dp            # the rules do not depend on them (kernel counts and collectives are structural)
     cal = _testbed_calibration()
     out = {}
-    for name, (value, rule) in transferred(gpu, weights, fitted=fitted).items():
+    for name, (value, rule) in transferred(gpu, weights, fitted=fitted, fp8_gemm_backend=fp8_gemm_backend).items():
         raw_unit = cal[name][1].split()[1:] if name in cal and cal[name][1] else []
         out[name] = {"value": _format(value, " ".join(raw_unit)),
                      "source": f"sac-testbed, transferred to {gpu.name.upper()} ({rule})"}

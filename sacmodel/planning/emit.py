@@ -148,6 +148,8 @@ def sglang_args(scenario, system: str, **settings) -> tuple[dict, list[str]]:
     quant = _quantization(t, cfg)
     if quant:
         args["--quantization"] = quant
+    if "fp8_gemm_backend" in t.serving and t.serving["fp8_gemm_backend"].raw != "auto":
+        args["--fp8-gemm-backend"] = t.serving["fp8_gemm_backend"].raw
     if cfg.hisparse:
         args["--enable-hisparse"] = True
         args["--hisparse-config"] = json.dumps(hisparse_config(cfg), separators=(",", ":"))

@@ -314,7 +314,7 @@ def static_values(cfg: Config) -> dict[str, float]:
                 scale=fabric_scale(gpu.get("net_allreduce_time"), domain))
     decode_mode, prefill_mode = deepep_modes(t)
     v.update(layer_comm(m, deepep_mode=decode_mode, **comm))
-    pre = layer_comm(m, deepep_mode=prefill_mode, **comm)
+    pre = layer_comm(m, deepep_mode=prefill_mode, prefill=True, **comm)
     # an iteration that prefills runs DeepEP's prefill kernels (Model.shared picks these)
     v["coll_bytes_prefill"], v["t_collective_prefill"] = pre["coll_bytes"], pre["t_collective"]
     v["a2a_share_prefill"] = pre["a2a_share"]

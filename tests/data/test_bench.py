@@ -103,6 +103,12 @@ def test_launch_arguments_from_a_server_log(tmp_path):
     kw = machine_from_server_log(log)
     assert kw == {"tp": 8, "gpus": 8, "ep": 1, "mem_fraction": 0.82, "chunked_prefill": 32768,
                   "model": "deepseek-r1"}
+    # a server that names its FP8 GEMM backend (--fp8-gemm-backend); auto (DeepGEMM where on) adds nothing
+    log.write_text("[2026-01-01 00:00:00] server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-R1', "
+                   "tp_size=8, fp8_gemm_runner_backend='flashinfer_trtllm')\n")
+    assert machine_from_server_log(log)["fp8_gemm_backend"] == "flashinfer_trtllm"
+    log.write_text("[2026-01-01 00:00:00] server_args=ServerArgs(tp_size=8, fp8_gemm_runner_backend='auto')\n")
+    assert "fp8_gemm_backend" not in machine_from_server_log(log)
     log.write_text("[2026-01-01 00:00:00] nothing here\n")
     with pytest.raises(DataError, match="no 'server_args=ServerArgs"):
         machine_from_server_log(log)

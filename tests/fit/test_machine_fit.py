@@ -208,3 +208,36 @@ def test_the_bootstrap_over_runs_of_a_linear_model_has_the_width_of_resampling_a
     assert half == pytest.approx(math.sqrt((r.var() + NOISE ** 2) / n), rel=0.1)
     assert math.sqrt(iv["moe_eff"]["p16"] * iv["moe_eff"]["p84"]) == pytest.approx(0.6, rel=0.01)
     assert bootstrap(fit, runs, draws=2000) == iv and iv["moe_eff"]["draws"] == 2000
+
+
+def test_a_kernel_below_the_peak_moves_the_prefill_range_to_its_own_rate():
+    """A server on FlashInfer's TRT-LLM FP8 GEMM (B200, DeepGEMM off) prefills within that kernel's published
+    rates at prefill shapes, 295-533 TFLOP/s of B200's 4,500 (sgl-project/sglang#13528: 28.7 us for M 1,024, N
+    576, K 7,168; 63.5 us for M 4,096), not 0.2-0.9 of the peak; on DeepGEMM (the default) the range is the
+    tensor-core peak's; a calibrated scenario carries the backend."""
+    from sacmodel.fit.machine import constant_range, machine_of
+    fi = scenario("b200", model="deepseek-r1", fp8_gemm_backend="flashinfer_trtllm")
+    lo, hi = constant_range(fi, "prefill_eff")
+    assert lo * 4500e12 == pytest.approx(2 * 1024 * 576 * 7168 / 28.7e-6, rel=0.01)
+    assert hi * 4500e12 == pytest.approx(2 * 4096 * 576 * 7168 / 63.5e-6, rel=0.01)
+    assert lo < fi.param("prefill_eff") < hi                         # the transferred value: the large-N plateau
+    c = MACHINE_CONSTANTS["prefill_eff"]
+    assert constant_range(scenario("b200", model="deepseek-r1"), "prefill_eff") == (c.lo, c.hi)
+    assert constant_range(fi, "moe_eff") == (MACHINE_CONSTANTS["moe_eff"].lo, MACHINE_CONSTANTS["moe_eff"].hi)
+    assert machine_of(fi)["fp8_gemm_backend"] == "flashinfer_trtllm"
+
+
+def test_a_flashinfer_calibration_carried_to_hopper_runs_deepgemm_there():
+    """A B200 calibrated with FlashInfer's FP8 GEMM carried to an H200: SGLang has no such kernel on Hopper and
+    runs DeepGEMM, so the target is the H200's default machine and the calibrated prefill rate moves by the ratio
+    of the two machines' transferred rates (DeepGEMM's Hopper class over FlashInfer's 440 / 4,500)."""
+    from sacmodel.fit.machine import machine_of
+    from sacmodel.hardware.params import with_params
+    fi = scenario("b200", model="deepseek-r1", fp8_gemm_backend="flashinfer_trtllm")
+    cal = with_params(fi, {"prefill_eff": 0.11})
+    cal.calibration["prefill_eff"].source = "calibrated: by hand"
+    out = carry(cal, "h200", machine_of(fi))
+    h200 = scenario("h200", model="deepseek-r1")
+    assert "fp8_gemm_backend" not in out.serving
+    assert out.param("prefill_eff") == pytest.approx(0.11 * h200.param("prefill_eff") / fi.param("prefill_eff"),
+                                                     rel=1e-4)

@@ -40,6 +40,21 @@ def test_a_bad_row_names_its_file_and_line(tmp_path):
         load_external_runs(p)
 
 
+def test_the_fp8_gemm_backend_column_reaches_the_scenario(tmp_path):
+    """InferenceX's B200 servers run with JIT DeepGEMM off (dsr1_fp8_b200.sh: SGLANG_ENABLE_JIT_DEEPGEMM=false):
+    the checks say so, their machines prefill at FlashInfer's FP8 GEMM rate; a value SGLang lacks is refused."""
+    b200 = [r for r in load_external_runs(CHECKS) if r.gpu == "b200"]
+    assert b200 and all(r.fp8_gemm_backend == "flashinfer_trtllm" for r in b200)
+    assert all(r.fp8_gemm_backend == "auto" for r in load_external_runs(CHECKS) if r.gpu != "b200")
+    from sacmodel.fit.transfer import external_scenario
+    assert external_scenario(b200[0]).param("prefill_eff") == pytest.approx(440 / 4500, rel=1e-5)
+    lines = CHECKS.read_text().splitlines()
+    p = tmp_path / "bad.csv"
+    p.write_text(lines[0] + "\n" + lines[1].replace(",flashinfer_trtllm,", ",cublas,", 1) + "\n")
+    with pytest.raises(DataError, match=r"bad\.csv:2: column 'fp8_gemm_backend' must be one of"):
+        load_external_runs(p)
+
+
 def test_the_client_draws_lengths_in_its_range():
     r = load_external_runs(CHECKS)[0]
     reqs = external_requests(r)

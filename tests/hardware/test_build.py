@@ -77,6 +77,25 @@ def test_collectives_of_each_parallelism():
     assert decode_kernels(get_model("deepseek-v3.2")) > decode_kernels(m) > decode_kernels(get_model("qwen3-32b"))
 
 
+def test_dp_attention_prefills_gather_and_scatter_by_all_reduce():
+    """An iteration that prefills under DP attention pads to the sum of the ranks' tokens (SGLang's
+    DpPaddingMode.SUM_LEN for any extend batch): the gather all-reduces a zeroed buffer of every rank's tokens and
+    the MLP's output is all-reduced before each rank copies its slice, twice the bytes of the all-gather and
+    reduce-scatter a decode step runs (2 x 2 x 7/8 of a BF16 row against 2 x 7/8 at TP8); TP attention's
+    all-reduces are the same either way; the built machine prices its prefills with them."""
+    from sacmodel.hardware.sizing import collective_groups
+    m = get_model("deepseek-r1")
+    row = 2 * m.hidden
+    pre = collective_groups(m, 8, 8, prefill=True)
+    assert [g[2] for g in pre] == ["allreduce", "allreduce"]
+    assert sum(g[1] for g in pre) == pytest.approx(2 * 2 * 7 / 8 * row)
+    assert sum(g[1] for g in collective_groups(m, 8, 8)) == pytest.approx(2 * 7 / 8 * row)
+    assert collective_groups(m, 8, 1, prefill=True) == collective_groups(m, 8, 1)
+    from sacmodel.serving.config import static_values
+    v = static_values(resolve(sacmodel.scenario("h200", dp=8), "gpu"))
+    assert v["coll_bytes_prefill"] == pytest.approx(2 * v["coll_bytes"])
+
+
 def test_scenario_builds_what_every_function_accepts():
     t = sacmodel.scenario("h200", gpus=8, model="deepseek-r1", weights="fp8")
     cfg = resolve(t, "gpu")
@@ -165,6 +184,29 @@ def test_transfer_rules_by_hand():
     server = {"t_graph_kernel", "t_launch", "launch_overlap", "t_request"}
     assert all(v[0] == pytest.approx(base.param(k)) for k, v in same.items() if k not in server)
     assert "prefill_attn_eff" not in same                                  # its dense attention: its prefill_eff
+
+
+def test_flashinfer_fp8_gemm_sets_blackwell_prefill_at_its_published_rate():
+    """SGLang with JIT DeepGEMM off runs FlashInfer's TRT-LLM FP8 block-scale GEMM on Blackwell, which levels off at
+    about 440 TFLOP/s at prefill shapes (sgl-project/sglang#13528): 440 / 4,500 of a B200's FP8 peak, fitted or
+    not (a published kernel figure); DeepGEMM (SGLang's default) keeps the class's value; Hopper has no such
+    kernel (SGLang refuses it); BF16 weights run no FP8 GEMM."""
+    from sacmodel.hardware.topology import TopologyError
+    b200 = get_gpu("b200")
+    for fitted in (True, False):
+        fi = transferred(b200, "fp8", fitted=fitted, fp8_gemm_backend="flashinfer_trtllm")["prefill_eff"]
+        assert fi[0] == pytest.approx(440 / 4500) and "sgl-project/sglang#13528" in fi[1]
+    default = transferred(b200, "fp8")["prefill_eff"][0]
+    assert transferred(b200, "fp8", fp8_gemm_backend="deep_gemm")["prefill_eff"][0] == default
+    assert default == pytest.approx(KERNEL_EFFICIENCY[("blackwell", "fp8")]["prefill_eff"])
+    assert transferred(b200, "bf16", fp8_gemm_backend="flashinfer_trtllm")["prefill_eff"][0] == \
+        transferred(b200, "bf16")["prefill_eff"][0]
+    s = sacmodel.scenario("b200", model="deepseek-r1", fp8_gemm_backend="flashinfer_trtllm")
+    assert s.param("prefill_eff") == pytest.approx(440 / 4500, rel=1e-5)
+    with pytest.raises(TopologyError, match="flashinfer_trtllm needs a Blackwell GPU"):
+        sacmodel.scenario("h200", model="deepseek-r1", fp8_gemm_backend="flashinfer_trtllm")
+    with pytest.raises(TopologyError, match="fp8_gemm_backend must be one of"):
+        sacmodel.scenario("b200", model="deepseek-r1", fp8_gemm_backend="cublas")
 
 
 def test_a_floor_of_small_kernels_does_not_shrink_with_sms():

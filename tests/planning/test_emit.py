@@ -239,3 +239,13 @@ def test_an_instance_across_hosts_launches_with_deepep_and_its_node_count():
         assert flag in cmd, flag
     one = sacmodel.sglang_command(sacmodel.scenario("h200", gpus=8, model="deepseek-v3"), "gpu")
     assert "--nnodes" not in one and "--moe-a2a-backend" not in one
+
+
+def test_the_fp8_gemm_backend_a_scenario_names_is_launched():
+    """A machine built with FlashInfer's FP8 GEMM (DeepGEMM off) launches SGLang with --fp8-gemm-backend
+    flashinfer_trtllm; SGLang's default (auto) adds no flag."""
+    import sacmodel
+    from sacmodel.planning.emit import sglang_args
+    fi = sacmodel.scenario("b200", model="deepseek-r1", fp8_gemm_backend="flashinfer_trtllm")
+    assert sglang_args(fi, "gpu")[0]["--fp8-gemm-backend"] == "flashinfer_trtllm"
+    assert "--fp8-gemm-backend" not in sglang_args(sacmodel.scenario("b200", model="deepseek-r1"), "gpu")[0]

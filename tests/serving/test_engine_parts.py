@@ -296,9 +296,14 @@ def test_the_dp_barrier_holds_every_rank_for_the_slowest_preparation(cfg):
     d = cost.send_delays(ranks, [(1, [(1, 64), (2, 64), (3, 64), (4, 64)])], [0])
     assert d[0] == pytest.approx(admit + cost.t_eager)                      # the decoding rank waits for it
     assert d[1] == pytest.approx(admit + cost.t_eager)
-    assert d[5] == pytest.approx(admit + cost.t_eager_idle)                 # so does an idle one
+    assert d[5] == pytest.approx(admit + cost.model.launch_cpu(cost.t_eager_idle))   # so does an idle one
     lone = cost.send_delays(ranks, [], [0])
     assert lone == pytest.approx([v["t_hs"] + v["t_hs_req"]] * cfg.dp)
+    ranks.prefilled[5] = 1024       # a later chunk of request 5: admitted with its first chunk (admit_on), so
+    later = cost.send_delays(ranks, [(2, [(5, 1024)])], [0])       # only the decoding rank's step is awaited
+    step = v["t_hs"] + v["t_hs_req"]
+    assert later[2] == pytest.approx(step + cost.t_eager)
+    assert later[3] == pytest.approx(step + cost.model.launch_cpu(cost.t_eager_idle))
 
 
 def test_a_first_token_waits_for_the_eager_launch_of_its_ranks_next_batch():

@@ -260,15 +260,16 @@ def test_first_tokens_wait_for_the_work_before_their_ranks_next_launch(cfg):
     ranks.join([(0, [0, 1]), (1, [2])])
     cost = IterationCost(ranks.staging.model, tb)
     v = cost.model.v
-    idle = [0.0] * (cfg.dp - 2)
-    assert cost.send_delays(ranks, [], [0, 1]) == pytest.approx([v["t_hs"] + 2 * v["t_hs_req"],
-                                                                 v["t_hs"] + v["t_hs_req"]] + idle)
+    # every rank waits at the DP-attention barrier (the all-gather of prepare_mlp_sync_batch) for the slowest
+    # rank's preparation: here rank 0's two requests
+    prep = v["t_hs"] + 2 * v["t_hs_req"]
+    assert cost.send_delays(ranks, [], [0, 1]) == pytest.approx([prep] * cfg.dp)
     d = cost.send_delays(ranks, [(2, [(3, 64)])], [0, 1])
     eager = cost.t_eager
     # 11 of a DSA layer's 32 kernels: the layer norm and the MoE part (hand count of hardware.sizing)
     assert cost.t_eager_idle == pytest.approx(eager * 11 / 32)
-    assert d == pytest.approx([eager + v["t_hs"] + 2 * v["t_hs_req"], eager + v["t_hs"] + v["t_hs_req"],
-                               eager + v["t_hs_admit"]] + [cost.t_eager_idle] * (cfg.dp - 3))
+    sync = max(prep, v["t_hs_admit"])
+    assert d == pytest.approx([sync + eager] * 3 + [sync + cost.t_eager_idle] * (cfg.dp - 3))
     gpu = resolve("sac-testbed", "gpu")
     reqs, tb = table(gpu, [40000] * 3, [2000] * 3)
     ranks, _, _ = make_ranks(gpu, tb, reqs)
@@ -277,6 +278,32 @@ def test_first_tokens_wait_for_the_work_before_their_ranks_next_launch(cfg):
     assert gcost.send_delays(ranks, [], [0]) == [0.0] * gpu.dp
     assert gcost.send_delays(ranks, [(1, [(1, 64)])], [0]) == pytest.approx(
         [gcost.t_eager, gcost.t_eager] + [gcost.t_eager_idle] * (gpu.dp - 2))
+
+
+def test_the_dp_barrier_holds_every_rank_for_the_slowest_preparation(cfg):
+    """SGLang's overlap loop gathers every rank's batch shape on the CPU group (``prepare_mlp_sync_batch``,
+    scheduler_dp_attn_mixin.py) after each rank has prepared its batch: so a rank with nothing to run takes its
+    next requests in only after an admitting rank's HiSparse admission (4 requests: 4 x t_hs_admit), and a
+    decoding rank beside it hands its tokens on after it too. Beside a lone graph decode an idle rank waits for
+    that rank's step preparation."""
+    reqs, tb = table(cfg, [40000] * 6, [2000] * 6)
+    ranks, _, _ = make_ranks(cfg, tb, reqs)
+    ranks.join([(0, [0])])
+    cost = IterationCost(ranks.staging.model, tb)
+    v = cost.model.v
+    admit = 4 * v["t_hs_admit"]
+    assert admit > v["t_hs"] + v["t_hs_req"]                 # the admission is the slowest preparation
+    d = cost.send_delays(ranks, [(1, [(1, 64), (2, 64), (3, 64), (4, 64)])], [0])
+    assert d[0] == pytest.approx(admit + cost.t_eager)                      # the decoding rank waits for it
+    assert d[1] == pytest.approx(admit + cost.t_eager)
+    assert d[5] == pytest.approx(admit + cost.model.launch_cpu(cost.t_eager_idle))   # so does an idle one
+    lone = cost.send_delays(ranks, [], [0])
+    assert lone == pytest.approx([v["t_hs"] + v["t_hs_req"]] * cfg.dp)
+    ranks.prefilled[5] = 1024       # a later chunk of request 5: admitted with its first chunk (admit_on), so
+    later = cost.send_delays(ranks, [(2, [(5, 1024)])], [0])       # only the decoding rank's step is awaited
+    step = v["t_hs"] + v["t_hs_req"]
+    assert later[2] == pytest.approx(step + cost.t_eager)
+    assert later[3] == pytest.approx(step + cost.model.launch_cpu(cost.t_eager_idle))
 
 
 def test_a_first_token_waits_for_the_eager_launch_of_its_ranks_next_batch():

@@ -115,17 +115,26 @@ class IterationCost:
 
     def send_delays(self, ranks: Ranks, admits: list, decoding: list[int]) -> list[float]:
         """Seconds after the scheduling each rank has launched its part of the iteration, when it hands the last
-        batch's first tokens on and its loop next takes requests in: the CPU work before its launch (HiSparse's
-        step preparation, serialised with the GPU, or its admission work) and the eager launches of an iteration
-        without a CUDA graph; a rank with no batch of its own then launches an IDLE batch."""
+        batch's first tokens on and its loop next takes requests in: the CPU work before the launch and the eager
+        launches of an iteration without a CUDA graph; a rank with no batch of its own then launches an IDLE
+        batch. The work before the launch is the slowest rank's preparation (HiSparse's step preparation,
+        serialised with the GPU, or its admission work with a request's first chunk), since every rank waits for
+        the others at the gather of the batch shapes that data-parallel attention runs on the CPU group after
+        each rank has prepared its batch (SGLang's ``prepare_mlp_sync_batch``)."""
         model = self.model
         launch = model.launch_cpu(self.launch_time(ranks, admits, decoding))
         v, running = model.v, ranks.running          # HiSparse's t_hs, t_hs_req, t_hs_admit: 0 without it
-        out = [model.launch_cpu(self.t_eager_idle) if launch else 0.0] * self.dp
+        sync = 0.0                      # the slowest rank's preparation, which every rank waits for
         for r in decoding:
-            out[r] = launch + v["t_hs"] + v["t_hs_req"] * running[r]
+            sync = max(sync, v["t_hs"] + v["t_hs_req"] * running[r])
+        prefilled = ranks.prefilled     # a request is admitted into HiSparse with its first chunk (``admit_on``)
         for r, batch in admits:
-            out[r] = launch + v["t_hs_admit"] * len(batch)
+            sync = max(sync, v["t_hs_admit"] * sum(1 for i, _ in batch if not prefilled[i]))
+        out = [sync + (model.launch_cpu(self.t_eager_idle) if launch else 0.0)] * self.dp
+        for r in decoding:
+            out[r] = sync + launch
+        for r, _ in admits:
+            out[r] = sync + launch
         return out
 
     def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,

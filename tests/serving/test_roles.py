@@ -71,7 +71,10 @@ def test_deepep_auto_runs_normal_kernels_to_prefill_and_low_latency_ones_to_deco
                 t_collective=10e-6, nic_latency=20e-6)
     m = get_model("deepseek-v3")
     normal, ll = layer_comm(m, deepep_mode="normal", **comm), layer_comm(m, deepep_mode="low_latency", **comm)
-    assert auto.shared_values(1024, True)["coll_bytes"] == pytest.approx(normal["coll_bytes"])
+    # a prefill iteration's dense layers gather by all-reduce (DpPaddingMode.SUM_LEN): priced with prefill=True
+    prefill = layer_comm(m, deepep_mode="normal", prefill=True, **comm)
+    assert prefill["coll_bytes"] > normal["coll_bytes"]
+    assert auto.shared_values(1024, True)["coll_bytes"] == pytest.approx(prefill["coll_bytes"])
     assert auto.shared_values(1024, False)["coll_bytes"] == pytest.approx(ll["coll_bytes"])
     assert normal["coll_bytes"] < ll["coll_bytes"]          # one copy per host instead of one per expert
     assert auto.graph_bs == 512

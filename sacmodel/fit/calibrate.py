@@ -237,7 +237,7 @@ def _steady_intervals(path: Path, bin_steps: int) -> list[tuple]:
         d = lg.decode
         pre = np.sort(lg.prefill["t"])
         prev = np.concatenate([[-np.inf], d["t"][:-1]])
-        n_batches = np.array([np.sum((pre > a) & (pre <= b)) for a, b in zip(prev, d["t"])])
+        n_batches = np.searchsorted(pre, d["t"], side="right") - np.searchsorted(pre, prev, side="right")
         count = np.zeros(len(d))
         cur = 1
         for i, nb in enumerate(n_batches):
@@ -245,26 +245,29 @@ def _steady_intervals(path: Path, bin_steps: int) -> list[tuple]:
             count[i] = min(max(cur, 1), d["running"][i])
         waves.append((d["t"], count))
 
-    def distinct_at(t: float) -> float:
-        tot = 0.0
+    def distinct_at(t: np.ndarray) -> np.ndarray:
+        """Decode positions over all ranks at each time ``t`` (at least 1), the ranks added in order."""
+        tot = np.zeros(len(t))
         for times, count in waves:
             j = np.searchsorted(times, t, side="right") - 1
-            tot += count[j] if j >= 0 else 0.0
-        return max(tot, 1.0)
+            tot = tot + np.where(j >= 0, count[np.maximum(j, 0)] if len(count) else 0.0, 0.0)
+        return np.maximum(tot, 1.0)
     for r in range(log.ranks):
         lg = log.rank(r)
         d = lg.decode
         pre = np.sort(lg.prefill["t"])
+        distinct = distinct_at(d["t"]).tolist()
+        upto = np.searchsorted(pre, d["t"], side="right")         # prefill batches up to each decode line
         age, last = None, None
         for i in range(len(d)):
             t = d["t"][i]
-            if last is None or np.any((pre > last) & (pre <= t)):
+            if last is None or upto[i] > upto[i - 1]:
                 age, last = 40, t           # this line's interval holds the wave's admission
                 continue
             if d["running"][i] == d["running"][i - 1] and d["gen_tps"][i] > 0:
                 key = (int(d["running"][i]), int((age + 20) // bin_steps))
                 bins.setdefault(key, []).append(d["running"][i] / d["gen_tps"][i])
-                dist.setdefault(key, []).append(distinct_at(t))
+                dist.setdefault(key, []).append(distinct[i])
             age += 40
             last = t
     out = []

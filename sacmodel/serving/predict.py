@@ -227,6 +227,17 @@ def _check(context, concurrency, requests, rate, prompts, method, start=None):
         raise ConfigError(f"method must be 'engine' or 'analytic', not {method!r}")
 
 
+def _check_flags(prefix_cached, draws, **flags) -> None:
+    """:func:`predict`'s ``prefix_cached`` (True, False or None), ``draws`` (1 to 64) and True/False ``flags``."""
+    if prefix_cached is not None and not isinstance(prefix_cached, bool):
+        raise ConfigError(f"prefix_cached must be True, False or None, got {prefix_cached!r}")
+    for name, v in flags.items():
+        if not isinstance(v, bool):
+            raise ConfigError(f"{name} must be True or False, got {v!r}")
+    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or not 1 <= draws <= 64:
+        raise ConfigError(f"draws must be a whole number from 1 to 64, got {draws!r}")
+
+
 def predict(scenario, system: str, *, context: int, output, concurrency: int, requests: int | None = None,
             cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
             rate: float | None = None, max_total_tokens: int | None = None, max_running_requests: int | None = None,
@@ -264,13 +275,7 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     only the metrics, such as a fit (the metrics are the same).
     """
     _check(context, concurrency, requests, rate, prompts, method, start)
-    if prefix_cached is not None and not isinstance(prefix_cached, bool):
-        raise ConfigError(f"prefix_cached must be True, False or None, got {prefix_cached!r}")
-    for name, v in (("cold_staging", cold_staging), ("exact_prompt", exact_prompt), ("explain", explain)):
-        if not isinstance(v, bool):
-            raise ConfigError(f"{name} must be True or False, got {v!r}")
-    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or not 1 <= draws <= 64:
-        raise ConfigError(f"draws must be a whole number from 1 to 64, got {draws!r}")
+    _check_flags(prefix_cached, draws, cold_staging=cold_staging, exact_prompt=exact_prompt, explain=explain)
     lo, hi = output_spec(output)
     cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics,
                   max_total_tokens=max_total_tokens, max_running_requests=max_running_requests)

@@ -216,14 +216,15 @@ def _batch_record(m, path: Path, lineno: int, t: float) -> tuple:
     kv = {}
     for part in m.group(4).split(", "):
         k, _, v = part.partition(":")
-        if k.strip() in _KEYS:
+        k = k.strip()
+        if k in _KEYS:
             try:
                 x = float(v)
             except ValueError:
                 x = math.nan
             if not math.isfinite(x):
-                raise DataError(f"{path}: line {lineno}: bad value for {k.strip()!r}: {v.strip()[:40]!r}") from None
-            kv[_KEYS[k.strip()]] = x
+                raise DataError(f"{path}: line {lineno}: bad value for {k!r}: {v.strip()[:40]!r}") from None
+            kv[_KEYS[k]] = x
     fields = PREFILL_FIELDS if m.group(3) == "Prefill" else DECODE_FIELDS
     missing = [f for f in fields if f not in kv]
     if missing:
@@ -233,6 +234,11 @@ def _batch_record(m, path: Path, lineno: int, t: float) -> tuple:
     return (t, rank, *(kv[f] for f in fields))
 
 
+def _log_name(f: str) -> str:
+    """The log's own name of the batch-line field ``f`` (for an error)."""
+    return next(k for k, v in _KEYS.items() if v == f)
+
+
 COUNT_FIELDS = {"new_seq", "new_tokens", "cached_tokens", "running", "queued", "tokens"}
 BACKWARD_S = 5.0          # the ranks' processes share one log: a line may carry a stamp a second older
 
@@ -240,12 +246,11 @@ BACKWARD_S = 5.0          # the ranks' processes share one log: a line may carry
 def _check_physical(f: str, x: float, path: Path, lineno: int) -> None:
     """A batch line's field against what a server can print: counts whole, 0 to 2^31; the token usage a
     fraction of the pool (0 to 1); the generation throughput 0 to 1e10 tokens/s."""
-    name = next(k for k, v in _KEYS.items() if v == f)
     if f in COUNT_FIELDS:
         if x < 0:
-            raise DataError(f"{path}: line {lineno}: negative {f} in a batch line ({name} {x:g})")
+            raise DataError(f"{path}: line {lineno}: negative {f} in a batch line ({_log_name(f)} {x:g})")
         if x > LIMITS["count"] or not float(x).is_integer():
-            raise DataError(f"{path}: line {lineno}: {name} {x:.6g} is not a count a server prints "
+            raise DataError(f"{path}: line {lineno}: {_log_name(f)} {x:.6g} is not a count a server prints "
                             f"(a whole number from 0 to {LIMITS['count']:,})")
     elif f == "usage" and not 0 <= x <= 1:
         raise DataError(f"{path}: line {lineno}: token usage {x:g} is not a fraction of the KV pool (0 to 1)")

@@ -237,7 +237,7 @@ def _steady_intervals(path: Path, bin_steps: int) -> list[tuple]:
         d = lg.decode
         pre = np.sort(lg.prefill["t"])
         prev = np.concatenate([[-np.inf], d["t"][:-1]])
-        n_batches = np.array([np.sum((pre > a) & (pre <= b)) for a, b in zip(prev, d["t"])])
+        n_batches = np.searchsorted(pre, d["t"], side="right") - np.searchsorted(pre, prev, side="right")
         count = np.zeros(len(d))
         cur = 1
         for i, nb in enumerate(n_batches):
@@ -245,26 +245,29 @@ def _steady_intervals(path: Path, bin_steps: int) -> list[tuple]:
             count[i] = min(max(cur, 1), d["running"][i])
         waves.append((d["t"], count))
 
-    def distinct_at(t: float) -> float:
-        tot = 0.0
+    def distinct_at(t: np.ndarray) -> np.ndarray:
+        """Decode positions over all ranks at each time ``t`` (at least 1), the ranks added in order."""
+        tot = np.zeros(len(t))
         for times, count in waves:
             j = np.searchsorted(times, t, side="right") - 1
-            tot += count[j] if j >= 0 else 0.0
-        return max(tot, 1.0)
+            tot = tot + np.where(j >= 0, count[np.maximum(j, 0)] if len(count) else 0.0, 0.0)
+        return np.maximum(tot, 1.0)
     for r in range(log.ranks):
         lg = log.rank(r)
         d = lg.decode
         pre = np.sort(lg.prefill["t"])
+        distinct = distinct_at(d["t"]).tolist()
+        upto = np.searchsorted(pre, d["t"], side="right")         # prefill batches up to each decode line
         age, last = None, None
         for i in range(len(d)):
             t = d["t"][i]
-            if last is None or np.any((pre > last) & (pre <= t)):
+            if last is None or upto[i] > upto[i - 1]:
                 age, last = 40, t           # this line's interval holds the wave's admission
                 continue
             if d["running"][i] == d["running"][i - 1] and d["gen_tps"][i] > 0:
                 key = (int(d["running"][i]), int((age + 20) // bin_steps))
                 bins.setdefault(key, []).append(d["running"][i] / d["gen_tps"][i])
-                dist.setdefault(key, []).append(distinct_at(t))
+                dist.setdefault(key, []).append(distinct[i])
             age += 40
             last = t
     out = []
@@ -399,11 +402,21 @@ def step_residuals(scenario, obs: list[StepObservation]) -> np.ndarray:
 NOT_FITTED = {("rdma", "ttft_mean_ms")}
 
 
-def serving_residuals(topo: Topology, runs: list[Run], metrics=SERVING_METRICS, skip=NOT_FITTED) -> np.ndarray:
-    from ..serving.predict import predict
+# Constants a prediction reads only through its step model's static values (sacmodel.serving.config.static_values;
+# the engine and the metrics read the scenario's constants through nothing else): a run whose static values did
+# not move between two points of a fit has the same prediction at both (the RDMA pool's copy bandwidth moves
+# only the RDMA runs, HiSparse's admission only HiSparse's).
+STATIC_ONLY = frozenset(SERVING_PARAMS + PREFILL_PARAMS)
+
+
+def serving_residuals(topo: Topology, runs: list[Run], metrics=SERVING_METRICS, skip=NOT_FITTED,
+                      memo: dict | None = None) -> np.ndarray:
+    """Log ratios predicted / measured of ``metrics`` of every run (3.0 where nothing was predicted).
+    ``memo``: a dict kept over a fit that moves only :data:`STATIC_ONLY` constants, holding each run's
+    prediction under its static values, so that a run they leave alone is not simulated again."""
     out = []
-    for r in runs:
-        p = predict(topo, r.system, **run_kwargs(r))
+    for i, r in enumerate(runs):
+        p = _run_prediction(topo, r, i, memo)
         for m in metrics:
             if (r.system, m) in skip:
                 continue
@@ -413,12 +426,28 @@ def serving_residuals(topo: Topology, runs: list[Run], metrics=SERVING_METRICS, 
     return np.array(out)
 
 
+def _run_prediction(topo: Topology, run: Run, i: int, memo: dict | None):
+    from ..serving.config import resolve, static_values
+    from ..serving.predict import predict
+    kw = run_kwargs(run)
+    if memo is None:
+        return predict(topo, run.system, **kw, explain=False)
+    cfg = resolve(topo, run.system, **{k: kw[k] for k in ("cxl_devices", "device_buffer", "rdma_nics",
+                                                           "max_total_tokens", "max_running_requests") if k in kw})
+    key = (i, tuple(static_values(cfg).items()))
+    p = memo.get(key)
+    if p is None:
+        p = memo[key] = predict(topo, run.system, **kw, explain=False)
+    return p
+
 
 def fit_serving(scenario, runs: list[Run], names=SERVING_PARAMS, metrics=SERVING_METRICS) -> FitResult:
     """Fit serving parameters to measured runs (log-ratio residuals of ``metrics``)."""
     topo = as_topology(scenario)
     runs = [r for r in runs if not r.failed]
-    return _fit(topo, list(names), lambda t: serving_residuals(t, runs, metrics), f"{len(runs)} serving runs")
+    memo = {} if set(names) <= STATIC_ONLY else None
+    return _fit(topo, list(names), lambda t: serving_residuals(t, runs, metrics, memo=memo),
+                f"{len(runs)} serving runs")
 
 
 def calibrate_runs(scenario, runs: list[Run], names=None) -> FitResult:

@@ -68,7 +68,11 @@ def set_param(topo: Topology, name: str, value: float) -> None:
             for u, v in list(topo.graph.out_edges(n)) + list(topo.graph.in_edges(n)):
                 topo.graph.edges[u, v][fld] = value
     elif name in topo.calibration:
+        # a fitted constant: the route cache holds routes and their shares, which read only the graph's nodes
+        # and links, and miss curves keyed on the score process's constants (stepmodel.kept_curve), so it
+        # stays valid (a fit sets constants hundreds of times; recomputing the routes was a third of its time)
         topo.calibration[name].value = value
+        return
     elif name in topo.serving:
         topo.serving[name].value = value
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -51,21 +52,65 @@ def _code() -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=64)
 def _cached(system: str, metric: str, sparse: bool, kind: str) -> sp.Expr:
-    k = cache.key(system, metric, str(sparse), kind, sp.__version__, code=_code())
-    entry = cache.load("closed-form", k)
-    if entry is not None:
-        expr, units = entry
-        for name, (unit, desc) in units.items():      # the symbols' units, as building them registers
-            sym(name, unit, desc)
-        return expr
-    expr = _build(system, metric, sparse, kind)
-    units = {s.name: SYMBOLS[s.name][1:] for s in expr.free_symbols if s.name in SYMBOLS}
-    cache.store("closed-form", k, (expr, units))
-    return expr
+    """One metric of the system's forms. The on-disk entry holds all five metrics of ``system``: they are built
+    together (each is made of the same parts), and a process building them holds the entry's lock, so that the
+    test suite's workers and CLI subprocesses build each system's forms once between them."""
+    k = cache.key(system, str(sparse), kind, sp.__version__, code=_code())
+    entry = cache.load("closed-form", k, _load_forms)
+    if entry is None:
+        with cache.lock("closed-form", k):
+            entry = cache.load("closed-form", k, _load_forms)     # built by another process while this waited
+            if entry is None:
+                forms = _build_all(system, sparse, kind)
+                units = {s.name: SYMBOLS[s.name][1:] for e in forms.values() for s in e.free_symbols
+                         if s.name in SYMBOLS}
+                cache.store("closed-form", k, (forms, units))
+                return forms[METRIC_ALIASES[metric]]
+    forms, units = entry
+    for name, (unit, desc) in units.items():      # the symbols' units, as building them registers
+        sym(name, unit, desc)
+    return forms[METRIC_ALIASES[metric]]
+
+
+def _load_forms(fh):
+    """Stored forms as they were built. A plain unpickling rebuilds each node through its class's constructor,
+    which simplifies again (the Max and Min of the launch overlap: seconds a system, as long as building them);
+    the stored nodes are already in canonical form, so they are rebuilt without evaluation, and a Sum (whose
+    constructor multiplies its summand by its orientation) from its stored arguments as they are."""
+    from sympy.core.parameters import evaluate
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) == ("sympy.concrete.summations", "Sum"):
+                return _StoredSum
+            return super().find_class(module, name)
+    with evaluate(False):
+        return Unpickler(fh).load()
+
+
+class _StoredSum:
+    """A sympy Sum rebuilt from its stored arguments (summand and limits), as ``AddWithLimits.__new__`` leaves it."""
+
+    def __new__(cls, function, *limits):
+        obj = sp.Expr.__new__(sp.Sum)
+        obj._args = (function, *limits)
+        obj.is_commutative = function.is_commutative
+        return obj
 
 
 def _build(system: str, metric: str, sparse: bool = True, kind: str = "mla") -> sp.Expr:
-    """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step).
+    """Closed form of an unloaded metric of ``system`` over named symbols (seconds; bytes for bytes_per_step),
+    built anew: see :func:`_build_all`."""
+    check_system(system)
+    m = METRIC_ALIASES.get(metric)
+    if m is None:
+        raise SolverError(f"unknown unloaded metric {metric!r}; known: {', '.join(UNLOADED)}")
+    return _build_all(system, sparse, kind)[m]
+
+
+def _build_all(system: str, sparse: bool = True, kind: str = "mla") -> dict[str, sp.Expr]:
+    """Closed forms of the unloaded metrics of ``system`` over named symbols (seconds; bytes for bytes_per_step),
+    by metric.
 
     One request alone (``predict(..., concurrency=1, requests=1, cold_staging=False, exact_prompt=True)``):
     ``ttft`` = the client's serial work on the prompt + the request latency + one eager prefill iteration
@@ -77,9 +122,6 @@ def _build(system: str, metric: str, sparse: bool = True, kind: str = "mla") -> 
     model (top-k attention); ``kind``: its attention (mla or gqa), which sets SGLang's prefill paths.
     """
     check_system(system)
-    m = METRIC_ALIASES.get(metric)
-    if m is None:
-        raise SolverError(f"unknown unloaded metric {metric!r}; known: {', '.join(UNLOADED)}")
     L, O = _workload_symbols()
     S = lambda n, u="dimensionless": sym(n, u)  # noqa: E731
     rank, front = rank_terms(), front_end_terms()
@@ -115,7 +157,7 @@ def _build(system: str, metric: str, sparse: bool = True, kind: str = "mla") -> 
     cold = (front["tokenize"] + front["request"] + admit + sp.Sum(chunk(C, i * C), (i, 0, full - 1))
             + sp.Piecewise((chunk(rest, full * C), rest > 0), (0, True)))
     nbytes = S("layers") * m_mean * S("entry_bytes", "byte") * (1 if system == "rdma-topk" else swap_on)
-    return {"ttft": ttft, "tbt": tbt, "e2e": ttft + (O - 1) * tbt, "bytes_per_step": nbytes, "ttft_cold": cold}[m]
+    return {"ttft": ttft, "tbt": tbt, "e2e": ttft + (O - 1) * tbt, "bytes_per_step": nbytes, "ttft_cold": cold}
 
 
 def _shared(N, S_, eff, prefill: bool = False) -> sp.Expr:

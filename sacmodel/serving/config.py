@@ -449,6 +449,13 @@ def backup_bandwidth(cfg: Config, ranks: tuple[int, ...]) -> dict[int, float]:
 
 
 # ---- the score process of the workload ------------------------------------------------------------
+def score_constants(cfg: Config) -> tuple[float, float, float]:
+    """The score process's constants: ``score_correlation``, ``drift_settling`` and ``settling_steps`` (see
+    :func:`score_correlation`); the miss curves are a function of these and of the configuration."""
+    t = cfg.topo
+    return t.param("score_correlation"), _setting(t, "drift_settling", 0.0), _setting(t, "settling_steps", 1.0)
+
+
 def score_correlation(cfg: Config, age):
     """Lag-1 correlation of the indexer scores at request age ``age`` (decode steps since admission).
 
@@ -456,10 +463,7 @@ def score_correlation(cfg: Config, age):
     at most 1, with phi_inf = ``score_correlation``, A = ``drift_settling`` and tau = ``settling_steps``.
     """
     import numpy as np
-    t = cfg.topo
-    phi = t.param("score_correlation")
-    a_ = _setting(t, "drift_settling", 0.0)
-    tau = _setting(t, "settling_steps", 1.0)
+    phi, a_, tau = score_constants(cfg)
     # at most fully decorrelated (phi >= 0): a fresh query every step is as far as the drift can go
     return np.maximum(1.0 - (1.0 - phi) * (1.0 + a_ * np.exp(-np.asarray(age, dtype=float) / tau)), 0.0)
 

@@ -227,12 +227,23 @@ def _check(context, concurrency, requests, rate, prompts, method, start=None):
         raise ConfigError(f"method must be 'engine' or 'analytic', not {method!r}")
 
 
+def _check_flags(prefix_cached, draws, **flags) -> None:
+    """:func:`predict`'s ``prefix_cached`` (True, False or None), ``draws`` (1 to 64) and True/False ``flags``."""
+    if prefix_cached is not None and not isinstance(prefix_cached, bool):
+        raise ConfigError(f"prefix_cached must be True, False or None, got {prefix_cached!r}")
+    for name, v in flags.items():
+        if not isinstance(v, bool):
+            raise ConfigError(f"{name} must be True or False, got {v!r}")
+    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or not 1 <= draws <= 64:
+        raise ConfigError(f"draws must be a whole number from 1 to 64, got {draws!r}")
+
+
 def predict(scenario, system: str, *, context: int, output, concurrency: int, requests: int | None = None,
             cxl_devices: int | None = None, device_buffer: int | None = None, rdma_nics: int | None = None,
             rate: float | None = None, max_total_tokens: int | None = None, max_running_requests: int | None = None,
             seed: int = 0, prefix_cached: bool | None = None, prompts: str | None = None, method: str = "engine",
             outputs=None, record: bool = False, cold_staging: bool = True, exact_prompt: bool = True,
-            draws: int = DRAWS, start: str | None = None) -> Prediction:
+            draws: int = DRAWS, start: str | None = None, explain: bool = True) -> Prediction:
     """Predict TTFT, TBT, E2E latency, throughput and completion of ``system`` on ``scenario``.
 
     Closed loop (default): ``requests`` (default 8 x concurrency) released at t = 0, at most ``concurrency``
@@ -260,16 +271,11 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     prompts (independent users are not synchronized), together for a shared prompt (:func:`default_start`).
     An open loop (``rate``) has its own Poisson arrivals: ``start`` does not apply (giving both is an error).
     ``method="analytic"``: the steady state without the event engine (no percentiles; quicker; no waves when
-    staggered).
+    staggered). ``explain=False`` leaves ``binding`` (what binds each metric) empty: for a caller that reads
+    only the metrics, such as a fit (the metrics are the same).
     """
     _check(context, concurrency, requests, rate, prompts, method, start)
-    if prefix_cached is not None and not isinstance(prefix_cached, bool):
-        raise ConfigError(f"prefix_cached must be True, False or None, got {prefix_cached!r}")
-    for name, v in (("cold_staging", cold_staging), ("exact_prompt", exact_prompt)):
-        if not isinstance(v, bool):
-            raise ConfigError(f"{name} must be True or False, got {v!r}")
-    if isinstance(draws, bool) or not isinstance(draws, (int, np.integer)) or not 1 <= draws <= 64:
-        raise ConfigError(f"draws must be a whole number from 1 to 64, got {draws!r}")
+    _check_flags(prefix_cached, draws, cold_staging=cold_staging, exact_prompt=exact_prompt, explain=explain)
     lo, hi = output_spec(output)
     cfg = resolve(scenario, system, cxl_devices=cxl_devices, device_buffer=device_buffer, rdma_nics=rdma_nics,
                   max_total_tokens=max_total_tokens, max_running_requests=max_running_requests)
@@ -323,9 +329,10 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
         reqs = requests_of(d)
         res = run_engine(cfg, reqs, concurrency, model=model, record=record and d == 0, first_round=first_round)
         first = first or (res, reqs)
-        runs.append(fill(copy.copy(pred) if d else pred, cfg, reqs, res))
+        runs.append(fill(copy.copy(pred) if d else pred, cfg, reqs, res, model))
     pred = _average(pred, runs)
-    pred.binding = what_binds(cfg, model, first[0].stats, first[1], pred)
+    if explain:
+        pred.binding = what_binds(cfg, model, first[0].stats, first[1], pred)
     return pred
 
 
@@ -369,10 +376,11 @@ def simulate(cfg: Config, reqs: Requests, concurrency: int, **engine_kw) -> Pred
     return fill(pred, cfg, reqs, run_engine(cfg, reqs, concurrency, **engine_kw))
 
 
-def fill(pred: Prediction, cfg: Config, reqs: Requests, res) -> Prediction:
+def fill(pred: Prediction, cfg: Config, reqs: Requests, res, model: Model | None = None) -> Prediction:
     """Metrics of an engine run, over the requests that completed; with a staggered start (``reqs.lead``),
     latencies over the requests after the users' first ones and throughput over the window in which every
-    user is in the loop (:func:`steady_window`)."""
+    user is in the loop (:func:`steady_window`). ``model``: the run's step model (built from ``cfg`` if not
+    given)."""
     ok = res.completed
     out = reqs.output.astype(float)
     pred.success_fraction = float(ok.mean()) if len(ok) else 1.0
@@ -404,7 +412,7 @@ def fill(pred: Prediction, cfg: Config, reqs: Requests, res) -> Prediction:
     elif duration and duration > 0:
         pred.output_throughput_tok_s = float(out[ok].sum() / duration)
         pred.request_throughput_req_s = float(ok.sum() / duration)
-    pred.breakdown = breakdown(cfg, res, duration)
+    pred.breakdown = breakdown(cfg, res, duration, model)
     pred.per_request = {"release_s": res.release, "first_s": res.first, "done_s": res.done, "ttft_ms": ttft,
                         "tbt_ms": np.where(out > 1, (res.done - res.first) / np.maximum(out - 1, 1) * 1e3, np.nan),
                         "e2e_ms": e2e, "output": reqs.output, "completed": ok, "steady": steady}
@@ -436,10 +444,11 @@ def steady_window(reqs: Requests, res) -> tuple[float, float] | None:
     return tokens / (t1 - t0), ended / (t1 - t0)
 
 
-def breakdown(cfg: Config, res, duration: float) -> dict:
-    """Where a decode step's time goes (ms, time-weighted over the run) and how the run spent its time."""
+def breakdown(cfg: Config, res, duration: float, model: Model | None = None) -> dict:
+    """Where a decode step's time goes (ms, time-weighted over the run) and how the run spent its time
+    (``model``: the run's step model, built from ``cfg`` if not given)."""
     s = res.stats
-    mdl = Model(cfg)
+    mdl = model if model is not None else Model(cfg)
     comp: dict[str, float] = {}
     total = 0.0
     for (b, active, lg), (w, wl, wm) in s.get("swap_states", {}).items():

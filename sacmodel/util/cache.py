@@ -12,6 +12,7 @@ import hashlib
 import os
 import pickle
 import tempfile
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -53,16 +54,46 @@ def _file(kind: str, k: str) -> Path | None:
     return None if d is None else d / kind / f"{k}.pickle"
 
 
-def load(kind: str, k: str):
-    """The entry ``k`` of ``kind``, or None (missing, unreadable, or the cache is off)."""
+def load(kind: str, k: str, loader=pickle.load):
+    """The entry ``k`` of ``kind``, or None (missing, unreadable, or the cache is off). ``loader``: reads the
+    entry from its open file (default :func:`pickle.load`)."""
     f = _file(kind, k)
     if f is None:
         return None
     try:
         with open(f, "rb") as fh:
-            return pickle.load(fh)
+            return loader(fh)
     except Exception:       # missing, truncated or from another Python: rebuild it
         return None
+
+
+@contextmanager
+def lock(kind: str, k: str):
+    """Hold an exclusive lock on entry ``k`` of ``kind`` while building it: another process that wants the same
+    entry waits, then reads what this one stored (load again inside the lock). A no-op where the cache is off or
+    file locks are not available; the lock file is removed once the entry is stored."""
+    f = _file(kind, k)
+    fh = None
+    try:
+        import fcntl
+        if f is not None:
+            f.parent.mkdir(parents=True, exist_ok=True)
+            fh = open(f.with_suffix(".lock"), "a")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+    except (ImportError, OSError):
+        if fh is not None:
+            fh.close()
+        fh = None
+    try:
+        yield
+    finally:
+        if fh is not None:
+            try:
+                if f.exists():
+                    os.unlink(f.with_suffix(".lock"))
+            except OSError:
+                pass
+            fh.close()
 
 
 def store(kind: str, k: str, obj) -> None:

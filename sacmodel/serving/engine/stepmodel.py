@@ -12,7 +12,7 @@ import numpy as np
 
 from ...hardware.sizing import idle_eager_kernels, piecewise_eager_kernels
 from .. import step as steps
-from ..config import Config, cuda_graph_off, static_values, swap_route
+from ..config import Config, cuda_graph_off, score_constants, static_values, swap_route
 from .misses import CurveCache, cumulative_misses
 
 
@@ -22,6 +22,12 @@ _CONFIG_IDS: dict[tuple, int] = {}           # static values -> an id never reus
 _NEXT_ID = itertools.count()
 _SHARED_PARTS: dict[tuple, object] = {}
 _MAX_SHARED = 200_000
+
+
+# Static values that no rank, shared or prefill part reads (the front end's, the prefix copy's, and HiSparse's
+# admission, which the prefill part's key carries itself): left out of the parts' signature, so that a fit
+# moving them (calibrate's serving stage) reuses the parts. tests/fit/test_fit_reuse.py checks it.
+PARTS_FREE = ("t_request", "t_token", "stage_copy_bw", "stage_passes", "t_hs_admit")
 
 
 def _config_id(signature: tuple) -> int:
@@ -86,7 +92,8 @@ class Model:
         self._rank_cache: dict = {}
         self._shared_cache: dict = {}
         self._miss_cache = CurveCache()
-        signature = (tuple(self.v.items()), self.k, bool(cfg.hisparse), cfg.system)
+        signature = (tuple(kv for kv in self.v.items() if kv[0] not in PARTS_FREE), self.k, bool(cfg.hisparse),
+                     cfg.system)
         self._id = _config_id(signature)
         # the shared part's arguments: fixed ones filled in once, the four that vary set per call
         names = self.shared_c.names
@@ -261,7 +268,7 @@ class Model:
     def prefill(self, P: float, H: float, first: bool = False, mha: bool | None = None) -> float:
         """Seconds of one request's prefill of ``P`` new tokens after ``H`` cached ones (its own part; ``first``:
         the chunk that admits it; ``mha``: its batch's dense-MLA path, as :meth:`prefill_values`)."""
-        key = ("prefill", self._id, P, H, first, mha)
+        key = ("prefill", self._id, self.v["t_hs_admit"], P, H, first, mha)
         x = _SHARED_PARTS.get(key)
         if x is None:
             v = dict(self.v, **self.prefill_values(P, H, first, mha))
@@ -305,10 +312,11 @@ _MAX_CURVES = 64          # miss curves kept per scenario (each max_age + 2 floa
 
 def kept_curve(cfg: Config, context: int, max_age: int) -> np.ndarray:
     """:func:`cumulative_misses`, kept with the scenario's routes across predictions of the same configuration
-    (read-only: every draw and prediction shares it)."""
+    (read-only: every draw and prediction shares it), keyed also on the constants of the score process (a fit
+    changes them in place: :func:`sacmodel.hardware.params.set_param` leaves the route cache)."""
     store = cfg.topo._routes.setdefault(("miss curves",), {})
     key = (cfg.system, cfg.model.name, cfg.model.topk, cfg.device_buffer, cfg.cxl_devices, cfg.rdma_nics, cfg.dp,
-           context, max_age)
+           context, max_age, *score_constants(cfg))
     c = store.get(key)
     if c is None:
         if len(store) >= _MAX_CURVES:

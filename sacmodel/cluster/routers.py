@@ -118,6 +118,8 @@ class RouterState:
         """Blocks of ``keys`` not active on ``c`` (active blocks of a prompt are a prefix of it: a block key
         names its whole prefix)."""
         act, lo, hi = self.active[c], 0, len(keys)
+        if not hi or keys[0] not in act:    # nothing of it active (the usual case for most candidates)
+            return hi
         while lo < hi:                      # the longest active prefix, by bisection
             mid = (lo + hi + 1) // 2
             if keys[mid - 1] in act:
@@ -223,13 +225,16 @@ class KvRouter(Router):
         """Dynamo's cost per candidate (blocks): ``weight`` x max(0, (active prefill + prompt) / block - overlap
         credit) + active blocks + new blocks; the active prefill counts the effective tokens of the requests in
         flight, the oldest decayed (:class:`RouterState`)."""
-        bt, w, tw = self.bt, self.w, self.tier_w
+        bt, w = self.bt, self.w
+        t0, t1, t2, t3 = self.tier_w
         out, self.credit = [], []
+        active, prefill_at, new_blocks = state.active, state.prefill_at, state.new_blocks
         for c in range(len(state.in_flight)):
-            credit = sum(x * y for x, y in zip(overlap(c), tw))
+            o0, o1, o2, o3 = overlap(c)
+            credit = sum((o0 * t0, o1 * t1, o2 * t2, o3 * t3))
             self.credit.append(credit)
-            prefill = max(0.0, (state.prefill_at(c) + n_in) / bt - credit)
-            out.append(w * prefill + len(state.active[c]) + state.new_blocks(c, keys))
+            prefill = max(0.0, (prefill_at(c) + n_in) / bt - credit)
+            out.append(w * prefill + len(active[c]) + new_blocks(c, keys))
         return out
 
     def admit(self, state, c, keys, n_in, rid=None):

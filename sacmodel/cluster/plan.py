@@ -201,9 +201,14 @@ class ClusterPlan:
     tried: list = field(default_factory=list)
     hit_rates: list = field(default_factory=list)
 
+    @property
+    def replays(self) -> int:
+        """Cluster replays the plan ran (rows a bound ruled out, or above the answer, were not replayed)."""
+        return sum(1 for r in self.tried if not r.get("skipped"))
+
     def to_dict(self) -> dict:
         return {"vary": self.vary, "best": self.best, "message": self.message, "tried": self.tried,
-                "hit_rates": self.hit_rates}
+                "hit_rates": self.hit_rates, "replays": self.replays}
 
 
 def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instances", values=None,

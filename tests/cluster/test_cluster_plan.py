@@ -81,9 +81,12 @@ def test_cluster_plan_and_sweep_cli(tmp_path, capsys):
     assert d["best"] == 1 and len(d["tried"]) == 2
     assert d["tried"][0]["success_fraction"] == 1.0 and d["tried"][0]["overloaded"] is False
     assert d["tried"][1]["skipped"] and "1 instances meet the SLO at a lower cost" in d["tried"][1]["limit"]
+    assert d["replays"] == 1                    # the count above the answer was not replayed
     assert main(["plan", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(tr), "--vary", "instances",
                  "--values", "1,2", "--slo", "ttft_p99_ms=1e9"]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("check it: "))
+    out = capsys.readouterr().out
+    assert "1 cluster replay(s) for 2 instances value(s)" in out
+    line = next(x for x in out.splitlines() if x.startswith("check it: "))
     import shlex
     argv = shlex.split(line[len("check it: "):])[1:]
     assert argv[:2] == ["replay", str(tr)] and argv[argv.index("--instances") + 1] == "1"

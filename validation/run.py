@@ -144,8 +144,8 @@ def _submit(jobs: Jobs, a, topo, runs, obs, prev) -> dict:
     f = {}
     if not a.quick:
         cparts = cluster.parts(PLOTS)
-        # longest first (the routers' rebuild and the whole-trace part, then the replays, one job each)
-        heavy = [i for n in ("_routers", "_whole_trace", "plan_rows", "replays")
+        # longest first (the whole-trace part, then the replays, one job each)
+        heavy = [i for n in ("_whole_trace", "router_replays", "plan_rows", "replays")
                  for i, (fn, _) in enumerate(cparts) if fn.__name__ == n]
         order = heavy + [i for i in range(len(cparts)) if i not in heavy]
         fut = {i: jobs.submit(cluster.label(*cparts[i]), cparts[i][0], *cparts[i][1]) for i in order}

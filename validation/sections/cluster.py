@@ -409,8 +409,15 @@ def _hit_rate(out_dir: Path, names: list[str]) -> list[str]:
     return hit_rate_part(out_dir, {n: load_trace(tdir / f"{n}.jsonl") for n in names})
 
 
-def _routers() -> list[str]:
-    return published_routers.markdown_all([published_routers.reproduce(b) for b in published_routers.BENCHES.values()])
+def router_replays(bench: str, name: str) -> dict:
+    """One scheduler of one published router benchmark (a job of its own: 8 replays of 8-35 CPU s)."""
+    return {"routers": {(bench, name): published_routers.reproduce(published_routers.BENCHES[bench], [name])}}
+
+
+def routers_md(res: dict) -> list[str]:
+    done = res["routers"]
+    return published_routers.markdown_all([published_routers.merge([v for (k, _), v in done.items() if k == bench])
+                                           for bench in published_routers.BENCHES])
 
 
 def _whole_trace(conv: Path) -> list[str]:
@@ -434,7 +441,9 @@ def parts(out_dir: Path, quick: bool = False) -> list[tuple]:
     out = [(transfer_part, (out_dir,))]
     if not names:
         return out + [(_missing, (str(tdir),))]
-    out += [(_hit_rate, (out_dir, names)), (_routers, ()), (pool_part, (out_dir,))]
+    out += [(_hit_rate, (out_dir, names)),
+            *((router_replays, (bench, name)) for bench, b in published_routers.BENCHES.items() for name in b.configs),
+            (pool_part, (out_dir,))]
     conv = tdir / "mooncake_conversation_trace.jsonl"
     if conv.exists():
         limit = 2000 if quick else None
@@ -445,10 +454,15 @@ def parts(out_dir: Path, quick: bool = False) -> list[tuple]:
     return out
 
 
+RENDER = {"replays": replay_md, "plan_rows": plan_md, "routers": routers_md}
+
+
 def label(fn, args) -> str:
     """A part's name in validation/run.py's progress lines."""
     if fn is replays:
         return "cluster: replay " + ", ".join(j[0] for j in args[3])
+    if fn is router_replays:
+        return f"cluster: published routers {args[0]}% {args[1]}"
     if fn is plan_rows:
         return "cluster: plan row " + ", ".join(f"{n} hosts {pd or 'co-located'}" for n, pd in
                                                 (PLAN_REPLAYS[j] for j in args[2]))
@@ -458,7 +472,7 @@ def label(fn, args) -> str:
 def assemble(mds: list) -> str:
     """The section from what :func:`parts` returned, in order: markdown lines, or the replays' and the plan's
     results (dicts, one per job), rendered together where the first of their kind stands."""
-    merged: dict = {"replays": {}, "plan_rows": {}}
+    merged: dict = {"replays": {}, "plan_rows": {}, "routers": {}}
     for md in mds:
         if isinstance(md, dict):
             for k, v in md.items():
@@ -471,10 +485,10 @@ def assemble(mds: list) -> str:
         if not isinstance(md, dict):
             body += md
             continue
-        kind = "replays" if "replays" in md else "plan_rows"
+        kind = next(k for k in RENDER if k in md)
         if kind not in seen:
             seen.add(kind)
-            body += replay_md(merged) if kind == "replays" else plan_md(merged)
+            body += RENDER[kind](merged)
     return "\n".join(["## Cluster model (prefix caches, routers, P/D disaggregation)", ""] + body)
 
 

@@ -144,9 +144,11 @@ def _submit(jobs: Jobs, a, topo, runs, obs, prev) -> dict:
     f = {}
     if not a.quick:
         cparts = cluster.parts(PLOTS)
-        heavy = [i for i, (fn, _) in enumerate(cparts) if fn.__name__ in ("_whole_trace", "replay_part", "plan_part")]
+        # longest first (the whole-trace part, then the replays, one job each)
+        heavy = [i for n in ("_whole_trace", "router_replays", "plan_rows", "replays")
+                 for i, (fn, _) in enumerate(cparts) if fn.__name__ == n]
         order = heavy + [i for i in range(len(cparts)) if i not in heavy]
-        fut = {i: jobs.submit(f"cluster: {cparts[i][0].__name__}", cparts[i][0], *cparts[i][1]) for i in order}
+        fut = {i: jobs.submit(cluster.label(*cparts[i]), cparts[i][0], *cparts[i][1]) for i in order}
         f["cluster"] = [fut[i] for i in range(len(cparts))]
         f["folds"] = [jobs.submit(f"fold: left out {j[0]}", _fold, j) for j in fold_jobs(runs, obs)]
     el_jobs = constants.elasticity_jobs(topo)

@@ -301,6 +301,9 @@ def cmd_cluster_plan(a, fallback):
     for row in r.tried:
         t.add_row(*[_cell(c, row.get(c)) for c in cols])
     con.print(t)
+    con.print((f"{r.replays} cluster replay(s) for {len(r.tried)} {vary} value(s); the others were ruled out "
+               "without one" if r.replays < len(r.tried) else f"{r.replays} cluster replay(s)")
+              + (f" ({r.unused} more run at once with the last and not needed)" if r.unused else ""), highlight=False)
     for row in r.tried:
         if row.get("limit"):
             con.print(f"{vary} {row[vary]}: {row['limit']}", highlight=False)

@@ -90,6 +90,7 @@ class CoSim:
         self.pins: dict[int, list] = {}
         self.outside: dict[int, tuple] = {}
         self.found: dict[int, tuple] = {}
+        self.hbm_tiers: dict[int, list] = {}    # id of a private cache -> whether each of its tiers is device memory
         self.brought: dict[int, int] = {}       # request -> prefix blocks brought home from far tiers for it
         self.actions: list = []
         self.seq = 0
@@ -306,11 +307,16 @@ class CoSim:
         if pc is not None and keys:
             c, names = pc
             path = c.match(keys)
-            for node in path:
-                if self.s.kind_of[names[c.tier[node]]] == "hbm":
-                    dev += 1
-                else:
-                    host += 1
+            if path:
+                hbm = self.hbm_tiers.get(id(c))
+                if hbm is None:           # per tier of this cache: is it device memory
+                    hbm = self.hbm_tiers[id(c)] = [self.s.kind_of[n] == "hbm" for n in names]
+                tier = c.tier
+                for node in path:
+                    if hbm[tier[node]]:
+                        dev += 1
+                    else:
+                        host += 1
         if "shared" not in memo:
             memo["shared"] = max((caches.shared[x].match_len(keys) if not hasattr(caches.shared[x], "lease")
                                   else 0 for x in caches.shared), default=0)

@@ -201,10 +201,17 @@ class ClusterPlan:
     message: str
     tried: list = field(default_factory=list)
     hit_rates: list = field(default_factory=list)
+    unused: int = 0                # replays run alongside the one that settled the search, then not needed
+
+    @property
+    def replays(self) -> int:
+        """Cluster replays the plan ran (rows a bound ruled out, or above the answer, were not replayed; replays
+        run at once with the one that settled the search count in ``unused``, not here)."""
+        return sum(1 for r in self.tried if not r.get("skipped"))
 
     def to_dict(self) -> dict:
         return {"vary": self.vary, "best": self.best, "message": self.message, "tried": self.tried,
-                "hit_rates": self.hit_rates}
+                "hit_rates": self.hit_rates, "replays": self.replays, "unused_replays": self.unused}
 
 
 def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instances", values=None,
@@ -238,18 +245,19 @@ def cluster_plan(scenario, system: str, trace, slo: dict, *, vary: str = "instan
             hit = [{"pool": v, "hit_rate_fast_path": h["hit_rate"]}
                    for v, h in zip(vals, hit_rates(tr, vals, bytes_per_token=bpt))]
     if vary == "instances" and not scheduler:
-        rows = _search_instances(scenario, system, trace, vals, slo, _with_cache(trace, fixed), progress,
-                                 price_table)
+        rows, unused = _search_instances(scenario, system, trace, vals, slo, _with_cache(trace, fixed), progress,
+                                         price_table, workers)
     else:
-        rows = cluster_sweep(scenario, system, trace, {vary: vals}, fixed=fixed, scheduler=scheduler,
-                             workers=workers, progress=progress, price_table=price_table)
+        rows, unused = cluster_sweep(scenario, system, trace, {vary: vals}, fixed=fixed, scheduler=scheduler,
+                                     workers=workers, progress=progress, price_table=price_table), 0
     ok = [r for r in rows if meets(r, slo)]
     if not ok:
-        return ClusterPlan(vary, None, _none_meets(scenario, system, trace, slo, vary, vals, rows, fixed), rows, hit)
+        return ClusterPlan(vary, None, _none_meets(scenario, system, trace, slo, vary, vals, rows, fixed), rows, hit,
+                           unused)
     best = min(ok, key=lambda r: (r["cost_usd_per_hour"], rows.index(r)))
     msg = (f"cheapest {vary} meeting the SLO: {best[vary]} "
            f"({best['cost_usd_per_hour']:.2f} USD/hour, goodput {best['goodput_req_s']:.3g} req/s)")
-    return ClusterPlan(vary, best[vary], msg + _short_note(vary, best), rows, hit)
+    return ClusterPlan(vary, best[vary], msg + _short_note(vary, best), rows, hit, unused)
 
 
 def _role_plan(scenario, system, trace, slo, roles, parallel, max_replays, fixed, price_table):
@@ -281,7 +289,8 @@ def _with_cache(trace, fixed) -> dict:
     return fixed
 
 
-def _search_instances(scenario, system, trace, vals, slo, fixed, progress, price_table=None) -> list[dict]:
+def _search_instances(scenario, system, trace, vals, slo, fixed, progress, price_table=None,
+                      workers: int | None = None) -> list[dict]:
     """Instance counts in increasing order (each a replay), skipping what a cheaper bound rules out.
 
     - The first count that meets the SLO ends the search: every larger count costs more (GPUs, adapters, NICs
@@ -292,42 +301,77 @@ def _search_instances(scenario, system, trace, vals, slo, fixed, progress, price
       when there are more of them (a private cache's hits spread thinner, a shared pool's devices are shared
       by more hosts), so any count n' >= n with n' c below 95% of the offered rate is overloaded too: it is
       listed as ruled out by that bound, not replayed.
+    - Once a replay kept up (not overloaded: the answer is near), the next ``workers`` counts (default: up to
+      two, the cores) are replayed at once; a count a row before it settles (an answer, a new bound) is then
+      listed as not replayed, as the search one count at a time lists it, so the rows are the same.
 
-    The rows are those of :func:`cluster_sweep`, in the order of ``vals``; skipped ones say why."""
+    The rows are those of :func:`cluster_sweep`, in the order of ``vals``; skipped ones say why. Returns
+    (rows, replays run and not needed)."""
     cost_per_hour(scenario, system, 1, None, price_table)      # a table that cannot price the rows: refused now
     from ..util.progress import counter
     order = sorted(set(vals))
-    rows: dict = {}
-    floor, why_floor = 0, None
-    best = None
+    workers = max(1, workers if workers is not None else min(2, os.cpu_count() or 1))
+    st = _Search()
     bar = counter(len(order), f"cluster replays ({system})", on=progress)
+    ex = None
     try:
-        for j, n in enumerate(order):
-            if best is not None:
-                rows[n] = {"instances": n, "feasible": None, "skipped": True,
-                           "limit": f"not replayed: {best} instances meet the SLO at a lower cost"}
-            elif n < floor:
-                rows[n] = {"instances": n, "feasible": False, "overloaded": True, "skipped": True,
-                           "limit": f"not replayed: overloaded by the bound of {why_floor}"}
-            else:
-                row = _point((scenario, system, trace, {"instances": n}, dict(fixed or {}), price_table))
-                rows[n] = row
-                if meets(row, slo):
-                    best = n
-                elif row.get("overloaded") and row.get("offered_req_s") and not row.get("too_short") and \
-                        row.get("success_fraction") == 1.0:
-                    per = max(row.get("served_req_s") or 0.0, row.get("served_window_req_s") or 0.0) / n
-                    if per > 0:
-                        need = math.ceil(0.95 * row["offered_req_s"] / per)
-                        if need > floor:
-                            floor = need
-                            why_floor = (f"the {n}-instance replay: saturated, {per:.3g} req/s per instance, "
-                                         f"so fewer than {need} serve under 95% of the offered "
-                                         f"{row['offered_req_s']:.3g} req/s")
-            bar.update(j + 1)
+        j = 0
+        while j < len(order):
+            n = order[j]
+            if st.best is not None or n < st.floor:
+                st.settle(n, None)
+                j += 1
+                continue
+            batch = order[j:j + (workers if st.near else 1)]
+            jobs = [(scenario, system, trace, {"instances": m}, dict(fixed or {}), price_table) for m in batch]
+            if len(jobs) > 1 and ex is None:
+                from concurrent.futures import ProcessPoolExecutor
+                ex = ProcessPoolExecutor(workers)
+            rows = list(ex.map(_point, jobs)) if len(jobs) > 1 else [_point(jobs[0])]
+            for m, row in zip(batch, rows):
+                st.settle(m, row, slo)
+            j += len(batch)
+            bar.update(j)
     finally:
         bar.stop()
-    return [rows[n] for n in vals]
+        if ex is not None:
+            ex.shutdown()
+    return [st.rows[n] for n in vals], st.unused
+
+
+class _Search:
+    """The instance search's state: rows so far, the answer, and the floor that overloaded replays taught."""
+
+    def __init__(self):
+        self.rows: dict = {}
+        self.floor, self.why_floor, self.best = 0, None, None
+        self.near = False                 # a replay kept up: replay the next counts at once
+        self.unused = 0                   # replays run at once with a count that settled the search
+
+    def settle(self, n: int, row: dict | None, slo: dict | None = None) -> None:
+        """Count ``n`` with its replay's ``row`` (None: not replayed), in increasing order."""
+        if self.best is not None or n < self.floor:
+            self.unused += row is not None
+            self.rows[n] = ({"instances": n, "feasible": None, "skipped": True,
+                             "limit": f"not replayed: {self.best} instances meet the SLO at a lower cost"}
+                            if self.best is not None else
+                            {"instances": n, "feasible": False, "overloaded": True, "skipped": True,
+                             "limit": f"not replayed: overloaded by the bound of {self.why_floor}"})
+            return
+        self.rows[n] = row
+        if meets(row, slo):
+            self.best = n
+        elif row.get("overloaded") and row.get("offered_req_s") and not row.get("too_short") and \
+                row.get("success_fraction") == 1.0:
+            per = max(row.get("served_req_s") or 0.0, row.get("served_window_req_s") or 0.0) / n
+            if per > 0:
+                need = math.ceil(0.95 * row["offered_req_s"] / per)
+                if need > self.floor:
+                    self.floor = need
+                    self.why_floor = (f"the {n}-instance replay: saturated, {per:.3g} req/s per instance, "
+                                      f"so fewer than {need} serve under 95% of the offered "
+                                      f"{row['offered_req_s']:.3g} req/s")
+        self.near = self.near or not row.get("overloaded")
 
 
 def _short_note(vary: str, best: dict) -> str:

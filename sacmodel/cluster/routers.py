@@ -120,6 +120,8 @@ class RouterState:
         """Blocks of ``keys`` not active on ``c`` (active blocks of a prompt are a prefix of it: a block key
         names its whole prefix)."""
         act, lo, hi = self.active[c], 0, len(keys)
+        if not hi or keys[0] not in act:    # nothing of it active (the usual case for most candidates)
+            return hi
         while lo < hi:                      # the longest active prefix, by bisection
             mid = (lo + hi + 1) // 2
             if keys[mid - 1] in act:
@@ -225,13 +227,16 @@ class KvRouter(Router):
         """Dynamo's cost per candidate (blocks): ``weight`` x max(0, (active prefill + prompt) / block - overlap
         credit) + active blocks + new blocks; the active prefill counts the effective tokens of the requests in
         flight, the oldest decayed (:class:`RouterState`)."""
-        bt, w, tw = self.bt, self.w, self.tier_w
+        bt, w = self.bt, self.w
+        t0, t1, t2, t3 = self.tier_w
         out, self.credit = [], []
+        active, prefill_at, new_blocks = state.active, state.prefill_at, state.new_blocks
         for c in range(len(state.in_flight)):
-            credit = sum(x * y for x, y in zip(overlap(c), tw))
+            o0, o1, o2, o3 = overlap(c)
+            credit = sum((o0 * t0, o1 * t1, o2 * t2, o3 * t3))
             self.credit.append(credit)
-            prefill = max(0.0, (state.prefill_at(c) + n_in) / bt - credit)
-            out.append(w * prefill + len(state.active[c]) + state.new_blocks(c, keys))
+            prefill = max(0.0, (prefill_at(c) + n_in) / bt - credit)
+            out.append(w * prefill + len(active[c]) + new_blocks(c, keys))
         return out
 
     def admit(self, state, c, keys, n_in, rid=None):
@@ -245,17 +250,48 @@ class KvRouter(Router):
         self.credit = []
 
     def choose(self, state, overlap, n_in, keys):
-        cost = self.costs(state, overlap, n_in, keys)
         up = state.up
+        if self.temp == 0 or len(up) == 1:
+            return self._cheapest(state, overlap, n_in, keys)
+        cost = self.costs(state, overlap, n_in, keys)
         c = cost if len(up) == len(cost) else [cost[i] for i in up]
         lo = min(c)
-        if self.temp == 0 or len(c) == 1:
-            ties = [i for i, x in enumerate(c) if x == lo]
-            return up[ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]]
         c = np.array(c)
         span = c.max() - lo
         p = np.ones(len(c)) if span == 0 else np.exp(-(c - lo) / (span * self.temp))
         return up[int(self.rng.choice(len(c), p=p / p.sum()))]
+
+    def _cheapest(self, state, overlap, n_in, keys) -> int:
+        """The candidate of least :meth:`costs` (ties broken by the seeded generator), without scoring the
+        candidates that cannot be it: each candidate's cost with the most overlap credit a prompt of
+        ``len(keys)`` blocks can have (every block on the device or the best tier, and in the shared tier) is a
+        lower bound of its cost, in floating point too (the same operations on a larger subtrahend), so the
+        candidates are scored in the order of that bound until it exceeds the least cost found. With 18
+        instances of 8 ranks most candidates are ruled out so and their cache is not looked at."""
+        bt, w = self.bt, self.w
+        t0, t1, t2, t3 = self.tier_w
+        up, active, prefill_at, new_blocks = state.up, state.active, state.prefill_at, state.new_blocks
+        most = len(keys) * (max(t0, t1, t2) + t3) * (1 + 1e-12) + 1e-9     # above any credit, rounding included
+        bound = []
+        for j, c in enumerate(up):
+            x = (prefill_at(c) + n_in) / bt
+            la, nb = len(active[c]), new_blocks(c, keys)
+            bound.append((w * max(0.0, x - most) + la + nb, j, x, la, nb))
+        bound.sort()
+        self.credit = credit = [0.0] * len(state.in_flight)
+        exact: dict = {}
+        lo = math.inf
+        for lb, j, x, la, nb in bound:
+            if lb > lo:
+                break
+            c = up[j]
+            o0, o1, o2, o3 = overlap(c)
+            credit[c] = cr = sum((o0 * t0, o1 * t1, o2 * t2, o3 * t3))
+            cost = exact[j] = w * max(0.0, x - cr) + la + nb
+            if cost < lo:
+                lo = cost
+        ties = [j for j in sorted(exact) if exact[j] == lo]
+        return up[ties[0] if len(ties) == 1 else ties[int(self.rng.integers(len(ties)))]]
 
     def waits(self, state):
         return self.queue is not None and bool(state.up) and min(state.prefill_at(c) for c in state.up) > self.queue

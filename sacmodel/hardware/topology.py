@@ -405,29 +405,55 @@ def water_fill_binding(uses: list[list], demand: list[float], capacity) -> tuple
 
 
 def _fill(uses: list[list], demand: list[float], capacity, frozen: list | None) -> list[float]:
-    """Progressive filling; ``frozen`` (if given) receives the saturated resource that froze each flow."""
+    """Progressive filling; ``frozen`` (if given) receives the saturated resource that froze each flow.
+
+    Each round raises every active flow by the same increment: the smallest of each resource's remaining
+    capacity over its active users and each flow's remaining demand; flows on a saturated resource, or at
+    their demand, stop. All active flows start at 0 and take the same increments, so they hold one rate
+    ``level`` (the same float) until they stop: the rounds count users per resource and keep that level rather
+    than each flow's (a cluster replay solves this at every transfer event; the arithmetic is the same)."""
     n = len(uses)
     rate = [0.0] * n
-    active = {i for i in range(n) if demand[i] > 0}
-    remaining = {r: capacity(r) for u in uses for r in u}
+    sets = [frozenset(u) for u in uses]
+    cap: dict = {}
+    for s in sets:
+        for r in s:
+            if r not in cap:
+                cap[r] = capacity(r)
+    remaining = dict(cap)
+    tiny = {r: 1e-9 * c for r, c in cap.items()}        # saturated at or below this much left (finite only)
+    inf = math.inf
+    count = dict.fromkeys(cap, 0)                      # active users of each resource
+    active = [i for i in range(n) if demand[i] > 0]
+    for i in active:
+        for r in sets[i]:
+            count[r] += 1
+    level = 0.0
     while active:
-        users: dict = {}
+        inc = min((remaining[r] / k for r, k in count.items() if k), default=inf)
         for i in active:
-            for r in set(uses[i]):
-                users.setdefault(r, []).append(i)
-        inc = min([remaining[r] / len(us) for r, us in users.items()] +
-                  [demand[i] - rate[i] for i in active])
+            x = demand[i] - level
+            if x < inc:
+                inc = x
         if not math.isfinite(inc):
             raise TopologyError("a flow crosses no finite capacity: its bandwidth is unbounded")
+        level += inc
+        saturated = set()
+        for r, k in count.items():
+            if k:
+                left = remaining[r] = remaining[r] - inc * k
+                if left <= tiny[r] < inf:
+                    saturated.add(r)
+        still = []
         for i in active:
-            rate[i] += inc
-        for r, us in users.items():
-            remaining[r] -= inc * len(us)
-        saturated = {r for r, us in users.items() if remaining[r] <= 1e-9 * capacity(r) < math.inf}
-        still = {i for i in active if (math.isinf(demand[i]) or demand[i] - rate[i] > 1e-12 * max(1.0, demand[i]))
-                 and not (set(uses[i]) & saturated)}
-        if frozen is not None:
-            for i in active - still:
+            d = demand[i]
+            if (d == inf or d - level > 1e-12 * max(1.0, d)) and (not saturated or saturated.isdisjoint(sets[i])):
+                still.append(i)
+                continue
+            rate[i] = level
+            for r in sets[i]:
+                count[r] -= 1
+            if frozen is not None:
                 frozen[i] = next((r for r in uses[i] if r in saturated), None)
         active = still
     return rate

@@ -81,9 +81,12 @@ def test_cluster_plan_and_sweep_cli(tmp_path, capsys):
     assert d["best"] == 1 and len(d["tried"]) == 2
     assert d["tried"][0]["success_fraction"] == 1.0 and d["tried"][0]["overloaded"] is False
     assert d["tried"][1]["skipped"] and "1 instances meet the SLO at a lower cost" in d["tried"][1]["limit"]
+    assert d["replays"] == 1                    # the count above the answer was not replayed
     assert main(["plan", "--scenario", "sac-cluster-4x", "--system", "cxl", "--trace", str(tr), "--vary", "instances",
                  "--values", "1,2", "--slo", "ttft_p99_ms=1e9"]) == 0
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("check it: "))
+    out = capsys.readouterr().out
+    assert "1 cluster replay(s) for 2 instances value(s)" in out
+    line = next(x for x in out.splitlines() if x.startswith("check it: "))
     import shlex
     argv = shlex.split(line[len("check it: "):])[1:]
     assert argv[:2] == ["replay", str(tr)] and argv[argv.index("--instances") + 1] == "1"
@@ -115,3 +118,35 @@ def test_cluster_plan_prices_from_the_given_table(tmp_path, capsys):
     no_cxl.write_text("parts:\n  gpu: {usd_per_hour: 1.0}\n")
     with pytest.raises(ValueError, match="the table has no cxl_gb, cxl_adapter, cxl_switch"):
         cluster_sweep("sac-cluster-4x", "cxl", trace, {"instances": [1]}, fixed={"limit": 5}, price_table=no_cxl)
+
+
+def test_the_instance_search_two_replays_at_a_time_lists_the_same_rows(tmp_path):
+    """Issue 35 item 6: once a replay keeps up the search replays the next counts at once; what a count before
+    them settles (the answer, a bound) still rules them out, so the rows are those of one count at a time."""
+    tr = burst(tmp_path)
+    p3, p4 = (replay("sac-cluster-4x", "cxl", tr, instances=n).summary for n in (3, 4))
+    assert not p3["load"]["overloaded"] and p4["ttft_p99_ms"] < p3["ttft_p99_ms"]
+    slo = {"ttft_p99_ms": (p3["ttft_p99_ms"] + p4["ttft_p99_ms"]) / 2}     # 3 keeps up but misses it, 4 meets it
+    one = cluster_plan("sac-cluster-4x", "cxl", tr, slo, vary="instances", values="1:5", workers=1)
+    two = cluster_plan("sac-cluster-4x", "cxl", tr, slo, vary="instances", values="1:5", workers=2)
+    assert one.best == two.best == 4
+    assert json.dumps(two.tried, default=str) == json.dumps(one.tried, default=str)
+    assert two.replays == one.replays == 4 and one.unused == 0
+    assert two.unused == 1 and two.tried[4]["skipped"]    # 5 was replayed with 4, then not needed
+
+
+def test_a_replay_run_alongside_the_answer_is_listed_as_not_replayed_and_counted():
+    from sacmodel.cluster.plan import _Search
+    ok = {"feasible": True, "ttft_p99_ms": 1.0, "overloaded": False}
+    late = {"feasible": True, "ttft_p99_ms": 0.5, "overloaded": False}
+    st = _Search()
+    st.settle(3, ok, {"ttft_p99_ms": 2.0})
+    st.settle(4, late, {"ttft_p99_ms": 2.0})              # replayed at once with 3: not needed
+    assert st.best == 3 and st.rows[3] is ok and st.unused == 1
+    assert st.rows[4]["skipped"] and "3 instances meet the SLO at a lower cost" in st.rows[4]["limit"]
+    st = _Search()                                        # an overloaded replay's bound rules out what ran with it
+    st.settle(1, {"feasible": False, "overloaded": True, "offered_req_s": 10.0, "served_req_s": 1.0,
+                  "success_fraction": 1.0, "too_short": False}, {"ttft_p99_ms": 2.0})
+    st.settle(2, late, {"ttft_p99_ms": 2.0})
+    assert st.floor == 10 and st.rows[2]["skipped"] and "overloaded by the bound" in st.rows[2]["limit"]
+    assert st.unused == 1 and st.best is None

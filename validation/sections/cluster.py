@@ -170,8 +170,71 @@ HEADER = ["| configuration | hit | TTFT p50 / p90 / p99 (s) | TBT p50 / p99 (ms)
           "last token (s) | finished |", "|---|---|---|---|---|---|---|---|"]
 
 
+# The replays of the conversation trace through the four hosts: (label, system, keyword arguments), each one
+# job (validation/run.py spreads them over its processes); a label mapped to another's (REUSED) is that same
+# configuration and takes its replay.
+ROUTER_REPLAYS = [*((f"cxl pool, {r}", "cxl", dict(router=r))
+                    for r in ("round_robin", "least_load", "prefix_affinity", "kv", "cache_aware")),
+                  *((f"private host DRAM 10M, {r}", "dram", dict(router=r, tiers=["host"], cache_capacity="10M"))
+                    for r in ("round_robin", "prefix_affinity", "kv", "cache_aware"))]
+PD_REPLAYS = [("P:D 1:3 via CXL pool", "cxl", dict(router="kv", pd="1:3")),
+              ("P:D 2:2 via CXL pool", "cxl", dict(router="kv", pd="2:2")),
+              ("P:D 2:2 via RDMA (host DRAM decode)", "dram", dict(router="kv", pd="2:2"))]
+EQ_REPLAYS = [(f"{name} {cc}", system, dict(router="kv", tiers=[tier], cache_capacity={tier: cc}))
+              for cc in ("2 TB", "10M") for name, system, tier in (("CXL pool", "cxl", "cxl"),
+                                                                     ("RDMA store", "dram", "store"))]
+# sac-cluster-4x's own pool is the 2 TB CXL tier, the only tier the cxl system uses there: the same replay as the
+# kv router's row (checked by _same_configuration before it is reused)
+REUSED = {"CXL pool 2 TB": "cxl pool, kv"}
+
+
+def _same_configuration(a: tuple, b: tuple, trace: Path) -> bool:
+    """Whether two replays resolve to the same tiers, capacities and router (the co-simulation is deterministic,
+    so they give the same prediction)."""
+    from sacmodel.cluster.replay import Setup
+
+    def resolved(system, kw):
+        kw = dict(kw)
+        cc, tiers = kw.pop("cache_capacity", None), kw.pop("tiers", None)
+        st = Setup(CLUSTER, system, trace, instances=None, pd=None, time_scale=TIME_SCALE, concurrency=None,
+                   cache="trace", slo=SLO, router_params=None, limit=8, resources={}, **kw)
+        st.build(cc, None, tiers)
+        return st.system, st.router_name, st.router_params, st.caps, st.tier_names, st.caches.chains
+    return resolved(a[1], a[2]) == resolved(b[1], b[2])
+
+
+def replay_jobs(trace: Path, limit: int | None) -> list[tuple]:
+    """The replays of :func:`replay_part`, one (label, system, kwargs) each; reused configurations left out."""
+    every = ROUTER_REPLAYS + PD_REPLAYS + EQ_REPLAYS
+    by = {x[0]: x for x in every}
+    out = []
+    for x in every:
+        if x[0] in REUSED and _same_configuration(x, by[REUSED[x[0]]], trace):
+            continue
+        out.append(x)
+    return out
+
+
+def replays(out_dir: Path, trace: Path, limit: int | None, jobs: list[tuple]) -> dict:
+    """Run ``jobs`` (from :func:`replay_jobs`): {"replays": label -> (prediction, seconds), "out_dir": ...}."""
+    done = {}
+    for label, system, kw in jobs:
+        t0 = time.perf_counter()
+        p = replay(CLUSTER, system, trace, time_scale=TIME_SCALE, slo=SLO, limit=limit, **kw)
+        done[label] = (p, time.perf_counter() - t0)
+    return {"replays": done, "out_dir": str(out_dir)}
+
+
 def replay_part(out_dir: Path, trace: Path, limit: int | None) -> list[str]:
-    kw = dict(time_scale=TIME_SCALE, slo=SLO, limit=limit)
+    """The replays run here, one after another (:func:`render`); validation/run.py runs them as separate jobs."""
+    return replay_md(replays(out_dir, trace, limit, replay_jobs(trace, limit)))
+
+
+def replay_md(res: dict) -> list[str]:
+    """The markdown (and the TTFT CDF plot) of the replays in ``res`` (:func:`replays`' results, merged)."""
+    done, out_dir = res["replays"], Path(res["out_dir"])
+    get = {lbl: done[REUSED.get(lbl, lbl)][0] for lbl, _, _ in ROUTER_REPLAYS + PD_REPLAYS + EQ_REPLAYS
+           if REUSED.get(lbl, lbl) in done}
     md = ["### Replay of the conversation trace through four hosts", "",
           f"`{CLUSTER}`: four sac-testbed hosts (8 x H20, DeepSeek-V3.2, dp 8) sharing a 2 TB CXL pool, an "
           f"equal RDMA store for comparison. The trace's arrivals are slowed to x{TIME_SCALE:g} "
@@ -179,23 +242,14 @@ def replay_part(out_dir: Path, trace: Path, limit: int | None) -> list[str]:
           "while one host prefills about 5K tokens/s in the single-instance engine, so every co-located "
           f"configuration saturates (a plan for the recorded rate is below). SLO for attainment and goodput: "
           f"{SLO.replace(',', ', ')}; TTFT counts from arrival (queueing and transfers included).", ""]
-    t0 = time.perf_counter()
-    runs = {}
-    for r in ("round_robin", "least_load", "prefix_affinity", "kv", "cache_aware"):
-        runs[f"cxl pool, {r}"] = replay(CLUSTER, "cxl", trace, router=r, **kw)
-    for r in ("round_robin", "prefix_affinity", "kv", "cache_aware"):
-        runs[f"private host DRAM 10M, {r}"] = replay(CLUSTER, "dram", trace, router=r, tiers=["host"],
-                                                     cache_capacity="10M", **kw)
+    runs = {lbl: get[lbl] for lbl, _, _ in ROUTER_REPLAYS}
     md += ["Routers, co-located prefill and decode on every instance:", "", *HEADER,
            *[_row(k, p) for k, p in runs.items()], "",
            "With the shared CXL pool every instance sees every cached prefix, so the routers only balance load "
            "(equal hit rates); with private host-DRAM caches the prefix-aware routers keep each conversation "
            "where its prefix is cached. Co-located TBT tails are prefill chunks of other requests stalling "
            "the decode batch (all data-parallel ranks step together).", ""]
-    pd = {"co-located, kv": runs["cxl pool, kv"]}
-    pd["P:D 1:3 via CXL pool"] = replay(CLUSTER, "cxl", trace, router="kv", pd="1:3", **kw)
-    pd["P:D 2:2 via CXL pool"] = replay(CLUSTER, "cxl", trace, router="kv", pd="2:2", **kw)
-    pd["P:D 2:2 via RDMA (host DRAM decode)"] = replay(CLUSTER, "dram", trace, router="kv", pd="2:2", **kw)
+    pd = {"co-located, kv": runs["cxl pool, kv"], **{lbl: get[lbl] for lbl, _, _ in PD_REPLAYS}}
     md += ["Co-located vs disaggregated prefill/decode (KV handed over through the CXL pool: written once, "
            "read in place; or over RDMA with the Transfer Engine):", "", *HEADER,
            *[_row(k, p) for k, p in pd.items()], ""]
@@ -210,12 +264,7 @@ def replay_part(out_dir: Path, trace: Path, limit: int | None) -> list[str]:
                   title=f"conversation trace x{TIME_SCALE:g} on {CLUSTER}")
     md += ["![TTFT CDF](plots/cluster_ttft_cdf.png)", ""]
 
-    eq = {}
-    for cc in ("2 TB", "10M"):
-        eq[f"CXL pool {cc}"] = replay(CLUSTER, "cxl", trace, router="kv", tiers=["cxl"],
-                                      cache_capacity={"cxl": cc}, **kw)
-        eq[f"RDMA store {cc}"] = replay(CLUSTER, "dram", trace, router="kv", tiers=["store"],
-                                        cache_capacity={"store": cc}, **kw)
+    eq = {lbl: get[lbl] for lbl, _, _ in EQ_REPLAYS}
     md += ["### CXL shared pool vs RDMA store at equal capacity", "",
            "Same routing (kv) and capacity. SAC: the pool is shared by the four hosts and read in place at "
            "cache-line granularity (system `cxl`). Store: Mooncake Store (10 s leases, background eviction of 5% "
@@ -228,18 +277,32 @@ def replay_part(out_dir: Path, trace: Path, limit: int | None) -> list[str]:
                   + f"; evictions {sum(v for n, v in p.summary['evicted_blocks'].items()):,} blocks"
                   + (f"; hits moved before admission: median {1e3 * np.median(p.per_request['load_s'][p.per_request['load_s'] > 0]):.0f} ms"
                      if (p.per_request['load_s'] > 0).any() else ""))
-    md += ["", f"Replays took {time.perf_counter() - t0:.0f} s in all.", ""]
+    md += ["", f"Replays took {sum(dt for _, dt in done.values()):.0f} s in all.", ""]
     return md
 
 
-def plan_part(trace: Path, limit: int | None) -> list[str]:
-    rows = []
-    for n, pd in ((4, None), (8, None), (12, None), (8, "5:3"), (12, "8:4"), (16, "12:4")):
+PLAN_REPLAYS = ((4, None), (8, None), (12, None), (8, "5:3"), (12, "8:4"), (16, "12:4"))
+
+
+def plan_rows(trace: Path, limit: int | None, which: list[int]) -> dict:
+    """The rows of :func:`plan_part` for the configurations ``which`` (indices into PLAN_REPLAYS)."""
+    rows = {}
+    for j in which:
+        n, pd = PLAN_REPLAYS[j]
         p = replay(CLUSTER, "cxl", trace, router="kv", instances=n, pd=pd, slo=SLO, limit=limit)
         s = p.summary
-        rows.append(f"| {n} | {pd or 'co-located'} | {_s(s['ttft_p50_ms'])} / {_s(s['ttft_p99_ms'])} | "
-                    f"{_ms(s['tbt_p50_ms'])} / {_ms(s['tbt_p99_ms'])} | {_pct(s['slo_attainment'])} | "
-                    f"{s['duration_s']:,.0f} | {_health(s)} |")
+        rows[j] = (f"| {n} | {pd or 'co-located'} | {_s(s['ttft_p50_ms'])} / {_s(s['ttft_p99_ms'])} | "
+                   f"{_ms(s['tbt_p50_ms'])} / {_ms(s['tbt_p99_ms'])} | {_pct(s['slo_attainment'])} | "
+                   f"{s['duration_s']:,.0f} | {_health(s)} |")
+    return {"plan_rows": rows}
+
+
+def plan_part(trace: Path, limit: int | None) -> list[str]:
+    return plan_md(plan_rows(trace, limit, list(range(len(PLAN_REPLAYS)))))
+
+
+def plan_md(res: dict) -> list[str]:
+    rows = [res["plan_rows"][j] for j in sorted(res["plan_rows"])]
     return ["### How many hosts the recorded rate needs", "",
             "The conversation trace at its recorded rate (x1, 3.4 req/s over 3,537 s) on hosts like the testbed "
             "sharing the CXL pool, kv router. Co-located, every prefill chunk (8K tokens, seconds on an H20 rank) "
@@ -346,8 +409,15 @@ def _hit_rate(out_dir: Path, names: list[str]) -> list[str]:
     return hit_rate_part(out_dir, {n: load_trace(tdir / f"{n}.jsonl") for n in names})
 
 
-def _routers() -> list[str]:
-    return published_routers.markdown_all([published_routers.reproduce(b) for b in published_routers.BENCHES.values()])
+def router_replays(bench: str, name: str) -> dict:
+    """One scheduler of one published router benchmark (a job of its own: 8 replays of 8-35 CPU s)."""
+    return {"routers": {(bench, name): published_routers.reproduce(published_routers.BENCHES[bench], [name])}}
+
+
+def routers_md(res: dict) -> list[str]:
+    done = res["routers"]
+    return published_routers.markdown_all([published_routers.merge([v for (k, _), v in done.items() if k == bench])
+                                           for bench in published_routers.BENCHES])
 
 
 def _whole_trace(conv: Path) -> list[str]:
@@ -361,7 +431,9 @@ def _missing(tdir: str) -> list[str]:
 
 def parts(out_dir: Path, quick: bool = False) -> list[tuple]:
     """The section's independent parts, in the report's order: (function, arguments), each returning its markdown
-    lines (and writing its plots into ``out_dir``); :func:`assemble` joins what they return."""
+    lines (and writing its plots into ``out_dir``), or, for the replays of the conversation trace (one job each,
+    so that validation/run.py's processes share them evenly), a dict of results; :func:`assemble` joins what they
+    return."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tdir = shared_data_dir() / "traces"
@@ -369,18 +441,55 @@ def parts(out_dir: Path, quick: bool = False) -> list[tuple]:
     out = [(transfer_part, (out_dir,))]
     if not names:
         return out + [(_missing, (str(tdir),))]
-    out += [(_hit_rate, (out_dir, names)), (_routers, ()), (pool_part, (out_dir,))]
+    out += [(_hit_rate, (out_dir, names)),
+            *((router_replays, (bench, name)) for bench, b in published_routers.BENCHES.items() for name in b.configs),
+            (pool_part, (out_dir,))]
     conv = tdir / "mooncake_conversation_trace.jsonl"
     if conv.exists():
         limit = 2000 if quick else None
         if not quick:
             out.append((_whole_trace, (conv,)))
-        out += [(replay_part, (out_dir, conv, limit)), (plan_part, (conv, limit))]
+        out += [(replays, (out_dir, conv, limit, [job])) for job in replay_jobs(conv, limit)]
+        out += [(plan_rows, (conv, limit, [j])) for j in range(len(PLAN_REPLAYS))]
     return out
 
 
-def assemble(mds: list[list[str]]) -> str:
-    return "\n".join(["## Cluster model (prefix caches, routers, P/D disaggregation)", ""] + [x for md in mds for x in md])
+RENDER = {"replays": replay_md, "plan_rows": plan_md, "routers": routers_md}
+
+
+def label(fn, args) -> str:
+    """A part's name in validation/run.py's progress lines."""
+    if fn is replays:
+        return "cluster: replay " + ", ".join(j[0] for j in args[3])
+    if fn is router_replays:
+        return f"cluster: published routers {args[0]}% {args[1]}"
+    if fn is plan_rows:
+        return "cluster: plan row " + ", ".join(f"{n} hosts {pd or 'co-located'}" for n, pd in
+                                                (PLAN_REPLAYS[j] for j in args[2]))
+    return f"cluster: {fn.__name__}"
+
+
+def assemble(mds: list) -> str:
+    """The section from what :func:`parts` returned, in order: markdown lines, or the replays' and the plan's
+    results (dicts, one per job), rendered together where the first of their kind stands."""
+    merged: dict = {"replays": {}, "plan_rows": {}, "routers": {}}
+    for md in mds:
+        if isinstance(md, dict):
+            for k, v in md.items():
+                if isinstance(v, dict):
+                    merged[k].update(v)
+                else:
+                    merged[k] = v
+    body, seen = [], set()
+    for md in mds:
+        if not isinstance(md, dict):
+            body += md
+            continue
+        kind = next(k for k in RENDER if k in md)
+        if kind not in seen:
+            seen.add(kind)
+            body += RENDER[kind](merged)
+    return "\n".join(["## Cluster model (prefix caches, routers, P/D disaggregation)", ""] + body)
 
 
 def render(out_dir: Path, quick: bool = False) -> str:

@@ -95,9 +95,9 @@ def break_away(qps: list[float], p90: list[float]) -> float | None:
     return next((q for q, x in zip(qps, p90) if x > BREAK_S), None)
 
 
-def reproduce(b: Bench = BENCHES["73"]) -> dict:
-    """Replay the ladder for every scheduler; p90 TTFT per step and the break-away loads, with the published
-    ones."""
+def reproduce(b: Bench = BENCHES["73"], names: list[str] | None = None) -> dict:
+    """Replay the ladder for every scheduler (or those ``names``: a part, for :func:`merge`); p90 TTFT per step
+    and the break-away loads, with the published ones."""
     ladder, pub = published(b)
     stages = [b.warmup] + ladder
     tr = shared_prefix(*b.shape, b.output, rate=stages, seed=1, block_tokens=64, arrivals=b.arrivals)
@@ -105,7 +105,8 @@ def reproduce(b: Bench = BENCHES["73"]) -> dict:
     step = stage_of(tr, stages)
     qps = [q for q, _ in ladder]
     out = {"bench": b, "qps": qps, "requests": len(tr), "predicted": {}, "published": pub, "hit": {}}
-    for name, (router, params) in b.configs.items():
+    for name in (b.configs if names is None else names):
+        router, params = b.configs[name]
         # inference-perf drains each stage before it starts the next (its stage barrier)
         p = replay(pod, "gpu", tr, router=router, router_params=params, instances=b.instances,
                    stage_barrier=INFERENCE_PERF_BARRIER)
@@ -116,7 +117,19 @@ def reproduce(b: Bench = BENCHES["73"]) -> dict:
             row.append(float(np.percentile(np.where(np.isnan(x), np.inf, x), 90)) if len(x) else math.nan)
         out["predicted"][name] = row
         out["hit"][name] = p.summary["hit_rate_total"]
-    out["break"] = {n: (break_away(qps, out["published"][n]), break_away(qps, out["predicted"][n]))
+    return out if names is not None else merge([out])
+
+
+def merge(parts: list[dict]) -> dict:
+    """One benchmark's result from the parts :func:`reproduce` returned for some of its schedulers each (the
+    schedulers in the benchmark's order), with the break-away loads."""
+    b = parts[0]["bench"]
+    out = {**parts[0], "predicted": {}, "hit": {}}
+    for n in b.configs:
+        for part in parts:
+            if n in part["predicted"]:
+                out["predicted"][n], out["hit"][n] = part["predicted"][n], part["hit"][n]
+    out["break"] = {n: (break_away(out["qps"], out["published"][n]), break_away(out["qps"], out["predicted"][n]))
                     for n in b.configs}
     return out
 

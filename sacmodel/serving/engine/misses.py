@@ -83,6 +83,8 @@ as long as the longest output, so 8,758 lengths x 7,070 steps held 0.5 GB and to
 class CurveCache(OrderedDict):
     """An LRU mapping of curves (arrays or None) bounded by :data:`CURVE_CACHE_BYTES` of their data."""
 
+    limit = CURVE_CACHE_BYTES
+
     def __init__(self):
         super().__init__()
         self.nbytes = 0
@@ -97,7 +99,7 @@ class CurveCache(OrderedDict):
     def put(self, key, value):
         self[key] = value
         self.nbytes += _size(value)
-        while self.nbytes > CURVE_CACHE_BYTES and len(self) > 1:
+        while self.nbytes > self.limit and len(self) > 1:
             self.nbytes -= _size(self.popitem(last=False)[1])
         return value
 

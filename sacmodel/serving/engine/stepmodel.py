@@ -307,20 +307,38 @@ class Model:
         return c
 
 
-_MAX_CURVES = 64          # miss curves kept per scenario (each max_age + 2 floats)
+KEPT_CURVE_BYTES = 32 << 20
+"""Bytes of miss curves kept per scenario (least recently used ones leave first): a replay of the 12,031-request
+conversation trace uses about 940 curves of 2,002 floats (15 MB) per configuration, and the next replay of the
+same configuration (another router, another split) reads them again instead of computing them."""
+
+
+class KeptCurves(CurveCache):
+    """The scenario's store of miss curves: a cache, so a copy of the scenario (deep copy, pickle to a worker
+    process) starts empty rather than carrying tens of MB along."""
+
+    limit = KEPT_CURVE_BYTES
+
+    def __deepcopy__(self, memo):
+        return KeptCurves()
+
+    def __reduce__(self):
+        return (KeptCurves, ())
 
 
 def kept_curve(cfg: Config, context: int, max_age: int) -> np.ndarray:
-    """:func:`cumulative_misses`, kept with the scenario's routes across predictions of the same configuration
-    (read-only: every draw and prediction shares it), keyed also on the constants of the score process (a fit
-    changes them in place: :func:`sacmodel.hardware.params.set_param` leaves the route cache)."""
-    store = cfg.topo._routes.setdefault(("miss curves",), {})
+    """:func:`cumulative_misses`, kept with the scenario's routes across predictions and replays of the same
+    configuration (read-only: every draw, prediction and replay shares it), keyed also on the constants of the
+    score process (a fit changes them in place: :func:`sacmodel.hardware.params.set_param` leaves the route
+    cache)."""
+    store = cfg.topo._routes.get(("miss curves",))
+    if store is None:
+        store = cfg.topo._routes[("miss curves",)] = KeptCurves()
     key = (cfg.system, cfg.model.name, cfg.model.topk, cfg.device_buffer, cfg.cxl_devices, cfg.rdma_nics, cfg.dp,
            context, max_age, *score_constants(cfg))
     c = store.get(key)
     if c is None:
-        if len(store) >= _MAX_CURVES:
-            store.clear()
-        c = store[key] = cumulative_misses(cfg, context, max_age)
+        c = cumulative_misses(cfg, context, max_age)
         c.flags.writeable = False
+        store.put(key, c)
     return c

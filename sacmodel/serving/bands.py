@@ -123,35 +123,47 @@ def testbed_band(system: str, cats: list[str]) -> tuple[dict[str, float], list[s
     return band, used
 
 
-def generation_coverage(gpu: str) -> tuple[str, dict] | None:
-    """(name, % per metric) that holds at least 80% of the public checks of ``gpu``'s generation (report
-    section 10); a generation with no check takes the widest generation's figures x ``no_check_factor``; None
-    for a GPU outside the catalog."""
+CROSS_HOST = "cross-host"
+
+
+def generation_coverage(gpu: str, spans_hosts: bool = False) -> tuple[str, dict] | None:
+    """(name, % per metric) that holds at least 80% of the public checks of ``gpu``'s generation on one host
+    (report section 10); a generation with no check takes the widest generation's figures x
+    ``no_check_factor``; a server across hosts (``spans_hosts``) the wider of that and the cross-host checks'.
+    None for a GPU outside the catalog."""
     from ..hardware.gpus import CATALOG
     gens = band_table()["external"].get("generations")
     if not gens or gpu not in CATALOG:
         return None
     arch = CATALOG[gpu].arch
     if arch in gens:
-        return f"80% of the {arch} checks", gens[arch]
-    known = [v for k, v in gens.items() if isinstance(v, dict)]
-    wide = {m: max((v[m] for v in known if v.get(m) is not None), default=None) for m in METRICS}
-    return (f"no {arch} check: the widest generation's x {gens['no_check_factor']:g}",
-            {m: (x * gens["no_check_factor"] if x is not None else None) for m, x in wide.items()})
+        name, cov = f"80% of the {arch} checks", gens[arch]
+    else:
+        known = [v for k, v in gens.items() if isinstance(v, dict) and k != CROSS_HOST]
+        wide = {m: max((v[m] for v in known if v.get(m) is not None), default=None) for m in METRICS}
+        name, cov = (f"no {arch} check: the widest generation's x {gens['no_check_factor']:g}",
+                     {m: (x * gens["no_check_factor"] if x is not None else None) for m, x in wide.items()})
+    cross = gens.get(CROSS_HOST)
+    if spans_hosts and isinstance(cross, dict):
+        cov = {m: max((x for x in (cov.get(m), cross.get(m)) if x is not None), default=None) for m in METRICS}
+        name += " and 80% of the checks across hosts"
+    return name, cov
 
 
-def external_band(gpu: str, model: str) -> tuple[dict[str, float], list[str]]:
+def external_band(gpu: str, model: str, spans_hosts: bool = False) -> tuple[dict[str, float], list[str]]:
     """(% per metric, the sets that set it): the largest external error that applies to ``gpu`` and
-    ``model`` (the public checks always; the error 80% of its generation's checks lie within; the rules-only
-    runs and each check group of the same GPU and model)."""
+    ``model`` (the public checks always; the error 80% of its generation's checks lie within, with the
+    cross-host checks' for a server across hosts; the rules-only runs and each check group of the same GPU
+    and model, a cross-host group only for a server across hosts)."""
     ex = band_table()["external"]
     sets = [("public checks", ex["checks"])]
-    cov = generation_coverage(gpu)
+    cov = generation_coverage(gpu, spans_hosts)
     if cov:
         sets.append(cov)
     if (ex["rules_only"]["gpu"], ex["rules_only"]["model"]) == (gpu, model):
         sets.append(("rules-only H200 runs", ex["rules_only"]))
-    sets += [(name, g) for name, g in ex["groups"].items() if name != "source" and (g["gpu"], g["model"]) == (gpu, model)]
+    sets += [(name, g) for name, g in ex["groups"].items() if name != "source" and (g["gpu"], g["model"]) == (gpu, model)
+             and (spans_hosts or not g.get("spans_hosts", False))]
     band, used = {}, []
     for name, s in sets:
         if any(s.get(m) is not None and s[m] > band.get(m, -1.0) for m in METRICS):
@@ -198,7 +210,7 @@ def error_band(cfg, *, context: int, output: int, concurrency: int) -> tuple[dic
         ", validation/report.md section 5"
     prov = provenance(cfg.topo)
     if not prov.testbed_class and prov.from_testbed:
-        ext, sets = external_band(prov.gpu, prov.model)
+        ext, sets = external_band(prov.gpu, prov.model, _spans_hosts(cfg))
         band = {m: math.hypot(band[m], ext.get(m, 0.0)) for m in band}
         f = tb["fitted_on"]
         basis += (f"; {len(prov.from_testbed)} of {prov.constants} constants fitted on the testbed "
@@ -207,6 +219,12 @@ def error_band(cfg, *, context: int, output: int, concurrency: int) -> tuple[dic
     elif not prov.testbed_class:
         basis += f"; constants fitted on {_machine(prov)} itself, as the testbed's were"
     return {METRICS[m]: x / 100.0 for m, x in band.items()}, basis
+
+
+def _spans_hosts(cfg) -> bool:
+    """Whether the server's GPUs span hosts: more than one NVLink domain."""
+    t = cfg.topo
+    return cfg.tp > int(t.node(t.gpus[0]).get("nvlink_domain", len(t.gpus)))
 
 
 def _machine(prov: Provenance) -> str:

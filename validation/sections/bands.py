@@ -25,10 +25,13 @@ def _r(x) -> float | None:
     return None if x is None else round(float(x), 1)
 
 
-def _check_machines() -> dict[str, tuple[str, str]]:
-    """Each public check group's (gpu, model), read as the external section reads its checks."""
+def _check_machines() -> dict[str, tuple[str, str, bool]]:
+    """Each public check group's (gpu, model, whether its server spans hosts), read as the external section
+    reads its checks."""
     from sacmodel.data.external import load_external_runs
-    return {r.group: (r.gpu, r.model) for r in load_external_runs(REPO / "validation" / "data" / "external_checks.csv")}
+    from sacmodel.hardware.gpus import get_gpu
+    return {r.group: (r.gpu, r.model, r.gpus > get_gpu(r.gpu).host_gpus)
+            for r in load_external_runs(REPO / "validation" / "data" / "external_checks.csv")}
 
 
 def bands(report: dict, old: dict) -> dict:
@@ -57,14 +60,17 @@ def bands(report: dict, old: dict) -> dict:
     machine = _check_machines()
     for g, v in mape["by_group"].items():
         if g not in ex["groups"]:                 # a group new to the checks: its machine from the checks' file
-            ex["groups"][g] = dict(zip(("gpu", "model"), machine.get(g, (None, None))))
+            ex["groups"][g] = dict(zip(("gpu", "model"), machine.get(g, (None, None))[:2]))
+        if g in machine and machine[g][2]:
+            ex["groups"][g]["spans_hosts"] = True
         ex["groups"][g].update({short: _r(v[m]) for short, m in zip(SHORT, ("ttft", "tpot", "throughput"))},
                                runs=v.get("runs", ex["groups"][g].get("runs")))
     cov = report["external"].get("coverage", {})
     gens = {"source": "validation/report.md section 10, the checks of each GPU generation: per metric the error "
                       "80% of them lie within (the ceil(0.8 n)-th smallest absolute error; TPOT as tbt). A built "
-                      "machine's band is at least this, so it holds at least 80% of its generation's checks; a "
-                      "generation with no check takes the widest generation's figure x 1.5 (no_check_factor)"}
+                      "machine's band is at least this, so it holds at least 80% of its generation's checks on one host; a "
+                      "generation with no check takes the widest generation's figure x 1.5 (no_check_factor); "
+                      "cross-host: the checks whose server spans hosts, which a server across hosts adds"}
     for gen, v in cov.items():
         gens[gen] = {**{short: _r(v[m]) for short, m in zip(SHORT, ("ttft", "tpot", "throughput"))}, "runs": v["runs"]}
     gens["no_check_factor"] = 1.5

@@ -23,7 +23,8 @@ def _rows(runs, transfer: str) -> list[dict]:
     for r in runs:
         p = predict_external(r, transfer=transfer)
         e = errors(r, p)
-        out.append({"id": r.id, "group": r.group, "gpu": r.gpu, "workload": f"{r.isl}/{r.osl} c{r.concurrency} n{r.requests}",
+        out.append({"id": r.id, "group": r.group, "gpu": r.gpu, "gpus": r.gpus,
+                    "workload": f"{r.isl}/{r.osl} c{r.concurrency} n{r.requests}",
                     "concurrency": r.concurrency,
                     "measured": {"ttft": r.ttft_mean_ms, "tpot": r.tpot_mean_ms, "throughput": r.output_tok_s},
                     "predicted": {"ttft": p["ttft_mean_ms"], "tpot": p["tpot_mean_ms"], "throughput": p["output_tok_s"]},
@@ -46,18 +47,36 @@ def _mape(rows) -> dict:
 COVERAGE = 0.8          # issue 32: a built machine's band holds at least this share of its generation's checks
 
 
-def coverage(rows) -> dict:
-    """Per GPU generation, per metric, the smallest error (%) at least ``COVERAGE`` of the checks of that
-    generation lie within: the ceil(0.8 n)-th smallest absolute error."""
+CROSS_HOST = "cross-host"      # the checks of servers over more GPUs than one host's NVLink domain
+
+
+def spans_hosts(gpu: str, gpus: int) -> bool:
+    """Whether a check's server spans hosts: more GPUs than one host of its GPU holds."""
     from sacmodel.hardware.gpus import get_gpu
-    out: dict = {}
-    for gen in sorted({get_gpu(r["gpu"]).arch for r in rows}):
-        sub = [r for r in rows if get_gpu(r["gpu"]).arch == gen]
-        d = {"runs": len(sub)}
-        for k in ("ttft", "tpot", "throughput"):
-            e = sorted(abs(r["error_pct"][k]) for r in sub if k in r["error_pct"] and math.isfinite(r["error_pct"][k]))
-            d[k] = float(e[math.ceil(COVERAGE * len(e)) - 1]) if e else None
-        out[gen] = d
+    return gpus > get_gpu(gpu).host_gpus
+
+
+def _covered(sub) -> dict:
+    """Per metric, the smallest error (%) at least ``COVERAGE`` of ``sub`` lie within: the ceil(0.8 n)-th
+    smallest absolute error."""
+    d = {"runs": len(sub)}
+    for k in ("ttft", "tpot", "throughput"):
+        e = sorted(abs(r["error_pct"][k]) for r in sub if k in r["error_pct"] and math.isfinite(r["error_pct"][k]))
+        d[k] = float(e[math.ceil(COVERAGE * len(e)) - 1]) if e else None
+    return d
+
+
+def coverage(rows) -> dict:
+    """Per GPU generation, the coverage (:func:`_covered`) of its checks on one host; and under
+    ``CROSS_HOST`` that of the checks whose server spans hosts, of every generation (a server across hosts
+    takes the wider of its generation's and these)."""
+    from sacmodel.hardware.gpus import get_gpu
+    one = [r for r in rows if not spans_hosts(r["gpu"], r.get("gpus", 1))]
+    out: dict = {gen: _covered([r for r in one if get_gpu(r["gpu"]).arch == gen])
+                 for gen in sorted({get_gpu(r["gpu"]).arch for r in one})}
+    cross = [r for r in rows if spans_hosts(r["gpu"], r.get("gpus", 1))]
+    if cross:
+        out[CROSS_HOST] = _covered(cross)
     return out
 
 

@@ -54,15 +54,26 @@ CLUSTER_INLINE = {**copy.deepcopy(TESTBED), "schema_version": 2, "name": "inline
     "instances": [{"id": "i", "count": 2, "host": "h", "role": "both", "tiers": ["hbm", "pool"]}],
     "tiers": {"hbm": {"kind": "hbm", "capacity": {"value": "200000 token", "source": "fuzz"}},
               "pool": {"kind": "cxl", "attached": ["h"], "capacity": {"value": "1 TB", "source": "fuzz"}}}}}
+# an instance over two hosts (the span fields: hosts, tp, dp, ep, the DeepEP and engine settings)
+CLUSTER_SPAN = {"schema_version": 2, "name": "span-2x", "model": "deepseek-v3.2", "cluster": {
+    "host": "sac-testbed", "hosts": [{"id": "h", "count": 4}],
+    "instances": [{"id": "i", "host": "h", "hosts": 2, "count": 2, "tp": 16, "dp": 16, "tiers": ["hbm"]}],
+    "tiers": {"hbm": {"kind": "hbm", "capacity": {"value": "3200000 token", "source": "fuzz"}}},
+    "network": {"rdma": {"nics": {"value": 2, "source": "fuzz"}, "nic_rate": {"value": "100 Gbit/s", "source": "fuzz"},
+                         "op_cost": {"value": "0.239 us", "source": "fuzz"}}}}}
+SPAN_FIELDS = st.sampled_from(["hosts", "tp", "dp", "ep", "moe_a2a", "deepep_mode", "two_batch_overlap",
+                               "ep_redundant", "cuda_graph_max_bs", "engine"])
+SPAN_VALUES = st.sampled_from([0, -1, 1, 2, 3, 8, 16, 32, 10**9, 2.5, "16", True, None, [], {}, ["h0"],
+                               ["h0", "h0"], ["h0", "h9"], "deepep", "normal", "low_latency", "vllm", "x" * 300])
 COUNTS = st.sampled_from([0, -1, 1, 2, 4096, 4097, 10**8, 10**9, 10**30, 2.5, "4", True, None, [], {}])
 
 
 @st.composite
 def cluster_doc(draw):
-    doc = copy.deepcopy(draw(mutated(draw(st.sampled_from([CLUSTER_4X, CLUSTER_INLINE])))))
+    doc = copy.deepcopy(draw(mutated(draw(st.sampled_from([CLUSTER_4X, CLUSTER_INLINE, CLUSTER_SPAN])))))
     c = doc.get("cluster") if isinstance(doc, dict) else None
     if isinstance(c, dict) and draw(st.booleans()):        # the counts and shapes the schema must bound
-        where = draw(st.sampled_from(["hosts", "instances", "attached", "host", "section"]))
+        where = draw(st.sampled_from(["hosts", "instances", "attached", "host", "section", "span"]))
         v = draw(COUNTS)
         if where in ("hosts", "instances") and isinstance(c.get(where), list) and c[where] and \
                 isinstance(c[where][0], dict):
@@ -71,6 +82,9 @@ def cluster_doc(draw):
             for t in c["tiers"].values():
                 if isinstance(t, dict) and t.get("kind") in ("cxl", "rdma"):
                     t["attached"] = draw(st.sampled_from([5, "h", [], [[1]], ["nobody"], None]))
+        elif where == "span" and isinstance(c.get("instances"), list) and c["instances"] and \
+                isinstance(c["instances"][0], dict):
+            c["instances"][0][draw(SPAN_FIELDS)] = draw(SPAN_VALUES)
         elif where == "host":
             c["host"] = draw(st.sampled_from(["/dev/zero", "/dev/null", 5, [], "no-such", "sac-cluster-4x",
                                               "x" * 300 + ".yaml"]))

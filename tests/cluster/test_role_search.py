@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from launch_commands import parse
 
 import sacmodel
 from sacmodel.cluster.plan import cluster_plan
@@ -91,22 +92,9 @@ def test_the_search_replays_cheapest_first_and_stops_at_the_first_that_meets(hos
     assert all(u["cost_usd_per_hour"] >= r.best["cost_usd_per_hour"] for u in r.runners_up)
     # the answer's launch commands parse back to its configuration, one per role
     for role in ("prefill", "decode"):
-        flags = launch_flags(r.launch[role])
+        flags = parse(r.launch[role])
         assert flags["--disaggregation-mode"] == role and flags["--disaggregation-transfer-backend"] == "mooncake"
         assert flags["--tp-size"] == "2" and "--dp-size" not in flags and "--nnodes" not in flags
-
-
-def launch_flags(text: str) -> dict:
-    """An emitted SGLang command as flag -> value (True for a switch), comment lines skipped."""
-    import shlex
-    body = " ".join(ln.rstrip("\\").strip() for ln in text.splitlines() if not ln.startswith("#"))
-    words = shlex.split(body)
-    assert words[:3] == ["python3", "-m", "sglang.launch_server"]
-    out, i = {}, 3
-    while i < len(words):
-        more = i + 1 < len(words) and not words[i + 1].startswith("--")
-        out[words[i]], i = (words[i + 1], i + 2) if more else (True, i + 1)
-    return out
 
 
 def test_launch_commands_of_roles_across_hosts_parse_back_to_their_configuration():
@@ -116,7 +104,7 @@ def test_launch_commands_of_roles_across_hosts_parse_back_to_their_configuration
                                                                  mem_fraction=0.85, moe_a2a="deepep"))
     dec = RoleConfig(16, 1, gpus=16, scenario=sacmodel.scenario("h100", gpus=16, model="deepseek-v3"))
     cmds = launch_commands(pre, dec, "gpu")
-    p, d = launch_flags(cmds["prefill"]), launch_flags(cmds["decode"])
+    p, d = parse(cmds["prefill"]), parse(cmds["decode"])
     assert (p["--disaggregation-mode"], p["--tp-size"], p["--dp-size"], p["--ep-size"], p["--moe-a2a-backend"]) == \
         ("prefill", "16", "16", "16", "deepep")
     assert p["--enable-dp-attention"] is True and (p["--nnodes"], p["--node-rank"]) == ("2", "0")
@@ -172,7 +160,7 @@ def test_the_cli_prints_the_split_the_runners_up_and_a_check_that_reproduces_it(
     for role in ("prefill", "decode"):
         at = next(i for i, ln in enumerate(lines) if ln.startswith(f"launch the {role} role"))
         end = next((i for i in range(at + 1, len(lines)) if lines[i].startswith("launch the ")), len(lines))
-        flags = launch_flags("\n".join(lines[at + 1:end]))
+        flags = parse("\n".join(lines[at + 1:end]))
         assert flags["--disaggregation-mode"] == role and flags["--tp-size"] == best[role].split("-")[0][2:]
     words = shlex.split(check)
     assert words[:2] == ["sacmodel", "replay"] and "--pd" in words

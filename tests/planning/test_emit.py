@@ -2,9 +2,9 @@
 carries the settings the model used, and for the testbed the server_args its runs logged."""
 import gzip
 import json
-import shlex
 
 import pytest
+from launch_commands import parse
 from measured_data import SHARED, needs_shared
 
 import sacmodel
@@ -21,22 +21,6 @@ FORK_FLAGS = {"--model-path", "--trust-remote-code", "--tp-size", "--dp-size", "
               "--kv-cache-dtype", "--cuda-graph-max-bs", "--max-total-tokens", "--max-running-requests",
               "--quantization", "--enable-hisparse", "--hisparse-config", "--disable-piecewise-cuda-graph",
               "--piecewise-cuda-graph-max-tokens"}
-
-
-def parse(text: str) -> dict:
-    """The emitted command as flag -> value (True for a switch); comment lines skipped."""
-    body = " ".join(ln.rstrip("\\").strip() for ln in text.splitlines() if not ln.startswith("#"))
-    words = shlex.split(body)
-    assert words[:3] == ["python3", "-m", "sglang.launch_server"]
-    out, i = {}, 3
-    while i < len(words):
-        flag = words[i]
-        assert flag.startswith("--") and flag not in out, flag
-        if i + 1 < len(words) and not words[i + 1].startswith("--"):
-            out[flag], i = words[i + 1], i + 2
-        else:
-            out[flag], i = True, i + 1
-    return out
 
 
 def check_against_config(args: dict, topo, system: str, **res):

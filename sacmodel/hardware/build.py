@@ -21,7 +21,8 @@ from .sizing import (GIB, MIB, RUNTIME_RESERVE, WEIGHT_BYTES, chunked_prefill_de
 from ..util.names import ENGINES
 from .topology import LIMITS as TOPOLOGY_LIMITS
 from .topology import Topology, TopologyError
-from .rules import _check_choice, _check_flag, _check_int, _is_bool, check_parallel, ep_settings  # noqa: F401
+from .rules import (CUDA_GRAPH_MAX_BS, _check_choice, _check_flag, _check_int, _is_bool,  # noqa: F401
+                    check_parallel, ep_settings)
 
 SGLANG = "SGLang 0.5.9 default"
 VLLM = "vLLM V1 default (vllm-project/vllm at 00024d31)"
@@ -394,7 +395,7 @@ def _serving(g: GPUSpec, m, weights: str, kv: str, *, tp: int, dp: int, ep: int,
     """The serving settings, SGLang's defaults where not given; ``pool_sizes``: the members of each pool the
     machine has (None: 2, as the testbed)."""
     chunk0 = chunked_prefill_default(g.memory_mib)
-    cgmb = _optional_int("cuda_graph_max_bs", cuda_graph_max_bs, 4096)
+    cgmb = _optional_int("cuda_graph_max_bs", cuda_graph_max_bs, CUDA_GRAPH_MAX_BS)
     cgmb_given = cgmb is not None
     cgmb = cgmb if cgmb_given else cuda_graph_max_bs_default(g.memory_mib, tp)
     s = {

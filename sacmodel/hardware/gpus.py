@@ -108,5 +108,10 @@ def get_gpu(name: str) -> GPUSpec:
     return CATALOG[key]
 
 
+def spans_hosts(name: str, gpus: int) -> bool:
+    """Whether a server over ``gpus`` GPUs of catalog GPU ``name`` spans hosts: more than one host holds."""
+    return gpus > get_gpu(name).host_gpus
+
+
 def gpu_catalog() -> list[str]:
     return sorted(CATALOG)

@@ -7,6 +7,8 @@ import numbers
 
 from .topology import TopologyError
 
+CUDA_GRAPH_MAX_BS = 4096        # the largest --cuda-graph-max-bs sacmodel takes (scenario() and cluster files)
+
 
 def _is_bool(v) -> bool:
     """A Python or numpy bool (refused where a number is meant, taken where a flag is)."""

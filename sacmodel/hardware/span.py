@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from .gpus import GPUSpec
 from .models import entry_bytes, model_of
-from .rules import check_parallel, ep_settings      # the rules sacmodel.scenario() applies
+from .rules import CUDA_GRAPH_MAX_BS, check_parallel, ep_settings      # the rules sacmodel.scenario() applies
 from .sizing import kv_cell_bytes, kv_pool_tokens, weights_per_gpu
 from .topology import Param, Topology, TopologyError
 
@@ -85,8 +85,8 @@ def parse_settings(inst: dict, iw: str, host: Topology, k: int) -> dict:
         raise TopologyError(f"{iw}.{field}: " + str(exc).removeprefix("scenario: ")) from None
     out = {"tp": tp, "dp": dp, "ep": ep, **parts}
     if "cuda_graph_max_bs" in given:
-        if given["cuda_graph_max_bs"] > 4096:               # as sacmodel.scenario() bounds it
-            raise TopologyError(f"{iw}.cuda_graph_max_bs: must be a whole number from 1 to 4096, got "
+        if given["cuda_graph_max_bs"] > CUDA_GRAPH_MAX_BS:          # as sacmodel.scenario() bounds it
+            raise TopologyError(f"{iw}.cuda_graph_max_bs: must be a whole number from 1 to {CUDA_GRAPH_MAX_BS}, got "
                                 f"{given['cuda_graph_max_bs']}")
         out["cuda_graph_max_bs"] = given["cuda_graph_max_bs"]
     _check_fits(host, m, out, iw)

@@ -29,8 +29,8 @@ def _check_machines() -> dict[str, tuple[str, str, bool]]:
     """Each public check group's (gpu, model, whether its server spans hosts), read as the external section
     reads its checks."""
     from sacmodel.data.external import load_external_runs
-    from sacmodel.hardware.gpus import get_gpu
-    return {r.group: (r.gpu, r.model, r.gpus > get_gpu(r.gpu).host_gpus)
+    from sacmodel.hardware.gpus import spans_hosts
+    return {r.group: (r.gpu, r.model, spans_hosts(r.gpu, r.gpus))
             for r in load_external_runs(REPO / "validation" / "data" / "external_checks.csv")}
 
 

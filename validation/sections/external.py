@@ -50,12 +50,6 @@ COVERAGE = 0.8          # issue 32: a built machine's band holds at least this s
 CROSS_HOST = "cross-host"      # the checks of servers over more GPUs than one host's NVLink domain
 
 
-def spans_hosts(gpu: str, gpus: int) -> bool:
-    """Whether a check's server spans hosts: more GPUs than one host of its GPU holds."""
-    from sacmodel.hardware.gpus import get_gpu
-    return gpus > get_gpu(gpu).host_gpus
-
-
 def _covered(sub) -> dict:
     """Per metric, the smallest error (%) at least ``COVERAGE`` of ``sub`` lie within: the ceil(0.8 n)-th
     smallest absolute error."""
@@ -70,7 +64,7 @@ def coverage(rows) -> dict:
     """Per GPU generation, the coverage (:func:`_covered`) of its checks on one host; and under
     ``CROSS_HOST`` that of the checks whose server spans hosts, of every generation (a server across hosts
     takes the wider of its generation's and these)."""
-    from sacmodel.hardware.gpus import get_gpu
+    from sacmodel.hardware.gpus import get_gpu, spans_hosts
     one = [r for r in rows if not spans_hosts(r["gpu"], r.get("gpus", 1))]
     out: dict = {gen: _covered([r for r in one if get_gpu(r["gpu"]).arch == gen])
                  for gen in sorted({get_gpu(r["gpu"]).arch for r in one})}

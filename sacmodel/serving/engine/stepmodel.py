@@ -261,7 +261,7 @@ class Model:
             return dict(P=float(P), H=float(H), k_attn=min(self.k, L), mha_on=mha, dense_on=0.0,
                         index_on=1.0 if L > m.topk else 0.0, admit_on=admit)
         if mha is None:
-            mha = H == 0 or H >= MLA_CHUNKED_PREFIX
+            mha = batch_mha(H)              # alone: its own prefix decides
         on = 1.0 if m.kind == "mla" and mha else 0.0
         return dict(P=float(P), H=float(H), k_attn=1.0, mha_on=on, dense_on=1.0, index_on=0.0, admit_on=admit)
 

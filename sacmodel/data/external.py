@@ -7,7 +7,8 @@ server ran short prefills as piecewise CUDA graphs, ``fp8_gemm_backend`` = SGLan
 did not run DeepGEMM: ``flashinfer_trtllm``), the client's workload (``isl``/``osl`` nominal lengths, each request's
 lengths drawn uniformly in [``range_ratio`` x nominal, nominal], ``concurrency`` in flight at most, ``requests`` in
 all) and the measured means (``ttft_mean_ms``, ``tpot_mean_ms`` = the mean over requests of (E2E - TTFT) / (output -
-1), ``output_tok_s``). The shared file names its columns a little differently (``attn_dp``, ``moe_ep``,
+1), ``output_tok_s``), and where the source gives them the TTFT's median and 99th percentile over requests
+(``ttft_median_ms``, ``ttft_p99_ms``; empty: not published). The shared file names its columns a little differently (``attn_dp``, ``moe_ep``,
 ``sglang_version``) and states no client settings: :data:`INFERENCEX_CLIENT` supplies them.
 """
 from __future__ import annotations
@@ -55,6 +56,8 @@ class ExternalRun:
     scheduler_recv_interval: int | None = None
     piecewise_cuda_graph: bool = False
     fp8_gemm_backend: str = "auto"
+    ttft_median_ms: float = math.nan
+    ttft_p99_ms: float = math.nan
 
     def scenario_kwargs(self) -> dict:
         """Arguments of :func:`sacmodel.scenario` for the machine and its server settings."""
@@ -106,6 +109,17 @@ def _choice(row: dict, key: str, where: str, choices: tuple[str, ...]) -> str:
     return v
 
 
+def _percentiles(row: dict, where: str) -> tuple[float, float]:
+    """(median, p99) TTFT in ms where the row gives them, NaN where it does not."""
+    med, p99 = (_num(row, k, where, float, math.nan) for k in ("ttft_median_ms", "ttft_p99_ms"))
+    for k, v in (("ttft_median_ms", med), ("ttft_p99_ms", p99)):
+        if v <= 0:
+            raise DataError(f"{where}: column {k!r} must be positive, got {v:g}")
+    if med > p99:
+        raise DataError(f"{where}: column 'ttft_median_ms' ({med:g}) is above 'ttft_p99_ms' ({p99:g})")
+    return med, p99
+
+
 def load_external_runs(path: str | Path, source: str | None = None) -> list[ExternalRun]:
     """The runs of an external CSV (the validation's checks, or ``shared/data/external/*.csv``)."""
     path = Path(path)
@@ -119,6 +133,7 @@ def load_external_runs(path: str | Path, source: str | None = None) -> list[Exte
         shared = "sglang_version" in row             # the shared file's columns and the InferenceX client
         conc = _num(row, "concurrency", where, int)
         c = INFERENCEX_CLIENT
+        med, p99 = _percentiles(row, where)
         out.append(ExternalRun(
             id=row.get("id") or f"{path.stem}-{n - 1}", group=row.get("group") or f"{path.stem}",
             gpu=row["gpu"].lower(), gpus=_num(row, "gpus", where, int), model=row["model"].lower(),
@@ -136,5 +151,6 @@ def load_external_runs(path: str | Path, source: str | None = None) -> list[Exte
             source=source or row.get("source") or str(path),
             scheduler_recv_interval=_num(row, "scheduler_recv_interval", where, int, 0) or None,
             piecewise_cuda_graph=_flag(row, "piecewise_cuda_graph", where),
-            fp8_gemm_backend=_choice(row, "fp8_gemm_backend", where, FP8_GEMM_BACKENDS)))
+            fp8_gemm_backend=_choice(row, "fp8_gemm_backend", where, FP8_GEMM_BACKENDS),
+            ttft_median_ms=med, ttft_p99_ms=p99))
     return out

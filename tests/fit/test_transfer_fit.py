@@ -55,6 +55,33 @@ def test_the_fp8_gemm_backend_column_reaches_the_scenario(tmp_path):
         load_external_runs(p)
 
 
+def test_published_ttft_percentiles_are_read_and_checked(tmp_path):
+    """Where a source publishes the TTFT's median and p99 the checks carry them (ms); a median above the p99 or a
+    negative one names the file, line and column; an empty cell is 'not published'."""
+    runs = {r.id: r for r in load_external_runs(CHECKS)}
+    assert (runs["ix0160"].ttft_median_ms, runs["ix0160"].ttft_p99_ms) == (545.36, 7271.35)
+    assert all(r.ttft_median_ms <= r.ttft_mean_ms * 1.2 and r.ttft_median_ms < r.ttft_p99_ms
+               for r in runs.values() if math.isfinite(r.ttft_median_ms))
+    assert math.isnan(runs["tt356-2k"].ttft_median_ms)
+    lines = CHECKS.read_text().splitlines()
+    row = next(x for x in lines if x.startswith("ix0160,"))
+    for bad, msg in ((row.replace(",545.36,7271.35,", ",7300,7271.35,"), "'ttft_median_ms' .* is above 'ttft_p99_ms'"),
+                     (row.replace(",545.36,7271.35,", ",-5,7271.35,"), "'ttft_median_ms' must be positive")):
+        p = tmp_path / "bad.csv"
+        p.write_text(lines[0] + "\n" + bad + "\n")
+        with pytest.raises(DataError, match=r"bad\.csv:2: column " + msg):
+            load_external_runs(p)
+
+
+def test_predicted_percentiles_come_from_the_same_requests_as_the_mean():
+    """The median and p99 a check is compared on are numpy's percentiles of the simulated requests' TTFTs, the
+    same requests whose mean is the TTFT mean: median <= p99, and the mean lies between the extremes."""
+    r = next(x for x in load_external_runs(CHECKS) if x.id == "ix0151")
+    p = predict_external(r)
+    assert 0 < p["ttft_median_ms"] < p["ttft_p99_ms"]
+    assert p["ttft_median_ms"] != pytest.approx(p["ttft_mean_ms"], rel=1e-6)     # a distribution, not the mean
+
+
 def test_the_client_draws_lengths_in_its_range():
     r = load_external_runs(CHECKS)[0]
     reqs = external_requests(r)

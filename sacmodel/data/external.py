@@ -4,7 +4,7 @@ One CSV row per benchmark point: the machine (``gpu``, ``gpus``, ``model``, ``we
 ``dp`` = attention data-parallel groups, ``ep``), the server settings that differ from SGLang's defaults
 (``mem_fraction``, ``chunked_prefill``, ``scheduler_recv_interval``, ``piecewise_cuda_graph`` = 1 where the
 server ran short prefills as piecewise CUDA graphs, ``fp8_gemm_backend`` = SGLang's FP8 GEMM backend where the server
-did not run DeepGEMM: ``flashinfer_trtllm``), the client's workload (``isl``/``osl`` nominal lengths, each request's
+did not run DeepGEMM: ``flashinfer_trtllm``; ``engine`` = ``vllm`` for a vLLM server, else SGLang), the client's workload (``isl``/``osl`` nominal lengths, each request's
 lengths drawn uniformly in [``range_ratio`` x nominal, nominal], ``concurrency`` in flight at most, ``requests`` in
 all) and the measured means (``ttft_mean_ms``, ``tpot_mean_ms`` = the mean over requests of (E2E - TTFT) / (output -
 1), ``output_tok_s``), and where the source gives them the TTFT's median and 99th percentile over requests
@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..util.names import ENGINES
 from ..util.reading import read_text
 from .records import DataError
 
@@ -58,6 +59,7 @@ class ExternalRun:
     fp8_gemm_backend: str = "auto"
     ttft_median_ms: float = math.nan
     ttft_p99_ms: float = math.nan
+    engine: str = "sglang"
 
     def scenario_kwargs(self) -> dict:
         """Arguments of :func:`sacmodel.scenario` for the machine and its server settings."""
@@ -73,6 +75,8 @@ class ExternalRun:
             kw["piecewise_cuda_graph"] = True
         if self.fp8_gemm_backend != "auto":
             kw["fp8_gemm_backend"] = self.fp8_gemm_backend
+        if self.engine != "sglang":
+            kw["engine"] = self.engine
         return kw
 
 
@@ -152,5 +156,6 @@ def load_external_runs(path: str | Path, source: str | None = None) -> list[Exte
             scheduler_recv_interval=_num(row, "scheduler_recv_interval", where, int, 0) or None,
             piecewise_cuda_graph=_flag(row, "piecewise_cuda_graph", where),
             fp8_gemm_backend=_choice(row, "fp8_gemm_backend", where, FP8_GEMM_BACKENDS),
-            ttft_median_ms=med, ttft_p99_ms=p99))
+            ttft_median_ms=med, ttft_p99_ms=p99,
+            engine=_choice(row, "engine", where, ENGINES) if row.get("engine") else "sglang"))
     return out

@@ -82,6 +82,23 @@ def test_predicted_percentiles_come_from_the_same_requests_as_the_mean():
     assert p["ttft_median_ms"] != pytest.approx(p["ttft_mean_ms"], rel=1e-6)     # a distribution, not the mean
 
 
+def test_vllm_checks_build_vllm_servers(tmp_path):
+    """The vLLM servers' checks name their engine: their machines are vLLM V1 servers (16-token blocks, vLLM's
+    token budget); an engine sacmodel does not model is refused with the file, line and column."""
+    vfile = CHECKS.with_name("external_checks_vllm.csv")
+    runs = load_external_runs(vfile)
+    assert runs and all(r.engine == "vllm" and r.ttft_median_ms < r.ttft_p99_ms for r in runs)
+    from sacmodel.fit.transfer import external_scenario
+    topo = external_scenario(runs[0])
+    assert topo.param("page_tokens") == 16 and topo.param("prefill_chunk") == 8192
+    assert all(r.engine == "sglang" for r in load_external_runs(CHECKS))
+    lines = vfile.read_text().splitlines()
+    p = tmp_path / "bad.csv"
+    p.write_text(lines[0] + "\n" + lines[1].replace(",vllm,", ",trtllm,", 1) + "\n")
+    with pytest.raises(DataError, match=r"bad\.csv:2: column 'engine' must be one of"):
+        load_external_runs(p)
+
+
 def test_the_client_draws_lengths_in_its_range():
     r = load_external_runs(CHECKS)[0]
     reqs = external_requests(r)

@@ -202,6 +202,22 @@ def test_a_rank_that_found_its_memory_short_admits_nothing_until_a_request_leave
     assert admits == [(0, [(1, gpu.prefill_chunk)])] and decoding == []     # its first chunk
 
 
+def test_a_burst_prefills_its_whole_queue_before_any_decode():
+    """SGLang v0.5.5 (scheduler.py get_next_batch_to_run): a prefill batch runs whenever the waiting queue yields
+    one, before the running decodes, and a chunked prompt's chunks run back to back (mixed chunks are off by
+    default). A burst of prompts released at once on one H100 (chunks of 8192): no request sees its second token
+    before the last prompt of the burst has its first, and first tokens come in the queue's order."""
+    from sacmodel.hardware.build import scenario
+    cfg = resolve(scenario("h100", gpus=1, model="qwen3-14b", weights="fp8"), "gpu")
+    assert cfg.dp == 1 and cfg.prefill_chunk == 8192
+    n = 8
+    context = np.array([3000, 3000, 3000, 10000, 3000, 20000, 3000, 3000])      # two prompts span chunks
+    res = run_engine(cfg, Requests(np.zeros(n), context, np.full(n, 2), np.zeros(n), lead=0), n)
+    assert res.completed.all()
+    assert np.all(np.diff(res.first) >= 0)                   # first tokens in the queue's order
+    assert res.done.min() > res.first.max()                  # every decode step after the last prefill
+
+
 def test_memory_pressure_retracts_and_every_slot_comes_back(gpu):
     """A pool too small for the batch's outputs: SGLang retracts and re-prefills, every request still completes,
     and at the end every rank holds nothing (all slots taken were given back)."""

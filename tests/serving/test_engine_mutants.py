@@ -172,6 +172,52 @@ def test_an_idle_rank_resets_its_ratio_and_a_waiting_one_keeps_it(gpu):
     assert mem.ratio[0] == 0.21 and mem.ratio[1] == 0.05
 
 
+def test_a_rank_that_found_its_memory_short_admits_nothing_until_a_request_leaves(gpu):
+    """SGLang's running_batch.batch_is_full (v0.5.5 scheduler.py get_new_batch_prefill / update_running_batch): a
+    request refused for memory (NO_TOKEN) marks the rank full, and a full rank decodes without trying its queue
+    again until a request leaves the batch, however far the new-token ratio decays meanwhile.
+
+    Request 0 (64 slots, 4096 tokens to come) decodes alone in a pool of 8192; request 1 needs 7296 + 1. At clock
+    0 the free slots are 8192 - 64 - 0.21 x 4096 = 7267.84 (refused); at clock 300 the ratio is 0.21 - 300 x
+    0.1806 / 600 = 0.1197 and they are 8192 - 64 - 300 - 0.1197 x 3796 = 7373.6, which would fit. The rank still
+    waits, until request 0 ends."""
+    _, tb = table(gpu, [64, 7296], [4097, 2])
+    mem = SGLangMemory(gpu.dp, 10**6, tb, 0, gpu.page, RATIO)
+    ranks, _, _ = make_ranks(gpu, tb, Requests(np.zeros(2), [64, 7296], [4097, 2], [0, 0]), memory=mem)
+    assert mem.take(0, 0, 0.0)
+    ranks.join([(0, [0])])
+    mem.max_total = 8192
+    ranks.waiting[0].append(1)
+    admits, decoding, _, _ = ranks.schedule(0.0)
+    assert admits == [] and decoding == [0]
+    ranks.advance([0], 300, [])
+    assert mem.ratio[0] == pytest.approx(0.21 - 300 * (0.21 - 0.0294) / 600)
+    assert tb.out[1] - 1 + mem.slots[1] < 8192 - 64 - 300 - mem.ratio[0] * 3796      # it would fit now
+    admits, decoding, _, _ = ranks.schedule(0.0)
+    assert admits == [] and decoding == [0] and list(ranks.waiting[0]) == [1]
+    ended = []
+    ranks.advance([0], 4096 - 300, ended)                       # request 0's last step: the batch shrinks
+    assert ended == [(0, True)]
+    admits, decoding, _, _ = ranks.schedule(0.0)
+    assert admits == [(0, [(1, gpu.prefill_chunk)])] and decoding == []     # its first chunk
+
+
+def test_a_burst_prefills_its_whole_queue_before_any_decode():
+    """SGLang v0.5.5 (scheduler.py get_next_batch_to_run): a prefill batch runs whenever the waiting queue yields
+    one, before the running decodes, and a chunked prompt's chunks run back to back (mixed chunks are off by
+    default). A burst of prompts released at once on one H100 (chunks of 8192): no request sees its second token
+    before the last prompt of the burst has its first, and first tokens come in the queue's order."""
+    from sacmodel.hardware.build import scenario
+    cfg = resolve(scenario("h100", gpus=1, model="qwen3-14b", weights="fp8"), "gpu")
+    assert cfg.dp == 1 and cfg.prefill_chunk == 8192
+    n = 8
+    context = np.array([3000, 3000, 3000, 10000, 3000, 20000, 3000, 3000])      # two prompts span chunks
+    res = run_engine(cfg, Requests(np.zeros(n), context, np.full(n, 2), np.zeros(n), lead=0), n)
+    assert res.completed.all()
+    assert np.all(np.diff(res.first) >= 0)                   # first tokens in the queue's order
+    assert res.done.min() > res.first.max()                  # every decode step after the last prefill
+
+
 def test_memory_pressure_retracts_and_every_slot_comes_back(gpu):
     """A pool too small for the batch's outputs: SGLang retracts and re-prefills, every request still completes,
     and at the end every rank holds nothing (all slots taken were given back)."""

@@ -10,7 +10,14 @@
   when the chunk is larger), a prefix hit costing one page, at most
   ``max_running_requests`` requests on the rank, each only if its device memory fits
   (:class:`~sacmodel.serving.engine.memory.DeviceMemory`); a prompt longer than the budget is chunked over
-  iterations and fills the batch.
+  iterations and fills the batch, its chunks back to back (no decode between them: mixed chunks are off).
+- **A full batch** (SGLang's ``running_batch.batch_is_full``). A request that does not fit the memory marks
+  the rank full (``AddReqResult.NO_TOKEN``); a full rank does not try its queue again, and decodes, until a
+  request leaves its batch: one ends (decoding, or at its prefill) or is retracted (``update_running_batch``
+  and ``get_next_batch_to_run`` clear the flag when a batch shrinks). So a rank that found its memory short
+  does not admit mid-decode as the new-token ratio decays step by step. (SGLang also sets the flag at
+  ``max_running_requests``, where only a request leaving makes room anyway; a chunked prompt under way runs
+  its next chunk whatever the flag.)
 - **Decode batches.** A staged request joins its rank's decode batch; each rank keeps the sums the step model
   needs in O(1) per step: the requests' prompt lengths and join clocks (mean context), and their miss curves
   added into one accumulator per rank so that the entries a jump of j steps loads is acc[x + j] - acc[x].
@@ -94,6 +101,7 @@ class Ranks:
         self.prefilled = [0] * n              # prompt tokens prefilled so far
         self.joined = [0] * n                 # decode clock of its rank when it joined
         self.waiting = [deque() for _ in range(dp)]
+        self.full = [False] * dp              # SGLang's running_batch.batch_is_full, per rank
         self.ends: list[list[tuple[int, int]]] = [[] for _ in range(dp)]   # heap of (clock at its last step, i)
         self.running = [0] * dp
         self.n_long = [0] * dp                # running requests longer than the device buffer
@@ -128,10 +136,10 @@ class Ranks:
     def schedule(self, now: float) -> tuple[list, list[int], int, int]:
         """Each rank admits a prefill batch (prefill has priority) or decodes: (admits [(rank, batch)], decoding
         ranks, tokens of the forward pass, tokens of distinct new prefill chunks). Stops at a crash."""
-        waiting, running, memory, paged = self.waiting, self.running, self.memory, self.paged
+        waiting, running, memory, paged, full = self.waiting, self.running, self.memory, self.paged, self.full
         admits, decoding, n_tok, n_new, n_dec, chunks = [], [], 0, 0, 0, None
         for r in range(self.dp):
-            if waiting[r]:
+            if waiting[r] and not (full[r] and self._blocked(r)):
                 if chunks is None:
                     chunks = set()
                 batch, k, new = self.prefill_batch(r, now, chunks)
@@ -156,10 +164,16 @@ class Ranks:
                 n_dec += running[r]
         return admits, decoding, n_tok + n_dec, n_new
 
+    def _blocked(self, r: int) -> bool:
+        """Whether full rank ``r`` skips its prefill: unless its queue's head is a chunked prompt under way (its
+        next chunk runs whatever the flag), or the rank holds no request that could leave to clear the flag."""
+        return self.prefilled[self.waiting[r][0]] == 0 and bool(self.running[r] or self.staged[r])
+
     def prefill_batch(self, r: int, now: float, chunks: set, budget: int | None = None) -> tuple[list, int, int]:
         """Rank ``r``'s prefill batch: [(request, tokens)], its tokens, and the tokens of chunks not seen in
         ``chunks`` (distinct (prompt, position, length) chunks of the iteration, added to it). ``budget``:
-        the tokens it may take (None: the chunk); SGLang counts each request's tokens in whole pages."""
+        the tokens it may take (None: the chunk); SGLang counts each request's tokens in whole pages. A
+        request its memory refuses marks the rank full (:attr:`full`)."""
         w, prefilled, todo, pid = self.waiting[r], self.prefilled, self.todo, self.pid
         page = self.page if self.PAGED_BUDGET else 1
         hooks, staging = self.hooks, self.staging
@@ -178,6 +192,7 @@ class Ranks:
                 if staging.hisparse:
                     staging.on_admit(r, i)
                 if not self.memory.take(r, i, now):
+                    self.full[r] = True                    # AddReqResult.NO_TOKEN
                     break
                 if hooks is not None:
                     hooks.started(r, i)
@@ -213,6 +228,7 @@ class Ranks:
                 continue
             done.append(i)
             if out[i] <= 1:                               # its first token ends it
+                self.full[r] = False
                 if hooks is None or not hooks.ended(r, i):
                     self.memory.free(r, (i,), running=False)
                 ended += 1
@@ -360,6 +376,7 @@ class Ranks:
             gone.append(i)
         self.sum_l[r], self.sum_join[r], self.n_long[r] = sum_l, sum_join, n_long
         self.running[r] -= len(gone)
+        self.full[r] = False                             # the decode batch shrank
         if self.distinct.on:
             self.distinct.leave(r, gone, joined, ck)
         self.memory.free(r, gone)
@@ -405,6 +422,7 @@ class Ranks:
             memory.retracted(r, i, generated, tb.todo[i] if kept else tb.L[i], tb.life[i])
             self.waiting[r].append(i)
         if gone:
+            self.full[r] = False
             left = set(gone)
             self.ends[r] = [x for x in e if x[1] not in left]
             heapq.heapify(self.ends[r])

@@ -182,9 +182,21 @@ def shared_terms() -> dict[str, sp.Expr]:
                          * vh / c["tp"], c["p16"], meff),
     }
     terms["a2a_imbalance"] = terms["comm"] * a2a_excess(N, e)
-    terms["tbo_overlap"] = -tbo * tbo_hidden(terms["dense_mlp"] + terms["moe"] + terms["lm_head"],
-                                             terms["comm"] + terms["a2a_imbalance"], c["layers"])
+    # two-batch overlap hides DeepEP's calls (not the dense layers' collectives: those layers run before the
+    # overlapped ones) behind the shared experts, and in prefill the routed experts too (tbo_hideable); the ranks'
+    # attention hides what is left (Model.joined)
+    a2a = terms["comm"] * sym("a2a_share", "dimensionless") + terms["a2a_imbalance"]
+    shared_experts = _roof(c["fu"] * 2 * N * l_moe * n_sh * P_exp / c["tp"], c["wb"] * l_moe * n_sh * P_exp / c["tp"],
+                           c["pw"], meff)
+    terms["tbo_overlap"] = -tbo * tbo_hidden(shared_experts + tbo_routed() * terms["moe"], a2a, c["layers"])
     return terms
+
+
+def tbo_routed():
+    """1 where one micro-batch's routed experts run while the other's dispatch or combine is in flight (SGLang's
+    prefill strategy), 0 where they do not (its decode strategy): :func:`tbo_hidden`."""
+    return sym("tbo_routed", "dimensionless", "1 when two-batch overlap hides DeepEP's calls behind the other "
+                                              "micro-batch's routed experts (prefill), 0 in decode")
 
 
 def _skew():
@@ -206,13 +218,33 @@ def a2a_excess(N, e):
 
 
 def tbo_hidden(compute, comm, layers):
-    """Seconds of communication (or computation) that two-batch overlap hides: SGLang's TBO splits the batch in
-    two micro-batches and runs one's dispatch and combine while the other computes (attention, then the MLP),
-    layer after layer, so the step lasts max(compute, comm) plus what cannot overlap: the first micro-batch's
-    first block and the last one's last, one layer's part of a micro-batch, min(compute, comm) / (2 layers).
-    The hidden part is the rest of the smaller one (LMSYS, "Deploying DeepSeek with PD Disaggregation and
-    Large-scale Expert Parallelism on 96 H100 GPUs", 2025-05-05: two-batch overlap)."""
+    """Seconds of communication (or computation) that two-batch overlap hides.
+
+    SGLang's TBO (python/sglang/srt/two_batch_overlap.py and operations_strategy.py, added in 0d477880,
+    "Support overlapping two batches", #4068; the LMSYS deployment of 2025-05-05 ran its branch) splits the
+    batch in two micro-batches and runs the MoE layers' operations of both as interleaved stages on one
+    compute stream, while DeepEP's dispatch and combine of one micro-batch are in flight (low-latency mode:
+    RDMA in the background, received by a hook; normal mode: on DeepEP's own SMs). A call is hidden behind
+    what the GPU computes between its send and its receive:
+
+    - decode (``tbo_delta_stages=2``, five stages a layer): A's dispatch behind A's shared experts and B's
+      attention projections; A's combine behind B's attention core and gate; B's likewise behind A's next
+      layer. The routed experts of one micro-batch run while nothing of the other is in flight.
+    - prefill (``tbo_delta_stages=0``, three stages a layer): A's dispatch behind B's attention; B's dispatch
+      behind A's routed experts; the combines behind B's routed experts and both shared experts.
+
+    The dense layers (first_k_dense_replace) run before the overlapped layers and the LM head after them, so
+    neither hides anything. Summed over a step, the hidden part is the smaller of the communication and the
+    computation it can hide behind, less what cannot overlap: the first micro-batch's first block and the last
+    one's last, one layer's part of a micro-batch, min(compute, comm) / (2 layers). (Per call the window can
+    be shorter than the call while another window is longer; the sum is exact when every call outlasts its
+    window, the communication-bound case, or none does.)"""
     return sp.Min(compute, comm) * (1 - 1 / (2 * layers))
+
+
+def tbo_factor(layers: float) -> float:
+    """The share of min(compute, comm) two-batch overlap hides over ``layers`` layers (:func:`tbo_hidden`)."""
+    return 1.0 - 1.0 / (2.0 * layers)
 
 
 @lru_cache(maxsize=1)

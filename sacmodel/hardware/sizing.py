@@ -461,8 +461,10 @@ def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_
                nvlink_bw: float, nic_bw: float, t_collective: float, nic_latency: float,
                scale: float = 1.0, prefill: bool = False) -> dict[str, float]:
     """The step model's communication symbols of one layer: ``n_coll`` collectives (averaged over layers),
-    ``coll_bytes`` per token per GPU at ``link_bw``, ``t_collective`` each, and ``a2a_share``, the share of
-    those seconds that is DeepEP's dispatch and combine (whose busiest receiver sets their length).
+    ``coll_bytes`` per token per GPU at ``link_bw``, ``t_collective`` each, ``a2a_share``, the share of
+    those seconds that is DeepEP's dispatch and combine (whose busiest receiver sets their length), and
+    ``a2a_lat_share``, the share of the collectives' latency (``n_coll`` x ``t_collective``) that is theirs
+    (in flight while the other micro-batch computes, under two-batch overlap).
 
     Without an all-to-all backend, the collectives of :func:`collective_groups` at :func:`collective_rates`.
     With DeepEP (``a2a="deepep"``, SGLang's ``--moe-a2a-backend deepep``), the MoE layers replace the gather and
@@ -475,7 +477,7 @@ def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_
     nbytes = sum(g[1] for g in groups)
     if a2a != "deepep" or not model.routed_experts or ep <= 1:
         return {"n_coll": float(len(groups)), "coll_bytes": nbytes, "link_bw": bw, "t_collective": lat,
-                "a2a_share": 0.0}
+                "a2a_share": 0.0, "a2a_lat_share": 0.0}
     dense_share = 1 - model.moe_layers / model.layers
     calls = a2a_groups(model, tp=tp, ep=ep, domain=domain, mode=deepep_mode, nvlink_bw=nvlink_bw, nic_bw=nic_bw,
                        nic_latency=nic_latency, t_collective=t_collective)
@@ -484,8 +486,10 @@ def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_
     latency = dense_share * len(groups) * lat + sum(c * t for c, _, t in calls)
     # keep coll_bytes a byte count: the all-to-all's seconds per token expressed at NVLink's rate
     a2a = sum(s for _, s, _ in calls)
+    a2a_lat = sum(c * t for c, _, t in calls)
     return {"n_coll": n, "coll_bytes": seconds * nvlink_bw, "link_bw": nvlink_bw, "t_collective": latency / n,
-            "a2a_share": a2a / seconds if seconds > 0 else 0.0}
+            "a2a_share": a2a / seconds if seconds > 0 else 0.0,
+            "a2a_lat_share": a2a_lat / latency if latency > 0 else 0.0}
 
 
 # ---- expert-load skew: the busiest GPU's routed-expert tokens over the mean (SGLang's EPLB "balancedness" is its

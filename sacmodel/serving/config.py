@@ -317,7 +317,7 @@ def static_values(cfg: Config) -> dict[str, float]:
     pre = layer_comm(m, deepep_mode=prefill_mode, prefill=True, **comm)
     # an iteration that prefills runs DeepEP's prefill kernels (Model.shared picks these)
     v["coll_bytes_prefill"], v["t_collective_prefill"] = pre["coll_bytes"], pre["t_collective"]
-    v["a2a_share_prefill"] = pre["a2a_share"]
+    v["a2a_share_prefill"], v["a2a_lat_share_prefill"] = pre["a2a_share"], pre["a2a_lat_share"]
     v["tbo"] = _setting(t, "two_batch_overlap", 0.0)
     v["ep_skew"], v["ep_skew_prefill"] = (ep_skew(cfg, phase) for phase in ("decode", "prefill"))
     nics = t.pools.get("rdma", [])

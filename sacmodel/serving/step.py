@@ -162,10 +162,11 @@ def shared_terms() -> dict[str, sp.Expr]:
     meff = sym("mlp_eff", "dimensionless", "compute efficiency of this iteration")
     dense = l_dense * P_mlp + l_moe * n_sh * P_exp
     vh = sym("p_head", "dimensionless", "LM head params (vocab x hidden)")
+    floor_coll = (sym("n_coll", "dimensionless", "collectives per layer (all-reduce, all-gather, reduce-scatter)")
+                  * sym("t_collective", "second", "latency of one small NVLink collective"))
     floor = (sym("n_kernels", "dimensionless", "GPU kernels per layer in a decode iteration")
              * sym("t_graph_kernel", "second", "GPU time of one small kernel in a CUDA-graph decode iteration")
-             + sym("n_coll", "dimensionless", "collectives per layer (all-reduce, all-gather, reduce-scatter)")
-             * sym("t_collective", "second", "latency of one small NVLink collective"))
+             + floor_coll)
     tbo = sym("tbo", "dimensionless", "1 with two-batch overlap (SGLang --enable-two-batch-overlap), else 0")
     # two micro-batches each read the experts their half of the tokens route to
     experts = (1 - tbo) * _busiest_experts(Nd) + tbo * 2 * _busiest_experts(Nd / 2)
@@ -183,12 +184,16 @@ def shared_terms() -> dict[str, sp.Expr]:
     }
     terms["a2a_imbalance"] = terms["comm"] * a2a_excess(N, e)
     # two-batch overlap hides DeepEP's calls (not the dense layers' collectives: those layers run before the
-    # overlapped ones) behind the shared experts, and in prefill the routed experts too (tbo_hideable); the ranks'
-    # attention hides what is left (Model.joined)
-    a2a = terms["comm"] * sym("a2a_share", "dimensionless") + terms["a2a_imbalance"]
+    # overlapped ones) behind the shared experts, and in prefill the routed experts too (tbo_routed); the ranks'
+    # attention hides what is left (Model.joined). Only the MoE layers overlap (SGLang: "dense layer TBO not yet
+    # implemented"), so what cannot overlap is one MoE layer's part of a micro-batch
+    # each micro-batch's calls are in flight for their latency too (the floor counts it twice under TBO)
+    a2a = (terms["comm"] * sym("a2a_share", "dimensionless") + terms["a2a_imbalance"]
+           + 2 * c["layers"] * floor_coll * sym("a2a_lat_share", "dimensionless", "share of the collectives' "
+                                                "latency (n_coll x t_collective) that is DeepEP's dispatch and combine"))
     shared_experts = _roof(c["fu"] * 2 * N * l_moe * n_sh * P_exp / c["tp"], c["wb"] * l_moe * n_sh * P_exp / c["tp"],
                            c["pw"], meff)
-    terms["tbo_overlap"] = -tbo * tbo_hidden(shared_experts + tbo_routed() * terms["moe"], a2a, c["layers"])
+    terms["tbo_overlap"] = -tbo * tbo_hidden(shared_experts + tbo_routed() * terms["moe"], a2a, l_moe)
     return terms
 
 
@@ -236,15 +241,16 @@ def tbo_hidden(compute, comm, layers):
     The dense layers (first_k_dense_replace) run before the overlapped layers and the LM head after them, so
     neither hides anything. Summed over a step, the hidden part is the smaller of the communication and the
     computation it can hide behind, less what cannot overlap: the first micro-batch's first block and the last
-    one's last, one layer's part of a micro-batch, min(compute, comm) / (2 layers). (Per call the window can
+    one's last, one layer's part of a micro-batch, min(compute, comm) / (2 ``layers``, the overlapped ones). (Per call the window can
     be shorter than the call while another window is longer; the sum is exact when every call outlasts its
     window, the communication-bound case, or none does.)"""
-    return sp.Min(compute, comm) * (1 - 1 / (2 * layers))
+    return sp.Min(compute, comm) * (1 - 1 / (2 * sp.Max(layers, 1)))
 
 
 def tbo_factor(layers: float) -> float:
-    """The share of min(compute, comm) two-batch overlap hides over ``layers`` layers (:func:`tbo_hidden`)."""
-    return 1.0 - 1.0 / (2.0 * layers)
+    """The share of min(compute, comm) two-batch overlap hides over ``layers`` overlapped layers (at least one;
+    :func:`tbo_hidden`)."""
+    return 1.0 - 1.0 / (2.0 * max(layers, 1.0))
 
 
 @lru_cache(maxsize=1)

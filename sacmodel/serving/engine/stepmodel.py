@@ -100,11 +100,12 @@ class Model:
         self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, S=1.0, mlp_eff=1.0, tbo_routed=0.0))
         self._shared_at = (names.index("N"), names.index("N_d"), names.index("S"), names.index("mlp_eff"))
         self._comm_at = (names.index("coll_bytes"), names.index("t_collective"), names.index("a2a_share"),
-                         names.index("ep_skew"))
+                         names.index("ep_skew"), names.index("a2a_lat_share"))
         self._tbo_at = names.index("tbo")
         self._routed_at = names.index("tbo_routed")
         self._left_cache: dict = {}
-        self.tbo_f = steps.tbo_factor(self.v["layers"])
+        self.tbo_f = steps.tbo_factor(self.v["moe_layers"])
+        self.tbo_share = self.v["moe_layers"] / self.v["layers"]     # the rank part's share in overlapped layers
 
     def overlapped(self, gpu: float, excess: float) -> float:
         """Seconds of an iteration whose GPU work is ``gpu`` s (its in-graph floor included) when it runs
@@ -228,22 +229,23 @@ class Model:
         a[i_n], a[i_d], a[i_s] = float(max(n_tokens, 1)), float(max(d, 1)), float(max(q, 1))
         a[i_eff] = self.v["prefill_eff"] if prefill else self.v["compute_eff"]
         if prefill:
-            i_cb, i_tc, i_sh, i_sk = self._comm_at
+            i_cb, i_tc, i_sh, i_sk, i_ls = self._comm_at
             a[i_cb], a[i_tc] = self.v["coll_bytes_prefill"], self.v["t_collective_prefill"]
             a[i_sh], a[i_sk] = self.v["a2a_share_prefill"], self.v["ep_skew_prefill"]
-            a[self._routed_at] = 1.0
+            a[i_ls], a[self._routed_at] = self.v["a2a_lat_share_prefill"], 1.0
         if not self.splits(n_tokens):
             a[self._tbo_at] = 0.0
         left = 0.0
         if a[self._tbo_at] > 0.0:
             f = self.shared_c.funcs
-            a2a = f["comm"](*a) * a[self._comm_at[2]] + f["a2a_imbalance"](*a)
+            a2a = (f["comm"](*a) * a[self._comm_at[2]] + f["a2a_imbalance"](*a)
+                   + 2 * self.v["layers"] * self.v["n_coll"] * a[self._comm_at[1]] * a[self._comm_at[4]])
             left = max(0.0, self.tbo_f * a2a + f["tbo_overlap"](*a))
         return _remember(("shared", self._id, *key), (self.shared_c.total(*a), left))
 
     def tbo_left(self, n_tokens: int, prefill: bool, distinct: int | None = None, seqs: int | None = None) -> float:
         """Seconds of DeepEP's dispatch and combine in an iteration that two-batch overlap could still hide behind
-        the ranks' attention after the shared part's experts, already scaled by what overlaps (1 - 1/(2 layers),
+        the ranks' attention after the shared part's experts, already scaled by what overlaps (1 - 1/(2 MoE layers),
         :func:`sacmodel.serving.step.tbo_hidden`); 0 without the overlap."""
         d = n_tokens if distinct is None else distinct
         q = n_tokens if seqs is None else seqs
@@ -255,12 +257,13 @@ class Model:
     def joined(self, shared: float, part: float, left: float, cpu: float = 0.0) -> float:
         """Seconds of the GPU work of an iteration: the shared part plus the slowest rank's ``part``, less what
         two-batch overlap hides of the communication still exposed (``left``, :meth:`tbo_left`) behind that
-        rank's attention (its part but ``cpu``, the CPU work HiSparse serialises with the GPU): SGLang runs one
+        rank's attention in the MoE layers (its part but ``cpu``, the CPU work HiSparse serialises with the GPU,
+        times ``tbo_share``, the MoE layers' share: the dense layers run before the overlap): SGLang runs one
         micro-batch's attention while the other's dispatch or combine is in flight, in decode and in prefill
         (:func:`sacmodel.serving.step.tbo_hidden`)."""
         if left <= 0.0:
             return shared + part
-        gpu = self.tbo_f * (part - cpu)
+        gpu = self.tbo_f * self.tbo_share * (part - cpu)
         return shared + part - (gpu if gpu < left else left) if gpu > 0.0 else shared + part
 
     def shared_values(self, n_tokens: float, prefill: bool, distinct: float | None = None,
@@ -270,7 +273,8 @@ class Model:
                  S=float(max(seqs or n_tokens, 1)), mlp_eff=self.v["prefill_eff" if prefill else "compute_eff"])
         if prefill:
             v.update(coll_bytes=self.v["coll_bytes_prefill"], t_collective=self.v["t_collective_prefill"],
-                     a2a_share=self.v["a2a_share_prefill"], ep_skew=self.v["ep_skew_prefill"])
+                     a2a_share=self.v["a2a_share_prefill"], ep_skew=self.v["ep_skew_prefill"],
+                     a2a_lat_share=self.v["a2a_lat_share_prefill"])
         if not self.splits(n_tokens):
             v["tbo"] = 0.0
         v["tbo_routed"] = 1.0 if prefill else 0.0

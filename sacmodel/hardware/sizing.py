@@ -459,7 +459,7 @@ def a2a_groups(model: ModelSpec, *, tp: int, ep: int, domain: int, mode: str, nv
 
 def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_mode: str, domain: int,
                nvlink_bw: float, nic_bw: float, t_collective: float, nic_latency: float,
-               scale: float = 1.0, prefill: bool = False) -> dict[str, float]:
+               scale: float = 1.0, prefill: bool = False, dense_dp: bool = False) -> dict[str, float]:
     """The step model's communication symbols of one layer: ``n_coll`` collectives (averaged over layers),
     ``coll_bytes`` per token per GPU at ``link_bw``, ``t_collective`` each, ``a2a_share``, the share of
     those seconds that is DeepEP's dispatch and combine (whose busiest receiver sets their length), and
@@ -470,15 +470,18 @@ def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_
     With DeepEP (``a2a="deepep"``, SGLang's ``--moe-a2a-backend deepep``), the MoE layers replace the gather and
     scatter of the tokens by DeepEP's dispatch and combine (:func:`a2a_groups`); the dense layers keep them.
     ``scale``: the fabric's small collectives over NCCL's model of them (:func:`fabric_scale`).
-    ``prefill``: an iteration that prefills (DP attention's gather and scatter by all-reduce)."""
+    ``prefill``: an iteration that prefills (DP attention's gather and scatter by all-reduce). ``dense_dp``:
+    SGLang's ``--moe-dense-tp-size 1`` under DP attention over all GPUs: the dense layers' MLP runs on each
+    rank's own tokens (communicator.py: ScatterMode.SCATTERED), so those layers run no collective."""
     groups = collective_groups(model, tp, dp, prefill)
     bw, lat = collective_rates(groups, domain=domain, nvlink_bw=nvlink_bw, nic_bw=nic_bw, t_collective=t_collective,
                                scale=scale)
     nbytes = sum(g[1] for g in groups)
+    dense_share = 0.0 if dense_dp else 1 - model.moe_layers / model.layers
     if a2a != "deepep" or not model.routed_experts or ep <= 1:
-        return {"n_coll": float(len(groups)), "coll_bytes": nbytes, "link_bw": bw, "t_collective": lat,
+        share = 1.0 if not dense_dp else model.moe_layers / model.layers    # the layers that gather
+        return {"n_coll": share * len(groups), "coll_bytes": share * nbytes, "link_bw": bw, "t_collective": lat,
                 "a2a_share": 0.0, "a2a_lat_share": 0.0}
-    dense_share = 1 - model.moe_layers / model.layers
     calls = a2a_groups(model, tp=tp, ep=ep, domain=domain, mode=deepep_mode, nvlink_bw=nvlink_bw, nic_bw=nic_bw,
                        nic_latency=nic_latency, t_collective=t_collective)
     n = dense_share * len(groups) + sum(c for c, _, _ in calls)

@@ -161,6 +161,11 @@ def shared_terms() -> dict[str, sp.Expr]:
     l_moe, l_dense = sym("moe_layers", "dimensionless", "MoE layers"), sym("dense_layers", "dimensionless", "dense-MLP layers")
     meff = sym("mlp_eff", "dimensionless", "compute efficiency of this iteration")
     dense = l_dense * P_mlp + l_moe * n_sh * P_exp
+    # the weights each GPU reads: split over tp, or whole where SGLang runs them data-parallel
+    dense_w = (l_dense * P_mlp / sym("dense_split", "dimensionless", "GPUs the dense layers' MLP weights are split "
+                                     "over: tp, 1 with --moe-dense-tp-size 1")
+               + l_moe * n_sh * P_exp / sym("shared_split", "dimensionless", "GPUs the shared experts' weights are "
+                                            "split over: tp, 1 under DeepEP"))
     vh = sym("p_head", "dimensionless", "LM head params (vocab x hidden)")
     floor_coll = (sym("n_coll", "dimensionless", "collectives per layer (all-reduce, all-gather, reduce-scatter)")
                   * sym("t_collective", "second", "latency of one small NVLink collective"))
@@ -174,7 +179,7 @@ def shared_terms() -> dict[str, sp.Expr]:
         "fixed": c["layers"] * floor * (1 + tbo),
         "comm": c["layers"] * N * sym("coll_bytes", "byte", "collective bytes per token per layer per GPU")
         / sym("link_bw", "byte/second", "NVLink bandwidth per GPU per direction"),
-        "dense_mlp": _roof(c["fu"] * 2 * N * dense / c["tp"], c["wb"] * dense / c["tp"], c["pw"], meff),
+        "dense_mlp": _roof(c["fu"] * 2 * N * dense / c["tp"], c["wb"] * dense_w, c["pw"], meff),
         # the busiest GPU computes ep_skew x the mean of the routed tokens (all of them under TP: skew 1)
         "moe": _roof(c["fu"] * 2 * N * l_moe * e * P_exp * _skew() / c["tp"], c["wb"] * l_moe * P_exp * experts
                      / c["tp"], c["pw"], meff, sym("moe_eff", "dimensionless",
@@ -191,8 +196,8 @@ def shared_terms() -> dict[str, sp.Expr]:
     a2a = (terms["comm"] * sym("a2a_share", "dimensionless") + terms["a2a_imbalance"]
            + 2 * c["layers"] * floor_coll * sym("a2a_lat_share", "dimensionless", "share of the collectives' "
                                                 "latency (n_coll x t_collective) that is DeepEP's dispatch and combine"))
-    shared_experts = _roof(c["fu"] * 2 * N * l_moe * n_sh * P_exp / c["tp"], c["wb"] * l_moe * n_sh * P_exp / c["tp"],
-                           c["pw"], meff)
+    shared_experts = _roof(c["fu"] * 2 * N * l_moe * n_sh * P_exp / c["tp"],
+                           c["wb"] * l_moe * n_sh * P_exp / sym("shared_split", "dimensionless"), c["pw"], meff)
     terms["tbo_overlap"] = -tbo * tbo_hidden(shared_experts + tbo_routed() * terms["moe"], a2a, l_moe)
     return terms
 

@@ -11,13 +11,13 @@ from sacmodel.serving.roles import role_throughput
 def _decode(tbo: bool):
     return sacmodel.scenario("h100", gpus=72, model="deepseek-v3", dp=72, ep=72, moe_a2a="deepep",
                              deepep_mode="low_latency", two_batch_overlap=tbo, ep_redundant=32, mem_fraction=0.85,
-                             cuda_graph_max_bs=256)
+                             cuda_graph_max_bs=256, moe_dense_tp=1)
 
 
 def _prefill(tbo: bool = True):
     return sacmodel.scenario("h100", gpus=32, model="deepseek-v3", dp=32, ep=32, moe_a2a="deepep",
                              deepep_mode="normal", two_batch_overlap=tbo, ep_redundant=32, mem_fraction=0.85,
-                             chunked_prefill=524288)
+                             chunked_prefill=524288, moe_dense_tp=1)
 
 
 def test_a_decode_role_is_its_tokens_over_its_step_per_host():
@@ -75,7 +75,7 @@ def test_two_batch_overlap_hides_at_most_the_smaller_of_the_all_to_all_and_what_
     a2a = (parts["comm"] * v["a2a_share"] + parts["a2a_imbalance"]
            + 2 * v["layers"] * v["n_coll"] * v["t_collective"] * v["a2a_lat_share"])
     shared_experts = max(2 * n * v["moe_layers"] * v["p_expert"] / v["tp"] / (v["peak_w"] * v["compute_eff"]),
-                         v["w_bytes"] * v["moe_layers"] * v["p_expert"] / v["tp"] / (v["hbm_bw"] * v["hbm_eff"]))
+                         v["w_bytes"] * v["moe_layers"] * v["p_expert"] / v["shared_split"] / (v["hbm_bw"] * v["hbm_eff"]))
     plain = sum(x for k, x in parts.items() if k != "tbo_overlap") + own
     step = role_throughput(t, "decode", prompt=2000, batch_per_gpu=batch)["step_s"]
     assert 0.0 <= plain - step <= min(a2a, own + shared_experts) * (1 + 1e-9)

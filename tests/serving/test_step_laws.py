@@ -31,7 +31,8 @@ V = dict(layers=10.0, w_bytes=1.0, tp=4.0, attn_tp=2.0, peak_bf16=1e15, peak_fp8
          P=5.0, H=3.0, mha_on=0.0, dense_on=0.0, index_on=1.0, admit_on=1.0, t_hs_admit=2e-3, f_mha=3000.0,
          p_kvb=1e7, t_launch=5e-6, N_f=1000.0, nic_bw=1e10, stage_copy_bw=5e9, stage_passes=3.0, N_b=2000.0,
          bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4, tbo=0.0, a2a_share=0.0,
-         ep_skew=1.0, tbo_routed=0.0, a2a_lat_share=0.0)
+         ep_skew=1.0, tbo_routed=0.0, a2a_lat_share=0.0,
+         dense_split=4.0, shared_split=4.0)
 
 
 def ev(group, **kw):
@@ -82,6 +83,9 @@ def test_shared_terms_by_hand():
     assert t["moe"] == pytest.approx(max(2 * 64 * 8 * 8 * 4e7 / 4 / 1e15, 8 * 4e7 * experts / 4 / (4e12 * 0.8)),
                                      rel=1e-12)
     assert t["lm_head"] == pytest.approx(max(2 * 64 * 1e9 / 4 / 5e14, 2 * 1e9 / 4 / 2e12), rel=1e-12)
+    # the dense layers and shared experts whole on each GPU (--moe-dense-tp-size 1, DeepEP): 5.2e8 bytes each
+    whole = ev("shared", dense_split=1.0, shared_split=1.0)
+    assert whole["dense_mlp"] == pytest.approx(max(2 * 64 * dense / 4 / 1e15, dense / 2e12), rel=1e-12)
 
 
 def test_two_batch_overlap_by_hand():

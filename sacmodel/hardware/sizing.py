@@ -414,6 +414,19 @@ def collective_rates(groups: list[tuple[int, float, str]], *, domain: int, nvlin
 # EP64 dispatch 51 / combine 50 GB/s; low-latency kernels (pure RDMA, 128 tokens) at EP64 43 / 46 GB/s; inside
 # one host the normal kernels reach 153 / 158 GB/s of the H800's ~160 GB/s NVLink
 DEEPEP_RDMA_EFF = {"normal": (1.0, 1.0), "low_latency": (43 / 50, 46 / 50)}
+# SMs DeepEP's normal kernels hold (deep_ep Buffer.num_sms, 20 by default): under two-batch overlap SGLang runs
+# DeepGEMM on the rest ("deep_gemm_num_sms = total_num_sms - DeepEPConfig.num_sms", operations_strategy.py at
+# 0d477880, #4068); the low-latency kernels hold none while their data is in flight
+DEEPEP_NORMAL_SMS = 20
+
+
+def tbo_gemm_share(sms: float, mode: str) -> float:
+    """Share of the GPU's SMs DeepGEMM's GEMMs run on in an iteration that two-batch overlap splits while DeepEP's
+    ``mode`` kernels run beside them: (sms - 20) / sms for the normal kernels (prefill), 1 for the low-latency
+    ones (decode) or a GPU of unknown SMs."""
+    if mode != "normal" or not sms or sms <= DEEPEP_NORMAL_SMS:
+        return 1.0
+    return (sms - DEEPEP_NORMAL_SMS) / sms
 DEEPEP_NVLINK_EFF = (153 / 160, 158 / 160)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..hardware.models import ModelSpec, entry_bytes, model_of
 from ..hardware.sizing import (HEAD_BYTES, attention_split, decode_kernels, ep_load_skew, fabric_scale, gemm_precision,
-                               layer_comm, sglang_refusal)
+                               layer_comm, sglang_refusal, tbo_gemm_share)
 from ..hardware.scenarios import as_topology, is_builtin
 from ..hardware.topology import LIMITS as TOPOLOGY_LIMITS
 from ..hardware.topology import Topology, TopologyError, with_pool_size
@@ -319,6 +319,11 @@ def static_values(cfg: Config) -> dict[str, float]:
     # an iteration that prefills runs DeepEP's prefill kernels (Model.shared picks these)
     v["coll_bytes_prefill"], v["t_collective_prefill"] = pre["coll_bytes"], pre["t_collective"]
     v["a2a_share_prefill"], v["a2a_lat_share_prefill"] = pre["a2a_share"], pre["a2a_lat_share"]
+    # the SMs DeepGEMM keeps under two-batch overlap (Model.shared sets gemm_share in the iterations it splits)
+    on = comm["a2a"] == "deepep" and cfg.ep > 1
+    v["gemm_share"] = 1.0
+    v["tbo_gemm_share"], v["tbo_gemm_share_prefill"] = (
+        tbo_gemm_share(float(gpu.get("sms", 0.0) or 0.0), mode) if on else 1.0 for mode in (decode_mode, prefill_mode))
     v["tbo"] = _setting(t, "two_batch_overlap", 0.0)
     # GPUs the dense layers' and the shared experts' weights are split over: all (tp) unless the dense layers run
     # data-parallel (--moe-dense-tp-size 1) and, under DeepEP, the shared experts (SGLang builds them with

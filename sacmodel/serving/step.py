@@ -160,6 +160,9 @@ def shared_terms() -> dict[str, sp.Expr]:
     P_mlp = sym("p_dense_mlp", "dimensionless", "dense MLP params per layer")
     l_moe, l_dense = sym("moe_layers", "dimensionless", "MoE layers"), sym("dense_layers", "dimensionless", "dense-MLP layers")
     meff = sym("mlp_eff", "dimensionless", "compute efficiency of this iteration")
+    # the MoE layers' GEMMs under two-batch overlap run on the SMs DeepEP's normal kernels leave (1 otherwise);
+    # the dense layers run before the overlap, the LM head after it, on all SMs
+    gs = sym("gemm_share", "dimensionless", "share of the SMs the MoE layers' GEMMs run on (sizing.tbo_gemm_share)")
     dense = l_dense * P_mlp + l_moe * n_sh * P_exp
     # the weights each GPU reads: split over tp, or whole where SGLang runs them data-parallel
     dense_w = (l_dense * P_mlp / sym("dense_split", "dimensionless", "GPUs the dense layers' MLP weights are split "
@@ -179,9 +182,10 @@ def shared_terms() -> dict[str, sp.Expr]:
         "fixed": c["layers"] * floor * (1 + tbo),
         "comm": c["layers"] * N * sym("coll_bytes", "byte", "collective bytes per token per layer per GPU")
         / sym("link_bw", "byte/second", "NVLink bandwidth per GPU per direction"),
-        "dense_mlp": _roof(c["fu"] * 2 * N * dense / c["tp"], c["wb"] * dense_w, c["pw"], meff),
+        "dense_mlp": _roof(c["fu"] * 2 * N * (l_dense * P_mlp + l_moe * n_sh * P_exp / gs) / c["tp"], c["wb"] * dense_w,
+                           c["pw"], meff),
         # the busiest GPU computes ep_skew x the mean of the routed tokens (all of them under TP: skew 1)
-        "moe": _roof(c["fu"] * 2 * N * l_moe * e * P_exp * _skew() / c["tp"], c["wb"] * l_moe * P_exp * experts
+        "moe": _roof(c["fu"] * 2 * N * l_moe * e * P_exp * _skew() / (c["tp"] * gs), c["wb"] * l_moe * P_exp * experts
                      / c["tp"], c["pw"], meff, sym("moe_eff", "dimensionless",
                                                    "achieved fraction of HBM bandwidth of the grouped MoE GEMM")),
         "lm_head": _roof(c["fu"] * 2 * S * vh / c["tp"], sym("head_bytes", "byte", "bytes per LM head param")
@@ -196,7 +200,7 @@ def shared_terms() -> dict[str, sp.Expr]:
     a2a = (terms["comm"] * sym("a2a_share", "dimensionless") + terms["a2a_imbalance"]
            + 2 * c["layers"] * floor_coll * sym("a2a_lat_share", "dimensionless", "share of the collectives' "
                                                 "latency (n_coll x t_collective) that is DeepEP's dispatch and combine"))
-    shared_experts = _roof(c["fu"] * 2 * N * l_moe * n_sh * P_exp / c["tp"],
+    shared_experts = _roof(c["fu"] * 2 * N * l_moe * n_sh * P_exp / (c["tp"] * gs),
                            c["wb"] * l_moe * n_sh * P_exp / sym("shared_split", "dimensionless"), c["pw"], meff)
     terms["tbo_overlap"] = -tbo * tbo_hidden(shared_experts + tbo_routed() * terms["moe"], a2a, l_moe)
     return terms

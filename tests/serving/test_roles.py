@@ -36,8 +36,9 @@ def test_a_decode_role_is_its_tokens_over_its_step_per_host():
 def test_two_batch_overlap_loses_at_small_batches_and_wins_at_large_ones():
     """LMSYS (2025-05-05, ablation; checks, not fitted): in decode TBO pays off only above a threshold "between 64
     and 128 tokens" per GPU (-27% at 32) and gives +25.5% at 256 (22,310 tok/s per node); in prefill it adds
-    27-35% at the same tokens per GPU. Each micro-batch launches its own kernels and reads its own experts, so
-    small batches lose; large ones hide DeepEP's calls behind the other micro-batch's attention."""
+    27-35% at the same tokens per GPU (the model, 1.24x, also runs the MoE layers' GEMMs on the SMs DeepEP's
+    normal kernels leave). Each micro-batch launches its own kernels and reads its own experts, so small
+    batches lose; large ones hide DeepEP's calls behind the other micro-batch's attention; within 10%."""
     gain = {b: role_throughput(_decode(True), "decode", prompt=2000, batch_per_gpu=b)["tok_s_per_node"]
             / role_throughput(_decode(False), "decode", prompt=2000, batch_per_gpu=b)["tok_s_per_node"]
             for b in (32, 64, 128, 256)}
@@ -45,7 +46,7 @@ def test_two_batch_overlap_loses_at_small_batches_and_wins_at_large_ones():
     assert gain[256] == pytest.approx(1.255, rel=0.10)
     pre = (role_throughput(_prefill(True), "prefill", prompt=2000, tokens_per_gpu=8192)["tok_s_per_node"]
            / role_throughput(_prefill(False), "prefill", prompt=2000, tokens_per_gpu=8192)["tok_s_per_node"])
-    assert pre > 1.0
+    assert 1.27 * 0.9 < pre < 1.35 * 1.1
 
 
 def test_joining_a_ranks_part_hides_what_is_left_of_the_all_to_all_by_hand():
@@ -82,13 +83,13 @@ def test_two_batch_overlap_hides_at_most_the_smaller_of_the_all_to_all_and_what_
 
 
 @pytest.mark.xfail(strict=True, reason="prefill misses: with EPLB's published residual imbalance (ep_load_skew "
-                   "1.18) the model predicts 38.7k input tok/s per node (-26.0%) against 52.3k; decode is within "
+                   "1.18) the model predicts 34.7k input tok/s per node (-33.7%) against 52.3k; decode is within "
                    "the target, 20.3k output tok/s (-9.1%) against 22.3k, since two-batch overlap hides DeepEP's "
                    "calls behind the other micro-batch's attention as SGLang's decode strategy does (TBO's decode "
                    "gain at 256 per GPU 1.25x, LMSYS 1.255x) and the dense layers run data-parallel "
-                   "(--moe-dense-tp-size 1). The prefill gap is the GEMMs' efficiency (prefill_eff 0.201: the "
-                   "routed experts alone take 1.99 s of the 3.39 s step at 16,384 tokens per GPU), not the "
-                   "all-to-all, which the overlap hides whole")
+                   "(--moe-dense-tp-size 1). The prefill gap is the GEMMs' rate (prefill_eff 0.201, and 112 of "
+                   "132 SMs under TBO beside DeepEP's normal kernels: the routed experts alone take 2.34 s of the "
+                   "3.78 s step at 16,384 tokens per GPU), not the all-to-all, which the overlap hides whole")
 def test_lmsys_large_scale_deployment_per_node_within_twenty_percent():
     """A published check, not fitted (LMSYS, "Deploying DeepSeek with PD Disaggregation and Large-scale Expert
     Parallelism on 96 H100 GPUs", 2025-05-05): 52.3k input tokens/s per node (4 nodes, EP32, 16,384 tokens per

@@ -32,7 +32,7 @@ V = dict(layers=10.0, w_bytes=1.0, tp=4.0, attn_tp=2.0, peak_bf16=1e15, peak_fp8
          p_kvb=1e7, t_launch=5e-6, N_f=1000.0, nic_bw=1e10, stage_copy_bw=5e9, stage_passes=3.0, N_b=2000.0,
          bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4, tbo=0.0, a2a_share=0.0,
          ep_skew=1.0, tbo_routed=0.0, a2a_lat_share=0.0,
-         dense_split=4.0, shared_split=4.0)
+         dense_split=4.0, shared_split=4.0, gemm_share=1.0)
 
 
 def ev(group, **kw):
@@ -134,6 +134,23 @@ def test_routing_skew_scales_the_busiest_gpus_moe_flops_and_its_all_to_all_by_ha
     assert a["a2a_imbalance"] == pytest.approx(a["comm"] * 0.5 * (1.5 * (1 + 2 / math.sqrt(64)) - 1), rel=1e-12)
     # without DeepEP the tokens reach every GPU by all-gather: no receiver is busier
     assert ev("shared", a2a_share=0.0, ep=8.0, ep_imbalance=2.0, ep_skew=1.5)["a2a_imbalance"] == 0.0
+
+
+def test_the_moe_layers_gemms_on_the_sms_deepep_leaves_by_hand():
+    """Under two-batch overlap with DeepEP's normal kernels SGLang runs DeepGEMM on the SMs DeepEP leaves
+    (operations_strategy.py: deep_gemm_num_sms = SMs - 20): on an H100's 132 SMs, 112 / 132 of them. The MoE
+    layers' compute-bound GEMMs (routed and shared experts) take 132 / 112 as long; the dense layers (before the
+    overlap) and the LM head (after it) keep all SMs; weight reads are not slowed."""
+    from sacmodel.hardware.sizing import tbo_gemm_share
+    assert tbo_gemm_share(132, "normal") == pytest.approx(112 / 132, rel=1e-12)
+    assert tbo_gemm_share(132, "low_latency") == 1.0 and tbo_gemm_share(0, "normal") == 1.0
+    big = dict(N=1e4, N_d=1e4, S=1e4)
+    t0, t = ev("shared", **big), ev("shared", gemm_share=112 / 132, **big)
+    assert t["moe"] == pytest.approx(t0["moe"] * 132 / 112, rel=1e-12)
+    flops = 2 * 1e4 * (2 * 1e8 + 8 * 4e7 * 132 / 112) / 4 / 1e15      # dense layers at all SMs, shared experts not
+    assert t["dense_mlp"] == pytest.approx(flops, rel=1e-12) and t["lm_head"] == t0["lm_head"]
+    one = ev("shared", N=1.0, N_d=1.0, gemm_share=0.5)                 # one token: weight reads decide
+    assert one["moe"] == pytest.approx(8 * 4e7 * 8 / 4 / 3.2e12, rel=1e-12)
 
 
 @pytest.mark.parametrize("coll_bytes", [1e2, 1e4, 1e6, 1e8])

@@ -102,7 +102,7 @@ class Model:
         self._comm_at = (names.index("coll_bytes"), names.index("t_collective"), names.index("a2a_share"),
                          names.index("ep_skew"), names.index("a2a_lat_share"))
         self._tbo_at = names.index("tbo")
-        self._routed_at = names.index("tbo_routed")
+        self._routed_at, self._gemm_at = names.index("tbo_routed"), names.index("gemm_share")
         self._left_cache: dict = {}
         self.tbo_f = steps.tbo_factor(self.v["moe_layers"])
         self.tbo_share = self.v["moe_layers"] / self.v["layers"]     # the rank part's share in overlapped layers
@@ -235,6 +235,8 @@ class Model:
             a[i_ls], a[self._routed_at] = self.v["a2a_lat_share_prefill"], 1.0
         if not self.splits(n_tokens):
             a[self._tbo_at] = 0.0
+        elif a[self._tbo_at] > 0.0:
+            a[self._gemm_at] = self.v["tbo_gemm_share_prefill" if prefill else "tbo_gemm_share"]
         left = 0.0
         if a[self._tbo_at] > 0.0:
             f = self.shared_c.funcs
@@ -277,6 +279,8 @@ class Model:
                      a2a_lat_share=self.v["a2a_lat_share_prefill"])
         if not self.splits(n_tokens):
             v["tbo"] = 0.0
+        elif v["tbo"] > 0.0:
+            v["gemm_share"] = self.v["tbo_gemm_share_prefill" if prefill else "tbo_gemm_share"]
         v["tbo_routed"] = 1.0 if prefill else 0.0
         return v
 

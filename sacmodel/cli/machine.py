@@ -21,6 +21,7 @@ FLAGS = {
     "--rdma-nics": "rdma_nics", "--engine": "engine", "--moe-a2a": "moe_a2a", "--deepep-mode": "deepep_mode",
     "--two-batch-overlap": "two_batch_overlap", "--ep-redundant": "ep_redundant",
     "--cuda-graph-max-bs": "cuda_graph_max_bs", "--fp8-gemm-backend": "fp8_gemm_backend",
+    "--moe-dense-tp": "moe_dense_tp",
 }
 
 
@@ -76,6 +77,9 @@ def add_machine(p: argparse.ArgumentParser) -> None:
              "(needs --moe-a2a deepep)")
     add("--ep-redundant", type=arg(count, hi=1024), metavar="N",
         help="SGLang's --ep-num-redundant-experts: EPLB replicas, so that experts + replicas divide by --ep")
+    add("--moe-dense-tp", type=int, choices=(1,),
+        help="SGLang's --moe-dense-tp-size 1: the dense layers run data-parallel on each rank's tokens and need no "
+             "collective (needs --dp equal to --gpus)")
     add("--cuda-graph-max-bs", type=arg(count, hi=4096), metavar="N",
         help="SGLang's --cuda-graph-max-bs (default: SGLang's rule for the GPU; it sizes DP attention's reserve)")
     add("--fp8-gemm-backend", choices=("auto", "deep_gemm", "flashinfer_trtllm"),

@@ -297,8 +297,10 @@ def predicted_steps(topo: Topology, obs: list[StepObservation]) -> np.ndarray:
         c = mdl.misses(L0, max(o.run.output, a + 2))
         M = o.b * (c[a + 1] - c[a])
         n_tok = o.b * active
-        out[j] = (mdl.shared(n_tok, False, int(round(min(o.distinct, n_tok))))
-                  + mdl.rank_time(o.b, active, L0 + a + 1, M, L0 > mdl.cfg.device_buffer))
+        distinct = int(round(min(o.distinct, n_tok)))
+        out[j] = mdl.joined(mdl.shared(n_tok, False, distinct),
+                            mdl.rank_time(o.b, active, L0 + a + 1, M, L0 > mdl.cfg.device_buffer),
+                            mdl.tbo_left(n_tok, False, distinct))
     return out
 
 

@@ -57,7 +57,8 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
              pool: str | None = None, cxl_devices: int | None = None, rdma_nics: int | None = None,
              transfer: str = "fitted", engine: str = "sglang", moe_a2a: str = "none", deepep_mode: str = "auto",
              two_batch_overlap: bool = False, ep_redundant: int = 0,
-             cuda_graph_max_bs: int | None = None, fp8_gemm_backend: str = "auto") -> Topology:
+             cuda_graph_max_bs: int | None = None, fp8_gemm_backend: str = "auto",
+             moe_dense_tp: int | None = None) -> Topology:
     """A scenario of ``gpus`` x ``gpu`` serving ``model`` with SGLang.
 
     ``weights``: fp8, bf16, awq-int4 or fp4 (Blackwell only); ``kv_dtype``: auto (SGLang's rule: BF16 on Hopper,
@@ -87,7 +88,9 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
     ``--enable-two-batch-overlap`` (the step's two micro-batches overlap communication with computation,
     :func:`sacmodel.serving.step.tbo_hidden`); ``ep_redundant``:
     ``--ep-num-redundant-experts`` (EPLB's replicas: routed experts + replicas must divide by ``ep``; each GPU
-    holds its share of them); ``cuda_graph_max_bs``: ``--cuda-graph-max-bs`` (it sizes DP attention's reserve).
+    holds its share of them); ``cuda_graph_max_bs``: ``--cuda-graph-max-bs`` (it sizes DP attention's reserve);
+    ``moe_dense_tp``: ``--moe-dense-tp-size`` (1: the dense layers run data-parallel, each rank its own tokens
+    with the whole weights, and need no collective; None, the default: split over all GPUs like the attention).
     ``fp8_gemm_backend``: SGLang's ``--fp8-gemm-backend`` for FP8 block-scale GEMMs: ``auto`` (DeepGEMM, JIT
     DeepGEMM being on by default), ``deep_gemm``, or ``flashinfer_trtllm`` (FlashInfer's TRT-LLM GEMM, Blackwell
     only; what SGLang runs with ``SGLANG_ENABLE_JIT_DEEPGEMM=0``): it sets the prefill GEMM rate
@@ -107,7 +110,8 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
                                        engine=engine,
                                        moe_a2a=moe_a2a, deepep_mode=deepep_mode,
                                        two_batch_overlap=two_batch_overlap, ep_redundant=ep_redundant,
-                                       cuda_graph_max_bs=cuda_graph_max_bs, fp8_gemm_backend=fp8_gemm_backend))
+                                       cuda_graph_max_bs=cuda_graph_max_bs, fp8_gemm_backend=fp8_gemm_backend,
+                                       moe_dense_tp=moe_dense_tp))
 
 
 def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: str = "fp8",
@@ -118,7 +122,8 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                   pool: str | None = None, cxl_devices: int | None = None, rdma_nics: int | None = None,
                   transfer: str = "fitted", engine: str = "sglang", moe_a2a: str = "none", deepep_mode: str = "auto",
                   two_batch_overlap: bool = False, ep_redundant: int = 0,
-                  cuda_graph_max_bs: int | None = None, fp8_gemm_backend: str = "auto") -> dict:
+                  cuda_graph_max_bs: int | None = None, fp8_gemm_backend: str = "auto",
+                  moe_dense_tp: int | None = None) -> dict:
     """The scenario of :func:`scenario` as a schema-version-1 mapping (what :func:`scenario_yaml` writes)."""
     g = get_gpu(gpu)
     try:
@@ -136,11 +141,12 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
     n_cxl = _pool_size("cxl_devices", cxl_devices, "cxl", pools)
     n_rdma = _pool_size("rdma_nics", rdma_nics, "rdma", pools)
     ep_parts = ep_settings(m, tp=tp, dp=dp, ep=ep, moe_a2a=moe_a2a, deepep_mode=deepep_mode,
-                            two_batch_overlap=two_batch_overlap, ep_redundant=ep_redundant)
+                            two_batch_overlap=two_batch_overlap, ep_redundant=ep_redundant,
+                            moe_dense_tp=moe_dense_tp)
     _check_machine(g, m, gpus=gpus, tp=tp, dp=dp, ep=ep, weights=weights, pools=pools,
                    redundant=ep_parts["ep_redundant"])
-    given = [k for k in ("moe_a2a", "two_batch_overlap", "ep_redundant")
-             if ep_parts[k] not in ("none", False, 0)] + (["deepep_mode"] if ep_parts["deepep_mode"] != "auto" else [])
+    given = [k for k in ("moe_a2a", "two_batch_overlap", "ep_redundant", "moe_dense_tp")
+             if ep_parts[k] not in ("none", False, 0, None)] + (["deepep_mode"] if ep_parts["deepep_mode"] != "auto" else [])
     if engine == "vllm" and given:
         raise TopologyError(f"scenario: {given[0]} is SGLang's setting (DeepEP, two-batch overlap, EPLB as SGLang runs "
                             "them); the vLLM engine does not model them: use engine='sglang'")
@@ -252,6 +258,8 @@ def _ep_serving(p: dict) -> dict:
         out["two_batch_overlap"] = _num("1", "given (SGLang --enable-two-batch-overlap)")
     if p["ep_redundant"]:
         out["ep_redundant"] = _num(str(p["ep_redundant"]), "given (SGLang --ep-num-redundant-experts, EPLB)")
+    if p.get("moe_dense_tp") == 1:
+        out["moe_dense_tp"] = _num("1", "given (SGLang --moe-dense-tp-size 1)")
     return out
 
 

@@ -54,10 +54,13 @@ def check_parallel(m, *, gpus: int, tp: int, dp: int, ep: int, redundant: int = 
                             "replicas to make them divide)")
 
 
-def ep_settings(m, *, tp: int, dp: int, ep: int, moe_a2a, deepep_mode, two_batch_overlap, ep_redundant) -> dict:
+def ep_settings(m, *, tp: int, dp: int, ep: int, moe_a2a, deepep_mode, two_batch_overlap, ep_redundant,
+                moe_dense_tp=None) -> dict:
     """The expert-parallel settings checked against SGLang's rules (server_args.py): DeepEP needs expert
     parallelism over all GPUs (it sets ep_size = tp_size) and DP attention; two-batch overlap needs an
-    all-to-all backend; redundant experts need expert parallelism."""
+    all-to-all backend; redundant experts need expert parallelism; ``moe_dense_tp`` (``--moe-dense-tp-size``)
+    is 1 or None ("moe_dense_tp_size only support 1 and None currently"), and 1 is modelled with DP attention
+    over all GPUs (dp = tp), where the dense layers then need no collective."""
     a2a = _check_choice("moe_a2a", moe_a2a, ("none", "deepep"))
     mode = _check_choice("deepep_mode", deepep_mode, ("auto", "normal", "low_latency"))
     tbo = _check_flag("two_batch_overlap", two_batch_overlap)
@@ -76,4 +79,14 @@ def ep_settings(m, *, tp: int, dp: int, ep: int, moe_a2a, deepep_mode, two_batch
                             "SGLang's --enable-two-batch-overlap needs --moe-a2a-backend deepep (moe_a2a='deepep')")
     if red and ep <= 1:
         raise TopologyError(f"scenario: ep_redundant={red} replicates experts over expert-parallel groups: give ep > 1")
-    return {"moe_a2a": a2a, "deepep_mode": mode, "two_batch_overlap": tbo, "ep_redundant": red}
+    if moe_dense_tp is not None and (_is_bool(moe_dense_tp) or moe_dense_tp != 1):
+        raise TopologyError(f"scenario: moe_dense_tp={moe_dense_tp!r:.20}: SGLang's --moe-dense-tp-size takes 1 "
+                            "or None ('moe_dense_tp_size only support 1 and None currently', server_args.py)")
+    if moe_dense_tp == 1 and not m.routed_experts:
+        raise TopologyError(f"scenario: moe_dense_tp=1 sets the tensor parallelism of a mixture-of-experts model's "
+                            f"dense layers (DeepSeek's first_k_dense_replace); {m.name} is dense")
+    if moe_dense_tp == 1 and (dp != tp or tp <= 1):
+        raise TopologyError(f"scenario: moe_dense_tp=1 with tp={tp}, dp={dp}: the dense layers run data-parallel on "
+                            f"each rank's own tokens, modelled under DP attention over all GPUs: give dp={tp} (> 1)")
+    return {"moe_a2a": a2a, "deepep_mode": mode, "two_batch_overlap": tbo, "ep_redundant": red,
+            "moe_dense_tp": moe_dense_tp}

@@ -414,6 +414,19 @@ def collective_rates(groups: list[tuple[int, float, str]], *, domain: int, nvlin
 # EP64 dispatch 51 / combine 50 GB/s; low-latency kernels (pure RDMA, 128 tokens) at EP64 43 / 46 GB/s; inside
 # one host the normal kernels reach 153 / 158 GB/s of the H800's ~160 GB/s NVLink
 DEEPEP_RDMA_EFF = {"normal": (1.0, 1.0), "low_latency": (43 / 50, 46 / 50)}
+# SMs DeepEP's normal kernels hold (deep_ep Buffer.num_sms, 20 by default): under two-batch overlap SGLang runs
+# DeepGEMM on the rest ("deep_gemm_num_sms = total_num_sms - DeepEPConfig.num_sms", operations_strategy.py at
+# 0d477880, #4068); the low-latency kernels hold none while their data is in flight
+DEEPEP_NORMAL_SMS = 20
+
+
+def tbo_gemm_share(sms: float, mode: str) -> float:
+    """Share of the GPU's SMs DeepGEMM's GEMMs run on in an iteration that two-batch overlap splits while DeepEP's
+    ``mode`` kernels run beside them: (sms - 20) / sms for the normal kernels (prefill), 1 for the low-latency
+    ones (decode) or a GPU of unknown SMs."""
+    if mode != "normal" or not sms or sms <= DEEPEP_NORMAL_SMS:
+        return 1.0
+    return (sms - DEEPEP_NORMAL_SMS) / sms
 DEEPEP_NVLINK_EFF = (153 / 160, 158 / 160)
 
 
@@ -459,24 +472,29 @@ def a2a_groups(model: ModelSpec, *, tp: int, ep: int, domain: int, mode: str, nv
 
 def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_mode: str, domain: int,
                nvlink_bw: float, nic_bw: float, t_collective: float, nic_latency: float,
-               scale: float = 1.0, prefill: bool = False) -> dict[str, float]:
+               scale: float = 1.0, prefill: bool = False, dense_dp: bool = False) -> dict[str, float]:
     """The step model's communication symbols of one layer: ``n_coll`` collectives (averaged over layers),
-    ``coll_bytes`` per token per GPU at ``link_bw``, ``t_collective`` each, and ``a2a_share``, the share of
-    those seconds that is DeepEP's dispatch and combine (whose busiest receiver sets their length).
+    ``coll_bytes`` per token per GPU at ``link_bw``, ``t_collective`` each, ``a2a_share``, the share of
+    those seconds that is DeepEP's dispatch and combine (whose busiest receiver sets their length), and
+    ``a2a_lat_share``, the share of the collectives' latency (``n_coll`` x ``t_collective``) that is theirs
+    (in flight while the other micro-batch computes, under two-batch overlap).
 
     Without an all-to-all backend, the collectives of :func:`collective_groups` at :func:`collective_rates`.
     With DeepEP (``a2a="deepep"``, SGLang's ``--moe-a2a-backend deepep``), the MoE layers replace the gather and
     scatter of the tokens by DeepEP's dispatch and combine (:func:`a2a_groups`); the dense layers keep them.
     ``scale``: the fabric's small collectives over NCCL's model of them (:func:`fabric_scale`).
-    ``prefill``: an iteration that prefills (DP attention's gather and scatter by all-reduce)."""
+    ``prefill``: an iteration that prefills (DP attention's gather and scatter by all-reduce). ``dense_dp``:
+    SGLang's ``--moe-dense-tp-size 1`` under DP attention over all GPUs: the dense layers' MLP runs on each
+    rank's own tokens (communicator.py: ScatterMode.SCATTERED), so those layers run no collective."""
     groups = collective_groups(model, tp, dp, prefill)
     bw, lat = collective_rates(groups, domain=domain, nvlink_bw=nvlink_bw, nic_bw=nic_bw, t_collective=t_collective,
                                scale=scale)
     nbytes = sum(g[1] for g in groups)
+    dense_share = 0.0 if dense_dp else 1 - model.moe_layers / model.layers
     if a2a != "deepep" or not model.routed_experts or ep <= 1:
-        return {"n_coll": float(len(groups)), "coll_bytes": nbytes, "link_bw": bw, "t_collective": lat,
-                "a2a_share": 0.0}
-    dense_share = 1 - model.moe_layers / model.layers
+        share = 1.0 if not dense_dp else model.moe_layers / model.layers    # the layers that gather
+        return {"n_coll": share * len(groups), "coll_bytes": share * nbytes, "link_bw": bw, "t_collective": lat,
+                "a2a_share": 0.0, "a2a_lat_share": 0.0}
     calls = a2a_groups(model, tp=tp, ep=ep, domain=domain, mode=deepep_mode, nvlink_bw=nvlink_bw, nic_bw=nic_bw,
                        nic_latency=nic_latency, t_collective=t_collective)
     n = dense_share * len(groups) + sum(c for c, _, _ in calls)
@@ -484,8 +502,10 @@ def layer_comm(model: ModelSpec, *, tp: int, dp: int, ep: int, a2a: str, deepep_
     latency = dense_share * len(groups) * lat + sum(c * t for c, _, t in calls)
     # keep coll_bytes a byte count: the all-to-all's seconds per token expressed at NVLink's rate
     a2a = sum(s for _, s, _ in calls)
+    a2a_lat = sum(c * t for c, _, t in calls)
     return {"n_coll": n, "coll_bytes": seconds * nvlink_bw, "link_bw": nvlink_bw, "t_collective": latency / n,
-            "a2a_share": a2a / seconds if seconds > 0 else 0.0}
+            "a2a_share": a2a / seconds if seconds > 0 else 0.0,
+            "a2a_lat_share": a2a_lat / latency if latency > 0 else 0.0}
 
 
 # ---- expert-load skew: the busiest GPU's routed-expert tokens over the mean (SGLang's EPLB "balancedness" is its

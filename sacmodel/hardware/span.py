@@ -3,7 +3,7 @@
 A cluster-file instance may name the hosts it runs on (``hosts: [h0, h1]``, or ``hosts: 2``: that many
 consecutive hosts of its ``host`` group per instance) and its server's parallelism and expert-parallel settings,
 the same ones :func:`sacmodel.scenario` takes: ``tp``, ``dp``, ``ep``, ``moe_a2a``, ``deepep_mode``,
-``two_batch_overlap``, ``ep_redundant``, ``cuda_graph_max_bs``. They are checked here once, against SGLang's
+``two_batch_overlap``, ``ep_redundant``, ``cuda_graph_max_bs``, ``moe_dense_tp``. They are checked here once, against SGLang's
 rules (the ones :func:`sacmodel.scenario` applies), each refusal naming the file and field.
 
 The instance's machine (:func:`span_topology`) is the host scenario copied once per host (its GPUs, sockets,
@@ -28,7 +28,8 @@ from .sizing import kv_cell_bytes, kv_pool_tokens, weights_per_gpu
 from .topology import Param, Topology, TopologyError
 
 # the server settings a cluster-file instance may give (as sacmodel.scenario() takes them)
-SETTINGS = ("tp", "dp", "ep", "moe_a2a", "deepep_mode", "two_batch_overlap", "ep_redundant", "cuda_graph_max_bs")
+SETTINGS = ("tp", "dp", "ep", "moe_a2a", "deepep_mode", "two_batch_overlap", "ep_redundant", "cuda_graph_max_bs",
+            "moe_dense_tp")
 SHARED_KINDS = ("cxl_switch", "cxl_device", "remote_memory")
 NIC_LATENCY_SOURCE = ("[assumed] nccl-tests#150: an 8 B all-reduce between two hosts over InfiniBand takes "
                       "19-20 us (the GPU catalog's default)")
@@ -77,7 +78,7 @@ def parse_settings(inst: dict, iw: str, host: Topology, k: int) -> dict:
         parts = ep_settings(m, tp=tp, dp=dp, ep=ep, moe_a2a=given.get("moe_a2a", "none"),
                             deepep_mode=given.get("deepep_mode", "auto"),
                             two_batch_overlap=given.get("two_batch_overlap", False),
-                            ep_redundant=given.get("ep_redundant", 0))
+                            ep_redundant=given.get("ep_redundant", 0), moe_dense_tp=given.get("moe_dense_tp"))
         check_parallel(m, gpus=gpus, tp=tp, dp=dp, ep=ep, redundant=parts["ep_redundant"],
                        where=f"{k} host(s) x {len(host.gpus)} GPUs")
     except TopologyError as exc:
@@ -162,7 +163,7 @@ def span_topology(host: Topology, k: int, settings: dict, net: dict, name: str) 
     src = f"given (cluster file instance over {k} host(s))"
     for s, v in settings.items():
         text = s in ("moe_a2a", "deepep_mode")
-        if (s in ("moe_a2a", "two_batch_overlap", "ep_redundant") and v in ("none", False, 0)) or \
+        if (s in ("moe_a2a", "two_batch_overlap", "ep_redundant", "moe_dense_tp") and v in ("none", False, 0, None)) or \
                 (s == "deepep_mode" and settings.get("moe_a2a") != "deepep"):
             serving.pop(s, None)
             continue

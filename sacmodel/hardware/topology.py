@@ -130,7 +130,7 @@ PARAM_DIMENSIONS = {
     "cxl_map_bytes": "bytes", "swap_load_bytes": "bytes", "buffer_extra_slots": "tokens",
     "load_balance": "string", "weights": "string", "max_prefill_tokens": "tokens", "engine": "string",
     "moe_a2a": "string", "deepep_mode": "string", "two_batch_overlap": "dimensionless",
-    "ep_redundant": "dimensionless", "ep_load_skew": "dimensionless", "ep_load_skew_prefill": "dimensionless",
+    "ep_redundant": "dimensionless", "moe_dense_tp": "dimensionless", "ep_load_skew": "dimensionless", "ep_load_skew_prefill": "dimensionless",
     "vllm_tokenizer_wait": "time", "vllm_output_message": "time", "vllm_output_request": "time",
     "fp8_gemm_backend": "string",
 }
@@ -172,6 +172,7 @@ PARAM_RANGES: dict[str, Range] = {
     "fp8_gemm_backend": Range("string", 0, 0, choices=("auto", "deep_gemm", "flashinfer_trtllm")),
     "two_batch_overlap": Range("dimensionless", 0, 1, integer=True),
     "ep_redundant": Range("dimensionless", 0, 1 << 16, integer=True),
+    "moe_dense_tp": Range("dimensionless", 1, 1, integer=True),
     # the busiest GPU's routed-expert tokens over the mean: 1 (uniform) up to every token on one GPU of a large group
     "ep_load_skew": Range("dimensionless", 1.0, 1024.0), "ep_load_skew_prefill": Range("dimensionless", 1.0, 1024.0),
     "score_correlation": Range("dimensionless", 0.0, 0.999999),

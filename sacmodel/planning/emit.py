@@ -179,6 +179,8 @@ def _expert_args(t) -> dict:
         out["--enable-two-batch-overlap"] = True
     if t.has_param("ep_redundant") and t.param("ep_redundant"):
         out["--ep-num-redundant-experts"] = int(t.param("ep_redundant"))
+    if t.has_param("moe_dense_tp") and t.param("moe_dense_tp") == 1:
+        out["--moe-dense-tp-size"] = 1
     return out
 
 

@@ -127,7 +127,8 @@ def decode_iteration(mdl: Model, ld: Load, b: float, dp: int, groups: float | No
     n = max(dp * b, 1.0)
     part, eager = rank_part(mdl, busiest(b, occupancy_variance(b, ld, dp), active), ld, active)
     distinct = n if groups is None else min(n, groups)
-    gpu = mdl.shared(int(round(n)), False, int(round(distinct))) + part
+    n_i, d_i = int(round(n)), int(round(distinct))
+    gpu = mdl.joined(mdl.shared(n_i, False, d_i), part, mdl.tbo_left(n_i, False, d_i))
     return (1.0 - eager) * gpu + eager * mdl.overlapped(gpu, mdl.t_eager)      # launches overlap the GPU work
 
 
@@ -146,7 +147,8 @@ def prefill_iteration(mdl: Model, ld: Load, b: float, dp: int, per_rank: int, ra
     tokens = per_rank * ranks * P + others * b
     seqs = others * b + per_rank * ranks
     eager = mdl.t_eager_pcg if per_rank * P <= mdl.pcg_tokens else mdl.t_eager     # piecewise CUDA graph
-    gpu = mdl.shared(int(round(tokens)), True, int(round(tokens)), int(round(max(seqs, 1)))) + max(chunk, dec)
+    key = (int(round(tokens)), True, int(round(tokens)), int(round(max(seqs, 1))))
+    gpu = mdl.joined(mdl.shared(*key), max(chunk, dec), mdl.tbo_left(*key))
     return mdl.overlapped(gpu, eager)                                         # launches overlap the GPU work
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..hardware.models import ModelSpec, entry_bytes, model_of
 from ..hardware.sizing import (HEAD_BYTES, attention_split, decode_kernels, ep_load_skew, fabric_scale, gemm_precision,
-                               layer_comm, sglang_refusal)
+                               layer_comm, sglang_refusal, tbo_gemm_share)
 from ..hardware.scenarios import as_topology, is_builtin
 from ..hardware.topology import LIMITS as TOPOLOGY_LIMITS
 from ..hardware.topology import Topology, TopologyError, with_pool_size
@@ -308,7 +308,8 @@ def static_values(cfg: Config) -> dict[str, float]:
     v["n_kernels"] = float(decode_kernels(m))
     gpu = t.node(t.gpus[0])        # beyond one NVLink domain, collectives cross the hosts' NICs
     domain = int(gpu.get("nvlink_domain", len(t.gpus)))
-    comm = dict(tp=cfg.tp, dp=cfg.dp, ep=cfg.ep, a2a=_text(t, "moe_a2a", "none"), domain=domain,
+    dense_dp = _setting(t, "moe_dense_tp", 0.0) == 1.0
+    comm = dict(tp=cfg.tp, dp=cfg.dp, ep=cfg.ep, a2a=_text(t, "moe_a2a", "none"), domain=domain, dense_dp=dense_dp,
                 nvlink_bw=v["link_bw"], nic_bw=gpu.get("nics_per_gpu", 1.0) * gpu.get("nic_rate", v["link_bw"]),
                 t_collective=v["t_collective"], nic_latency=gpu.get("nic_latency", 0.0),
                 scale=fabric_scale(gpu.get("net_allreduce_time"), domain))
@@ -317,8 +318,18 @@ def static_values(cfg: Config) -> dict[str, float]:
     pre = layer_comm(m, deepep_mode=prefill_mode, prefill=True, **comm)
     # an iteration that prefills runs DeepEP's prefill kernels (Model.shared picks these)
     v["coll_bytes_prefill"], v["t_collective_prefill"] = pre["coll_bytes"], pre["t_collective"]
-    v["a2a_share_prefill"] = pre["a2a_share"]
+    v["a2a_share_prefill"], v["a2a_lat_share_prefill"] = pre["a2a_share"], pre["a2a_lat_share"]
+    # the SMs DeepGEMM keeps under two-batch overlap (Model.shared sets gemm_share in the iterations it splits)
+    on = comm["a2a"] == "deepep" and cfg.ep > 1
+    v["gemm_share"] = 1.0
+    v["tbo_gemm_share"], v["tbo_gemm_share_prefill"] = (
+        tbo_gemm_share(float(gpu.get("sms", 0.0) or 0.0), mode) if on else 1.0 for mode in (decode_mode, prefill_mode))
     v["tbo"] = _setting(t, "two_batch_overlap", 0.0)
+    # GPUs the dense layers' and the shared experts' weights are split over: all (tp) unless the dense layers run
+    # data-parallel (--moe-dense-tp-size 1) and, under DeepEP, the shared experts (SGLang builds them with
+    # tp_size=1 then: "disable tp for shared experts when enable deepep moe", deepseek_v2.py at 0d477880)
+    v["dense_split"] = 1.0 if dense_dp else float(cfg.tp)
+    v["shared_split"] = 1.0 if comm["a2a"] == "deepep" and cfg.ep > 1 else float(cfg.tp)
     v["ep_skew"], v["ep_skew_prefill"] = (ep_skew(cfg, phase) for phase in ("decode", "prefill"))
     nics = t.pools.get("rdma", [])
     if nics:

@@ -33,9 +33,10 @@ def role_throughput(scenario, role: str, *, prompt: int, tokens_per_gpu: int | N
             raise ValueError("role_throughput: a prefill role needs tokens_per_gpu >= 1")
         n = tokens_per_gpu * dp
         prompts = tokens_per_gpu / prompt
-        shared = model.shared(n, True, n, max(1, round(prompts * dp)))
+        seqs = max(1, round(prompts * dp))
+        shared = model.shared(n, True, n, seqs)
         own = prompts * model.prefill(float(prompt), 0.0, True)
-        step = model.overlapped(shared + own, model.t_eager)
+        step = model.overlapped(model.joined(shared, own, model.tbo_left(n, True, n, seqs)), model.t_eager)
     elif role == "decode":
         if not batch_per_gpu or batch_per_gpu < 1:
             raise ValueError("role_throughput: a decode role needs batch_per_gpu >= 1")
@@ -43,7 +44,8 @@ def role_throughput(scenario, role: str, *, prompt: int, tokens_per_gpu: int | N
         shared = model.shared(n, False, n)
         own = model.rank_time(batch_per_gpu, dp, float(prompt), 0.0, swap=False)
         eager = model.t_eager if batch_per_gpu > model.graph_bs else 0.0
-        step = model.overlapped(shared + own, eager)
+        cpu = model.v["hs_on"] * (model.v["t_hs"] + model.v["t_hs_req"] * batch_per_gpu)
+        step = model.overlapped(model.joined(shared, own, model.tbo_left(n, False), cpu), eager)
     else:
         raise ValueError(f"role_throughput: role must be 'prefill' or 'decode', got {role!r}")
     return {"role": role, "step_s": step, "shared_s": shared, "own_s": own, "hosts": hosts,

@@ -160,12 +160,21 @@ def shared_terms() -> dict[str, sp.Expr]:
     P_mlp = sym("p_dense_mlp", "dimensionless", "dense MLP params per layer")
     l_moe, l_dense = sym("moe_layers", "dimensionless", "MoE layers"), sym("dense_layers", "dimensionless", "dense-MLP layers")
     meff = sym("mlp_eff", "dimensionless", "compute efficiency of this iteration")
+    # the MoE layers' GEMMs under two-batch overlap run on the SMs DeepEP's normal kernels leave (1 otherwise);
+    # the dense layers run before the overlap, the LM head after it, on all SMs
+    gs = sym("gemm_share", "dimensionless", "share of the SMs the MoE layers' GEMMs run on (sizing.tbo_gemm_share)")
     dense = l_dense * P_mlp + l_moe * n_sh * P_exp
+    # the weights each GPU reads: split over tp, or whole where SGLang runs them data-parallel
+    dense_w = (l_dense * P_mlp / sym("dense_split", "dimensionless", "GPUs the dense layers' MLP weights are split "
+                                     "over: tp, 1 with --moe-dense-tp-size 1")
+               + l_moe * n_sh * P_exp / sym("shared_split", "dimensionless", "GPUs the shared experts' weights are "
+                                            "split over: tp, 1 under DeepEP"))
     vh = sym("p_head", "dimensionless", "LM head params (vocab x hidden)")
+    floor_coll = (sym("n_coll", "dimensionless", "collectives per layer (all-reduce, all-gather, reduce-scatter)")
+                  * sym("t_collective", "second", "latency of one small NVLink collective"))
     floor = (sym("n_kernels", "dimensionless", "GPU kernels per layer in a decode iteration")
              * sym("t_graph_kernel", "second", "GPU time of one small kernel in a CUDA-graph decode iteration")
-             + sym("n_coll", "dimensionless", "collectives per layer (all-reduce, all-gather, reduce-scatter)")
-             * sym("t_collective", "second", "latency of one small NVLink collective"))
+             + floor_coll)
     tbo = sym("tbo", "dimensionless", "1 with two-batch overlap (SGLang --enable-two-batch-overlap), else 0")
     # two micro-batches each read the experts their half of the tokens route to
     experts = (1 - tbo) * _busiest_experts(Nd) + tbo * 2 * _busiest_experts(Nd / 2)
@@ -173,18 +182,35 @@ def shared_terms() -> dict[str, sp.Expr]:
         "fixed": c["layers"] * floor * (1 + tbo),
         "comm": c["layers"] * N * sym("coll_bytes", "byte", "collective bytes per token per layer per GPU")
         / sym("link_bw", "byte/second", "NVLink bandwidth per GPU per direction"),
-        "dense_mlp": _roof(c["fu"] * 2 * N * dense / c["tp"], c["wb"] * dense / c["tp"], c["pw"], meff),
+        "dense_mlp": _roof(c["fu"] * 2 * N * (l_dense * P_mlp + l_moe * n_sh * P_exp / gs) / c["tp"], c["wb"] * dense_w,
+                           c["pw"], meff),
         # the busiest GPU computes ep_skew x the mean of the routed tokens (all of them under TP: skew 1)
-        "moe": _roof(c["fu"] * 2 * N * l_moe * e * P_exp * _skew() / c["tp"], c["wb"] * l_moe * P_exp * experts
+        "moe": _roof(c["fu"] * 2 * N * l_moe * e * P_exp * _skew() / (c["tp"] * gs), c["wb"] * l_moe * P_exp * experts
                      / c["tp"], c["pw"], meff, sym("moe_eff", "dimensionless",
                                                    "achieved fraction of HBM bandwidth of the grouped MoE GEMM")),
         "lm_head": _roof(c["fu"] * 2 * S * vh / c["tp"], sym("head_bytes", "byte", "bytes per LM head param")
                          * vh / c["tp"], c["p16"], meff),
     }
     terms["a2a_imbalance"] = terms["comm"] * a2a_excess(N, e)
-    terms["tbo_overlap"] = -tbo * tbo_hidden(terms["dense_mlp"] + terms["moe"] + terms["lm_head"],
-                                             terms["comm"] + terms["a2a_imbalance"], c["layers"])
+    # two-batch overlap hides DeepEP's calls (not the dense layers' collectives: those layers run before the
+    # overlapped ones) behind the shared experts, and in prefill the routed experts too (tbo_routed); the ranks'
+    # attention hides what is left (Model.joined). Only the MoE layers overlap (SGLang: "dense layer TBO not yet
+    # implemented"), so what cannot overlap is one MoE layer's part of a micro-batch
+    # each micro-batch's calls are in flight for their latency too (the floor counts it twice under TBO)
+    a2a = (terms["comm"] * sym("a2a_share", "dimensionless") + terms["a2a_imbalance"]
+           + 2 * c["layers"] * floor_coll * sym("a2a_lat_share", "dimensionless", "share of the collectives' "
+                                                "latency (n_coll x t_collective) that is DeepEP's dispatch and combine"))
+    shared_experts = _roof(c["fu"] * 2 * N * l_moe * n_sh * P_exp / (c["tp"] * gs),
+                           c["wb"] * l_moe * n_sh * P_exp / sym("shared_split", "dimensionless"), c["pw"], meff)
+    terms["tbo_overlap"] = -tbo * tbo_hidden(shared_experts + tbo_routed() * terms["moe"], a2a, l_moe)
     return terms
+
+
+def tbo_routed():
+    """1 where one micro-batch's routed experts run while the other's dispatch or combine is in flight (SGLang's
+    prefill strategy), 0 where they do not (its decode strategy): :func:`tbo_hidden`."""
+    return sym("tbo_routed", "dimensionless", "1 when two-batch overlap hides DeepEP's calls behind the other "
+                                              "micro-batch's routed experts (prefill), 0 in decode")
 
 
 def _skew():
@@ -206,13 +232,34 @@ def a2a_excess(N, e):
 
 
 def tbo_hidden(compute, comm, layers):
-    """Seconds of communication (or computation) that two-batch overlap hides: SGLang's TBO splits the batch in
-    two micro-batches and runs one's dispatch and combine while the other computes (attention, then the MLP),
-    layer after layer, so the step lasts max(compute, comm) plus what cannot overlap: the first micro-batch's
-    first block and the last one's last, one layer's part of a micro-batch, min(compute, comm) / (2 layers).
-    The hidden part is the rest of the smaller one (LMSYS, "Deploying DeepSeek with PD Disaggregation and
-    Large-scale Expert Parallelism on 96 H100 GPUs", 2025-05-05: two-batch overlap)."""
-    return sp.Min(compute, comm) * (1 - 1 / (2 * layers))
+    """Seconds of communication (or computation) that two-batch overlap hides.
+
+    SGLang's TBO (python/sglang/srt/two_batch_overlap.py and operations_strategy.py, added in 0d477880,
+    "Support overlapping two batches", #4068; the LMSYS deployment of 2025-05-05 ran its branch) splits the
+    batch in two micro-batches and runs the MoE layers' operations of both as interleaved stages on one
+    compute stream, while DeepEP's dispatch and combine of one micro-batch are in flight (low-latency mode:
+    RDMA in the background, received by a hook; normal mode: on DeepEP's own SMs). A call is hidden behind
+    what the GPU computes between its send and its receive:
+
+    - decode (``tbo_delta_stages=2``, five stages a layer): A's dispatch behind A's shared experts and B's
+      attention projections; A's combine behind B's attention core and gate; B's likewise behind A's next
+      layer. The routed experts of one micro-batch run while nothing of the other is in flight.
+    - prefill (``tbo_delta_stages=0``, three stages a layer): A's dispatch behind B's attention; B's dispatch
+      behind A's routed experts; the combines behind B's routed experts and both shared experts.
+
+    The dense layers (first_k_dense_replace) run before the overlapped layers and the LM head after them, so
+    neither hides anything. Summed over a step, the hidden part is the smaller of the communication and the
+    computation it can hide behind, less what cannot overlap: the first micro-batch's first block and the last
+    one's last, one layer's part of a micro-batch, min(compute, comm) / (2 ``layers``, the overlapped ones). (Per call the window can
+    be shorter than the call while another window is longer; the sum is exact when every call outlasts its
+    window, the communication-bound case, or none does.)"""
+    return sp.Min(compute, comm) * (1 - 1 / (2 * sp.Max(layers, 1)))
+
+
+def tbo_factor(layers: float) -> float:
+    """The share of min(compute, comm) two-batch overlap hides over ``layers`` overlapped layers (at least one;
+    :func:`tbo_hidden`)."""
+    return 1.0 - 1.0 / (2.0 * max(layers, 1.0))
 
 
 @lru_cache(maxsize=1)

@@ -78,6 +78,10 @@ def _trace(tmp_path):
     ({"hosts": 2, "tp": 16, "dp": 16, "ep": 16, "moe_a2a": "nccl"}, "instances[0].moe_a2a: moe_a2a must be one of"),
     ({"hosts": 2, "cuda_graph_max_bs": 100000}, "instances[0].cuda_graph_max_bs: must be a whole number from 1"),
     ({"hosts": 0}, "instances[0].hosts: expected a host count"),
+    ({"hosts": 2, "tp": 16, "dp": 8, "moe_dense_tp": 1},
+     "instances[0].moe_dense_tp: moe_dense_tp=1 with tp=16, dp=8: the dense layers run data-parallel"),
+    ({"hosts": 2, "tp": 16, "dp": 16, "moe_dense_tp": 2},
+     "instances[0].moe_dense_tp: moe_dense_tp=2: SGLang's --moe-dense-tp-size takes 1 or None"),
 ])
 def test_refused_instances_name_the_file_the_field_and_sglangs_rule(tmp_path, capsys, inst, msg):
     p = span_file(tmp_path, [{"id": "i", "host": "h", "tiers": ["hbm"], **inst}])
@@ -135,7 +139,7 @@ def test_an_instance_over_two_built_hosts_prices_its_network_as_scenario_does(tm
     rates, latencies and routing skew."""
     host = tmp_path / "host.yaml"
     host.write_text(sacmodel.scenario_yaml(gpu="h200", gpus=8, model="deepseek-v3"))
-    ep = {"tp": 16, "dp": 16, "ep": 16, "moe_a2a": "deepep", "two_batch_overlap": True}
+    ep = {"tp": 16, "dp": 16, "ep": 16, "moe_a2a": "deepep", "two_batch_overlap": True, "moe_dense_tp": 1}
     data = {"schema_version": 2, "name": "two", "model": "deepseek-v3",
             "cluster": {"host": str(host), "hosts": [{"id": "h", "count": 2}],
                         "instances": [{"id": "i", "host": "h", "hosts": 2, "tiers": ["hbm"], **ep}],
@@ -145,9 +149,11 @@ def test_an_instance_over_two_built_hosts_prices_its_network_as_scenario_does(tm
     cl = sacmodel.load_cluster(p)
     mine = static_values(resolve(instance_topology(cl, cl.instances[0]), "gpu"))
     built = static_values(resolve(sacmodel.scenario("h200", gpus=16, model="deepseek-v3", dp=16, ep=16,
-                                                    moe_a2a="deepep", two_batch_overlap=True), "gpu"))
+                                                    moe_a2a="deepep", two_batch_overlap=True, moe_dense_tp=1), "gpu"))
+    assert built["dense_split"] == 1.0
     for k in ("link_bw", "t_collective", "coll_bytes", "a2a_share", "n_coll", "coll_bytes_prefill",
-              "t_collective_prefill", "a2a_share_prefill", "tbo", "ep", "tp", "attn_tp", "ep_skew", "ep_skew_prefill"):
+              "t_collective_prefill", "a2a_share_prefill", "tbo", "ep", "tp", "attn_tp", "ep_skew", "ep_skew_prefill",
+              "a2a_lat_share", "a2a_lat_share_prefill", "dense_split", "shared_split"):
         assert mine[k] == pytest.approx(built[k], rel=1e-5), k
 
 

@@ -517,6 +517,36 @@ def test_expert_parallel_instances_across_hosts_build_or_name_sglangs_rule():
         scenario("h100", gpus=16, dp=16, ep=16, model="deepseek-v3", mem_fraction=0.8, two_batch_overlap=True)
 
 
+def test_dense_layers_run_data_parallel_with_moe_dense_tp_one():
+    """SGLang's --moe-dense-tp-size 1 (LMSYS 2025-05-05, 'Dense FFNs'): under DP attention over all GPUs the dense
+    layers' MLP runs on each rank's own tokens (communicator.py, ScatterMode.SCATTERED), so DeepSeek-V3's 3 dense
+    layers run no collective: with DeepEP all that is left is its dispatch and combine, without DeepEP the 58 MoE
+    layers' gather and scatter. Each GPU reads the dense layers' whole weights; under DeepEP the shared experts'
+    too (SGLang builds them with tp_size=1). SGLang takes 1 or None; the model prices 1 with dp = tp."""
+    from sacmodel.hardware.sizing import layer_comm
+    m = get_model("deepseek-v3")
+    kw = dict(tp=16, dp=16, ep=16, domain=8, nvlink_bw=4.5e11, nic_bw=5e10, t_collective=1e-5, nic_latency=2e-5)
+    plain = layer_comm(m, a2a="none", deepep_mode="auto", **kw)
+    dense_dp = layer_comm(m, a2a="none", deepep_mode="auto", dense_dp=True, **kw)
+    assert dense_dp["coll_bytes"] == pytest.approx(plain["coll_bytes"] * 58 / 61, rel=1e-12)
+    assert dense_dp["n_coll"] == pytest.approx(plain["n_coll"] * 58 / 61, rel=1e-12)
+    deepep = layer_comm(m, a2a="deepep", deepep_mode="low_latency", dense_dp=True, **kw)
+    assert deepep["a2a_share"] == pytest.approx(1.0) and deepep["a2a_lat_share"] == pytest.approx(1.0)
+    assert layer_comm(m, a2a="deepep", deepep_mode="low_latency", **kw)["a2a_share"] < 1.0
+    base = dict(gpus=16, dp=16, ep=16, model="deepseek-v3", mem_fraction=0.85, moe_a2a="deepep")
+    v = static_values(resolve(scenario("h100", moe_dense_tp=1, **base), "gpu"))
+    assert v["dense_split"] == 1.0 and v["shared_split"] == 1.0
+    v = static_values(resolve(scenario("h100", gpus=16, dp=16, ep=16, model="deepseek-v3", mem_fraction=0.85),
+                              "gpu"))
+    assert v["dense_split"] == v["shared_split"] == 16.0
+    with pytest.raises(TopologyError, match=r"moe_dense_tp=2.*takes 1 or None"):
+        scenario("h100", moe_dense_tp=2, **base)
+    with pytest.raises(TopologyError, match=r"moe_dense_tp=1 with tp=16, dp=8.*give dp=16"):
+        scenario("h100", gpus=16, dp=8, model="deepseek-v3", mem_fraction=0.85, moe_dense_tp=1)
+    with pytest.raises(TopologyError, match=r"llama-3.1-8b is dense"):
+        scenario("h100", gpus=2, dp=2, model="llama-3.1-8b", moe_dense_tp=1)
+
+
 def test_redundant_experts_take_their_weights():
     """EPLB's 32 replicas of V3's experts add 58 layers x 32 x 3 x 7,168 x 2,048 FP8 params over the 72 GPUs."""
     m = get_model("deepseek-v3")

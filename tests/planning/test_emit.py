@@ -216,13 +216,14 @@ def test_an_instance_across_hosts_launches_with_deepep_and_its_node_count():
     experts, one server over 9 hosts (--nnodes 9, each host its --node-rank)."""
     import sacmodel
     t = sacmodel.scenario("h100", gpus=72, model="deepseek-v3", dp=72, ep=72, moe_a2a="deepep",
-                          deepep_mode="low_latency", two_batch_overlap=True, ep_redundant=32, mem_fraction=0.85)
+                          deepep_mode="low_latency", two_batch_overlap=True, ep_redundant=32, mem_fraction=0.85,
+                          moe_dense_tp=1)
     cmd = sacmodel.sglang_command(t, "gpu")
     for flag in ("--moe-a2a-backend deepep", "--deepep-mode low_latency", "--enable-two-batch-overlap",
-                 "--ep-num-redundant-experts 32", "--nnodes 9", "--node-rank 0..8"):
+                 "--ep-num-redundant-experts 32", "--moe-dense-tp-size 1", "--nnodes 9", "--node-rank 0..8"):
         assert flag in cmd, flag
     one = sacmodel.sglang_command(sacmodel.scenario("h200", gpus=8, model="deepseek-v3"), "gpu")
-    assert "--nnodes" not in one and "--moe-a2a-backend" not in one
+    assert "--nnodes" not in one and "--moe-a2a-backend" not in one and "--moe-dense-tp-size" not in one
 
 
 def test_the_fp8_gemm_backend_a_scenario_names_is_launched():

@@ -11,13 +11,13 @@ from sacmodel.serving.roles import role_throughput
 def _decode(tbo: bool):
     return sacmodel.scenario("h100", gpus=72, model="deepseek-v3", dp=72, ep=72, moe_a2a="deepep",
                              deepep_mode="low_latency", two_batch_overlap=tbo, ep_redundant=32, mem_fraction=0.85,
-                             cuda_graph_max_bs=256)
+                             cuda_graph_max_bs=256, moe_dense_tp=1)
 
 
 def _prefill(tbo: bool = True):
     return sacmodel.scenario("h100", gpus=32, model="deepseek-v3", dp=32, ep=32, moe_a2a="deepep",
                              deepep_mode="normal", two_batch_overlap=tbo, ep_redundant=32, mem_fraction=0.85,
-                             chunked_prefill=524288)
+                             chunked_prefill=524288, moe_dense_tp=1)
 
 
 def test_a_decode_role_is_its_tokens_over_its_step_per_host():
@@ -34,22 +34,62 @@ def test_a_decode_role_is_its_tokens_over_its_step_per_host():
 
 
 def test_two_batch_overlap_loses_at_small_batches_and_wins_at_large_ones():
-    """LMSYS (2025-05-05, ablation): in decode TBO pays off only above 64-128 tokens per GPU (-27% at 32,
-    +25.5% at 256); in prefill it adds 27-35% at 8,192 tokens per GPU. Each micro-batch launches its own
-    kernels and reads its own experts, so small batches lose; large ones hide the all-to-all."""
+    """LMSYS (2025-05-05, ablation; checks, not fitted): in decode TBO pays off only above a threshold "between 64
+    and 128 tokens" per GPU (-27% at 32) and gives +25.5% at 256 (22,310 tok/s per node); in prefill it adds
+    27-35% at the same tokens per GPU (the model, 1.24x, also runs the MoE layers' GEMMs on the SMs DeepEP's
+    normal kernels leave). Each micro-batch launches its own kernels and reads its own experts, so small
+    batches lose; large ones hide DeepEP's calls behind the other micro-batch's attention; within 10%."""
     gain = {b: role_throughput(_decode(True), "decode", prompt=2000, batch_per_gpu=b)["tok_s_per_node"]
             / role_throughput(_decode(False), "decode", prompt=2000, batch_per_gpu=b)["tok_s_per_node"]
-            for b in (32, 256)}
-    assert gain[32] < 1.0 < gain[256]
+            for b in (32, 64, 128, 256)}
+    assert gain[32] < gain[64] < 1.0 < gain[128] < gain[256]
+    assert gain[256] == pytest.approx(1.255, rel=0.10)
     pre = (role_throughput(_prefill(True), "prefill", prompt=2000, tokens_per_gpu=8192)["tok_s_per_node"]
            / role_throughput(_prefill(False), "prefill", prompt=2000, tokens_per_gpu=8192)["tok_s_per_node"])
-    assert pre > 1.0
+    assert 1.27 * 0.9 < pre < 1.35 * 1.1
 
 
-@pytest.mark.xfail(strict=True, reason="with EPLB's published residual imbalance (ep_load_skew 1.18) the model "
-                   "predicts 38.6k input tok/s per node (-26.1%) and 17.4k output (-22.0%); at uniform routing it "
-                   "was -18.9% / -14.9%. The gap is in the balanced step: at 4,096-token prompts with perfect "
-                   "balance the model gives 40.6k against LMSYS's simulated perfect EPLB 59,337 (-32%)")
+def test_joining_a_ranks_part_hides_what_is_left_of_the_all_to_all_by_hand():
+    """Model.joined: the rank's part in the MoE layers (58 of DeepSeek-V3's 61; less HiSparse's CPU work) hides
+    the communication still exposed, at most all of it, scaled by what overlaps (1 - 1 / (2 x 58 layers))."""
+    m = Model(resolve(_decode(True), "gpu"))
+    f = (1 - 1 / 116) * 58 / 61
+    assert m.tbo_f * m.tbo_share == pytest.approx(f, rel=1e-12)
+    assert m.joined(1.0, 0.5, 0.2) == pytest.approx(1.3, rel=1e-12)               # all of what is left
+    assert m.joined(1.0, 0.1, 0.2) == pytest.approx(1.1 - 0.1 * f, rel=1e-12)     # the part's own share
+    assert m.joined(1.0, 0.5, 1.0, cpu=0.3) == pytest.approx(1.5 - 0.2 * f, rel=1e-12)
+    assert m.joined(1.0, 0.5, 0.0) == 1.5                                         # nothing left to hide
+    assert Model(resolve(_decode(False), "gpu")).tbo_left(72 * 256, False) == 0.0
+
+
+@pytest.mark.parametrize("batch", [2, 8, 32, 128, 200, 256])
+def test_two_batch_overlap_hides_at_most_the_smaller_of_the_all_to_all_and_what_hides_it(batch):
+    """A law: in decode, the overlap hides at least nothing and at most the smaller of DeepEP's calls and the
+    computation SGLang's decode strategy runs while they are in flight (the ranks' attention and the shared
+    experts), so it never makes the step slower than the same parts without overlap."""
+    t = _decode(True)
+    m = Model(resolve(t, "gpu"))
+    n = 72 * batch
+    parts = m.shared_terms(n, False)
+    own = m.rank_time(batch, 72, 2000.0, 0.0, swap=False)
+    v = m.shared_values(n, False)
+    a2a = (parts["comm"] * v["a2a_share"] + parts["a2a_imbalance"]
+           + 2 * v["layers"] * v["n_coll"] * v["t_collective"] * v["a2a_lat_share"])
+    shared_experts = max(2 * n * v["moe_layers"] * v["p_expert"] / v["tp"] / (v["peak_w"] * v["compute_eff"]),
+                         v["w_bytes"] * v["moe_layers"] * v["p_expert"] / v["shared_split"] / (v["hbm_bw"] * v["hbm_eff"]))
+    plain = sum(x for k, x in parts.items() if k != "tbo_overlap") + own
+    step = role_throughput(t, "decode", prompt=2000, batch_per_gpu=batch)["step_s"]
+    assert 0.0 <= plain - step <= min(a2a, own + shared_experts) * (1 + 1e-9)
+
+
+@pytest.mark.xfail(strict=True, reason="prefill misses: with EPLB's published residual imbalance (ep_load_skew "
+                   "1.18) the model predicts 34.7k input tok/s per node (-33.7%) against 52.3k; decode is within "
+                   "the target, 20.3k output tok/s (-9.1%) against 22.3k, since two-batch overlap hides DeepEP's "
+                   "calls behind the other micro-batch's attention as SGLang's decode strategy does (TBO's decode "
+                   "gain at 256 per GPU 1.25x, LMSYS 1.255x) and the dense layers run data-parallel "
+                   "(--moe-dense-tp-size 1). The prefill gap is the GEMMs' rate (prefill_eff 0.201, and 112 of "
+                   "132 SMs under TBO beside DeepEP's normal kernels: the routed experts alone take 2.34 s of the "
+                   "3.78 s step at 16,384 tokens per GPU), not the all-to-all, which the overlap hides whole")
 def test_lmsys_large_scale_deployment_per_node_within_twenty_percent():
     """A published check, not fitted (LMSYS, "Deploying DeepSeek with PD Disaggregation and Large-scale Expert
     Parallelism on 96 H100 GPUs", 2025-05-05): 52.3k input tokens/s per node (4 nodes, EP32, 16,384 tokens per

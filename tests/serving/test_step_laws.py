@@ -31,7 +31,8 @@ V = dict(layers=10.0, w_bytes=1.0, tp=4.0, attn_tp=2.0, peak_bf16=1e15, peak_fp8
          P=5.0, H=3.0, mha_on=0.0, dense_on=0.0, index_on=1.0, admit_on=1.0, t_hs_admit=2e-3, f_mha=3000.0,
          p_kvb=1e7, t_launch=5e-6, N_f=1000.0, nic_bw=1e10, stage_copy_bw=5e9, stage_passes=3.0, N_b=2000.0,
          bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4, tbo=0.0, a2a_share=0.0,
-         ep_skew=1.0)
+         ep_skew=1.0, tbo_routed=0.0, a2a_lat_share=0.0,
+         dense_split=4.0, shared_split=4.0, gemm_share=1.0)
 
 
 def ev(group, **kw):
@@ -82,19 +83,32 @@ def test_shared_terms_by_hand():
     assert t["moe"] == pytest.approx(max(2 * 64 * 8 * 8 * 4e7 / 4 / 1e15, 8 * 4e7 * experts / 4 / (4e12 * 0.8)),
                                      rel=1e-12)
     assert t["lm_head"] == pytest.approx(max(2 * 64 * 1e9 / 4 / 5e14, 2 * 1e9 / 4 / 2e12), rel=1e-12)
+    # the dense layers and shared experts whole on each GPU (--moe-dense-tp-size 1, DeepEP): 5.2e8 bytes each
+    whole = ev("shared", dense_split=1.0, shared_split=1.0)
+    assert whole["dense_mlp"] == pytest.approx(max(2 * 64 * dense / 4 / 1e15, dense / 2e12), rel=1e-12)
 
 
 def test_two_batch_overlap_by_hand():
-    """Two-batch overlap: each micro-batch launches its own kernels and collectives (the floor twice) and reads
-    the experts its half of the tokens routes to; the smaller of compute (dense MLP, MoE, LM head) and
-    communication hides behind the larger but for one layer's part of one micro-batch, min / (2 layers)."""
-    off, on = ev("shared", N=512.0, N_d=512.0, S=512.0), ev("shared", N=512.0, N_d=512.0, S=512.0, tbo=1.0)
+    """Two-batch overlap (SGLang's operations_strategy.py): each micro-batch launches its own kernels and
+    collectives (the floor twice) and reads the experts its half of the tokens routes to. DeepEP's calls (here
+    half of the collectives' seconds, 10 x 512 x 1e5 / 4e11 x 0.5 = 6.4e-4 s, and half of their latency, which
+    each micro-batch spends in flight: 2 x 10 x 3 x 1e-5 x 0.5 = 3e-4 s) hide behind the shared experts (8 MoE
+    layers x 4e7 params: max(2 x 512 x 3.2e8 / 4 / 1e15, 3.2e8 / 4 / 2e12) = 8.192e-5 s) in decode, and behind
+    the routed experts too in prefill, but for one MoE layer's part of one micro-batch (1 - 1 / (2 x 8)); the dense
+    layers' collectives, the dense MLP and the LM head hide nothing."""
+    kw = dict(N=512.0, N_d=512.0, S=512.0, coll_bytes=1e5, a2a_share=0.5, a2a_lat_share=0.5)
+    off, on = ev("shared", **kw), ev("shared", tbo=1.0, **kw)
     assert on["fixed"] == pytest.approx(2 * off["fixed"], rel=1e-12)
     half = 256 * (1 - (1 - 8 / 256) ** 256)
-    assert on["moe"] == pytest.approx(max(2 * 512 * 8 * 8 * 4e7 / 4 / 1e15, 8 * 4e7 * 2 * half / 4 / 3.2e12), rel=1e-12)
-    compute = on["dense_mlp"] + on["moe"] + on["lm_head"]
-    assert on["tbo_overlap"] == pytest.approx(-min(compute, on["comm"]) * (1 - 1 / 20), rel=1e-12)
+    moe = max(2 * 512 * 8 * 8 * 4e7 / 4 / 1e15, 8 * 4e7 * 2 * half / 4 / 3.2e12)
+    assert on["moe"] == pytest.approx(moe, rel=1e-12)
+    assert on["tbo_overlap"] == pytest.approx(-8.192e-5 * (1 - 1 / 16), rel=1e-12)
+    prefill = ev("shared", tbo=1.0, tbo_routed=1.0, **kw)
+    assert prefill["tbo_overlap"] == pytest.approx(-min(8.192e-5 + moe, 6.4e-4 + 3e-4) * (1 - 1 / 16),
+                                                   rel=1e-12)
     assert off["tbo_overlap"] == 0.0
+    # without DeepEP (no share of the collectives' seconds or latency) nothing is in flight between the stages
+    assert ev("shared", tbo=1.0, **dict(kw, a2a_share=0.0, a2a_lat_share=0.0))["tbo_overlap"] == 0.0
 
 
 def test_the_busiest_receiver_of_deepeps_all_to_all_by_hand():
@@ -122,12 +136,34 @@ def test_routing_skew_scales_the_busiest_gpus_moe_flops_and_its_all_to_all_by_ha
     assert ev("shared", a2a_share=0.0, ep=8.0, ep_imbalance=2.0, ep_skew=1.5)["a2a_imbalance"] == 0.0
 
 
+def test_the_moe_layers_gemms_on_the_sms_deepep_leaves_by_hand():
+    """Under two-batch overlap with DeepEP's normal kernels SGLang runs DeepGEMM on the SMs DeepEP leaves
+    (operations_strategy.py: deep_gemm_num_sms = SMs - 20): on an H100's 132 SMs, 112 / 132 of them. The MoE
+    layers' compute-bound GEMMs (routed and shared experts) take 132 / 112 as long; the dense layers (before the
+    overlap) and the LM head (after it) keep all SMs; weight reads are not slowed."""
+    from sacmodel.hardware.sizing import tbo_gemm_share
+    assert tbo_gemm_share(132, "normal") == pytest.approx(112 / 132, rel=1e-12)
+    assert tbo_gemm_share(132, "low_latency") == 1.0 and tbo_gemm_share(0, "normal") == 1.0
+    big = dict(N=1e4, N_d=1e4, S=1e4)
+    t0, t = ev("shared", **big), ev("shared", gemm_share=112 / 132, **big)
+    assert t["moe"] == pytest.approx(t0["moe"] * 132 / 112, rel=1e-12)
+    flops = 2 * 1e4 * (2 * 1e8 + 8 * 4e7 * 132 / 112) / 4 / 1e15      # dense layers at all SMs, shared experts not
+    assert t["dense_mlp"] == pytest.approx(flops, rel=1e-12) and t["lm_head"] == t0["lm_head"]
+    one = ev("shared", N=1.0, N_d=1.0, gemm_share=0.5)                 # one token: weight reads decide
+    assert one["moe"] == pytest.approx(8 * 4e7 * 8 / 4 / 3.2e12, rel=1e-12)
+
+
 @pytest.mark.parametrize("coll_bytes", [1e2, 1e4, 1e6, 1e8])
-def test_two_batch_overlap_lies_between_the_larger_part_and_the_sum(coll_bytes):
-    """A law: with overlap, compute and communication together last at least the larger and at most their sum,
-    whichever dominates."""
-    t = ev("shared", N=512.0, N_d=512.0, S=512.0, tbo=1.0, coll_bytes=coll_bytes)
-    compute, comm = t["dense_mlp"] + t["moe"] + t["lm_head"], t["comm"]
+@pytest.mark.parametrize("routed", [0.0, 1.0])
+def test_two_batch_overlap_lies_between_the_larger_part_and_the_sum(coll_bytes, routed):
+    """A law: with overlap, DeepEP's calls and the computation they hide behind last together at least the larger
+    and at most their sum, whichever dominates: the overlap never slows the step and never hides more than the
+    smaller part."""
+    t = ev("shared", N=512.0, N_d=512.0, S=512.0, tbo=1.0, coll_bytes=coll_bytes, a2a_share=0.8, tbo_routed=routed,
+           a2a_lat_share=0.5)
+    shared_experts = max(2 * 512 * 8 * 4e7 / 4 / 1e15, 8 * 4e7 / 4 / 2e12)
+    compute = shared_experts + routed * t["moe"]
+    comm = 0.8 * t["comm"] + t["a2a_imbalance"] + 2 * 10 * 3 * 1e-5 * 0.5
     both = compute + comm + t["tbo_overlap"]
     assert max(compute, comm) <= both <= compute + comm
 

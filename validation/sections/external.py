@@ -201,7 +201,8 @@ def large_scale_case(measured: float | None = None) -> list[dict]:
             kw = dict(gpus=int(row["gpus"]), model=row["model"], weights=row["weights"], dp=int(row["dp"]),
                       ep=int(row["ep"]), ep_redundant=int(row["ep_redundant"] or 0), moe_a2a=row["moe_a2a"],
                       deepep_mode=row["deepep_mode"] or "auto", two_batch_overlap=row["two_batch_overlap"] == "1",
-                      mem_fraction=float(row["mem_fraction"]))
+                      mem_fraction=float(row["mem_fraction"]),
+                      moe_dense_tp=int(row["moe_dense_tp"]) if row.get("moe_dense_tp") else None)
             if row["chunked_prefill"]:
                 kw["chunked_prefill"] = int(row["chunked_prefill"])
             if row["cuda_graph_max_bs"]:

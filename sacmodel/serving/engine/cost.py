@@ -33,7 +33,8 @@ class IterationCost:
         self.t_eager_idle, self.dp = model.t_eager_idle, model.cfg.dp
         self._prefill: dict = {}
         self._by_active: dict[int, dict] = {}      # rank coefficients by active ranks, then batch and long requests
-        self._shared = model._shared_cache
+        self._shared, self._left = model._shared_cache, model._left_cache
+        self._hs = model.v["hs_on"] * model.v["t_hs"], model.v["hs_on"] * model.v["t_hs_req"]
         self.route_shared = model.route_shared
         # seconds per entry per layer at the shared route's fair share among k copies (index k); a rank alone
         # on the route with b requests: the slope of its rank coefficients with one active rank
@@ -77,8 +78,9 @@ class IterationCost:
         return parts
 
     def _fixed_parts(self, ranks: Ranks, admits: list, decoding: list[int], n_tok: int,
-                     n_distinct: int) -> tuple[float, float, float]:
-        """(the slowest rank's prefill batch, the shared part, the eager launches) of an iteration."""
+                     n_distinct: int) -> tuple[float, float, float, float]:
+        """(the slowest rank's prefill batch, the shared part, the communication two-batch overlap can still hide
+        behind the ranks' attention (:meth:`Model.tbo_left`), the eager launches) of an iteration."""
         model = self.model
         if admits:
             parts = self.prefill_parts(admits, ranks.prefilled)
@@ -90,15 +92,17 @@ class IterationCost:
                 for _, take in batch:
                     prefill += take
             seqs -= prefill
-            shared = self._shared.get((n_tok, n_distinct, True, seqs))
+            key = (n_tok, n_distinct, True, seqs)
+            shared = self._shared.get(key)
             if shared is None:
                 shared = model.shared(n_tok, True, n_distinct, seqs)
-            return floor, shared, self._prefill_launch(n_tok if self.mixed else prefill)
+            return floor, shared, self._left[key], self._prefill_launch(n_tok if self.mixed else prefill)
         self.mixed_parts = None
-        shared = self._shared.get((n_tok, n_distinct, False, n_tok))
+        key = (n_tok, n_distinct, False, n_tok)
+        shared = self._shared.get(key)
         if shared is None:
             shared = model.shared(n_tok, False, n_distinct)
-        return 0.0, shared, self.launch_time(ranks, (), decoding)
+        return 0.0, shared, self._left[key], self.launch_time(ranks, (), decoding)
 
     def _prefill_launch(self, tokens: int) -> float:
         """Eager launches of an iteration that prefills ``tokens`` tokens (a piecewise CUDA graph up to its cap)."""
@@ -147,7 +151,7 @@ class IterationCost:
         running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
         acc_at, base, n_long, model = ranks.acc_at, ranks.base, ranks.n_long, self.model
         newest_at, swaps = ranks.newest_at, ranks.swaps
-        floor, shared, eager = self._fixed_parts(ranks, admits, decoding, n_tok, n_distinct)
+        floor, shared, left, eager = self._fixed_parts(ranks, admits, decoding, n_tok, n_distinct)
         mixed = self.mixed_parts
         active = len(decoding)
         cache = self._by_active.get(active)          # (b << 1 | has long requests) -> coefficients
@@ -202,6 +206,8 @@ class IterationCost:
             if top > part:
                 part = top
             T = shared + part
+            if left > 0.0:                          # two-batch overlap hides DeepEP's calls behind attention
+                T = model.joined(shared, part, left, self._hs[0] + self._hs[1] * best[0] if best else 0.0)
             if eager:                               # launches overlap the GPU work (Model.overlapped)
                 T = model.overlapped(T, eager)
             self.misses = misses

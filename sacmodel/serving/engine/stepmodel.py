@@ -97,11 +97,15 @@ class Model:
         self._id = _config_id(signature)
         # the shared part's arguments: fixed ones filled in once, the four that vary set per call
         names = self.shared_c.names
-        self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, S=1.0, mlp_eff=1.0))
+        self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, S=1.0, mlp_eff=1.0, tbo_routed=0.0))
         self._shared_at = (names.index("N"), names.index("N_d"), names.index("S"), names.index("mlp_eff"))
         self._comm_at = (names.index("coll_bytes"), names.index("t_collective"), names.index("a2a_share"),
-                         names.index("ep_skew"))
+                         names.index("ep_skew"), names.index("a2a_lat_share"))
         self._tbo_at = names.index("tbo")
+        self._routed_at, self._gemm_at = names.index("tbo_routed"), names.index("gemm_share")
+        self._left_cache: dict = {}
+        self.tbo_f = steps.tbo_factor(self.v["moe_layers"])
+        self.tbo_share = self.v["moe_layers"] / self.v["layers"]     # the rank part's share in overlapped layers
 
     def overlapped(self, gpu: float, excess: float) -> float:
         """Seconds of an iteration whose GPU work is ``gpu`` s (its in-graph floor included) when it runs
@@ -209,21 +213,60 @@ class Model:
         key = (n_tokens, d, prefill, q)
         s = self._shared_cache.get(key)
         if s is None:
-            s = _SHARED_PARTS.get(("shared", self._id, *key))
-            if s is None:
-                a = list(self._shared_args)
-                i_n, i_d, i_s, i_eff = self._shared_at
-                a[i_n], a[i_d], a[i_s] = float(max(n_tokens, 1)), float(max(d, 1)), float(max(q, 1))
-                a[i_eff] = self.v["prefill_eff"] if prefill else self.v["compute_eff"]
-                if prefill:
-                    i_cb, i_tc, i_sh, i_sk = self._comm_at
-                    a[i_cb], a[i_tc] = self.v["coll_bytes_prefill"], self.v["t_collective_prefill"]
-                    a[i_sh], a[i_sk] = self.v["a2a_share_prefill"], self.v["ep_skew_prefill"]
-                if not self.splits(n_tokens):
-                    a[self._tbo_at] = 0.0
-                s = _remember(("shared", self._id, *key), self.shared_c.total(*a))
+            s, left = self._shared_pair(key)
             self._shared_cache[key] = s
+            self._left_cache[key] = left
         return s
+
+    def _shared_pair(self, key: tuple) -> tuple[float, float]:
+        """(the shared part, :meth:`tbo_left`) of an iteration of ``key`` = (tokens, distinct, prefill, seqs)."""
+        pair = _SHARED_PARTS.get(("shared", self._id, *key))
+        if pair is not None:
+            return pair
+        n_tokens, d, prefill, q = key
+        a = list(self._shared_args)
+        i_n, i_d, i_s, i_eff = self._shared_at
+        a[i_n], a[i_d], a[i_s] = float(max(n_tokens, 1)), float(max(d, 1)), float(max(q, 1))
+        a[i_eff] = self.v["prefill_eff"] if prefill else self.v["compute_eff"]
+        if prefill:
+            i_cb, i_tc, i_sh, i_sk, i_ls = self._comm_at
+            a[i_cb], a[i_tc] = self.v["coll_bytes_prefill"], self.v["t_collective_prefill"]
+            a[i_sh], a[i_sk] = self.v["a2a_share_prefill"], self.v["ep_skew_prefill"]
+            a[i_ls], a[self._routed_at] = self.v["a2a_lat_share_prefill"], 1.0
+        if not self.splits(n_tokens):
+            a[self._tbo_at] = 0.0
+        elif a[self._tbo_at] > 0.0:
+            a[self._gemm_at] = self.v["tbo_gemm_share_prefill" if prefill else "tbo_gemm_share"]
+        left = 0.0
+        if a[self._tbo_at] > 0.0:
+            f = self.shared_c.funcs
+            a2a = (f["comm"](*a) * a[self._comm_at[2]] + f["a2a_imbalance"](*a)
+                   + 2 * self.v["layers"] * self.v["n_coll"] * a[self._comm_at[1]] * a[self._comm_at[4]])
+            left = max(0.0, self.tbo_f * a2a + f["tbo_overlap"](*a))
+        return _remember(("shared", self._id, *key), (self.shared_c.total(*a), left))
+
+    def tbo_left(self, n_tokens: int, prefill: bool, distinct: int | None = None, seqs: int | None = None) -> float:
+        """Seconds of DeepEP's dispatch and combine in an iteration that two-batch overlap could still hide behind
+        the ranks' attention after the shared part's experts, already scaled by what overlaps (1 - 1/(2 MoE layers),
+        :func:`sacmodel.serving.step.tbo_hidden`); 0 without the overlap."""
+        d = n_tokens if distinct is None else distinct
+        q = n_tokens if seqs is None else seqs
+        key = (n_tokens, d, prefill, q)
+        if key not in self._left_cache:
+            self.shared(n_tokens, prefill, distinct, seqs)
+        return self._left_cache[key]
+
+    def joined(self, shared: float, part: float, left: float, cpu: float = 0.0) -> float:
+        """Seconds of the GPU work of an iteration: the shared part plus the slowest rank's ``part``, less what
+        two-batch overlap hides of the communication still exposed (``left``, :meth:`tbo_left`) behind that
+        rank's attention in the MoE layers (its part but ``cpu``, the CPU work HiSparse serialises with the GPU,
+        times ``tbo_share``, the MoE layers' share: the dense layers run before the overlap): SGLang runs one
+        micro-batch's attention while the other's dispatch or combine is in flight, in decode and in prefill
+        (:func:`sacmodel.serving.step.tbo_hidden`)."""
+        if left <= 0.0:
+            return shared + part
+        gpu = self.tbo_f * self.tbo_share * (part - cpu)
+        return shared + part - (gpu if gpu < left else left) if gpu > 0.0 else shared + part
 
     def shared_values(self, n_tokens: float, prefill: bool, distinct: float | None = None,
                       seqs: float | None = None) -> dict[str, float]:
@@ -232,9 +275,13 @@ class Model:
                  S=float(max(seqs or n_tokens, 1)), mlp_eff=self.v["prefill_eff" if prefill else "compute_eff"])
         if prefill:
             v.update(coll_bytes=self.v["coll_bytes_prefill"], t_collective=self.v["t_collective_prefill"],
-                     a2a_share=self.v["a2a_share_prefill"], ep_skew=self.v["ep_skew_prefill"])
+                     a2a_share=self.v["a2a_share_prefill"], ep_skew=self.v["ep_skew_prefill"],
+                     a2a_lat_share=self.v["a2a_lat_share_prefill"])
         if not self.splits(n_tokens):
             v["tbo"] = 0.0
+        elif v["tbo"] > 0.0:
+            v["gemm_share"] = self.v["tbo_gemm_share_prefill" if prefill else "tbo_gemm_share"]
+        v["tbo_routed"] = 1.0 if prefill else 0.0
         return v
 
     def splits(self, n_tokens: float) -> bool:

@@ -127,8 +127,11 @@ class VLLMRanks(Ranks):
 
     def _preempt(self, r: int) -> None:
         """Rank ``r``'s next decode step does not fit: the newest requests are preempted (their KV freed) and go
-        back to the head of its waiting queue, in their order."""
+        back to the head of its waiting queue, in their order. The newest running request is a prompt still
+        being prefilled, if there is one (admitted last, it is the tail of vLLM's running list): it goes first."""
         w, memory, tb, ck = self.waiting[r], self.memory, self.table, self.clock[r]
+        if w and self.prefilled[w[0]] > 0 and self._preempt_prefill(r, w[0]):
+            return
         before = len(w)
         free_before = memory.free_slots(r)
         # each running request's KV (prompt and decode steps) and the slots it holds
@@ -138,3 +141,17 @@ class VLLMRanks(Ranks):
         memory.preempted(r, gone, free_before, held)
         back = [w.pop() for _ in range(len(w) - before)]
         w.extendleft(back)
+
+    def _preempt_prefill(self, r: int, i: int) -> bool:
+        """Preempt request ``i``, whose prompt rank ``r`` is prefilling in chunks: its blocks are freed (the
+        prefix cache keeps those of its cached prefix and computed chunks, :meth:`VLLMMemory.preempted`) and it
+        waits at the head of the queue to be prefilled again (its first token later). True if the rank's next
+        decode step fits then."""
+        memory, tb = self.memory, self.table
+        free_before = memory.free_slots(r)
+        done = tb.L[i] - tb.todo[i] + self.prefilled[i]          # its cached prefix and the chunks it computed
+        held = {i: (done, memory.slots[i])}
+        memory.free(r, (i,), running=False)
+        self.prefilled[i] = 0
+        memory.preempted(r, [i], free_before, held)
+        return memory.steps_fit(r) >= 1

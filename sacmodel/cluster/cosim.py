@@ -382,6 +382,7 @@ class CoSim:
     def on_started(self, srv: Server, r: int, i: int) -> None:
         """The request's prefill starts: pin its cached prefix; its new and generated tokens take room."""
         g, s = srv.glob[i], self.s
+        self._let_go(g)        # admitted again after a retraction or preemption: its first admission's pins go
         if srv.role == "decode":
             self._decode_holds(srv, r, g)
             return
@@ -479,13 +480,19 @@ class CoSim:
         self.later(srv.engine.t, self._release, g, srv.role == "prefill")
         return srv.role == "prefill" and self.out[g] > 1
 
-    def _release(self, g: int, prefill: bool) -> None:
-        s = self.s
+    def _let_go(self, g: int):
+        """Unpin request ``g``'s blocks and give back the room it held outside the cache; returns that cache."""
         for c, path in self.pins.pop(g, []):
             c.release(path)
         c, held = self.outside.pop(g, (None, 0.0))
         if c is not None:
-            s.caches.hold(c, -held)
+            self.s.caches.hold(c, -held)
+        return c
+
+    def _release(self, g: int, prefill: bool) -> None:
+        s = self.s
+        c = self._let_go(g)
+        if c is not None:
             if prefill or not self.keys[g]:
                 return
             ext = self.cont.get(g)

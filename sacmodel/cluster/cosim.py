@@ -392,6 +392,8 @@ class CoSim:
         n, by = self.found.pop(g, (0, {}))
         tokens = min(n * s.bt, self.L[g] - 1) if n else 0.0
         self.cached[g] = tokens
+        for t in by:                 # admitted again: this admission's hits replace the last one's
+            self.by_tier[t][g] = 0.0
         own = tokens - sum(self.by_tier[t][g] for t in s.far_tiers)   # far hits were brought home before
         for t, b in by.items():
             x = min(b * s.bt, max(own, 0.0))

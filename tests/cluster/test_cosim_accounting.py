@@ -103,7 +103,8 @@ def test_a_request_admitted_again_after_preemption_leaves_nothing_pinned_or_held
     tokens each: its scheduler preempts, and a preempted request is admitted again later (its cached prefix
     looked up and pinned once more). When every request has ended, no block of the pod's cache is pinned and
     no room is held outside it: the first admission's pins and room went when the request was admitted again
-    (else the cache's room shrinks for good with every preemption)."""
+    (else the cache's room shrinks for good with every preemption), and its hits by tier are its last admission's.
+    """
     import json
 
     from sacmodel.cluster.cosim import CoSim
@@ -126,6 +127,8 @@ def test_a_request_admitted_again_after_preemption_leaves_nothing_pinned_or_held
     eng.ranks._retract = retract
     sim.run()
     assert sum(preempted) > 0 and all(x == x for x in sim.done)
+    by_tier = sum(np.asarray(v) for v in sim.by_tier.values())       # each request's hits counted once
+    assert by_tier.tolist() == pytest.approx(sim.cached)
     assert all(abs(v) < 1e-9 for v in s.caches.outside.values())
     (c, _), = s.caches.private.values()
     assert not any(v > 0 for v in (c.ref.values() if isinstance(c.ref, dict) else c.ref))

@@ -65,7 +65,9 @@ class ClusterCaches:
             kw = {"watermark": ts.watermark if ts.watermark is not None else STORE_DEFAULTS["watermark"],
                   "evict_ratio": ts.evict_ratio if ts.evict_ratio is not None else STORE_DEFAULTS["evict_ratio"],
                   "lease": ts.params.get("lease", STORE_DEFAULTS["lease"])}
-            segs = sorted(set(ts.attached or hosts_of.values())) if ts.params.get("segments") == "hosts" else None
+            # every host of every instance mounts a segment (an instance over several hosts: one per host)
+            segs = sorted(set(ts.attached or (h for hs in hosts_of.values() for h in hs))) \
+                if ts.params.get("segments") == "hosts" else None
             return MooncakeStore(_blocks(cap / ts.replicas, self.bt), segments=segs, replicas=ts.replicas, **kw)
         return RadixCache([_blocks(cap, self.bt)], [ts.name])
 

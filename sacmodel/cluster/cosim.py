@@ -96,6 +96,7 @@ class CoSim:
         self.seq = 0
         self.fabric = Fabric(s.net.capacity)
         self.pool_stats: dict[int, list] = {}
+        self.pool_keys: dict[int, list] = {}     # instance -> (stream key, resources) of each host's pool loads
         self._build_servers()
         self.queue: list[int] = []              # requests waiting in the router
         self.next_arr = 0
@@ -207,7 +208,8 @@ class CoSim:
         if busy:
             self._push(k)
         if eng.pool is not None and not any(eng.ranks.running):
-            self.fabric.stream(k, eng.t, 0.0, self.s.pool_res(srv.host))
+            for key, res in self.pool_keys.get(k, ()):
+                self.fabric.stream(key, eng.t, 0.0, res)
 
     def _out_of_routing(self, k: int) -> None:
         """A failed instance leaves routing: its candidates are removed from the routers' views (the requests
@@ -332,7 +334,8 @@ class CoSim:
             nbytes = blocks * s.bt * s.bpt
             holders = s.caches.shared[tier].holders(self.keys[g][have:have + blocks]) \
                 if tier in s.caches.shared and hasattr(s.caches.shared[tier], "holders") else None
-            flows += s.net.load(s.host_of(k, r), r, ts, nbytes, holders)
+            for h, (gpu, share) in s.readers(k, r).items():      # each host of the rank reads its share
+                flows += s.net.load(h, gpu, ts, nbytes * share, holders)
             self.by_tier[tier][g] += min(blocks * s.bt, self.L[g] - 1)
             have += blocks
         left = [len(flows)]
@@ -379,6 +382,7 @@ class CoSim:
     def on_started(self, srv: Server, r: int, i: int) -> None:
         """The request's prefill starts: pin its cached prefix; its new and generated tokens take room."""
         g, s = srv.glob[i], self.s
+        self._let_go(g)        # admitted again after a retraction or preemption: its first admission's pins go
         if srv.role == "decode":
             self._decode_holds(srv, r, g)
             return
@@ -388,6 +392,8 @@ class CoSim:
         n, by = self.found.pop(g, (0, {}))
         tokens = min(n * s.bt, self.L[g] - 1) if n else 0.0
         self.cached[g] = tokens
+        for t in by:                 # admitted again: this admission's hits replace the last one's
+            self.by_tier[t][g] = 0.0
         own = tokens - sum(self.by_tier[t][g] for t in s.far_tiers)   # far hits were brought home before
         for t, b in by.items():
             x = min(b * s.bt, max(own, 0.0))
@@ -445,11 +451,12 @@ class CoSim:
             new = keys[have:blocks]
             if not new:
                 continue
-            alloc = c.put_start(new, t, srv.host) if hasattr(c, "put_start") else None
+            alloc = c.put_start(new, t, s.host_of(srv.k, r)) if hasattr(c, "put_start") else None
             if alloc is not None and not alloc:
                 continue
             nb = len(alloc if alloc is not None else new)
-            flows = s.net.write(s.host_of(srv.k, r), r, s.cl.tiers[tier], nb * s.bt * s.bpt)
+            flows = [f for h, (gpu, share) in s.writers(srv.k, r).items()
+                     for f in s.net.write(h, gpu, s.cl.tiers[tier], nb * s.bt * s.bpt * share)]
             landed = keys[:blocks] if alloc is None else alloc
             left = [len(flows)]
 
@@ -475,13 +482,19 @@ class CoSim:
         self.later(srv.engine.t, self._release, g, srv.role == "prefill")
         return srv.role == "prefill" and self.out[g] > 1
 
-    def _release(self, g: int, prefill: bool) -> None:
-        s = self.s
+    def _let_go(self, g: int):
+        """Unpin request ``g``'s blocks and give back the room it held outside the cache; returns that cache."""
         for c, path in self.pins.pop(g, []):
             c.release(path)
         c, held = self.outside.pop(g, (None, 0.0))
         if c is not None:
-            s.caches.hold(c, -held)
+            self.s.caches.hold(c, -held)
+        return c
+
+    def _release(self, g: int, prefill: bool) -> None:
+        s = self.s
+        c = self._let_go(g)
+        if c is not None:
             if prefill or not self.keys[g]:
                 return
             ext = self.cont.get(g)
@@ -494,20 +507,39 @@ class CoSim:
                 c.release(s.caches.pin(c, self.keys[g] + own, len(self.keys[g]) + gen))
 
     def _pool(self, srv: Server):
-        """The engine's decode steps on a shared CXL pool: its swap-in traffic is a stream on the devices."""
-        res = self.s.pool_res(srv.host)
-        fabric, k, per_entry = self.fabric, srv.k, self.s.cfg.token_bytes
-
+        """The engine's decode steps on a shared CXL pool: its swap-in traffic is a stream on the devices through
+        each host's CXL adapters; an instance over several hosts loads each rank's entries through the adapters
+        of the hosts its GPUs are on (:meth:`~sacmodel.cluster.replay.Setup.host_shares`), and its lockstep step
+        lasts as long as its slowest host's loads."""
+        s, fabric, k, per_entry = self.s, self.fabric, srv.k, self.s.cfg.token_bytes
+        shares = [s.host_shares(k, r) for r in range(srv.cfg.dp)]
+        hosts = sorted({h for x in shares for h in x})
+        res = {h: s.pool_res(h) for h in hosts}
+        self.pool_keys[k] = [((k, h), res[h]) for h in hosts]
         stats = self.pool_stats.setdefault(k, [0.0, 0.0, 0.0])     # bytes, seconds alone, seconds shared
 
         def price(eng, T: float, misses: float, steps: int) -> float:
             nbytes = misses * per_entry
             if nbytes <= 0 or T <= 0:
                 return T
-            demand = nbytes / T
-            got = fabric.stream(k, eng.t, demand, res)
-            T2 = nbytes / got if got < demand else T
-            stats[0] += nbytes * steps
+            if len(hosts) == 1:
+                part = {hosts[0]: 1.0}
+            else:                        # the ranks' loads, by their running requests, on their hosts' adapters
+                run = eng.ranks.running
+                tot = sum(run)
+                part = dict.fromkeys(hosts, 0.0)
+                for r, x in enumerate(shares):
+                    w = run[r] / tot if tot else 1.0 / len(shares)
+                    for h, f in x.items():
+                        part[h] += w * f
+            T2 = T
+            for h, f in part.items():
+                demand = nbytes * f / T
+                got = fabric.stream((k, h), eng.t, demand, res[h])
+                if got < demand:
+                    T2 = max(T2, nbytes * f / got)
+            moved = nbytes * sum(part.values())
+            stats[0] += moved * steps
             stats[1] += T * steps
             stats[2] += T2 * steps
             return T2
@@ -613,8 +645,7 @@ class CoSim:
             return
         have = s.caches.near(kd, rd, keys, t)[0] if keys else 0
         missing = self.L[g] - min(have * s.bt, self.L[g] - 1)
-        flows = s.net.handoff(s.host_of(srv.k, rp), rp, s.host_of(kd, rd), rd, missing * s.bpt, s.lanes,
-                              s.lanes_split)
+        flows = s.net.handoff(s.gpus_of(srv.k, rp), s.gpus_of(kd, rd), missing * s.bpt, s.lanes_split)
         if not flows:
             arrived(t)
             return

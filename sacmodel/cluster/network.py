@@ -74,12 +74,16 @@ class Network:
             return [(nbytes, 0.0, (f"{h}.cxl_write", f"{tier.name}.devices"))]
         return [(nbytes * tier.replicas, self.te.setup, (f"{h}.nic{self.nic(gpu)}.out", f"{tier.name}.rdma_in"))]
 
-    def handoff(self, src: str, src_gpu: int, dst: str, dst_gpu: int, nbytes: float, lanes: int,
-                split: bool) -> list[tuple]:
-        """(bytes, latency, resources) of a prefill-to-decode KV handoff: ``lanes`` GPUs' shares, each on the
-        NICs nearest its GPUs; ``split``: the shares divide the KV (else each GPU needs all of it)."""
-        if src == dst:
-            return []
-        share = nbytes / lanes if split else nbytes
-        return [(share, self.te.setup, (f"{src}.nic{self.nic(src_gpu + j)}.out", f"{dst}.nic{self.nic(dst_gpu + j)}.in"))
-                for j in range(lanes)]
+    def handoff(self, src: list, dst: list, nbytes: float, split: bool) -> list[tuple]:
+        """(bytes, latency, resources) of a prefill-to-decode KV handoff from the GPUs ``src`` of the prefill
+        rank to those ``dst`` of the decode rank ((host, GPU index on it) each, in tp rank order): one share per
+        prefill GPU, on the NIC nearest it, to the NIC nearest the decode GPU of the same tp rank (modulo the
+        decode rank's GPUs); ``split``: the shares divide the KV (else each GPU sends all of it). GPUs on one
+        host move nothing over the network."""
+        share = nbytes / len(src) if split else nbytes
+        out = []
+        for j, (sh, sg) in enumerate(src):
+            dh, dg = dst[j % len(dst)]
+            if sh != dh:
+                out.append((share, self.te.setup, (f"{sh}.nic{self.nic(sg)}.out", f"{dh}.nic{self.nic(dg)}.in")))
+        return out

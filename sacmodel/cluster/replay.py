@@ -415,18 +415,52 @@ class Setup:
         self.closed_loop = self.meta.get("concurrency") or 0
         self.via_cxl = bool(split) and HOME[system] == "cxl"
         m = self.cfg.model
-        self.lanes = self.cfg.attn_tp                       # GPUs whose KV a handoff moves, one NIC each
-        self.lanes_split = m.kind != "mla"                  # MLA's latent is replicated on them
+        self.lanes_split = m.kind != "mla"        # a handoff's per-GPU shares divide the KV (MLA: each has it all)
         self._alone = _alone_limits(self.cfg, self.cfg_dec if split else None, self.tr)
 
     def host_of(self, k: int, rank: int) -> str:
-        """The host of instance ``k``'s data-parallel rank ``rank`` (its first GPU's): an instance across hosts
-        has ``per host GPUs / attn_tp`` ranks on each, in order; any other, its one host."""
-        inst = self.insts[k]
-        if not inst.hosts:
-            return inst.host
+        """The host of instance ``k``'s data-parallel rank ``rank`` (its first GPU's, where its tp rank 0 runs)."""
+        return self.gpus_of(k, rank)[0][0]
+
+    def gpus_of(self, k: int, rank: int) -> list[tuple[str, int]]:
+        """(host, GPU index on that host) of each GPU of instance ``k``'s data-parallel rank ``rank``, in tp rank
+        order: the rank's ``attn_tp`` GPUs are GPUs ``rank x attn_tp ...`` of the server, which fills its hosts
+        in order (``per host GPUs`` each); a rank of more GPUs than a host has spans hosts."""
+        inst, atp = self.insts[k], self.cfg_of(k).attn_tp
         per_host = max(1, len(self.cl.host.gpus))
-        return inst.hosts[min(len(inst.hosts) - 1, rank * self.cfg_of(k).attn_tp // per_host)]
+        hosts = inst.hosts or (inst.host,)
+        return [(hosts[min(len(hosts) - 1, g // per_host)], g % per_host)
+                for g in range(rank * atp, (rank + 1) * atp)]
+
+    def host_shares(self, k: int, rank: int) -> dict[str, float]:
+        """Host -> the share of a rank's KV traffic that crosses that host's own links (NICs, CXL adapters):
+        each GPU moves the KV its attention reads, MLA's latent whole (replicated over the attention group),
+        other models' heads split; one host's share is 1 whatever the model."""
+        gpus = self.gpus_of(k, rank)
+        hosts = list(dict.fromkeys(h for h, _ in gpus))
+        if len(hosts) == 1:
+            return {hosts[0]: 1.0}
+        if self.cfg_of(k).model.kind == "mla":
+            return dict.fromkeys(hosts, 1.0)
+        return {h: sum(1 for x, _ in gpus if x == h) / len(gpus) for h in hosts}
+
+    def readers(self, k: int, rank: int) -> dict[str, tuple[int, float]]:
+        """Host -> (its first GPU of the rank, share of the bytes) of a rank reading a prefix from a shared tier:
+        SGLang's every tp rank loads the pages its attention reads (HiCache prefetches into each rank's host
+        pool), so each host of the rank brings in its GPUs' share (:meth:`host_shares`)."""
+        first = {}
+        for h, g in self.gpus_of(k, rank):
+            first.setdefault(h, g)
+        return {h: (first[h], x) for h, x in self.host_shares(k, rank).items()}
+
+    def writers(self, k: int, rank: int) -> dict[str, tuple[int, float]]:
+        """Host -> (GPU, share of the bytes) of a rank writing new KV to a shared tier: for MLA only tp rank 0
+        (its latent is the same on every GPU: SGLang HiCache's ``backup_skip`` for tp_rank != 0 of an MLA model,
+        sgl-project/sglang ``cache_controller.py``), else every host its heads' share."""
+        if self.cfg_of(k).model.kind == "mla":
+            h, g = self.gpus_of(k, rank)[0]
+            return {h: (g, 1.0)}
+        return self.readers(k, rank)
 
     def cfg_of(self, k: int):
         """The configuration instance ``k`` runs (its role's system, its engine)."""
@@ -461,7 +495,7 @@ class Setup:
         self.caches = ClusterCaches(cl, self.insts, chains, system, self.caps, bt,
                                     {k: self.cfg_of(k).dp for k in range(n)}, pools,
                                     per_rank=any(c.dp > 1 for c in self._cfgs),
-                                    hosts_of={k: i.host for k, i in enumerate(self.insts)})
+                                    hosts_of={k: i.hosts or (i.host,) for k, i in enumerate(self.insts)})
         self.far_tiers = [t for t in self.tier_names if self.caches.is_far(t)]
         self.net = Network(cl, sorted({h for i in self.insts for h in (i.hosts or (i.host,))}), cl.host)
         self.pool_tier = next((t for t in self.tier_names if cl.tiers[t].kind == "cxl"), None)

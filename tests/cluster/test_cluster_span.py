@@ -217,3 +217,100 @@ def test_each_rank_uses_its_own_hosts_memory_and_the_shared_cxl_pool(tmp_path):
     assert resolve(t, "cxl").limits["cxl_partition"] == one // 2
     for system in ("cxl", "rdma", "dram"):
         assert sacmodel.replay(p, system, _trace(tmp_path)).success_fraction == 1
+
+
+# ---- an instance across hosts reads and writes through every host's links (issue 35, fidelity) -----------------
+def _c4(tmp_path, instances, name="c4.yaml", **tier_fields):
+    """sac-cluster-4x with the given instances; ``tier_fields``: tier -> fields replaced."""
+    from sacmodel.hardware.scenarios import TOPOLOGY_DIR
+    data = yaml.safe_load((TOPOLOGY_DIR / "sac-cluster-4x.yaml").read_text())
+    data["cluster"]["instances"] = instances
+    for tier, fields in tier_fields.items():
+        data["cluster"]["tiers"][tier].update(fields)
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def _setup(p, trace, system="cxl", pd=None):
+    from sacmodel.cluster.replay import Setup
+    s = Setup(p, system, trace, router="round_robin", instances=None, pd=pd, time_scale=1.0, concurrency=None,
+              cache="trace", slo=None, router_params=None, limit=None, resources={})
+    s.build(None, None, None)
+    return s
+
+
+def _decodes(tmp_path, n, name):
+    import json
+    p = tmp_path / name
+    p.write_text("".join(json.dumps({"timestamp": 0, "input_length": 30000, "output_length": 200,
+                                     "hash_ids": [1000 + i]}) + "\n" for i in range(n)))
+    return p
+
+
+def test_a_server_over_two_hosts_loads_the_cxl_pool_through_both_hosts_adapters(tmp_path):
+    """The pool's devices are ample and each host's CXL adapters read 2 GB/s: one host decoding 8 long requests
+    (one per rank) asks about that much. A server over two hosts decoding 16 (one per rank, eight on each host)
+    loads each rank's entries through its own host's adapters: the pool carries more than one host's 2 GB/s,
+    and its steps slow down by what one host's do, not twice that (one adapter carrying both hosts' loads)."""
+    fields = {"host_read_bandwidth": {"value": "2 GB/s", "source": "test"},
+              "device_bandwidth": {"value": "10 TB/s", "source": "test"}}
+    one = sacmodel.replay(_c4(tmp_path, [{"id": "a", "host": "h0", "tiers": ["cxl"]}], "one.yaml", cxl=fields),
+                          "cxl", _decodes(tmp_path, 8, "t8.jsonl"))
+    two = sacmodel.replay(_c4(tmp_path, [{"id": "b", "hosts": ["h0", "h1"], "tp": 16, "dp": 16, "tiers": ["cxl"]}],
+                              "two.yaml", cxl=fields), "cxl", _decodes(tmp_path, 16, "t16.jsonl"))
+    assert one.success_fraction == two.success_fraction == 1
+    p1, p2 = one.summary["pool"], two.summary["pool"]
+    assert 1.0 < p1["slowdown"] < 1.2                       # one host: its adapters just bind
+    assert p2["traffic_Bps"] > 2e9 * 1.5                    # more than one host's adapters can carry
+    assert p2["slowdown"] == pytest.approx(p1["slowdown"], rel=0.05)
+
+
+def test_a_store_on_the_hosts_has_a_segment_on_every_host_of_a_server(tmp_path):
+    """Mooncake Store with its segments on the hosts: every host of every instance mounts one (a server over h0
+    and h1 runs a store client on both), so objects are placed on h1 too."""
+    p = _c4(tmp_path, [{"id": "b", "hosts": ["h0", "h1"], "tp": 16, "dp": 16, "tiers": ["store"]},
+                       {"id": "c", "host": "h2", "tiers": ["store"]}], store={"segments": "hosts"})
+    s = _setup(p, _decodes(tmp_path, 2, "t2.jsonl"), system="rdma")
+    st = s.caches.shared["store"]
+    assert st.segments == ["h0", "h1", "h2"]
+    st.put_start(list(range(300)), 0.0, "h0")
+    assert {h for hs in st.where.values() for h in hs} == {"h0", "h1", "h2"}
+
+
+def test_a_rank_over_two_hosts_moves_its_kv_through_both_hosts_nics(tmp_path):
+    """A tp=16 rank over h0-h1 (GPUs 0-7 on h0, 8-15 on h1): DeepSeek's latent is whole on every GPU, so a
+    prefix read from a shared tier comes into each host whole, a new prefix is written once (SGLang HiCache
+    backs an MLA model's KV up from tp rank 0 only), and a handoff to a tp=16 decode rank over h2-h3 goes from
+    each prefill GPU's NIC to the NIC of the decode GPU of the same tp rank: eight GPUs h0 -> h2, eight h1 -> h3,
+    each with the whole latent."""
+    from sacmodel.cluster.network import Network
+    p = _c4(tmp_path, [{"id": "p", "hosts": ["h0", "h1"], "tp": 16, "role": "prefill", "tiers": ["store"]},
+                       {"id": "d", "hosts": ["h2", "h3"], "tp": 16, "role": "decode", "tiers": ["store"]}])
+    s = _setup(p, _decodes(tmp_path, 2, "t2.jsonl"), system="rdma", pd="1:1")
+    assert s.gpus_of(0, 0) == [("h0", g) for g in range(8)] + [("h1", g) for g in range(8)]
+    assert s.readers(0, 0) == {"h0": (0, 1.0), "h1": (0, 1.0)}
+    assert s.writers(0, 0) == {"h0": (0, 1.0)}
+    net = Network(s.cl, ["h0", "h1", "h2", "h3"], s.cl.host)
+    flows = net.handoff(s.gpus_of(0, 0), s.gpus_of(1, 0), 1e9, s.lanes_split)
+    assert len(flows) == 16 and all(nb == 1e9 for nb, _, _ in flows)
+    pairs = sorted({(out.split(".")[0], inn.split(".")[0]) for _, _, (out, inn) in flows})
+    assert pairs == [("h0", "h2"), ("h1", "h3")]
+    # the NIC nearest each GPU: GPUs 0-3 on nic0, 4-7 on nic1 (2 NICs per 8 GPUs), four shares on each
+    per_nic = {}
+    for _, _, (out, _) in flows:
+        per_nic[out] = per_nic.get(out, 0) + 1
+    assert per_nic == {f"h{h}.nic{j}.out": 4 for h in (0, 1) for j in (0, 1)}
+
+
+def test_a_rank_of_several_gpus_hands_off_from_the_nics_nearest_its_own_gpus(tmp_path):
+    """dp=2 over one host's 8 GPUs: rank 1 is GPUs 4-7, nearest the host's second NIC; its handoff leaves there
+    (not from GPUs 1-4, the rank's index taken for a GPU's)."""
+    from sacmodel.cluster.network import Network
+    p = _c4(tmp_path, [{"id": "p", "host": "h0", "tp": 8, "dp": 2, "role": "prefill", "tiers": ["store"]},
+                       {"id": "d", "host": "h1", "tp": 8, "dp": 2, "role": "decode", "tiers": ["store"]}])
+    s = _setup(p, _decodes(tmp_path, 2, "t2.jsonl"), system="rdma", pd="1:1")
+    assert s.gpus_of(0, 1) == [("h0", g) for g in range(4, 8)]
+    net = Network(s.cl, ["h0", "h1"], s.cl.host)
+    flows = net.handoff(s.gpus_of(0, 1), s.gpus_of(1, 1), 4e8, s.lanes_split)
+    assert {res for _, _, res in flows} == {("h0.nic1.out", "h1.nic1.in")}

@@ -96,3 +96,39 @@ def test_the_routers_bookkeeping_is_empty_once_every_request_ended(pd):
     for s in states:
         assert all(x == 0 for x in s.in_flight) and all(abs(x) < 1e-9 for x in s.prefill_tokens)
         assert all(not a for a in s.active) and sum(s.assigned) > 0
+
+
+def test_a_request_admitted_again_after_preemption_leaves_nothing_pinned_or_held(tmp_path):
+    """A vLLM pod of 4,096 KV slots serving twelve 600-token prompts that share a first block and generate 400
+    tokens each: its scheduler preempts, and a preempted request is admitted again later (its cached prefix
+    looked up and pinned once more). When every request has ended, no block of the pod's cache is pinned and
+    no room is held outside it: the first admission's pins and room went when the request was admitted again
+    (else the cache's room shrinks for good with every preemption), and its hits by tier are its last admission's.
+    """
+    import json
+
+    from sacmodel.cluster.cosim import CoSim
+    from sacmodel.cluster.replay import Setup
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps({"timestamp": 10 * i, "input_length": 600, "output_length": 400,
+                                     "hash_ids": [7, 100 + i]}) + "\n" for i in range(12)))
+    pod = sacmodel.scenario("h100", gpus=2, model="qwen3-32b", weights="bf16", engine="vllm", max_total_tokens=4096)
+    s = Setup(pod, "gpu", p, router="round_robin", instances=1, pd=None, time_scale=1.0, concurrency=None,
+              cache="trace", slo=None, router_params=None, limit=None, resources={})
+    s.build(None, None, None)
+    sim = CoSim(s)
+    eng, preempted = sim.servers[0].engine, []
+    inner = eng.ranks._retract
+
+    def retract(r):
+        before = len(eng.ranks.waiting[r])
+        inner(r)
+        preempted.append(len(eng.ranks.waiting[r]) - before)
+    eng.ranks._retract = retract
+    sim.run()
+    assert sum(preempted) > 0 and all(x == x for x in sim.done)
+    by_tier = sum(np.asarray(v) for v in sim.by_tier.values())       # each request's hits counted once
+    assert by_tier.tolist() == pytest.approx(sim.cached)
+    assert all(abs(v) < 1e-9 for v in s.caches.outside.values())
+    (c, _), = s.caches.private.values()
+    assert not any(v > 0 for v in (c.ref.values() if isinstance(c.ref, dict) else c.ref))

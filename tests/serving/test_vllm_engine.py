@@ -198,3 +198,67 @@ def test_no_sglang_launch_command_for_a_vllm_server():
     with pytest.raises(SolverError, match="runs vLLM"):
         sglang_command(_pod(), "gpu")
     assert "sglang.launch_server" in sglang_command(_pod("sglang"), "gpu")
+
+
+def test_a_preempted_request_resumes_over_the_blocks_the_prefix_cache_kept():
+    """vLLM V1 frees a preempted request's blocks with their hashes, tail first, to the end of the free queue
+    (``KVCacheManager.free``); new blocks come from the queue's head, so the blocks free before it go first, then
+    its own from its last block back, and when it is scheduled again ``get_computed_blocks`` finds what is left.
+
+    One rank of 4,096 slots (16-token blocks), four prompts of 500 tokens (512 slots each) admitted together;
+    the first ends after 560 tokens, the others run on. After 512 decode steps the pool is full (4 x 512 +
+    4 x 512 = 4,096): the newest request (3) is preempted with 500 + 512 = 1,012 tokens of KV, 63 full blocks
+    = 1,008 tokens, and nothing was free before them. Request 0 ends 47 steps later (its 559th decode step),
+    the three left having taken 3 x 47 = 141 slots, all from request 3's tail: 1,008 - 141 = 867 tokens kept,
+    54 full blocks = 864. Request 3 resumes over 500 + 513 = 1,013 tokens (prompt and the tokens it generated)
+    and prefills only 1,013 - 864 = 149 of them (recomputing them all would be 1,013)."""
+    cfg = resolve(_pod(max_total_tokens=4096), "gpu")
+    assert (cfg.dp, cfg.page) == (1, 16)
+    eng = open_engine(cfg, max_output=1500)
+    for out in (560, 1500, 1500, 1500):
+        eng.submit(0.0, 500, out)
+    resumed = []
+    inner = eng.memory.take
+
+    def take(r, i, now):
+        ok = inner(r, i, now)
+        if ok and i == 3:
+            resumed.append((eng.table.L[i], eng.table.todo[i]))
+        return ok
+    eng.memory.take = take
+    while eng.due() < math.inf:
+        eng.step()
+    assert eng.result().completed.all()
+    assert resumed[:2] == [(500, 500), (1013, 149)]           # admitted, then resumed once preempted
+
+
+def test_a_prompt_still_being_prefilled_is_preempted_first_and_the_pool_never_overfills():
+    """vLLM preempts the tail of its running list, the request admitted last: here a prompt still being prefilled
+    in chunks. One rank of 2,128 slots and a 64-token budget: request 0 (100-token prompt, 112 slots) decodes
+    while request 1 (2,000-token prompt, 2,000 slots) prefills 63 tokens a step beside it; after 16 decode steps
+    the pool is full (112 + 2,000 + 16) with 1,036 prompt tokens computed. Request 1 is preempted (not the
+    decoding request 0, which could not be retracted at all: the rank kept decoding past its pool), its 64 full
+    blocks (1,024 tokens) stay cached behind nothing free, and request 0's remaining 283 decode steps take 283 of
+    them from the tail: when request 0 ends, request 1 resumes over 1,024 - 283 = 741 kept tokens, 46 blocks =
+    736, and prefills 2,000 - 736 = 1,264; its first token comes after request 0's last. (The model admits a
+    prompt once all its blocks fit; vLLM takes a chunk's blocks at a time and would resume it sooner, to be
+    preempted again: its first token comes after request 0's last either way.)"""
+    cfg = resolve(_pod(max_total_tokens=2128, chunked_prefill=64), "gpu")
+    assert (cfg.dp, cfg.page, cfg.prefill_chunk) == (1, 16, 64)
+    eng = open_engine(cfg, max_output=300)
+    eng.submit(0.0, 100, 300)
+    eng.submit(0.0, 2000, 10)
+    fill, inner = [], eng.ranks.schedule
+
+    def schedule(now):
+        out = inner(now)
+        fill.append(eng.memory.used[0] + eng.memory.decoded(0))
+        return out
+    eng.ranks.schedule = schedule
+    while eng.due() < math.inf:
+        eng.step()
+    res = eng.result()
+    assert res.completed.all()
+    assert max(fill) <= 2128                                 # slots held never exceed the pool
+    assert (eng.table.L[1], eng.table.todo[1]) == (2000, 1264)
+    assert res.first[1] > res.done[0]

@@ -4,7 +4,9 @@ One CSV row per benchmark point: the machine (``gpu``, ``gpus``, ``model``, ``we
 ``dp`` = attention data-parallel groups, ``ep``), the server settings that differ from SGLang's defaults
 (``mem_fraction``, ``chunked_prefill``, ``scheduler_recv_interval``, ``piecewise_cuda_graph`` = 1 where the
 server ran short prefills as piecewise CUDA graphs, ``fp8_gemm_backend`` = SGLang's FP8 GEMM backend where the server
-did not run DeepGEMM: ``flashinfer_trtllm``), the client's workload (``isl``/``osl`` nominal lengths, each request's
+did not run DeepGEMM: ``flashinfer_trtllm``), ``engine_version`` = the SGLang release the server ran (empty or
+``unknown``: not stated; it selects the kernels a release ran, :func:`sacmodel.hardware.transfer.moe_prefill_factor`),
+the client's workload (``isl``/``osl`` nominal lengths, each request's
 lengths drawn uniformly in [``range_ratio`` x nominal, nominal], ``concurrency`` in flight at most, ``requests`` in
 all) and the measured means (``ttft_mean_ms``, ``tpot_mean_ms`` = the mean over requests of (E2E - TTFT) / (output -
 1), ``output_tok_s``). The shared file names its columns a little differently (``attn_dp``, ``moe_ep``,
@@ -55,6 +57,7 @@ class ExternalRun:
     scheduler_recv_interval: int | None = None
     piecewise_cuda_graph: bool = False
     fp8_gemm_backend: str = "auto"
+    engine_version: str | None = None
 
     def scenario_kwargs(self) -> dict:
         """Arguments of :func:`sacmodel.scenario` for the machine and its server settings."""
@@ -70,6 +73,8 @@ class ExternalRun:
             kw["piecewise_cuda_graph"] = True
         if self.fp8_gemm_backend != "auto":
             kw["fp8_gemm_backend"] = self.fp8_gemm_backend
+        if self.engine_version:
+            kw["engine_version"] = self.engine_version
         return kw
 
 
@@ -106,6 +111,19 @@ def _choice(row: dict, key: str, where: str, choices: tuple[str, ...]) -> str:
     return v
 
 
+def _version(row: dict, key: str, where: str) -> str | None:
+    """A release number such as 0.5.3 (empty or ``unknown``: None)."""
+    from packaging.version import InvalidVersion, Version
+    v = (row.get(key) or "").strip()
+    if v in ("", "unknown"):
+        return None
+    try:
+        Version(v)
+    except InvalidVersion:
+        raise DataError(f"{where}: column {key!r} must be a release such as 0.5.3, got {v[:40]!r}") from None
+    return v
+
+
 def load_external_runs(path: str | Path, source: str | None = None) -> list[ExternalRun]:
     """The runs of an external CSV (the validation's checks, or ``shared/data/external/*.csv``)."""
     path = Path(path)
@@ -136,5 +154,6 @@ def load_external_runs(path: str | Path, source: str | None = None) -> list[Exte
             source=source or row.get("source") or str(path),
             scheduler_recv_interval=_num(row, "scheduler_recv_interval", where, int, 0) or None,
             piecewise_cuda_graph=_flag(row, "piecewise_cuda_graph", where),
-            fp8_gemm_backend=_choice(row, "fp8_gemm_backend", where, FP8_GEMM_BACKENDS)))
+            fp8_gemm_backend=_choice(row, "fp8_gemm_backend", where, FP8_GEMM_BACKENDS),
+            engine_version=_version(row, "sglang_version" if shared else "engine_version", where)))
     return out

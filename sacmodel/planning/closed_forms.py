@@ -138,7 +138,7 @@ def _build_all(system: str, sparse: bool = True, kind: str = "mla") -> dict[str,
     E = L - page * sp.floor((L - 1) / page)
     admit = prefill_terms()["hisparse_admit"].xreplace({S("admit_on"): 1})     # once per request
     # eager launches overlap the iteration's GPU work (launch_overlap 1) or add to it (0), as in the engine
-    extend = eager_iteration(_shared(E, 1, S("prefill_eff"), prefill=True, moe_eff=S("moe_prefill_eff"))
+    extend = eager_iteration(_shared(E, 1, S("prefill_eff"), prefill=True, moe_eff=_moe_prefill_eff())
                              + _prefill(E, L - E, sparse, kind, system)
                              + admit)
     ttft = front["tokenize"] + front["request"] + extend
@@ -153,13 +153,18 @@ def _build_all(system: str, sparse: bool = True, kind: str = "mla") -> dict[str,
     full, rest = sp.floor(L / C), L - C * sp.floor(L / C)        # whole chunks and the last part
 
     def chunk(P, H):
-        return eager_iteration(_shared(P, 1, S("prefill_eff"), prefill=True, moe_eff=S("moe_prefill_eff"))
+        return eager_iteration(_shared(P, 1, S("prefill_eff"), prefill=True, moe_eff=_moe_prefill_eff())
                                + _prefill(P, H, sparse, kind, system))
     i = sp.Symbol("i", integer=True, nonnegative=True)
     cold = (front["tokenize"] + front["request"] + admit + sp.Sum(chunk(C, i * C), (i, 0, full - 1))
             + sp.Piecewise((chunk(rest, full * C), rest > 0), (0, True)))
     nbytes = S("layers") * m_mean * S("entry_bytes", "byte") * (1 if system == "rdma-topk" else swap_on)
     return {"ttft": ttft, "tbt": tbt, "e2e": ttft + (O - 1) * tbt, "bytes_per_step": nbytes, "ttft_cold": cold}
+
+
+def _moe_prefill_eff():
+    return sym("moe_prefill_eff", "dimensionless", "achieved fraction of peak FLOP/s of the routed experts' GEMMs "
+                                                   "in prefill (SGLang's fused MoE under TP)")
 
 
 def _shared(N, S_, eff, prefill: bool = False, moe_eff=None) -> sp.Expr:

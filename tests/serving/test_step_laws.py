@@ -84,6 +84,15 @@ def test_shared_terms_by_hand():
     assert t["lm_head"] == pytest.approx(max(2 * 64 * 1e9 / 4 / 5e14, 2 * 1e9 / 4 / 2e12), rel=1e-12)
 
 
+def test_the_routed_experts_take_their_own_rate_by_hand():
+    """The MoE term's compute runs at ``moe_mlp_eff`` (FP8 peak 2e15 x 0.125), the dense MLP's still at
+    ``mlp_eff``; 16,384 tokens are compute-bound at both rates (the weights take 8 x 4e7 x 256 / 4 / 3.2e12 =
+    6.4 ms)."""
+    t, base = ev("shared", N=16384.0, N_d=16384.0, moe_mlp_eff=0.125), ev("shared", N=16384.0, N_d=16384.0)
+    assert t["moe"] == pytest.approx(2 * 16384 * 8 * 8 * 4e7 / 4 / (2e15 * 0.125), rel=1e-12)
+    assert t["moe"] == pytest.approx(4 * base["moe"], rel=1e-12) and t["dense_mlp"] == base["dense_mlp"]
+
+
 def test_two_batch_overlap_by_hand():
     """Two-batch overlap: each micro-batch launches its own kernels and collectives (the floor twice) and reads
     the experts its half of the tokens routes to; the smaller of compute (dense MLP, MoE, LM head) and

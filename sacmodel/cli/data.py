@@ -126,6 +126,7 @@ def _calibrate_bench(a):
         MACHINE_CONSTANTS,
         calibrated_scenario_dict,
         cross_validate,
+        default_constants,
         fit_machine,
         jacobian,
         transferred_values,
@@ -139,7 +140,7 @@ def _calibrate_bench(a):
     if a.out is None and not a.dry_run:
         raise ValueError("benchmark result files: give --out FILE for the calibrated scenario (or --dry-run)")
     out = None if a.dry_run else calibration_target(Path(a.out + ".scenario"), a.out, force=a.force)
-    names = list(a.params or MACHINE_CONSTANTS)
+    names = list(a.params or [])
     bad = [n for n in names if n not in MACHINE_CONSTANTS]
     if bad:
         raise ValueError(f"--params: {bad[0]!r} is not a machine constant a benchmark run can fit "
@@ -149,6 +150,7 @@ def _calibrate_bench(a):
         if not same_model(r.model, machine["model"]):
             raise DataError(f"{r.source}: a run of {r.model}, not of {machine['model']} (--model); nothing written")
     topo = scenario(**machine)
+    names = names or default_constants(topo)
     with status(f"calibrate: {len(runs)} benchmark runs"):
         J = jacobian(topo, runs, names, transferred_values(topo, names))
         fit = fit_machine(topo, runs, names, jac=J)

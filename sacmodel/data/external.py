@@ -4,7 +4,9 @@ One CSV row per benchmark point: the machine (``gpu``, ``gpus``, ``model``, ``we
 ``dp`` = attention data-parallel groups, ``ep``), the server settings that differ from SGLang's defaults
 (``mem_fraction``, ``chunked_prefill``, ``scheduler_recv_interval``, ``piecewise_cuda_graph`` = 1 where the
 server ran short prefills as piecewise CUDA graphs, ``fp8_gemm_backend`` = SGLang's FP8 GEMM backend where the server
-did not run DeepGEMM: ``flashinfer_trtllm``; ``engine`` = ``vllm`` for a vLLM server, else SGLang), the client's workload (``isl``/``osl`` nominal lengths, each request's
+did not run DeepGEMM: ``flashinfer_trtllm``; ``engine`` = ``vllm`` for a vLLM server, else SGLang), ``engine_version`` = the
+release the server ran (empty or ``unknown``: not stated; it selects the kernels a release ran,
+:func:`sacmodel.hardware.transfer.moe_prefill_factor`), the client's workload (``isl``/``osl`` nominal lengths, each request's
 lengths drawn uniformly in [``range_ratio`` x nominal, nominal], ``concurrency`` in flight at most, ``requests`` in
 all) and the measured means (``ttft_mean_ms``, ``tpot_mean_ms`` = the mean over requests of (E2E - TTFT) / (output -
 1), ``output_tok_s``), and where the source gives them the TTFT's median and 99th percentile over requests
@@ -60,6 +62,7 @@ class ExternalRun:
     ttft_median_ms: float = math.nan
     ttft_p99_ms: float = math.nan
     engine: str = "sglang"
+    engine_version: str | None = None
 
     def scenario_kwargs(self) -> dict:
         """Arguments of :func:`sacmodel.scenario` for the machine and its server settings."""
@@ -77,6 +80,8 @@ class ExternalRun:
             kw["fp8_gemm_backend"] = self.fp8_gemm_backend
         if self.engine != "sglang":
             kw["engine"] = self.engine
+        if self.engine_version and self.engine == "sglang":        # SGLang's releases select its kernels
+            kw["engine_version"] = self.engine_version
         return kw
 
 
@@ -122,6 +127,17 @@ def _percentiles(row: dict, where: str) -> tuple[float, float]:
     if med > p99:
         raise DataError(f"{where}: column 'ttft_median_ms' ({med:g}) is above 'ttft_p99_ms' ({p99:g})")
     return med, p99
+def _version(row: dict, key: str, where: str) -> str | None:
+    """A release number such as 0.5.3 (empty or ``unknown``: None)."""
+    from packaging.version import InvalidVersion, Version
+    v = (row.get(key) or "").strip()
+    if v in ("", "unknown"):
+        return None
+    try:
+        Version(v)
+    except InvalidVersion:
+        raise DataError(f"{where}: column {key!r} must be a release such as 0.5.3, got {v[:40]!r}") from None
+    return v
 
 
 def load_external_runs(path: str | Path, source: str | None = None) -> list[ExternalRun]:
@@ -157,5 +173,6 @@ def load_external_runs(path: str | Path, source: str | None = None) -> list[Exte
             piecewise_cuda_graph=_flag(row, "piecewise_cuda_graph", where),
             fp8_gemm_backend=_choice(row, "fp8_gemm_backend", where, FP8_GEMM_BACKENDS),
             ttft_median_ms=med, ttft_p99_ms=p99,
-            engine=_choice(row, "engine", where, ENGINES) if row.get("engine") else "sglang"))
+            engine=_choice(row, "engine", where, ENGINES) if row.get("engine") else "sglang",
+            engine_version=_version(row, "sglang_version" if shared else "engine_version", where)))
     return out

@@ -27,13 +27,17 @@ EFFICIENCY_BOUNDS = {"t_graph_kernel_scale": (0.3, 1.5), "moe_eff": (0.5, 0.77),
 
 def external_scenario(run: ExternalRun, *, transfer: str = "fitted", values: dict | None = None):
     """The run's machine as a scenario; ``values`` replaces kernel efficiencies (``t_graph_kernel_scale``
-    multiplies the transferred ``t_graph_kernel``)."""
+    multiplies the transferred ``t_graph_kernel``; ``prefill_eff``, the class's rate, moves ``moe_prefill_eff``
+    in proportion unless that is given too)."""
     from ..hardware.build import scenario
     from ..hardware.params import with_params
     topo = scenario(run.gpu, transfer=transfer, **run.scenario_kwargs())
     if not values:
         return topo
     vals = {k: v for k, v in values.items() if k != "t_graph_kernel_scale"}
+    if "prefill_eff" in vals and "moe_prefill_eff" not in vals and topo.has_param("moe_prefill_eff"):
+        # the class's rate: the routed experts' prefill GEMMs move with it, at the release's ratio
+        vals["moe_prefill_eff"] = vals["prefill_eff"] * topo.param("moe_prefill_eff") / topo.param("prefill_eff")
     if "t_graph_kernel_scale" in values:
         vals["t_graph_kernel"] = topo.param("t_graph_kernel") * values["t_graph_kernel_scale"]
     return with_params(topo, vals)

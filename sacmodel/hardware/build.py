@@ -58,7 +58,8 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
              transfer: str = "fitted", engine: str = "sglang", moe_a2a: str = "none", deepep_mode: str = "auto",
              two_batch_overlap: bool = False, ep_redundant: int = 0,
              cuda_graph_max_bs: int | None = None, fp8_gemm_backend: str = "auto",
-             moe_dense_tp: int | None = None) -> Topology:
+             moe_dense_tp: int | None = None,
+             engine_version: str | None = None) -> Topology:
     """A scenario of ``gpus`` x ``gpu`` serving ``model`` with SGLang.
 
     ``weights``: fp8, bf16, awq-int4 or fp4 (Blackwell only); ``kv_dtype``: auto (SGLang's rule: BF16 on Hopper,
@@ -94,7 +95,9 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
     ``fp8_gemm_backend``: SGLang's ``--fp8-gemm-backend`` for FP8 block-scale GEMMs: ``auto`` (DeepGEMM, JIT
     DeepGEMM being on by default), ``deep_gemm``, or ``flashinfer_trtllm`` (FlashInfer's TRT-LLM GEMM, Blackwell
     only; what SGLang runs with ``SGLANG_ENABLE_JIT_DEEPGEMM=0``): it sets the prefill GEMM rate
-    (:func:`sacmodel.hardware.transfer.fp8_gemm_efficiency`).
+    (:func:`sacmodel.hardware.transfer.fp8_gemm_efficiency`). ``engine_version``: the SGLang release the server
+    runs (e.g. "0.5.3"; None: the present one): it sets the routed experts' prefill rate where a release's
+    kernels differ (:func:`sacmodel.hardware.transfer.moe_prefill_factor`).
 
     A machine SGLang would not run, or whose weights leave no room for a KV pool, raises ``ValueError``
     (:class:`~sacmodel.hardware.topology.TopologyError`) naming the argument, its value and the rule.
@@ -111,7 +114,7 @@ def scenario(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: 
                                        moe_a2a=moe_a2a, deepep_mode=deepep_mode,
                                        two_batch_overlap=two_batch_overlap, ep_redundant=ep_redundant,
                                        cuda_graph_max_bs=cuda_graph_max_bs, fp8_gemm_backend=fp8_gemm_backend,
-                                       moe_dense_tp=moe_dense_tp))
+                                       moe_dense_tp=moe_dense_tp, engine_version=engine_version))
 
 
 def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weights: str = "fp8",
@@ -123,7 +126,8 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                   transfer: str = "fitted", engine: str = "sglang", moe_a2a: str = "none", deepep_mode: str = "auto",
                   two_batch_overlap: bool = False, ep_redundant: int = 0,
                   cuda_graph_max_bs: int | None = None, fp8_gemm_backend: str = "auto",
-                  moe_dense_tp: int | None = None) -> dict:
+                  moe_dense_tp: int | None = None,
+                  engine_version: str | None = None) -> dict:
     """The scenario of :func:`scenario` as a schema-version-1 mapping (what :func:`scenario_yaml` writes)."""
     g = get_gpu(gpu)
     try:
@@ -137,6 +141,7 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
     transfer = _check_choice("transfer", transfer, ("fitted", "rules"))
     engine = _check_choice("engine", engine, ENGINES)
     fp8_gemm_backend = _fp8_gemm_backend(g, weights, fp8_gemm_backend)
+    engine_version = _engine_version(engine_version)
     pools = _pools(pool)
     n_cxl = _pool_size("cxl_devices", cxl_devices, "cxl", pools)
     n_rdma = _pool_size("rdma_nics", rdma_nics, "rdma", pools)
@@ -187,8 +192,23 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
     }
     from .transfer import calibration_for
     data["calibration"] = calibration_for(g, m, weights=weights, dp=dp, fitted=transfer == "fitted",
-                                          fp8_gemm_backend=fp8_gemm_backend)
+                                          fp8_gemm_backend=fp8_gemm_backend, engine_version=engine_version)
     return data
+
+
+def _engine_version(version) -> str | None:
+    """The engine release, checked once here: None, "unknown", or a release number such as 0.5.3."""
+    from packaging.version import InvalidVersion, Version
+    if version is None or version == "unknown":
+        return None
+    if not isinstance(version, str):
+        raise TopologyError(f"scenario: engine_version must be a release such as '0.5.3', got {version!r}"[:300])
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise TopologyError(f"scenario: engine_version must be a release such as '0.5.3', got {version!r}"[:300]) \
+            from None
+    return version
 
 
 def _fp8_gemm_backend(g: GPUSpec, weights: str, backend) -> str:

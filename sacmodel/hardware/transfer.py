@@ -17,6 +17,10 @@ kind of thing; :data:`RULES` says which, and so how it transfers:
   it is carried over and the scenario says so. The class is the kernel SGLang runs by default (DeepGEMM for FP8
   block-scale GEMMs); a server that runs FlashInfer's TRT-LLM FP8 GEMM instead on Blackwell (``fp8_gemm_backend``,
   DeepGEMM off) prefills at that kernel's published rate (:data:`FLASHINFER_FP8_GEMM_RATE`).
+- **engine version** (``moe_prefill_eff``, the routed experts' GEMMs in prefill: SGLang's Triton fused MoE under
+  TP, a kernel apart from the DeepGEMM dense linears): the class's ``prefill_eff``, except for FP8 weights on
+  Hopper under an SGLang release before the fused MoE's TMA down projection and its tuned H200 configurations
+  (:func:`moe_prefill_factor`, the one version rule, read from the run's ``engine_version``).
 - **published kernel** (``hbm_eff``: FlashMLA's dense decode against HBM; ``sparse_prefill_eff``: its sparse
   prefill against the BF16 peak; ``prefill_attn_eff``: the dense prefill attention kernels per generation,
   :data:`PREFILL_ATTN_EFF`): a vendor's measurement of the kernel, not fitted.
@@ -53,6 +57,8 @@ RULES: dict[str, tuple[str, str]] = {
     "sparse_prefill_eff": ("published kernel", "carried over (a published kernel measurement, the same fraction of "
                                                "the BF16 peak on Hopper and Blackwell)"),
     "prefill_attn_eff": ("published kernel", "per GPU generation: PREFILL_ATTN_EFF (FlashAttention-3, FlashMLA)"),
+    "moe_prefill_eff": ("engine version", "the class's prefill_eff; FP8 on Hopper under SGLang before "
+                                          "TRITON_MOE_TMA_VERSION: divided by TRITON_MOE_PRE_TMA (moe_prefill_factor)"),
     "t_hs": ("host CPU", "carried over (HiSparse's per-step Python work)"),
     "t_hs_req": ("host CPU", "carried over (HiSparse's per-request work)"),
     "t_hs_admit": ("host CPU", "carried over (HiSparse's admission work per request)"),
@@ -150,6 +156,41 @@ def fp8_gemm_efficiency(gpu: GPUSpec, weights: str, backend: str) -> tuple[float
     return None
 
 
+# SGLang runs the routed experts of an FP8 block-quantised DeepSeek under TP (no DeepEP) as its Triton fused MoE
+# (Fp8MoEMethod.create_moe_runner: DeepGEMM's grouped GEMM only with DeepEP or Mooncake all-to-all; v0.5.3
+# a4a3d8239 python/sglang/srt/layers/quantization/fp8.py:1006-1010, the same rule at v0.5.9). Its prefill rate
+# moved between releases: the TMA down projection with its own tuned configuration (sgl-project/sglang#10567,
+# merged 2025-10-28, after v0.5.3) takes effect on H200 only with the H200 E=257 N=256 configurations for
+# Triton 3.5.1 that carry a ``_down`` file with USE_TMA (sgl-project/sglang#17965, 2026-01-31). Before them an
+# H200 falls back to the Triton 3.3.1 configuration, no down-projection file and no TMA (v0.5.3: Triton 3.4.0
+# with torch 2.8.0; v0.5.6: Triton 3.5.1 with torch 2.9.1; fused_moe_triton_config.py get_moe_configs). v0.5.9
+# (released after 2026-02-07 [assumed from the install docs, sgl-project/sglang#18409]) ships both.
+TRITON_MOE_TMA_VERSION = "0.5.9"
+# #10567 measured, with those kernels on the same E=257 N=256 FP8 shapes (8 x H20, DeepSeek TP8), the mean TTFT
+# of 1.5K-3.5K-token prompts 8.5-9.0% lower (8.8%); the routed experts are 0.44 of such a prefill on 8 x H20
+# (this model: 176 of 396 ms at 2K), so they ran 1 / (1 - 0.088 / 0.44) = 1.25 x longer without them
+TRITON_MOE_PRE_TMA = 1.0 / (1.0 - 0.088 / 0.44)
+TRITON_MOE_SOURCE = ("published: SGLang's Triton fused MoE without the TMA down projection and the H200 tuned "
+                     "configurations (before v0.5.9) runs the routed experts' prefill GEMMs 1.25 x longer: "
+                     "sgl-project/sglang#10567 (8.8% lower TTFT at 1.5K-3.5K prompts, E=257 N=256 FP8, 8 x H20) over "
+                     "the experts' 0.44 of such a prefill; the H200 configurations: sgl-project/sglang#17965")
+
+
+def moe_prefill_factor(arch: str, weights: str, engine_version: str | None) -> tuple[float, str] | None:
+    """(factor on the class's ``prefill_eff``, source) that gives ``moe_prefill_eff``, the routed experts'
+    prefill GEMMs, under SGLang release ``engine_version`` (e.g. "0.5.3"; None or "unknown": the present one):
+    1 / :data:`TRITON_MOE_PRE_TMA` for FP8 weights on Hopper before :data:`TRITON_MOE_TMA_VERSION`. None: the
+    class's rate holds. A version that does not parse raises ``ValueError`` naming it."""
+    from packaging.version import InvalidVersion, Version
+    if engine_version in (None, "", "unknown") or arch != "hopper" or weights != "fp8":
+        return None
+    try:
+        old = Version(engine_version) < Version(TRITON_MOE_TMA_VERSION)
+    except InvalidVersion:
+        raise ValueError(f"engine_version must be a release such as 0.5.3, got {engine_version!r}"[:300]) from None
+    return (1.0 / TRITON_MOE_PRE_TMA, TRITON_MOE_SOURCE) if old else None
+
+
 # the in-graph kernel floor per GPU generation: a factor on the testbed's (H20, Hopper) t_graph_kernel, fitted on
 # the H200 runs' lowest-concurrency TPOT; Blackwell takes Hopper's
 GRAPH_KERNEL_SCALE: dict[str, float] = {"hopper": 0.603}
@@ -191,15 +232,16 @@ def _efficiencies(gpu: GPUSpec, weights: str, fitted: bool) -> tuple[dict, str]:
     return {}, ""
 
 
-def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True,
-                fp8_gemm_backend: str = "auto") -> dict[str, tuple[float, str]]:
+def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True, fp8_gemm_backend: str = "auto",
+                engine_version: str | None = None) -> dict[str, tuple[float, str]]:
     """Each testbed constant's value (SI) on ``gpu`` with ``weights``, with the rule that gave it, and the
-    constants a built machine adds (``launch_overlap``, ``prefill_attn_eff``).
+    constants a built machine adds (``launch_overlap``, ``prefill_attn_eff``, ``moe_prefill_eff``).
 
     ``fitted=False``: the rules and published figures alone (what the report calls "before"); True: with the
     classes fitted on other machines' runs (:data:`FITTED_CLASSES`, :data:`GRAPH_KERNEL_SCALE`).
     ``fp8_gemm_backend``: SGLang's FP8 GEMM backend (:func:`fp8_gemm_efficiency`; a published kernel figure,
-    so it holds under both)."""
+    so it holds under both). ``engine_version``: SGLang's release, for the routed experts' prefill GEMMs
+    (``moe_prefill_eff``, :func:`moe_prefill_factor`; where no rule applies, the class's ``prefill_eff``)."""
     cal = _testbed_calibration()
     same_class = gpu.arch == get_gpu(TESTBED_GPU).arch and weights == TESTBED_WEIGHTS
     eff, eff_source = ({}, "") if same_class else _efficiencies(gpu, weights, fitted)
@@ -227,6 +269,12 @@ def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True,
     gemm = fp8_gemm_efficiency(gpu, weights, fp8_gemm_backend)
     if gemm:
         out["prefill_eff"] = gemm
+    if not same_class:
+        # a built machine carries the routed experts' rate as a constant of its own (calibrate fits it apart)
+        moe = moe_prefill_factor(gpu.arch, weights, engine_version)
+        value, rule = out["prefill_eff"]
+        out["moe_prefill_eff"] = (value * moe[0], f"{moe[1]}; x {value:.4g}, {rule}") if moe else \
+            (value, f"the class's prefill_eff ({rule})")
     out.setdefault("launch_overlap", (1.0, RULES["launch_overlap"][1]))
     if not same_class and gpu.arch in PREFILL_ATTN_EFF:
         out["prefill_attn_eff"] = PREFILL_ATTN_EFF[gpu.arch]
@@ -234,12 +282,13 @@ def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True,
 
 
 def calibration_for(gpu: GPUSpec, model, *, weights: str, dp: int, fitted: bool = True,
-                    fp8_gemm_backend: str = "auto") -> dict:
+                    fp8_gemm_backend: str = "auto", engine_version: str | None = None) -> dict:
     """The ``calibration:`` section of a built scenario: every testbed constant transferred, with its source."""
     del model, dp            # the rules do not depend on them (kernel counts and collectives are structural)
     cal = _testbed_calibration()
     out = {}
-    for name, (value, rule) in transferred(gpu, weights, fitted=fitted, fp8_gemm_backend=fp8_gemm_backend).items():
+    for name, (value, rule) in transferred(gpu, weights, fitted=fitted, fp8_gemm_backend=fp8_gemm_backend,
+                                           engine_version=engine_version).items():
         raw_unit = cal[name][1].split()[1:] if name in cal and cal[name][1] else []
         out[name] = {"value": _format(value, " ".join(raw_unit)),
                      "source": f"sac-testbed, transferred to {gpu.name.upper()} ({rule})"}

@@ -138,7 +138,8 @@ def _build_all(system: str, sparse: bool = True, kind: str = "mla") -> dict[str,
     E = L - page * sp.floor((L - 1) / page)
     admit = prefill_terms()["hisparse_admit"].xreplace({S("admit_on"): 1})     # once per request
     # eager launches overlap the iteration's GPU work (launch_overlap 1) or add to it (0), as in the engine
-    extend = eager_iteration(_shared(E, 1, S("prefill_eff"), prefill=True) + _prefill(E, L - E, sparse, kind, system)
+    extend = eager_iteration(_shared(E, 1, S("prefill_eff"), prefill=True, moe_eff=_moe_prefill_eff())
+                             + _prefill(E, L - E, sparse, kind, system)
                              + admit)
     ttft = front["tokenize"] + front["request"] + extend
     if system == "rdma":
@@ -152,7 +153,8 @@ def _build_all(system: str, sparse: bool = True, kind: str = "mla") -> dict[str,
     full, rest = sp.floor(L / C), L - C * sp.floor(L / C)        # whole chunks and the last part
 
     def chunk(P, H):
-        return eager_iteration(_shared(P, 1, S("prefill_eff"), prefill=True) + _prefill(P, H, sparse, kind, system))
+        return eager_iteration(_shared(P, 1, S("prefill_eff"), prefill=True, moe_eff=_moe_prefill_eff())
+                               + _prefill(P, H, sparse, kind, system))
     i = sp.Symbol("i", integer=True, nonnegative=True)
     cold = (front["tokenize"] + front["request"] + admit + sp.Sum(chunk(C, i * C), (i, 0, full - 1))
             + sp.Piecewise((chunk(rest, full * C), rest > 0), (0, True)))
@@ -160,8 +162,14 @@ def _build_all(system: str, sparse: bool = True, kind: str = "mla") -> dict[str,
     return {"ttft": ttft, "tbt": tbt, "e2e": ttft + (O - 1) * tbt, "bytes_per_step": nbytes, "ttft_cold": cold}
 
 
-def _shared(N, S_, eff, prefill: bool = False) -> sp.Expr:
-    """The shared part of an iteration over ``N`` distinct tokens and ``S_`` sequences at efficiency ``eff``: one
+def _moe_prefill_eff():
+    return sym("moe_prefill_eff", "dimensionless", "achieved fraction of peak FLOP/s of the routed experts' GEMMs "
+                                                   "in prefill (SGLang's fused MoE under TP)")
+
+
+def _shared(N, S_, eff, prefill: bool = False, moe_eff=None) -> sp.Expr:
+    """The shared part of an iteration over ``N`` distinct tokens and ``S_`` sequences at efficiency ``eff`` (the
+    routed experts' GEMMs at ``moe_eff``, default ``eff``): one
     request alone, whose iteration two-batch overlap cannot split (``tbo`` 0, as the engine's ``Model.splits``).
     ``prefill``: an iteration that prefills runs its own collectives (DP attention's all-reduces, DeepEP's
     prefill kernels), as the engine's ``Model.shared`` does."""
@@ -169,6 +177,7 @@ def _shared(N, S_, eff, prefill: bool = False) -> sp.Expr:
     comm = {S(n): sym(f"{n}_prefill", unit, f"{n} of an iteration that prefills") for n, unit in
             (("coll_bytes", "byte"), ("t_collective", "second"), ("a2a_share", "dimensionless"))} if prefill else {}
     return sum(shared_terms().values()).xreplace({S("N"): N, S("N_d"): N, S("S"): S_, S("mlp_eff"): eff,
+                                                  S("moe_mlp_eff"): eff if moe_eff is None else moe_eff,
                                                   S("tbo"): 0, **comm})
 
 

@@ -185,9 +185,12 @@ def shared_terms() -> dict[str, sp.Expr]:
         "dense_mlp": _roof(c["fu"] * 2 * N * (l_dense * P_mlp + l_moe * n_sh * P_exp / gs) / c["tp"], c["wb"] * dense_w,
                            c["pw"], meff),
         # the busiest GPU computes ep_skew x the mean of the routed tokens (all of them under TP: skew 1)
+        # the routed experts' grouped GEMMs are a kernel of their own (SGLang's Triton fused MoE under TP), with
+        # their own compute efficiency in prefill (moe_prefill_eff; decode: compute_eff, as the other GEMMs)
         "moe": _roof(c["fu"] * 2 * N * l_moe * e * P_exp * _skew() / (c["tp"] * gs), c["wb"] * l_moe * P_exp * experts
-                     / c["tp"], c["pw"], meff, sym("moe_eff", "dimensionless",
-                                                   "achieved fraction of HBM bandwidth of the grouped MoE GEMM")),
+                     / c["tp"], c["pw"], sym("moe_mlp_eff", "dimensionless", "compute efficiency of the routed "
+                                                                             "experts' GEMMs in this iteration"),
+                     sym("moe_eff", "dimensionless", "achieved fraction of HBM bandwidth of the grouped MoE GEMM")),
         "lm_head": _roof(c["fu"] * 2 * S * vh / c["tp"], sym("head_bytes", "byte", "bytes per LM head param")
                          * vh / c["tp"], c["p16"], meff),
     }

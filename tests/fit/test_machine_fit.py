@@ -241,3 +241,20 @@ def test_a_flashinfer_calibration_carried_to_hopper_runs_deepgemm_there():
     assert "fp8_gemm_backend" not in out.serving
     assert out.param("prefill_eff") == pytest.approx(0.11 * h200.param("prefill_eff") / fi.param("prefill_eff"),
                                                      rel=1e-4)
+
+
+def test_prefill_slower_than_the_dense_floor_is_fitted_as_the_routed_experts_rate(tmp_path):
+    """Runs made with the routed experts at 0.06 of the peak (SGLang's Triton fused MoE far below the class):
+    prefill_eff stops at its published floor, 0.2, and the experts' own rate stands in for it, given back within
+    its wider range; unfitted, the experts' rate follows prefill_eff (apply_constants)."""
+    from sacmodel.fit.machine import TAKES_OVER, constant_range
+    base = scenario("h200", model="deepseek-r1", engine_version="0.5.3")
+    truth = apply_constants(base, {"moe_prefill_eff": 0.06})
+    runs = measured_file(tmp_path / "slow.jsonl", truth, [(8192, 16, 1, 2), (8192, 16, 8, 8)])
+    f = fit_machine(base, runs, ["prefill_eff"])
+    assert TAKES_OVER["prefill_eff"] == "moe_prefill_eff" and f.fitted == ["moe_prefill_eff"]
+    assert constant_range(base, "moe_prefill_eff")[0] < 0.06 < constant_range(base, "prefill_eff")[0]
+    assert f.values["moe_prefill_eff"] == pytest.approx(0.06, rel=0.1)
+    assert f.values["prefill_eff"] == base.param("prefill_eff")
+    moved = apply_constants(base, {"prefill_eff": 0.4})
+    assert moved.param("moe_prefill_eff") == pytest.approx(0.4 * 0.8, rel=1e-9)

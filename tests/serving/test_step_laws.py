@@ -27,7 +27,7 @@ V = dict(layers=10.0, w_bytes=1.0, tp=4.0, attn_tp=2.0, peak_bf16=1e15, peak_fp8
          rdma_op_cost=1e-6, pf_rate=1e10, rdma_share=0.5,
          N=64.0, N_d=64.0, S=64.0, coll_bytes=1e4, link_bw=4e11, dense_layers=2.0, moe_layers=8.0, p_dense_mlp=1e8,
          n_shared=1.0, p_expert=4e7, e_active=8.0, n_experts=256.0, ep=1.0, ep_imbalance=0.0, moe_eff=0.8,
-         mlp_eff=0.5, p_head=1e9, head_bytes=2.0, n_kernels=20.0, t_graph_kernel=2e-6, n_coll=3.0, t_collective=1e-5,
+         mlp_eff=0.5, moe_mlp_eff=0.5, p_head=1e9, head_bytes=2.0, n_kernels=20.0, t_graph_kernel=2e-6, n_coll=3.0, t_collective=1e-5,
          P=5.0, H=3.0, mha_on=0.0, dense_on=0.0, index_on=1.0, admit_on=1.0, t_hs_admit=2e-3, f_mha=3000.0,
          p_kvb=1e7, t_launch=5e-6, N_f=1000.0, nic_bw=1e10, stage_copy_bw=5e9, stage_passes=3.0, N_b=2000.0,
          bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4, tbo=0.0, a2a_share=0.0,
@@ -86,6 +86,15 @@ def test_shared_terms_by_hand():
     # the dense layers and shared experts whole on each GPU (--moe-dense-tp-size 1, DeepEP): 5.2e8 bytes each
     whole = ev("shared", dense_split=1.0, shared_split=1.0)
     assert whole["dense_mlp"] == pytest.approx(max(2 * 64 * dense / 4 / 1e15, dense / 2e12), rel=1e-12)
+
+
+def test_the_routed_experts_take_their_own_rate_by_hand():
+    """The MoE term's compute runs at ``moe_mlp_eff`` (FP8 peak 2e15 x 0.125), the dense MLP's still at
+    ``mlp_eff``; 16,384 tokens are compute-bound at both rates (the weights take 8 x 4e7 x 256 / 4 / 3.2e12 =
+    6.4 ms)."""
+    t, base = ev("shared", N=16384.0, N_d=16384.0, moe_mlp_eff=0.125), ev("shared", N=16384.0, N_d=16384.0)
+    assert t["moe"] == pytest.approx(2 * 16384 * 8 * 8 * 4e7 / 4 / (2e15 * 0.125), rel=1e-12)
+    assert t["moe"] == pytest.approx(4 * base["moe"], rel=1e-12) and t["dense_mlp"] == base["dense_mlp"]
 
 
 def test_two_batch_overlap_by_hand():

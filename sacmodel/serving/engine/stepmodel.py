@@ -97,8 +97,10 @@ class Model:
         self._id = _config_id(signature)
         # the shared part's arguments: fixed ones filled in once, the four that vary set per call
         names = self.shared_c.names
-        self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, S=1.0, mlp_eff=1.0, tbo_routed=0.0))
-        self._shared_at = (names.index("N"), names.index("N_d"), names.index("S"), names.index("mlp_eff"))
+        self._shared_args = self.shared_c.args(dict(self.v, N=1.0, N_d=1.0, S=1.0, mlp_eff=1.0, moe_mlp_eff=1.0,
+                                                    tbo_routed=0.0))
+        self._shared_at = (names.index("N"), names.index("N_d"), names.index("S"), names.index("mlp_eff"),
+                           names.index("moe_mlp_eff"))
         self._comm_at = (names.index("coll_bytes"), names.index("t_collective"), names.index("a2a_share"),
                          names.index("ep_skew"), names.index("a2a_lat_share"))
         self._tbo_at = names.index("tbo")
@@ -225,9 +227,9 @@ class Model:
             return pair
         n_tokens, d, prefill, q = key
         a = list(self._shared_args)
-        i_n, i_d, i_s, i_eff = self._shared_at
+        i_n, i_d, i_s, i_eff, i_moe = self._shared_at
         a[i_n], a[i_d], a[i_s] = float(max(n_tokens, 1)), float(max(d, 1)), float(max(q, 1))
-        a[i_eff] = self.v["prefill_eff"] if prefill else self.v["compute_eff"]
+        a[i_eff], a[i_moe] = self._efficiencies(prefill)
         if prefill:
             i_cb, i_tc, i_sh, i_sk, i_ls = self._comm_at
             a[i_cb], a[i_tc] = self.v["coll_bytes_prefill"], self.v["t_collective_prefill"]
@@ -271,8 +273,9 @@ class Model:
     def shared_values(self, n_tokens: float, prefill: bool, distinct: float | None = None,
                       seqs: float | None = None) -> dict[str, float]:
         """Symbol values of the shared part (the arguments of :meth:`shared_terms`)."""
+        mlp, moe = self._efficiencies(prefill)
         v = dict(self.v, N=float(max(n_tokens, 1)), N_d=float(max(distinct or n_tokens, 1)),
-                 S=float(max(seqs or n_tokens, 1)), mlp_eff=self.v["prefill_eff" if prefill else "compute_eff"])
+                 S=float(max(seqs or n_tokens, 1)), mlp_eff=mlp, moe_mlp_eff=moe)
         if prefill:
             v.update(coll_bytes=self.v["coll_bytes_prefill"], t_collective=self.v["t_collective_prefill"],
                      a2a_share=self.v["a2a_share_prefill"], ep_skew=self.v["ep_skew_prefill"],
@@ -283,6 +286,13 @@ class Model:
             v["gemm_share"] = self.v["tbo_gemm_share_prefill" if prefill else "tbo_gemm_share"]
         v["tbo_routed"] = 1.0 if prefill else 0.0
         return v
+
+    def _efficiencies(self, prefill: bool) -> tuple[float, float]:
+        """(dense GEMMs', routed experts' GEMMs') compute efficiency of an iteration: ``prefill_eff`` and
+        ``moe_prefill_eff`` in one that prefills, ``compute_eff`` for both in a decode step."""
+        if prefill:
+            return self.v["prefill_eff"], self.v["moe_prefill_eff"]
+        return self.v["compute_eff"], self.v["compute_eff"]
 
     def splits(self, n_tokens: float) -> bool:
         """Whether two-batch overlap can split an iteration of ``n_tokens`` over the ranks into two micro-batches:

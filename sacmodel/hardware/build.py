@@ -191,8 +191,11 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
         "serving": serving,
     }
     from .transfer import calibration_for
+    # the release selects the Triton fused MoE's kernels; with DeepEP SGLang runs DeepGEMM's grouped GEMM instead
+    # (fp8.py at a4a3d8239), which no release rule moves
     data["calibration"] = calibration_for(g, m, weights=weights, dp=dp, fitted=transfer == "fitted",
-                                          fp8_gemm_backend=fp8_gemm_backend, engine_version=engine_version)
+                                          fp8_gemm_backend=fp8_gemm_backend,
+                                          engine_version=engine_version if moe_a2a == "none" else None)
     return data
 
 

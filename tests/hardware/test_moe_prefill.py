@@ -67,3 +67,14 @@ def test_a_bad_release_is_one_clear_line(tmp_path):
     p.write_text(lines[0] + "\n" + lines[row].replace(",0.5.3,", ",v-next,", 1) + "\n")
     with pytest.raises(DataError, match=r"bad\.csv:2: column 'engine_version' must be a release such as 0.5.3"):
         load_external_runs(p)
+
+
+def test_the_release_rule_leaves_deepep_experts_alone():
+    """With DeepEP SGLang runs the routed experts on DeepGEMM's grouped GEMM, not the Triton fused MoE whose
+    kernels a release selects: an old release moves the TP server's expert rate, not the DeepEP one's."""
+    from sacmodel.hardware.build import scenario
+    ep = dict(gpus=16, model="deepseek-r1", tp=16, dp=16, ep=16, moe_a2a="deepep")
+    assert scenario("h200", **ep, engine_version="0.5.3").param("moe_prefill_eff") == \
+        scenario("h200", **ep).param("moe_prefill_eff")
+    tp = scenario("h200", gpus=8, model="deepseek-r1", tp=8, engine_version="0.5.3")
+    assert tp.param("moe_prefill_eff") < tp.param("prefill_eff")

@@ -301,7 +301,6 @@ def static_values(cfg: Config) -> dict[str, float]:
         t_kernel=t.param("t_kernel"),
         swap_inflight=_setting(t, "swap_block_threads", 1024) * _setting(t, "swap_load_bytes", 8.0),
         t_request=t.param("t_request"), t_token=t.param("t_token"),
-        t_client_request=_setting(t, "t_client_request", 0.0), t_client_token=_setting(t, "t_client_token", 0.0),
         rdma_topk_on=1.0 if cfg.system == "rdma-topk" else 0.0, rdma_share=1.0 / cfg.dp,
         stage_passes=_setting(t, "stage_passes", 4.0),
         stage_copy_bw=t.param("stage_copy_bw") if cfg.system == "rdma" else 1.0,

@@ -74,37 +74,6 @@ def test_open_loop_client_waits_for_arrivals(cfg):
     assert c.next_req == 2 and c.next_send() == math.inf
 
 
-def test_a_benchmark_clients_loop_sends_a_wave_one_request_after_another_and_it_arrives_whole(cfg):
-    """The client's own event loop (t_client = 1 ms per request + 1 us per prompt token): three requests
-    released at once are timed from 0, 2 and 4 ms (1 ms + 1000 x 1 us each) and reach the front end together
-    at 6 ms, when the loop has sent all three; a slot freed at 1 s sends the next alone, timed from 1 s and
-    there at 1.002 s."""
-    _, tb = table(cfg, [1000] * 4, [5] * 4)
-    fe = FrontEnd()
-    c = Client(tb, 3, fe, t_token=1e-6, t_client=(1e-3, 1e-6))
-    c.send(0.0)
-    assert c.sent[:3] == pytest.approx([0.0, 2e-3, 4e-3])
-    assert [(x[0], x[1]) for x in fe.intake] == [(pytest.approx(6e-3), 0), (pytest.approx(6e-3), 1),
-                                                (pytest.approx(6e-3), 2)]
-    c.deliver([(0, True)], 1.0)
-    assert c.sent[3] == 1.0 and fe.intake[-1][:2] == (pytest.approx(1.002), 3)
-
-
-def test_a_busy_client_loop_holds_the_next_wave_until_it_is_free(cfg):
-    """A slot freed while the loop still sends the first wave (at 1 ms of its 4 ms) is sent after it: timed
-    from 4 ms, at the server at 6 ms. Without a client loop (0, 0) every request goes at its release."""
-    _, tb = table(cfg, [1000] * 3, [5] * 3)
-    fe = FrontEnd()
-    c = Client(tb, 2, fe, t_token=1e-6, t_client=(1e-3, 1e-6))
-    c.send(0.0)
-    c.deliver([(0, True)], 1e-3)
-    assert c.sent == pytest.approx([0.0, 2e-3, 4e-3]) and fe.intake[-1][:2] == (pytest.approx(6e-3), 2)
-    fe0 = FrontEnd()
-    c0 = Client(tb, 3, fe0, t_token=1e-6)
-    c0.send(0.0)
-    assert c0.sent == [0.0, 0.0, 0.0] and [x[0] for x in fe0.intake] == [0.0, 0.0, 0.0]
-
-
 # ---- dispatch and scheduling -------------------------------------------------------------------------
 def make_ranks(cfg, tb, reqs):
     memory = DeviceMemory(cfg.dp, cfg.max_total_tokens, tb, reqs.prefix_pages)

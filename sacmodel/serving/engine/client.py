@@ -16,19 +16,11 @@ class Client:
     requests are the users' first requests, each sent at its own arrival time (the user's phase) on a slot kept
     for it; the rest go in order as slots free, as each user sends its next request when it sees the last token
     of its previous one (whether or not a later user has joined yet). A request reaches the front end its
-    ``delay`` after it is sent (the network), and costs it ``t_token`` per prompt token.
-
-    The client's own event loop (``t_client`` = (s per request, s per prompt token); (0, 0): every user its
-    own client): a benchmark client such as the testbed's (``e2e_bench.run_round``: one asyncio loop,
-    aiohttp, the prompt sent as JSON text) takes each request it sends through one serial step that starts the
-    request's clock (``st``, from which it times TTFT), serialises its JSON body and opens its connection; only
-    then does the loop write the bodies. Requests released at the same moment (a wave: the first one, or the
-    slots freed by one delivery) are sent one after another, each timed from its own step, and reach the
-    server together, when the loop has taken the whole wave through that step.
+    ``delay`` after it is sent (the network, HTTP and the client's own event loop), and costs it ``t_token``
+    per prompt token.
     """
 
-    def __init__(self, table: RequestTable, concurrency: int, frontend: FrontEnd, t_token: float,
-                 t_client: tuple[float, float] = (0.0, 0.0)):
+    def __init__(self, table: RequestTable, concurrency: int, frontend: FrontEnd, t_token: float):
         self.arrival, self.L, self.n = table.arrival, table.L, table.n
         self.concurrency, self.frontend, self.t_token = concurrency, frontend, t_token
         self.sent = [math.nan] * table.n        # when each request was sent
@@ -42,10 +34,6 @@ class Client:
         self.stopped = False                    # the server failed: nothing more is sent
         self.delay = table.delay                # each request's network and HTTP delay to the front end (s)
         self.listener = None                    # called (request, is its last token, when) on every delivery
-        self.t_send, self.t_send_token = t_client
-        self.loop_free = 0.0                    # when the client's loop has taken every sent request through
-        self.wave: list[int] = []               # requests released at one moment, still to reach the server
-        self.wave_at = -math.inf                # when they were released
 
     def add(self) -> None:
         """One more request in the table (appended by a cluster as it routes requests here)."""
@@ -64,7 +52,6 @@ class Client:
             self.next_lead += 1
         i, n, kept = self.next_req, self.n, self.lead - self.next_lead
         if i >= n or self.in_flight + kept >= self.concurrency:
-            self._reach()
             return
         arrival = self.arrival
         while i < n and self.in_flight + kept < self.concurrency and arrival[i] <= limit:
@@ -73,29 +60,12 @@ class Client:
             self._go(i, max(arrival[i], self.slot_since))
             i += 1
             self.next_req = i
-        self._reach()
 
     def _go(self, i: int, r: float) -> None:
-        """Request ``i`` released at ``r`` (s): sent when the client's loop comes to it."""
+        """Request ``i`` sent at ``r`` (s)."""
+        self.sent[i] = r
+        self.frontend.arrive(r + self.delay[i] if self.delay else r, i, self.t_token * self.L[i])
         self.in_flight += 1
-        if not (self.t_send or self.t_send_token):            # every user its own client: sent at once
-            self.sent[i] = r
-            self.frontend.arrive(r + self.delay[i] if self.delay else r, i, self.t_token * self.L[i])
-            return
-        if self.wave and r > self.wave_at + 1e-12:
-            self._reach()
-        start = r if r > self.loop_free else self.loop_free
-        self.sent[i] = start
-        self.loop_free = start + self.t_send + self.t_send_token * self.L[i]
-        self.wave.append(i)
-        self.wave_at = r
-
-    def _reach(self) -> None:
-        """The released wave reaches the front end: when the client's loop has sent all of it."""
-        fe, delay, t = self.frontend, self.delay, self.loop_free
-        for i in self.wave:
-            fe.arrive(t + delay[i] if delay else t, i, self.t_token * self.L[i])
-        self.wave.clear()
 
     def deliver(self, payload: list, when: float) -> None:
         """Tokens reach the client at ``when``: ``payload`` holds (request, is its last token) pairs."""

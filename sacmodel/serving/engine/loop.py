@@ -105,8 +105,7 @@ class Engine:
         self.table = table = RequestTable(cfg, reqs)
         self.vllm = cfg.engine == "vllm"
         self.frontend = VLLMFrontEnd(*vllm_front_end(cfg.topo)) if self.vllm else FrontEnd()
-        self.client = Client(table, concurrency, self.frontend, model.v["t_token"],
-                             (model.v["t_client_request"], model.v["t_client_token"]))
+        self.client = Client(table, concurrency, self.frontend, model.v["t_token"])
         self.memory = _memory(cfg, table, reqs.prefix_pages)
         self.staging = Staging(cfg, table, model, reqs.cold_staging)
         self.distinct = DistinctTokens(cfg.dp, table.pid)

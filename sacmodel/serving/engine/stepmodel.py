@@ -27,8 +27,7 @@ _MAX_SHARED = 200_000
 # Static values that no rank, shared or prefill part reads (the front end's, the prefix copy's, and HiSparse's
 # admission, which the prefill part's key carries itself): left out of the parts' signature, so that a fit
 # moving them (calibrate's serving stage) reuses the parts. tests/fit/test_fit_reuse.py checks it.
-PARTS_FREE = ("t_request", "t_token", "t_client_request", "t_client_token", "stage_copy_bw", "stage_passes",
-              "t_hs_admit")
+PARTS_FREE = ("t_request", "t_token", "stage_copy_bw", "stage_passes", "t_hs_admit")
 
 
 def _config_id(signature: tuple) -> int:

@@ -181,7 +181,8 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
     }
     from .transfer import calibration_for
     data["calibration"] = calibration_for(g, m, weights=weights, dp=dp, fitted=transfer == "fitted",
-                                          fp8_gemm_backend=fp8_gemm_backend)
+                                          fp8_gemm_backend=fp8_gemm_backend,
+                                          page=int(serving["page_tokens"]["value"]))
     return data
 
 

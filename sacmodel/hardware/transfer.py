@@ -85,7 +85,9 @@ PREFILL_ATTN_EFF: dict[str, tuple[float, str]] = {
 # instead, and the weights' reads keep ``hbm_eff`` too. Which kernel runs: SGLang v0.5.5 (server_args.py
 # _handle_attention_backend_compatibility at 303cc957e) picks "fa3" for Qwen3ForCausalLM, LlamaForCausalLM and the
 # other is_fa3_default_architecture models on Hopper, "flashinfer" on Blackwell, with page size 1
-# (_handle_page_size); vLLM V1 runs its FLASH_ATTN backend (FlashAttention-3 on SM90) in 16-token blocks.
+# (_handle_page_size); vLLM V1 runs its FLASH_ATTN backend in 16-token blocks, FlashAttention-3 on SM90
+# (vllm/attention/utils/fa_utils.py get_flash_attn_version: "if hopper default to FA3"), and FlashInfer's
+# decode on SM100 [not checked here; the Blackwell class below is FlashInfer's].
 _FA3_PAGED = ("FlashAttention-3's paged decode on H100 SXM (Dao-AILab/flash-attention#1572, TheRainstorm, "
               "2025-04-11: batch 16, 32 heads, page size 8, CUDA graphs): 1,796 GB/s at 2,000 tokens and 1,849 at "
               "4,000 of 3,350 = 0.54-0.55 (1,226 at 128 tokens); FA3 gathers a small page's KV rows one address a row "

@@ -93,6 +93,7 @@ def test_units_memory_fraction_in_gb_refused(capsys, tmp_path):
 @pytest.mark.parametrize("name,value,msg", [
     ("mem_fraction", 1.5, "must be in (0, 1]"), ("mem_fraction", 0, "must be positive"),
     ("hbm_eff", 1.2, "must be in (0, 1]"), ("compute_eff", 0, "must be positive"),
+    ("gqa_decode_eff", 1.5, "must be in (0, 1]"), ("gqa_decode_eff", 0, "must be positive"),
     ("prefill_eff", -0.1, "must be positive"), ("score_correlation", 1.01, "must be in [0, 0.999999]"),
     ("tp", 2.5, "whole number"), ("dp", 0, "must be positive"), ("tp", 0, "must be positive"),
     ("max_total_tokens", 0, "must be positive"), ("max_total_tokens", 1000.5, "whole number"),

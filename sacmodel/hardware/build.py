@@ -195,7 +195,8 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
     # (fp8.py at a4a3d8239), which no release rule moves
     data["calibration"] = calibration_for(g, m, weights=weights, dp=dp, fitted=transfer == "fitted",
                                           fp8_gemm_backend=fp8_gemm_backend,
-                                          engine_version=engine_version if moe_a2a == "none" else None)
+                                          engine_version=engine_version if moe_a2a == "none" else None,
+                                          page=int(serving["page_tokens"]["value"]))
     return data
 
 

@@ -151,7 +151,7 @@ PARAM_RANGES: dict[str, Range] = {
     "engine": Range("string", 0, 0, choices=("sglang", "vllm")),
     "topk_overlap": _fraction(lo_closed=True),
     "launch_overlap": _fraction(lo_closed=True), "prefill_attn_eff": _fraction(),
-    "moe_prefill_eff": _fraction(),
+    "moe_prefill_eff": _fraction(), "gqa_decode_eff": _fraction(),
     "topk_churn_exponent": Range("dimensionless", -4.0, 4.0),
     "weight_bytes_per_param": Range("dimensionless", 0.0, 8.0, lo_open=True),
     "max_total_tokens": _count(1 << 31, "tokens"), "max_running_requests": _count(1 << 20),

@@ -23,7 +23,8 @@ kind of thing; :data:`RULES` says which, and so how it transfers:
   (:func:`moe_prefill_factor`, the one version rule, read from the run's ``engine_version``).
 - **published kernel** (``hbm_eff``: FlashMLA's dense decode against HBM; ``sparse_prefill_eff``: its sparse
   prefill against the BF16 peak; ``prefill_attn_eff``: the dense prefill attention kernels per generation,
-  :data:`PREFILL_ATTN_EFF`): a vendor's measurement of the kernel, not fitted.
+  :data:`PREFILL_ATTN_EFF`; ``gqa_decode_eff``: the paged decode attention of GQA models per generation and
+  page size, :data:`PAGED_DECODE_EFF`): a vendor's or a kernel author's measurement of the kernel, not fitted.
 - **workload** (the score process of the top-k selection): carried over; it belongs to the model and prompts.
 - **interconnect** (``t_collective``): carried over between NVLink generations (a small collective's latency is
   set by synchronisation, not bandwidth).
@@ -59,6 +60,8 @@ RULES: dict[str, tuple[str, str]] = {
     "prefill_attn_eff": ("published kernel", "per GPU generation: PREFILL_ATTN_EFF (FlashAttention-3, FlashMLA)"),
     "moe_prefill_eff": ("engine version", "the class's prefill_eff; FP8 on Hopper under SGLang before "
                                           "TRITON_MOE_TMA_VERSION: divided by TRITON_MOE_PRE_TMA (moe_prefill_factor)"),
+    "gqa_decode_eff": ("published kernel", "per GPU generation and page size: PAGED_DECODE_EFF (FlashAttention-3 "
+                                           "on Hopper, FlashInfer on Blackwell); GQA models only"),
     "t_hs": ("host CPU", "carried over (HiSparse's per-step Python work)"),
     "t_hs_req": ("host CPU", "carried over (HiSparse's per-request work)"),
     "t_hs_admit": ("host CPU", "carried over (HiSparse's admission work per request)"),
@@ -81,6 +84,47 @@ PREFILL_ATTN_EFF: dict[str, tuple[float, str]] = {
     "blackwell": (0.649, "deepseek-ai/FlashMLA README (066b5ba): the SM100 dense MHA prefill kernel reaches 1,460 "
                          "TFLOP/s forward on B200, of 2,250 = 0.649"),
 }
+
+# Decode attention of GQA models (Qwen3, Llama) reads each request's KV from a paged cache, a fraction of HBM per
+# GPU generation and page size: (smallest page size of the class, value, source), ascending. A server's page size
+# takes the class of the largest smallest-page at or below it. MLA models decode with FlashMLA at ``hbm_eff``
+# instead, and the weights' reads keep ``hbm_eff`` too. Which kernel runs: SGLang v0.5.5 (server_args.py
+# _handle_attention_backend_compatibility at 303cc957e) picks "fa3" for Qwen3ForCausalLM, LlamaForCausalLM and the
+# other is_fa3_default_architecture models on Hopper, "flashinfer" on Blackwell, with page size 1
+# (_handle_page_size); vLLM V1 runs its FLASH_ATTN backend in 16-token blocks, FlashAttention-3 on SM90
+# (vllm/attention/utils/fa_utils.py get_flash_attn_version: "if hopper default to FA3"), and FlashInfer's
+# decode on SM100 [not checked here; the Blackwell class below is FlashInfer's].
+_FA3_PAGED = ("FlashAttention-3's paged decode on H100 SXM (Dao-AILab/flash-attention#1572, TheRainstorm, "
+              "2025-04-11: batch 16, 32 heads, page size 8, CUDA graphs): 1,796 GB/s at 2,000 tokens and 1,849 at "
+              "4,000 of 3,350 = 0.54-0.55 (1,226 at 128 tokens); FA3 gathers a small page's KV rows one address a row "
+              "(cp.async, row addresses sharded over the load threads, the scheme FA4 took over in "
+              "Dao-AILab/flash-attention#2104), so SGLang's page 1 and vLLM's 16-token blocks read in the same class "
+              "[MHA measured; GQA's KV heads are read by the same paged loads]")
+_FLASHINFER_SM100 = ("FlashInfer's paged batch decode on Blackwell (vllm-project/vllm#19825, 2025-07-09, "
+                     "benchmark_trtllm_decode_attention.py: 64 query / 8 KV heads of 128, BF16, 16-token blocks): 256 "
+                     "sequences of uniform random length up to 2,048 (about 1.07 GB of KV) in 0.191 ms = 5.6 TB/s of "
+                     "8 = 0.70 (its TRT-LLM decode kernel 0.174 ms, 0.77); FlashInfer gathers small pages with "
+                     "cp.async row loads made for page size 1 (flashinfer-ai/flashinfer#1474, yzh119), so SGLang's "
+                     "page 1 is in the same class [assumed: no published page-1 figure on SM100]; FA4's SM100 paged "
+                     "decode (Dao-AILab/flash-attention#2104, GQA 32/4, 64K) read 2.32 / 3.90 / 4.37 / 5.26 TB/s at "
+                     "pages 1 / 8 / 32 / 128 before that PR and about 5 TB/s (0.63) at any page size after")
+PAGED_DECODE_EFF: dict[str, tuple[tuple[int, float, str], ...]] = {
+    "hopper": ((1, 0.55, _FA3_PAGED),),
+    "blackwell": ((1, 0.70, _FLASHINFER_SM100),),
+}
+
+
+def paged_decode_eff(arch: str, page: int) -> tuple[float, str] | None:
+    """(fraction of HBM bandwidth, source) of the paged decode attention of a GQA model on GPU generation ``arch``
+    with pages of ``page`` tokens: the class of :data:`PAGED_DECODE_EFF` whose smallest page is the largest at or
+    below ``page``. None: no published figure for the generation (``hbm_eff`` is carried)."""
+    classes = PAGED_DECODE_EFF.get(arch)
+    if not classes or page < classes[0][0]:
+        return None
+    fits = [c for c in classes if c[0] <= page]
+    _, value, source = fits[-1]
+    return value, source
+
 
 # Kernel efficiencies of a GPU generation and weight format other than the testbed's. Keys: (architecture,
 # weights) -> {constant: value}; each class's source in KERNEL_SOURCES. FITTED_CLASSES were fitted on
@@ -282,9 +326,11 @@ def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True, fp8_gemm_bac
 
 
 def calibration_for(gpu: GPUSpec, model, *, weights: str, dp: int, fitted: bool = True,
-                    fp8_gemm_backend: str = "auto", engine_version: str | None = None) -> dict:
-    """The ``calibration:`` section of a built scenario: every testbed constant transferred, with its source."""
-    del model, dp            # the rules do not depend on them (kernel counts and collectives are structural)
+                    fp8_gemm_backend: str = "auto", engine_version: str | None = None, page: int = 1) -> dict:
+    """The ``calibration:`` section of a built scenario: every testbed constant transferred, with its source; a
+    GQA model's paged decode attention (``gqa_decode_eff``) from :func:`paged_decode_eff` for the server's page
+    size ``page`` (tokens)."""
+    del dp                   # the rules do not depend on it (kernel counts and collectives are structural)
     cal = _testbed_calibration()
     out = {}
     for name, (value, rule) in transferred(gpu, weights, fitted=fitted, fp8_gemm_backend=fp8_gemm_backend,
@@ -292,6 +338,10 @@ def calibration_for(gpu: GPUSpec, model, *, weights: str, dp: int, fitted: bool 
         raw_unit = cal[name][1].split()[1:] if name in cal and cal[name][1] else []
         out[name] = {"value": _format(value, " ".join(raw_unit)),
                      "source": f"sac-testbed, transferred to {gpu.name.upper()} ({rule})"}
+    paged = paged_decode_eff(gpu.arch, page) if getattr(model, "kind", "mla") != "mla" else None
+    if paged:
+        out["gqa_decode_eff"] = {"value": _format(paged[0], ""),
+                                 "source": f"published kernel, {gpu.arch} with pages of {page} tokens ({paged[1]})"}
     return out
 
 

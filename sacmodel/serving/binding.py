@@ -30,7 +30,7 @@ RATES = {"hbm_bw": "hbm", "peak_w": "flops", "peak_bf16": "flops", "peak_fp8": "
          "bk_bw": "route", "nic_bw": "route", "link_bw": "link", "pf_rate": "link", "sw_lat": "latency"}
 CONSTANTS = ("t_hs", "t_hs_req", "t_hs_admit", "t_graph_kernel", "t_collective", "t_launch", "t_kernel",
              "t_token", "t_request", "rdma_op_cost", "stage_copy_bw")
-EFFICIENCIES = ("hbm_eff", "moe_eff", "compute_eff", "prefill_eff", "mlp_eff", "moe_mlp_eff")
+EFFICIENCIES = ("hbm_eff", "decode_attn_eff", "moe_eff", "compute_eff", "prefill_eff", "mlp_eff", "moe_mlp_eff")
 CONSTANT_NAMES = {"t_hs": "HiSparse CPU work per step (t_hs)", "t_hs_req": "HiSparse CPU work per request (t_hs_req)",
                   "t_hs_admit": "HiSparse admission CPU work (t_hs_admit)",
                   "t_graph_kernel": "GPU small-kernel floor (t_graph_kernel)",

@@ -297,6 +297,7 @@ def static_values(cfg: Config) -> dict[str, float]:
         t_launch=t.param("t_launch"), launch_overlap=_setting(t, "launch_overlap", 1.0),
         prefill_attn_eff=_setting(t, "prefill_attn_eff", t.param("prefill_eff")),
         moe_prefill_eff=_setting(t, "moe_prefill_eff", t.param("prefill_eff")), flop_unit=1.0, hs_on=1.0 if hs else 0.0,
+        decode_attn_eff=decode_attention_eff(cfg),
         t_hs=t.param("t_hs") if hs else 0.0, t_hs_req=t.param("t_hs_req") if hs else 0.0,
         t_hs_admit=_setting(t, "t_hs_admit", 0.0) if hs else 0.0,
         t_kernel=t.param("t_kernel"),
@@ -343,6 +344,17 @@ def static_values(cfg: Config) -> dict[str, float]:
     page_reads = t.serving["rdma_topk_granularity"].raw == "page" if "rdma_topk_granularity" in t.serving else False
     v["rdma_ops_per_miss"], v["rdma_bytes_per_miss"] = 1.0, v["entry_bytes"] * (cfg.page if page_reads else 1)
     return v
+
+
+def decode_attention_eff(cfg: Config) -> float:
+    """Fraction of HBM bandwidth at which a decode step reads the KV its attention reads: FlashMLA's ``hbm_eff``
+    for MLA (DSA's sparse reads included), the scenario's ``gqa_decode_eff`` for a GQA model's paged kernel
+    (:data:`sacmodel.hardware.transfer.PAGED_DECODE_EFF`, set by a built machine for its GPU and page size), else
+    ``hbm_eff`` carried."""
+    t = cfg.topo
+    if cfg.model.kind == "mla":
+        return t.param("hbm_eff")
+    return _setting(t, "gqa_decode_eff", t.param("hbm_eff"))
 
 
 def ep_skew(cfg: Config, phase: str) -> float:

@@ -21,7 +21,8 @@ experts: the same bytes per GPU, plus the busiest group's excess).
 A rank's own part is one of (every term is named in :func:`rank_terms` and :func:`prefill_terms`):
 
 - decode of ``b`` requests: projections, the lightning indexer over their ``L`` keys (in HBM), attention over
-  ``k`` entries (the top-k for DSA, all ``L`` for dense attention), and for HiSparse pools (dram, cxl, rdma after
+  ``k`` entries (the top-k for DSA, all ``L`` for dense attention; its KV read at ``decode_attn_eff``: FlashMLA's
+  ``hbm_eff`` for MLA, the paged kernel's ``gqa_decode_eff`` for GQA), and for HiSparse pools (dram, cxl, rdma after
   its copy) the machinery it adds: the CPU preparation of the step, which HiSparse serialises with the GPU
   (``t_hs`` per step), per-request work (``t_hs_req``), and per layer one swap-in kernel copying the step's
   misses from the pool (:func:`sacmodel.serving.costs.swap_in_time`, over the topology route shared by the ranks;
@@ -118,7 +119,9 @@ def rank_terms() -> dict[str, sp.Expr]:
         "attn_proj": _roof(c["fu"] * 2 * b * c["layers"] * w, c["wb"] * c["layers"] * w, c["pw"], c["eff"]),
         "indexer": b * c["layers"] * sp.Max(c["f_ix"] * L / (c["p8"] * c["eff"]),
                                              c["ikb"] * L / (sym("hbm_bw", "byte/second") * sym("hbm_eff"))),
-        "attention": b * c["layers"] * _roof(c["f_at"] * c["k"], c["rb"] * c["k"], c["p16"], c["eff"]),
+        "attention": b * c["layers"] * _roof(c["f_at"] * c["k"], c["rb"] * c["k"], c["p16"], c["eff"], sym(
+            "decode_attn_eff", "dimensionless", "achieved fraction of HBM bandwidth of the decode attention's KV read "
+            "(MLA: FlashMLA's hbm_eff; GQA: the paged kernel's gqa_decode_eff)")),
         "hisparse": hs * (sym("t_hs", "second", "HiSparse CPU preparation per step, serialised with the GPU")
                           + b * sym("t_hs_req", "second", "HiSparse work per request per step")),
         "swap": swap_on * c["layers"] * sw,

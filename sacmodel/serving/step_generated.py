@@ -2,10 +2,10 @@
 # flake8: noqa
 
 from math import sqrt
-SOURCE_HASH = 'a66c911258d506651a1946e8da2ff9e04f8e0f4562827ae875f74de3cab231dc'
+SOURCE_HASH = '28b01f8311d7283bc4bcbcc899f63efcf20bcdb24c92323d28b7c3484d92c083'
 
 GROUPS = {
-    'rank': (('L', 'M', 'M_max', 'attn_tp', 'b', 'compute_eff', 'entry_bytes', 'f_attn', 'f_index', 'flop_unit', 'hbm_bw', 'hbm_eff', 'hs_on', 'index_key_bytes', 'k_attn', 'kv_read_bytes', 'layers', 'p_attn_rep', 'p_attn_split', 'peak_bf16', 'peak_fp8', 'peak_w', 'pf_rate', 'rdma_bytes_per_miss', 'rdma_op_cost', 'rdma_ops_per_miss', 'rdma_share', 'rdma_topk_on', 'sw_bw', 'sw_lat', 'swap_inflight', 'swap_on', 't_hs', 't_hs_req', 't_kernel', 'w_bytes'), ('attn_proj', 'indexer', 'attention', 'hisparse', 'swap', 'rdma_topk')),
+    'rank': (('L', 'M', 'M_max', 'attn_tp', 'b', 'compute_eff', 'decode_attn_eff', 'entry_bytes', 'f_attn', 'f_index', 'flop_unit', 'hbm_bw', 'hbm_eff', 'hs_on', 'index_key_bytes', 'k_attn', 'kv_read_bytes', 'layers', 'p_attn_rep', 'p_attn_split', 'peak_bf16', 'peak_fp8', 'peak_w', 'pf_rate', 'rdma_bytes_per_miss', 'rdma_op_cost', 'rdma_ops_per_miss', 'rdma_share', 'rdma_topk_on', 'sw_bw', 'sw_lat', 'swap_inflight', 'swap_on', 't_hs', 't_hs_req', 't_kernel', 'w_bytes'), ('attn_proj', 'indexer', 'attention', 'hisparse', 'swap', 'rdma_topk')),
     'shared': (('N', 'N_d', 'S', 'a2a_lat_share', 'a2a_share', 'coll_bytes', 'dense_layers', 'dense_split', 'e_active', 'ep', 'ep_imbalance', 'ep_skew', 'flop_unit', 'gemm_share', 'hbm_bw', 'hbm_eff', 'head_bytes', 'layers', 'link_bw', 'mlp_eff', 'moe_eff', 'moe_layers', 'moe_mlp_eff', 'n_coll', 'n_experts', 'n_kernels', 'n_shared', 'p_dense_mlp', 'p_expert', 'p_head', 'peak_bf16', 'peak_w', 'shared_split', 't_collective', 't_graph_kernel', 'tbo', 'tbo_routed', 'tp', 'w_bytes'), ('fixed', 'comm', 'dense_mlp', 'moe', 'lm_head', 'a2a_imbalance', 'tbo_overlap')),
     'prefill': (('H', 'P', 'admit_on', 'attn_tp', 'dense_on', 'f_attn', 'f_index', 'f_mha', 'flop_unit', 'hbm_bw', 'hbm_eff', 'hs_on', 'index_on', 'k_attn', 'layers', 'mha_on', 'p_attn_rep', 'p_attn_split', 'p_kvb', 'peak_bf16', 'peak_fp8', 'peak_w', 'prefill_attn_eff', 'prefill_eff', 'sparse_prefill_eff', 't_hs_admit', 'w_bytes'), ('hisparse_admit', 'prefill_proj', 'prefill_indexer', 'prefill_attention', 'prefill_decompress')),
     'eager': (('layers', 'n_kernels', 't_graph_kernel', 't_launch'), ('launch',)),
@@ -15,32 +15,32 @@ GROUPS = {
 }
 
 
-def rank__attn_proj(L, M, M_max, attn_tp, b, compute_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
+def rank__attn_proj(L, M, M_max, attn_tp, b, compute_eff, decode_attn_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
     return max(layers*w_bytes*(p_attn_rep + p_attn_split/attn_tp)/(hbm_bw*hbm_eff), 2*b*flop_unit*layers*(p_attn_rep + p_attn_split/attn_tp)/(compute_eff*peak_w))
 
 
-def rank__indexer(L, M, M_max, attn_tp, b, compute_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
+def rank__indexer(L, M, M_max, attn_tp, b, compute_eff, decode_attn_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
     return b*layers*max(L*f_index/(compute_eff*peak_fp8), L*index_key_bytes/(hbm_bw*hbm_eff))
 
 
-def rank__attention(L, M, M_max, attn_tp, b, compute_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
-    return b*layers*max(f_attn*k_attn/(compute_eff*peak_bf16), k_attn*kv_read_bytes/(hbm_bw*hbm_eff))
+def rank__attention(L, M, M_max, attn_tp, b, compute_eff, decode_attn_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
+    return b*layers*max(f_attn*k_attn/(compute_eff*peak_bf16), k_attn*kv_read_bytes/(decode_attn_eff*hbm_bw))
 
 
-def rank__hisparse(L, M, M_max, attn_tp, b, compute_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
+def rank__hisparse(L, M, M_max, attn_tp, b, compute_eff, decode_attn_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
     return hs_on*(b*t_hs_req + t_hs)
 
 
-def rank__swap(L, M, M_max, attn_tp, b, compute_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
+def rank__swap(L, M, M_max, attn_tp, b, compute_eff, decode_attn_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
     return layers*swap_on*(sw_lat + t_kernel + max(M_max*entry_bytes*sw_lat/swap_inflight, M*entry_bytes/min(sw_bw, b*swap_inflight/sw_lat)))
 
 
-def rank__rdma_topk(L, M, M_max, attn_tp, b, compute_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
+def rank__rdma_topk(L, M, M_max, attn_tp, b, compute_eff, decode_attn_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
     return M*layers*rdma_topk_on*(rdma_op_cost*rdma_ops_per_miss + rdma_bytes_per_miss/pf_rate)/rdma_share
 
 
-def rank__total(L, M, M_max, attn_tp, b, compute_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
-    return M*layers*rdma_topk_on*(rdma_op_cost*rdma_ops_per_miss + rdma_bytes_per_miss/pf_rate)/rdma_share + b*layers*max(L*f_index/(compute_eff*peak_fp8), L*index_key_bytes/(hbm_bw*hbm_eff)) + b*layers*max(f_attn*k_attn/(compute_eff*peak_bf16), k_attn*kv_read_bytes/(hbm_bw*hbm_eff)) + hs_on*(b*t_hs_req + t_hs) + layers*swap_on*(sw_lat + t_kernel + max(M_max*entry_bytes*sw_lat/swap_inflight, M*entry_bytes/min(sw_bw, b*swap_inflight/sw_lat))) + max(layers*w_bytes*(p_attn_rep + p_attn_split/attn_tp)/(hbm_bw*hbm_eff), 2*b*flop_unit*layers*(p_attn_rep + p_attn_split/attn_tp)/(compute_eff*peak_w))
+def rank__total(L, M, M_max, attn_tp, b, compute_eff, decode_attn_eff, entry_bytes, f_attn, f_index, flop_unit, hbm_bw, hbm_eff, hs_on, index_key_bytes, k_attn, kv_read_bytes, layers, p_attn_rep, p_attn_split, peak_bf16, peak_fp8, peak_w, pf_rate, rdma_bytes_per_miss, rdma_op_cost, rdma_ops_per_miss, rdma_share, rdma_topk_on, sw_bw, sw_lat, swap_inflight, swap_on, t_hs, t_hs_req, t_kernel, w_bytes):
+    return M*layers*rdma_topk_on*(rdma_op_cost*rdma_ops_per_miss + rdma_bytes_per_miss/pf_rate)/rdma_share + b*layers*max(L*f_index/(compute_eff*peak_fp8), L*index_key_bytes/(hbm_bw*hbm_eff)) + b*layers*max(f_attn*k_attn/(compute_eff*peak_bf16), k_attn*kv_read_bytes/(decode_attn_eff*hbm_bw)) + hs_on*(b*t_hs_req + t_hs) + layers*swap_on*(sw_lat + t_kernel + max(M_max*entry_bytes*sw_lat/swap_inflight, M*entry_bytes/min(sw_bw, b*swap_inflight/sw_lat))) + max(layers*w_bytes*(p_attn_rep + p_attn_split/attn_tp)/(hbm_bw*hbm_eff), 2*b*flop_unit*layers*(p_attn_rep + p_attn_split/attn_tp)/(compute_eff*peak_w))
 
 
 def shared__fixed(N, N_d, S, a2a_lat_share, a2a_share, coll_bytes, dense_layers, dense_split, e_active, ep, ep_imbalance, ep_skew, flop_unit, gemm_share, hbm_bw, hbm_eff, head_bytes, layers, link_bw, mlp_eff, moe_eff, moe_layers, moe_mlp_eff, n_coll, n_experts, n_kernels, n_shared, p_dense_mlp, p_expert, p_head, peak_bf16, peak_w, shared_split, t_collective, t_graph_kernel, tbo, tbo_routed, tp, w_bytes):

@@ -225,3 +225,35 @@ def test_scenario_dict_names_the_machine():
     d = scenario_dict("h200", model="deepseek-r1", dp=1)
     assert d["name"] == "h200x8-deepseek-v3-fp8" and "H200" in d["description"]
     assert math.isclose(float(d["serving"]["weight_bytes_per_param"]["value"]), 1 + 4 / 128 ** 2, rel_tol=1e-5)
+
+
+def test_paged_gqa_decode_a_larger_page_never_reads_slower():
+    """Law: within each GPU generation's published classes (pages of 1 to 256 tokens), a GQA model's paged decode
+    attention reads at a fraction of HBM that never falls as the page grows, inside (0, 1]; below the smallest
+    published page there is no figure. Hopper's is FlashAttention-3's (0.55: 1.8 TB/s of 3.35 on H100,
+    flash-attention#1572), Blackwell's FlashInfer's (0.70: 5.6 TB/s of 8, vllm#19825)."""
+    from sacmodel.hardware.transfer import PAGED_DECODE_EFF, paged_decode_eff
+    assert set(PAGED_DECODE_EFF) == {"hopper", "blackwell"}
+    for arch in PAGED_DECODE_EFF:
+        values = [paged_decode_eff(arch, page)[0] for page in range(1, 257)]
+        assert all(0 < v <= 1 for v in values)
+        assert all(a <= b for a, b in zip(values, values[1:])), arch
+        assert paged_decode_eff(arch, 0) is None
+    assert paged_decode_eff("hopper", 1)[0] == pytest.approx(1849 / 3350, abs=0.01)
+    assert paged_decode_eff("blackwell", 16)[0] == pytest.approx(5.6 / 8, abs=0.01)
+    assert paged_decode_eff("ampere", 16) is None
+
+
+def test_built_gqa_machine_carries_its_paged_decode_rate():
+    """A built machine serving a GQA model carries ``gqa_decode_eff`` for its GPU and its engine's page size
+    (SGLang's 1 token, vLLM's 16-token blocks), with its source; vLLM's larger blocks never read slower; an MLA
+    model carries none (FlashMLA's hbm_eff), and hbm_eff itself (the weights' reads) is unchanged."""
+    sg = scenario("h100", gpus=1, model="qwen3-14b", weights="fp8")
+    vl = scenario("h100", gpus=1, model="qwen3-14b", weights="bf16", engine="vllm")
+    assert sg.param("gqa_decode_eff") == pytest.approx(0.55) and sg.param("hbm_eff") == pytest.approx(0.9)
+    assert "flash-attention#1572" in sg.calibration["gqa_decode_eff"].source
+    assert "pages of 1 tokens" in sg.calibration["gqa_decode_eff"].source
+    assert "pages of 16 tokens" in vl.calibration["gqa_decode_eff"].source
+    assert vl.param("gqa_decode_eff") >= sg.param("gqa_decode_eff")
+    assert scenario("b200", gpus=1, model="qwen3-8b").param("gqa_decode_eff") == pytest.approx(0.70)
+    assert not scenario("h200", model="deepseek-r1").has_param("gqa_decode_eff")

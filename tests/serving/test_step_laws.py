@@ -22,6 +22,7 @@ from sacmodel.serving.engine.stepmodel import MLA_CHUNKED_PREFIX
 V = dict(layers=10.0, w_bytes=1.0, tp=4.0, attn_tp=2.0, peak_bf16=1e15, peak_fp8=2e15, peak_w=2e15, compute_eff=0.5,
          prefill_eff=0.25, flop_unit=1.0, p_attn_rep=1e6, p_attn_split=4e6, f_index=1000.0, f_attn=2000.0,
          index_key_bytes=100.0, entry_bytes=600.0, kv_read_bytes=500.0, k_attn=2048.0, hbm_bw=4e12, hbm_eff=0.5,
+         decode_attn_eff=0.5,
          b=8.0, L=1000.0, M=100.0, M_max=50.0, hs_on=1.0, swap_on=1.0, sw_bw=1e10, sw_lat=1e-6, swap_inflight=8192.0,
          t_kernel=1e-5, t_hs=1e-3, t_hs_req=1e-4, rdma_topk_on=1.0, rdma_ops_per_miss=1.0, rdma_bytes_per_miss=600.0,
          rdma_op_cost=1e-6, pf_rate=1e10, rdma_share=0.5,
@@ -330,3 +331,35 @@ def test_a_scenario_written_before_sparse_prefill_eff_gets_flashmla_s_published_
     assert t.param("sparse_prefill_eff") == SPARSE_PREFILL_EFF == pytest.approx(640 / 989, abs=5e-4)
     del t.calibration["sparse_prefill_eff"]
     assert static_values(resolve(t, "cxl"))["sparse_prefill_eff"] == SPARSE_PREFILL_EFF
+
+
+def test_decode_attention_reads_its_kv_at_the_attention_kernels_rate():
+    """The decode attention's KV read runs at ``decode_attn_eff`` alone: halving it doubles the memory-bound
+    attention term (500 B x 2048 entries at 4e12 x 0.25 = 1.024e-6 s, x 8 requests x 10 layers), and ``hbm_eff``
+    (the weights' reads, the indexer's keys) leaves it as it is while it moves the projections."""
+    base = ev("rank")
+    slow = ev("rank", decode_attn_eff=0.25)
+    assert slow["attention"] == pytest.approx(8 * 10 * 500 * 2048 / (4e12 * 0.25), rel=1e-12)
+    assert slow["attn_proj"] == base["attn_proj"] and slow["indexer"] == base["indexer"]
+    other = ev("rank", hbm_eff=0.25)
+    assert other["attention"] == base["attention"] and other["attn_proj"] > base["attn_proj"]
+
+
+def test_gqa_decode_step_on_h100_at_fa3s_paged_rate():
+    """Qwen3-14B (40 layers, 8 KV heads of 128, BF16 KV: 8 x 128 x 2 x 2 = 4,096 B per token per layer) on one
+    H100 (3.35 TB/s) served by SGLang (page size 1, FlashAttention-3): 32 requests of 4,096 tokens read
+    32 x 40 x 4,096 x 4,096 B = 21.47 GB at 0.55 of the HBM (flash-attention#1572's 1.8 TB/s) = 11.65 ms of
+    attention, where FlashMLA's 0.9 would say 7.12 ms; the weights' reads keep hbm_eff."""
+    import sacmodel
+    from sacmodel.serving.config import static_values
+    cfg = resolve(sacmodel.scenario("h100", gpus=1, model="qwen3-14b", weights="fp8"), "gpu")
+    v = dict(static_values(cfg), b=32.0, L=4096.0, M=0.0, M_max=0.0, swap_on=0.0, k_attn=4096.0, sw_bw=1.0, sw_lat=1e-6)
+    assert cfg.page == 1 and v["kv_read_bytes"] == 4096 and v["hbm_bw"] == pytest.approx(3.35e12)
+    assert v["decode_attn_eff"] == pytest.approx(0.55) and v["hbm_eff"] == pytest.approx(0.9)
+    t = step.evaluate("rank", v)
+    assert t["attention"] == pytest.approx(32 * 40 * 4096 * 4096 / (3.35e12 * 0.55), rel=1e-9)
+    assert t["attention"] == pytest.approx(11.65e-3, rel=1e-3)
+    mla = static_values(resolve(sacmodel.scenario("h200", model="deepseek-r1"), "gpu"))
+    assert mla["decode_attn_eff"] == mla["hbm_eff"] == pytest.approx(0.9)       # MLA decodes with FlashMLA
+    dsa = static_values(resolve("sac-testbed", "gpu"))
+    assert dsa["decode_attn_eff"] == dsa["hbm_eff"]                                # so does the testbed's DSA

@@ -155,7 +155,7 @@ def workload(cfg: Config, *, context: int, output, requests: int, rate: float | 
     delay = np.random.default_rng([seed, 2, phase]).uniform(0.0, jitter, size=requests) if jitter > 0 else None
     lead = min(concurrency, requests) if concurrency > 0 and lifetime > 0 and not rate else 0
     if lead:
-        u = np.random.default_rng([seed, 3]).uniform(0.0, 1.0, size=lead)
+        u = np.random.default_rng([seed, 3, phase]).uniform(0.0, 1.0, size=lead)
         arrivals[:lead] = (np.arange(lead) + u) / lead * lifetime
     return Requests(arrivals, np.full(requests, context), outs, cached, prefix_pages=prefix,
                     prompt=np.zeros(requests, dtype=np.int64) if prompts == "shared" else None,
@@ -323,7 +323,10 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
         life = lifetime_estimate(cfg, requests_of(0), concurrency)
     model = Model(cfg)
     runs, first = [], None
-    if exact_prompt or not prefix_cached or cfg.page <= 1:       # nothing drawn: every draw is the same
+    # staggered users join at random phases of a lifetime: each draw its own phases, so a lockstep of waves that
+    # a 1% step would flip is averaged over the draws as over a real server's runs; otherwise nothing is drawn
+    drawn = start == "staggered" or (prefix_cached and not exact_prompt and cfg.page > 1)
+    if not drawn:
         draws = 1
     for d in range(draws):
         reqs = requests_of(d)

@@ -123,3 +123,16 @@ def test_one_token_past_a_chunk_costs_at_most_one_prefill_iteration_per_prompt(c
     assert b.ttft_mean_ms > a.ttft_mean_ms                      # the extra iteration is there
     assert b.ttft_mean_ms - a.ttft_mean_ms <= one_chunk * 1.05
     assert b.e2e_mean_ms >= a.e2e_mean_ms * 0.99
+
+
+def test_staggered_users_are_averaged_over_draws_of_their_joining_phases():
+    """Independent users join at random phases of a lifetime, each draw its own: the prediction is the mean of
+    DRAWS draws with their range as the spread (a lockstep of waves that a 1% step would flip differs from draw
+    to draw); users that start together draw nothing and take one run."""
+    from sacmodel.serving.predict import DRAWS
+    sc = built("b200", "qwen3-32b", 1)
+    st_ = run(sc, 1254, 64, 64)
+    assert st_.spread["draws"] == DRAWS
+    lo, hi = st_.spread["ttft_mean_ms"]
+    assert lo < st_.ttft_mean_ms < hi                  # the phases give different waves, the mean lies between
+    assert "draws" not in run(sc, 1254, 64, 64, "together").spread

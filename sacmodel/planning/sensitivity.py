@@ -131,7 +131,9 @@ def _all_free(system, metric, scenario, resources):
 
 
 
-SENSITIVITY_DRAWS = 16      # draws of the requests' randomness each prediction averages: a 1% step is then resolved
+# draws of the requests' randomness each prediction averages (the prediction's own, predict.DRAWS): the stepped and
+# the base prediction draw the same phases and tails (common seeds), so a 1% step is resolved without more
+SENSITIVITY_DRAWS = 4
 
 
 def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, rel: float = 0.01,
@@ -139,8 +141,8 @@ def sensitivity_loaded(scenario, system: str, metric: str = "tbt_mean_ms", *, re
     """Elasticities of a loaded metric (``predict`` at the given workload) by central log differences.
 
     ``params`` default: every hardware number (:func:`hardware_parameters`) and every constant of the scenario's
-    ``calibration:`` (fitted and a priori). Each prediction averages ``draws`` (default 16) draws of the
-    requests' randomness, so that the elasticity at a 1% step agrees with the one at 5%. A parameter whose
+    ``calibration:`` (fitted and a priori). Each prediction averages ``draws`` (default 4) draws of the
+    requests' randomness, the same seeds for the stepped and the base prediction. A parameter whose
     change makes the configuration infeasible gets elasticity nan. A parameter whose change moves none of the
     numbers the prediction reads (:func:`reads`: a link on no route it uses, a bandwidth that binds nowhere, a
     constant of another system) has elasticity 0 without running the engine. ``counts``: a

@@ -325,14 +325,16 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     runs, first = [], None
     # staggered users join at random phases of a lifetime: each draw its own phases, so a lockstep of waves that
     # a 1% step would flip is averaged over the draws as over a real server's runs; otherwise nothing is drawn
-    drawn = start == "staggered" or (prefix_cached and not exact_prompt and cfg.page > 1)
-    if not drawn:
+    tails = prefix_cached and not exact_prompt and cfg.page > 1
+    if not (tails or start == "staggered"):
         draws = 1
     for d in range(draws):
         reqs = requests_of(d)
         res = run_engine(cfg, reqs, concurrency, model=model, record=record and d == 0, first_round=first_round)
         first = first or (res, reqs)
         runs.append(fill(copy.copy(pred) if d else pred, cfg, reqs, res, model))
+        if d == 1 and not tails and _settled(runs):
+            break               # two phase draws agree: no lockstep for a step to flip, the rest would repeat them
     pred = _average(pred, runs)
     if explain:
         pred.binding = what_binds(cfg, model, first[0].stats, first[1], pred)
@@ -355,6 +357,20 @@ def _outputs(cfg: Config, outputs, n_req: int, context: int) -> np.ndarray:
         raise PositionError(f"context {context} + output {int(outputs.max())} (outputs) exceeds "
                             f"{cfg.model.name}'s maximum position {cfg.model.max_position}")
     return outputs
+
+
+SETTLED = 0.01      # two draws of the users' joining phases within 1% on every metric: the draws stop there
+
+
+def _settled(runs: list[Prediction]) -> bool:
+    """Whether the first two draws agree within :data:`SETTLED` on every metric of :data:`SPREAD_METRICS` (users
+    whose waves do not fall into a lockstep give the same steady state whatever their phases)."""
+    a, b = runs[0], runs[1]
+    for m in SPREAD_METRICS:
+        x, y = getattr(a, m), getattr(b, m)
+        if not (math.isfinite(x) and math.isfinite(y)) or abs(x - y) > SETTLED * max(abs(x), abs(y), 1e-12):
+            return False
+    return True
 
 
 def _average(pred: Prediction, runs: list[Prediction]) -> Prediction:

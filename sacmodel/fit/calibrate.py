@@ -414,8 +414,9 @@ STATIC_ONLY = frozenset(SERVING_PARAMS + PREFILL_PARAMS)
 def serving_residuals(topo: Topology, runs: list[Run], metrics=SERVING_METRICS, skip=NOT_FITTED,
                       memo: dict | None = None) -> np.ndarray:
     """Log ratios predicted / measured of ``metrics`` of every run (3.0 where nothing was predicted).
-    ``memo``: a dict kept over a fit that moves only :data:`STATIC_ONLY` constants, holding each run's
-    prediction under its static values, so that a run they leave alone is not simulated again."""
+    ``memo``: a dict kept over a fit that moves only :data:`STATIC_ONLY` constants, holding each run
+    configuration's prediction under its static values, so that a run they leave alone (or a second run of the
+    same configuration) is not simulated again."""
     out = []
     for i, r in enumerate(runs):
         p = _run_prediction(topo, r, i, memo)
@@ -436,7 +437,10 @@ def _run_prediction(topo: Topology, run: Run, i: int, memo: dict | None):
         return predict(topo, run.system, **kw, explain=False)
     cfg = resolve(topo, run.system, **{k: kw[k] for k in ("cxl_devices", "device_buffer", "rdma_nics",
                                                            "max_total_tokens", "max_running_requests") if k in kw})
-    key = (i, tuple(static_values(cfg).items()))
+    # keyed on the run's configuration, not its place: two runs of one configuration (the splits repeat some)
+    # have the same prediction
+    key = (run.system, tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kw.items())),
+           tuple(static_values(cfg).items()))
     p = memo.get(key)
     if p is None:
         p = memo[key] = predict(topo, run.system, **kw, explain=False)

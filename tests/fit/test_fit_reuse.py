@@ -80,6 +80,19 @@ def test_a_run_whose_static_values_did_not_move_is_not_simulated_again():
     assert cxl["stage_copy_bw"] == 1.0 and np.isfinite(p1[0].tbt_mean_ms)
 
 
+def test_two_runs_of_one_configuration_share_one_prediction_and_others_do_not():
+    """The memo is keyed on a run's configuration, not on its place in the list: the testbed's two splits repeat
+    configurations, simulated once per point; a run that differs in any setting is simulated on its own."""
+    from sacmodel.data.runs import Run
+    kw = dict(system="cxl", context=8192, output=64, concurrency=8, requests=16, metrics={})
+    runs = [Run(file="a", **kw), Run(file="b", **kw), Run(file="c", **{**kw, "concurrency": 4})]
+    t = copy.deepcopy(as_topology("sac-testbed"))
+    memo: dict = {}
+    p = [_run_prediction(t, r, i, memo) for i, r in enumerate(runs)]
+    assert p[0] is p[1] and p[2] is not p[0] and len(memo) == 2
+    assert p[2].tbt_mean_ms != p[0].tbt_mean_ms
+
+
 def test_explain_false_leaves_the_metrics_and_only_drops_the_binding():
     a = predict("sac-testbed", "cxl", **WORK)
     b = predict("sac-testbed", "cxl", **WORK, explain=False)

@@ -122,25 +122,9 @@ def summary(rows) -> dict:
 
 def public_groups(skipped: list[str]) -> list[dict]:
     """Every public group (one machine each) with at least three runs; ``skipped`` gets the others."""
-    from sacmodel.data.external import load_external_runs
-    out = []
-    if SHARED.exists():
-        shared = load_external_runs(SHARED)
-        out.append(two_run_group("shared/data/external H200 R1 TP8, all 15 runs", shared, False))
-        for isl, osl in sorted({(r.isl, r.osl) for r in shared}):
-            sub = [r for r in shared if (r.isl, r.osl) == (isl, osl)]
-            out.append(two_run_group(f"shared/data/external H200 R1 TP8 {isl}/{osl}", sub, False))
-    if CHECKS.exists():          # one calibration per machine: a group may hold runs of two (TP8 and TP4)
-        checks = load_external_runs(CHECKS)
-        machines: dict = {}
-        for r in checks:
-            machines.setdefault((r.group, r.gpu, tuple(getattr(r, k) for k in MACHINE_KEYS)), []).append(r)
-        for (g, gpu, _), sub in sorted(machines.items(), key=lambda x: x[0][0]):
-            if len(sub) >= 3:
-                out.append(two_run_group(f"check {g} ({sub[0].gpus} x {gpu.upper()}, TP{sub[0].tp})", sub, True))
-            else:
-                skipped.append(f"{g} ({sub[0].gpus} x {gpu.upper()}, TP{sub[0].tp}): {len(sub)} runs")
-    return out
+    jobs, sk = public_jobs()
+    skipped += sk
+    return [two_run_group(*j) for j in jobs]
 
 
 class TestbedRun:
@@ -168,10 +152,18 @@ def _variant_errors(run, pred) -> dict:
             for m in METRICS}
 
 
+TESTBED_SYSTEMS = ("dram", "cxl", "rdma")
+
+
 def testbed_groups() -> list[dict]:
     """Per system of the testbed (round 2, served runs): calibrated on its lowest- and highest-load runs from
     the a-priori constants (``calibrate --from-prior``'s), the other runs predicted; zero-shot = a priori;
     shipped = the constants fitted on all 66 runs (in-sample)."""
+    return [g for system in TESTBED_SYSTEMS for g in testbed_group(system)]
+
+
+def testbed_group(system: str) -> list[dict]:
+    """:func:`testbed_groups`' group of one system (none without the testbed's runs)."""
     from sacmodel.data.runs import load_runs
     from sacmodel.fit.calibrate import from_prior
     from sacmodel.fit.machine import MACHINE_CONSTANTS, apply_constants, fit_machine
@@ -182,28 +174,67 @@ def testbed_groups() -> list[dict]:
         return []
     shipped = as_topology("sac-testbed")
     prior = from_prior(shipped, [c.param for c in MACHINE_CONSTANTS.values()])
-    out = []
-    for system in ("dram", "cxl", "rdma"):
-        rs = [r for r in runs if r.run.system == system]
-        load = [r.concurrency * r.isl for r in rs]
-        lo, hi = int(np.argmin(load)), int(np.argmax(load))
-        fit = fit_machine(prior, [rs[lo], rs[hi]])
-        cal = apply_constants(prior, {n: fit.values[n] for n in fit.fitted})
-        rows = [{"id": r.source, "workload": f"{r.isl}/{r.osl} c{r.concurrency}",
-                 "zero_shot_rules": _variant_errors(r, r.predict(prior)),
-                 "zero_shot_shipped": _variant_errors(r, r.predict(shipped)),
-                 "two_run": _variant_errors(r, r.predict(cal))} for i, r in enumerate(rs) if i not in (lo, hi)]
-        out.append({"group": f"testbed {system}", "calibrated_on": [rs[lo].source, rs[hi].source],
-                    "calibrated_on_workload": [f"{rs[j].isl}/{rs[j].osl} c{rs[j].concurrency}" for j in (lo, hi)],
-                    "fitted": {n: fit.values[n] for n in fit.fitted}, "sd_rel": fit.sd, "interval": fit.interval, "at_bound": fit.at_bound,
-                    "unidentified": fit.unidentified, "throughput_measured": True, "rows": rows,
-                    "summary": summary(rows)})
-    return out
+    rs = [r for r in runs if r.run.system == system]
+    load = [r.concurrency * r.isl for r in rs]
+    lo, hi = int(np.argmin(load)), int(np.argmax(load))
+    fit = fit_machine(prior, [rs[lo], rs[hi]])
+    cal = apply_constants(prior, {n: fit.values[n] for n in fit.fitted})
+    rows = [{"id": r.source, "workload": f"{r.isl}/{r.osl} c{r.concurrency}",
+             "zero_shot_rules": _variant_errors(r, r.predict(prior)),
+             "zero_shot_shipped": _variant_errors(r, r.predict(shipped)),
+             "two_run": _variant_errors(r, r.predict(cal))} for i, r in enumerate(rs) if i not in (lo, hi)]
+    return [{"group": f"testbed {system}", "calibrated_on": [rs[lo].source, rs[hi].source],
+             "calibrated_on_workload": [f"{rs[j].isl}/{rs[j].osl} c{rs[j].concurrency}" for j in (lo, hi)],
+             "fitted": {n: fit.values[n] for n in fit.fitted}, "sd_rel": fit.sd, "interval": fit.interval,
+             "at_bound": fit.at_bound, "unidentified": fit.unidentified, "throughput_measured": True, "rows": rows,
+             "summary": summary(rows)}]
 
 
 def calibration_case() -> dict:
     skipped: list[str] = []
     return {"public": public_groups(skipped) + testbed_groups(), "skipped": skipped}
+
+
+def public_jobs() -> tuple[list[tuple], list[str]]:
+    """:func:`public_groups` as independent pieces: ([(name, runs, throughput measured)], skipped), each the
+    arguments of :func:`two_run_group` (validation/run.py runs them in its processes)."""
+    from sacmodel.data.external import load_external_runs
+    jobs, skipped = [], []
+    if SHARED.exists():
+        shared = load_external_runs(SHARED)
+        jobs.append(("shared/data/external H200 R1 TP8, all 15 runs", shared, False))
+        for isl, osl in sorted({(r.isl, r.osl) for r in shared}):
+            sub = [r for r in shared if (r.isl, r.osl) == (isl, osl)]
+            jobs.append((f"shared/data/external H200 R1 TP8 {isl}/{osl}", sub, False))
+    if CHECKS.exists():
+        checks = load_external_runs(CHECKS)
+        machines: dict = {}       # one calibration per machine: a group may hold runs of two (TP8 and TP4)
+        for r in checks:
+            machines.setdefault((r.group, r.gpu, tuple(getattr(r, k) for k in MACHINE_KEYS)), []).append(r)
+        for (g, gpu, _), sub in sorted(machines.items(), key=lambda x: x[0][0]):
+            if len(sub) >= 3:
+                jobs.append((f"check {g} ({sub[0].gpus} x {gpu.upper()}, TP{sub[0].tp})", sub, True))
+            else:
+                skipped.append(f"{g} ({sub[0].gpus} x {gpu.upper()}, TP{sub[0].tp}): {len(sub)} runs")
+    return jobs, skipped
+
+
+def _public_group(name: str, ext: list, throughput_measured: bool) -> list[dict]:
+    return [two_run_group(name, ext, throughput_measured)]
+
+
+def group_jobs() -> tuple[list[tuple], list[str]]:
+    """The section's independent pieces in the report's order, [(label, function, arguments)], each returning a
+    list of groups, and the machines skipped; :func:`collect` joins what they return."""
+    jobs, skipped = public_jobs()
+    return ([(j[0], _public_group, j) for j in jobs]
+            + [(f"testbed {s}", testbed_group, (s,)) for s in TESTBED_SYSTEMS]), skipped
+
+
+def collect(groups: list[dict], skipped: list[str]) -> dict:
+    """:func:`calibration_case`'s result from its pieces: :func:`two_run_group` of each of :func:`public_jobs`
+    in order, then the groups of :func:`testbed_group` in :data:`TESTBED_SYSTEMS`' order."""
+    return {"public": list(groups), "skipped": list(skipped)}
 
 
 def _f(x) -> str:

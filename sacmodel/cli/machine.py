@@ -21,7 +21,7 @@ FLAGS = {
     "--rdma-nics": "rdma_nics", "--engine": "engine", "--moe-a2a": "moe_a2a", "--deepep-mode": "deepep_mode",
     "--two-batch-overlap": "two_batch_overlap", "--ep-redundant": "ep_redundant",
     "--cuda-graph-max-bs": "cuda_graph_max_bs", "--fp8-gemm-backend": "fp8_gemm_backend",
-    "--moe-dense-tp": "moe_dense_tp",
+    "--moe-dense-tp": "moe_dense_tp", "--engine-version": "engine_version",
 }
 
 
@@ -85,6 +85,9 @@ def add_machine(p: argparse.ArgumentParser) -> None:
     add("--fp8-gemm-backend", choices=("auto", "deep_gemm", "flashinfer_trtllm"),
         help="SGLang's --fp8-gemm-backend for FP8 block-scale GEMMs (default auto: DeepGEMM); flashinfer_trtllm "
              "(Blackwell; what SGLang runs with SGLANG_ENABLE_JIT_DEEPGEMM=0) prefills at FlashInfer's published rate")
+    add("--engine-version", metavar="RELEASE",
+        help="the SGLang release the server runs, such as 0.5.3 (default: a present one); it selects the kernels "
+             "a release ran (the Triton fused MoE's before 0.5.9 on Hopper with FP8 weights)")
     add("--engine", choices=ENGINES, help="the server's engine (default sglang): vllm runs vLLM V1's scheduler, "
                                           "prefill chunks and decodes mixed under max_num_batched_tokens "
                                           "(--chunked-prefill sets it), with vLLM's defaults for the GPU")

@@ -135,3 +135,16 @@ def test_an_expert_parallel_instance_across_hosts_from_the_flags(capsys):
     rc, out, err = run(capsys, "predict", "--system", "gpu", "--gpu", "h100", "--gpus", "16", "--model",
                        "deepseek-v3", "--moe-a2a", "deepep", "--mem-fraction", "0.85", "--context", "2K")
     assert rc == 2 and "sets ep_size = tp_size" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_engine_version_flag_reaches_the_built_machine(capsys):
+    """--engine-version is scenario(engine_version=): an SGLang before 0.5.9 prefills R1's routed experts more
+    slowly on H200 (its Triton fused MoE), so a longer first token; a release that is not one is refused."""
+    kw = ["predict", "--gpu", "h200", "--model", "deepseek-r1", "--system", "gpu", "--context", "8K",
+          "--concurrency", "1", "--requests", "2", "--json"]
+    rc, new, _ = run(capsys, *kw)
+    rc_old, old, _ = run(capsys, *kw, "--engine-version", "0.5.3")
+    assert rc == rc_old == 0
+    assert json.loads(old)["ttft_mean_ms"] > json.loads(new)["ttft_mean_ms"]
+    rc, _, err = run(capsys, *kw, "--engine-version", "0.5.x")
+    assert rc == 2 and "engine_version must be a release" in err and len(err.strip().splitlines()) == 1

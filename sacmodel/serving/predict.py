@@ -322,12 +322,23 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     if start == "staggered":
         life = lifetime_estimate(cfg, requests_of(0), concurrency)
     model = Model(cfg)
-    runs, first = [], None
-    # staggered users join at random phases of a lifetime: each draw its own phases, so a lockstep of waves that
-    # a 1% step would flip is averaged over the draws as over a real server's runs; otherwise nothing is drawn
     tails = prefix_cached and not exact_prompt and cfg.page > 1
-    if not (tails or start == "staggered"):
+    runs, first = _draw_runs(pred, cfg, model, requests_of, concurrency, draws, tails, start == "staggered",
+                             record=record, first_round=first_round)
+    pred = _average(pred, runs)
+    if explain:
+        pred.binding = what_binds(cfg, model, first[0].stats, first[1], pred)
+    return pred
+
+
+def _draw_runs(pred, cfg, model, requests_of, concurrency, draws, tails, staggered, *, record, first_round):
+    """The engine's runs of ``draws`` draws of the requests' randomness, and the first run's (result, requests):
+    the prompts' tails where they vary, and staggered users' joining phases, each draw its own, so a lockstep of
+    waves that a 1% step would flip is averaged over the draws as over a real server's runs; with nothing drawn,
+    one run."""
+    if not (tails or staggered):
         draws = 1
+    runs, first = [], None
     for d in range(draws):
         reqs = requests_of(d)
         res = run_engine(cfg, reqs, concurrency, model=model, record=record and d == 0, first_round=first_round)
@@ -335,10 +346,7 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
         runs.append(fill(copy.copy(pred) if d else pred, cfg, reqs, res, model))
         if d == 1 and not tails and _settled(runs):
             break               # two phase draws agree: no lockstep for a step to flip, the rest would repeat them
-    pred = _average(pred, runs)
-    if explain:
-        pred.binding = what_binds(cfg, model, first[0].stats, first[1], pred)
-    return pred
+    return runs, first
 
 
 def _outputs(cfg: Config, outputs, n_req: int, context: int) -> np.ndarray:

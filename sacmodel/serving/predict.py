@@ -261,7 +261,8 @@ def predict(scenario, system: str, *, context: int, output, concurrency: int, re
     second round; False: the entry exists (steady state). ``exact_prompt`` (default True): a prompt of
     ``context`` tokens has exactly ``context`` tokens; False: its last partial page varies from request to
     request (:func:`workload`). ``draws``: seeded draws of the requests' randomness the metrics average, where
-    there is any (varying prompt tails); ``spread`` reports their range. A workload with nothing random takes
+    there is any (varying prompt tails; staggered users' joining phases, where two draws within 1% on every
+    metric settle it: :data:`SETTLED`); ``spread`` reports their range. A workload with nothing random takes
     one draw. ``start`` (closed loop): ``"together"``: every user sends its first request at t = 0 (a
     benchmark client such as bench_serving, and the testbed's); ``"staggered"``: each user joins at its own
     phase, stratified over one request's expected lifetime (:func:`workload`, :func:`lifetime_estimate`),

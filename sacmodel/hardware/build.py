@@ -152,6 +152,9 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
                    redundant=ep_parts["ep_redundant"])
     given = [k for k in ("moe_a2a", "two_batch_overlap", "ep_redundant", "moe_dense_tp")
              if ep_parts[k] not in ("none", False, 0, None)] + (["deepep_mode"] if ep_parts["deepep_mode"] != "auto" else [])
+    if engine == "vllm" and engine_version:
+        raise TopologyError("scenario: engine_version names an SGLang release (the kernels it ran); the vLLM engine "
+                            "does not take one: drop it or use engine='sglang'")
     if engine == "vllm" and given:
         raise TopologyError(f"scenario: {given[0]} is SGLang's setting (DeepEP, two-batch overlap, EPLB as SGLang runs "
                             "them); the vLLM engine does not model them: use engine='sglang'")

@@ -78,3 +78,12 @@ def test_the_release_rule_leaves_deepep_experts_alone():
         scenario("h200", **ep).param("moe_prefill_eff")
     tp = scenario("h200", gpus=8, model="deepseek-r1", tp=8, engine_version="0.5.3")
     assert tp.param("moe_prefill_eff") < tp.param("prefill_eff")
+
+
+def test_an_sglang_release_is_refused_for_a_vllm_server():
+    """engine_version selects SGLang's kernels: a vLLM server is refused one, in one line naming the field."""
+    import pytest
+    from sacmodel.hardware.build import scenario
+    from sacmodel.hardware.topology import TopologyError
+    with pytest.raises(TopologyError, match="engine_version names an SGLang release"):
+        scenario("h100", gpus=1, model="qwen3-14b", engine="vllm", engine_version="0.5.3")

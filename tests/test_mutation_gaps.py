@@ -86,9 +86,10 @@ def test_static_check_pool_bytes_by_hand():
 
 def test_weights_and_slot_bytes_add_up():
     """Conservation: over the tp GPUs of DP attention (one GPU per attention group) the quantised weights are
-    every parameter once plus tp - 1 extra copies of the attention; embeddings, LM head and router gates stay
-    BF16 (once over all GPUs), and every GPU keeps a BF16 copy of MLA's kv_b (w_kc, w_vc). A device-pool slot is
-    one main entry plus one indexer key in every layer."""
+    every parameter once plus tp - 1 extra copies of the attention; the LM head and router gates stay BF16 (once
+    over all GPUs), every GPU keeps the whole BF16 token embedding (each rank embeds its own tokens: SGLang's
+    ``enable_tp=not is_dp_attention_enabled()``) and a BF16 copy of MLA's kv_b (w_kc, w_vc). A device-pool slot
+    is one main entry plus one indexer key in every layer."""
     from sacmodel.serving.capacity import device_token_bytes, weights_per_gpu
     cfg = resolve("sac-testbed", "dram")
     m, t = cfg.model, cfg.topo
@@ -96,10 +97,12 @@ def test_weights_and_slot_bytes_add_up():
     assert tp == 8 and cfg.attn_tp == 1
     attn = m.layers * m.attn_params()
     gates = m.moe_layers * m.hidden * m.routed_experts
-    head = 2 * m.vocab * m.hidden
+    head = 2 * m.vocab * m.hidden                  # the embedding and the LM head
+    embed = m.vocab * m.hidden
     kvb = m.layers * m.kv_lora_rank * m.heads * (m.qk_nope_dim + m.v_head_dim)
     quantised = m.params_total() - head - gates + (tp - 1) * attn
-    assert tp * weights_per_gpu(cfg) == pytest.approx(wb * quantised + 2 * (head + gates) + tp * 2 * kvb, rel=1e-12)
+    assert tp * weights_per_gpu(cfg) == pytest.approx(wb * quantised + 2 * (head - embed + gates) + tp * 2 * embed
+                                                      + tp * 2 * kvb, rel=1e-12)
     assert device_token_bytes(cfg) == pytest.approx(61 * (cfg.entry_bytes + m.index_key_bytes), rel=1e-12)
 
 

@@ -136,8 +136,13 @@ def attention_split(model: ModelSpec, attn_tp: int) -> tuple[float, float]:
 
 
 def weights_per_gpu(model: ModelSpec, weight_bytes: float, *, tp: int, dp: int = 1, redundant: int = 0) -> float:
-    """Bytes of weights on one GPU: attention split over the attention group (tp / dp GPUs), experts, dense
-    MLPs and the LM head split over all tp GPUs (expert parallelism moves whole experts, the same bytes per GPU).
+    """Bytes of weights on one GPU: attention and the token embedding split over the attention group (tp / dp
+    GPUs), experts, dense MLPs and the LM head split over all tp GPUs (expert parallelism moves whole experts, the
+    same bytes per GPU). Under DP attention each rank embeds its own tokens, so the embedding is not split over
+    the tp GPUs: SGLang builds ``embed_tokens`` with ``enable_tp=not is_dp_attention_enabled()`` (v0.5.6
+    7ae368efd ``models/deepseek_v2.py``; whole on every GPU, 1.85 GB for DeepSeek's 129,280 x 7,168 in BF16), from
+    sgl-project/sglang#17403 (2026-01-20) split over the attention-TP group, the same when dp = tp [a partial DP
+    before #17403 held it whole: not modelled]. Without DP attention the group is all tp GPUs, as before.
 
     Kept in BF16 whatever the checkpoint: embeddings, LM head and MoE router gates, and for MLA the absorbed
     ``w_kc``/``w_vc`` copies of kv_b (``DeepseekV2AttentionMLA`` post_load_weights). Checked against the testbed:
@@ -149,7 +154,7 @@ def weights_per_gpu(model: ModelSpec, weight_bytes: float, *, tp: int, dp: int =
     gates = model.moe_layers * model.hidden * model.routed_experts
     mlp_all = (model.params_total() - model.layers * model.attn_params() - 2 * model.vocab * model.hidden
                - gates)
-    bf16 = (2 * model.vocab * model.hidden + gates) / tp
+    bf16 = model.vocab * model.hidden / attn_tp + (model.vocab * model.hidden + gates) / tp   # embedding; head, gates
     if model.kind == "mla":                           # w_kc and w_vc: BF16 copies of kv_b, split by heads
         bf16 += model.layers * model.kv_lora_rank * model.heads * (model.qk_nope_dim + model.v_head_dim) / attn_tp
     replicas = model.moe_layers * redundant * model.expert_params()   # EPLB's redundant experts, over all GPUs

@@ -18,15 +18,18 @@ trace within its SLO at the lowest cost (``cluster_plan(..., roles="search")``, 
    and ``D`` decode instances of configurations ``(p, d)`` starts at ``P = ceil(input_tok_s / prefill(p))``,
    ``D = ceil(output_tok_s / decode(d))``: fewer cannot keep up with the arrivals.
 4. **Co-simulation, cheapest first.** Candidates are replayed (:func:`~sacmodel.cluster.replay.replay` with
-   ``pd`` and the decode role's own scenario) in increasing cost; the first that meets every SLO bound is the
-   answer, since every candidate left costs at least as much. A replay that misses adds its neighbours: one more
-   prefill instance when TTFT (or the queue) fails, one more decode instance when TBT fails, both otherwise.
-   A replay that blames one role (its TTFT missed, or its TBT) teaches a floor for that role's configuration
-   whatever the other role runs: a prefill configuration overloaded at ``P`` instances is overloaded at ``P``
-   with any decode instances (its load is the trace's prompts); candidates below a floor are moved up to it
-   without a replay. A prefill configuration whose TTFT falls by less than a tenth when it gets more instances
+   ``pd`` and the decode role's own scenario) in increasing cost. A replay that misses adds its neighbours: twice
+   the prefill instances when TTFT (or the queue) fails, twice the decode instances when TBT fails, both
+   otherwise (an overloaded replay: at least the offered over the served rate times as many); a split that meets
+   adds the splits halfway back to the largest of its pair that missed (bisection: more instances never serve
+   a trace worse), and the search ends when no candidate left costs less than the cheapest split that met, which
+   is the answer. A replay that blames one role (its TTFT missed, or its TBT) teaches a floor for that role's
+   configuration whatever the other role runs: a prefill configuration that misses at ``P`` instances misses
+   at ``P`` with any decode instances (its load is the trace's prompts); candidates below a floor are moved up
+   to it without a replay. A prefill configuration whose TTFT falls by less than a tenth when it gets more instances
    (and no queue is left) is bound by its prompts' own prefill, not by their number: it is grown no further
-   (``stalled``). ``max_replays`` bounds the search; the answer says when it stopped there.
+   (``stalled``); where the decode instances are at least :data:`DECODE_BUSY` loaded by the trace's output rate,
+   a missed TTFT grows the decode role too instead. ``max_replays`` bounds the search; the answer says when it stopped there.
 """
 from __future__ import annotations
 
@@ -46,6 +49,10 @@ from ..serving.predict import ConfigError, predict
 from .workload import load_workload
 
 TP_CHOICES = (1, 2, 4, 8)
+# decode instances whose capacity the trace's output rate loads this much (or more) queue the requests the prefill
+# role hands over (an M/D/1 queue's wait grows as rho / (1 - rho): 2x the service at 0.8): a missed TTFT then
+# grows the decode role too, and says nothing about the prompts' own prefill
+DECODE_BUSY = 0.8
 
 
 @dataclass
@@ -266,10 +273,15 @@ def role_search(scenario, system: str, trace, slo: dict, *, parallel=None, max_r
             push(p, d, *bracket(p, d, rates))
     floor_p: dict = {}                      # role configuration -> fewest instances a replay left possible
     floor_d: dict = {}
-    ttfts: dict = {}                        # prefill configuration -> {instances: TTFT of its replays}
+    ttfts: dict = {}                        # configuration pair -> {prefill instances: TTFT of its replays}
     widened: set = set()                    # pairs whose stalled prefill got one more decode instance to try
+    missed: dict = {}                       # configuration pair -> its splits that missed
+    met: dict = {}                          # configuration pair -> its splits that met
+    best_cost = math.inf
     while heap and plan.replays < max_replays:
         cost, _, (pn, dn, n_p, n_d), p, d = heapq.heappop(heap)
+        if cost >= best_cost:
+            break                           # nothing left is cheaper than the split that met: it is the answer
         if n_p < floor_p.get(pn, 0) or n_d < floor_d.get(dn, 0):
             push(p, d, max(n_p, floor_p.get(pn, 0)), max(n_d, floor_d.get(dn, 0)))
             continue
@@ -280,22 +292,33 @@ def role_search(scenario, system: str, trace, slo: dict, *, parallel=None, max_r
         row.update({"prefill": pn, "decode": dn, "pd": f"{n_p}:{n_d}", "cost_usd_per_hour": cost})
         plan.tried.append(row)
         if row.get("meets"):
-            plan.best = row
+            plan.best, best_cost = row, cost
             plan.launch = launch_commands(p, d, system)
-            break
-        _note_stall(plan.stalled, ttfts.setdefault(pn, {}), pn, n_p, row, slo)
-        for n_p2, n_d2 in _next_splits(row, slo, n_p, n_d):
+            met.setdefault((pn, dn), []).append((n_p, n_d))
+            for n_p2, n_d2 in _halfway(missed.get((pn, dn), ()), met[(pn, dn)]):
+                push(p, d, n_p2, n_d2)
+            continue
+        missed.setdefault((pn, dn), []).append((n_p, n_d))
+        for n_p2, n_d2 in _halfway(missed[(pn, dn)], met.get((pn, dn), ())):
+            push(p, d, n_p2, n_d2)
+        busy = rates["output_tok_s"] / (n_d * d.decode_tok_s) >= DECODE_BUSY
+        if not busy:                        # a decode role near saturation holds first tokens: not the prompts
+            _note_stall(plan.stalled, ttfts.setdefault((pn, dn), {}), pn, n_p, row, slo)
+        grown = _next_splits(row, slo, n_p, n_d)
+        if busy and (n_p, 2 * n_d) not in grown:
+            grown.append((n_p, 2 * n_d))
+        for n_p2, n_d2 in grown:
             if n_p2 <= plan.stalled.get(pn, math.inf):
                 push(p, d, n_p2, n_d2)
             elif (pn, dn) not in widened:   # more of this prefill does not help: try one more decode instance
                 widened.add((pn, dn))
                 push(p, d, n_p, n_d + 1)
-        grown = _next_splits(row, slo, n_p, n_d)
-        if len(grown) == 1:                 # the replay blamed one role: its configuration needs that many
+        if len(grown) == 1:                 # the replay blamed one role: its configuration needs more than this
+            low = _least(row, n_p if grown[0][0] > n_p else n_d)
             if grown[0][0] > n_p:
-                floor_p[pn] = max(floor_p.get(pn, 0), grown[0][0])
+                floor_p[pn] = max(floor_p.get(pn, 0), low)
             else:
-                floor_d[dn] = max(floor_d.get(dn, 0), grown[0][1])
+                floor_d[dn] = max(floor_d.get(dn, 0), low)
     plan.runners_up = _runners_up(heap, plan.best)
     plan.predictions = tally.to_dict()
     plan.message = _message(plan, max_replays)
@@ -319,20 +342,41 @@ def _note_stall(stalled: dict, seen: dict, pn: str, n_p: int, row: dict, slo: di
 
 
 def _next_splits(row: dict, slo: dict, n_p: int, n_d: int) -> list[tuple[int, int]]:
-    """The splits a missed replay points to: more prefill instances when TTFT (or the queue) fails, more decode
-    instances when TBT fails, both when neither says which. An overloaded replay scales the role it blames by
-    the offered over the served rate (its instances saturated: fewer than that cannot keep up), else adds one."""
+    """The splits a missed replay points to: twice the prefill instances when TTFT (or the queue) fails, twice the
+    decode instances when TBT fails, both when neither says which; an overloaded replay at least the offered over
+    the served rate times the role it blames (:func:`_least`)."""
     ttft_bad = any(k.startswith(("ttft", "queue")) and not _within(row, k, v) for k, v in slo.items())
     tbt_bad = any(k.startswith("tbt") and not _within(row, k, v) for k, v in slo.items())
-    served = max(row.get("served_req_s") or 0.0, row.get("served_window_req_s") or 0.0)
-    scale = row["offered_req_s"] / served if row.get("overloaded") and row.get("offered_req_s") and served > 0 \
-        else 1.0
-    grow = lambda n: max(n + 1, math.ceil(n * scale - 1e-9))      # noqa: E731
+    grow = lambda n: max(2 * n, _least(row, n))      # noqa: E731
     out = []
     if ttft_bad or not tbt_bad:
         out.append((grow(n_p), n_d))
     if tbt_bad or not ttft_bad:
         out.append((n_p, grow(n_d)))
+    return out
+
+
+def _least(row: dict, n: int) -> int:
+    """The fewest instances of the role a missed replay of ``n`` blames that can meet: ``n + 1``, or where the
+    replay was overloaded the offered over the served rate times ``n`` (its instances saturated: fewer than that
+    cannot keep up)."""
+    served = max(row.get("served_req_s") or 0.0, row.get("served_window_req_s") or 0.0)
+    scale = row["offered_req_s"] / served if row.get("overloaded") and row.get("offered_req_s") and served > 0 \
+        else 1.0
+    return max(n + 1, math.ceil(n * scale - 1e-9))
+
+
+def _halfway(missed, met) -> list[tuple[int, int]]:
+    """Bisection within one configuration pair: for every split that met, the split halfway back to the largest
+    that missed with the same count of the other role (none where the two are neighbours)."""
+    out = []
+    for n_p, n_d in met:
+        fewer_p = [m for m, k in missed if k == n_d and m < n_p]
+        if fewer_p and n_p - max(fewer_p) > 1:
+            out.append(((max(fewer_p) + n_p) // 2, n_d))
+        fewer_d = [k for m, k in missed if m == n_p and k < n_d]
+        if fewer_d and n_d - max(fewer_d) > 1:
+            out.append((n_p, (max(fewer_d) + n_d) // 2))
     return out
 
 

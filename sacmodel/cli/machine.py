@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..util.names import ENGINES
+from ..util.names import ENGINES, FP8_GEMM_BACKENDS
 from .types import arg, count, number, tokens
 
 # flag -> keyword of sacmodel.scenario(); the flags a command already has for itself keep their meaning and
@@ -82,7 +82,7 @@ def add_machine(p: argparse.ArgumentParser) -> None:
              "collective (needs --dp equal to --gpus)")
     add("--cuda-graph-max-bs", type=arg(count, hi=4096), metavar="N",
         help="SGLang's --cuda-graph-max-bs (default: SGLang's rule for the GPU; it sizes DP attention's reserve)")
-    add("--fp8-gemm-backend", choices=("auto", "deep_gemm", "flashinfer_trtllm"),
+    add("--fp8-gemm-backend", choices=FP8_GEMM_BACKENDS,
         help="SGLang's --fp8-gemm-backend for FP8 block-scale GEMMs (default auto: DeepGEMM); flashinfer_trtllm "
              "(Blackwell; what SGLang runs with SGLANG_ENABLE_JIT_DEEPGEMM=0) prefills at FlashInfer's published rate")
     add("--engine-version", metavar="RELEASE",

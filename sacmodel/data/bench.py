@@ -36,6 +36,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from ..util.names import FP8_GEMM_BACKENDS
 from ..util.reading import check_tree, read_text, shown
 from .records import LIMITS, STRICT, DataError, Measured, Positive, RunCount, first_error
 
@@ -285,7 +286,7 @@ def machine_from_server_log(path: str | Path) -> dict:
             raise DataError(f"{shown(path)}: server_args {key}={v!r} is not a positive number")
         kw[name] = v
     gemm = s.get("fp8_gemm_runner_backend")        # SGLang's --fp8-gemm-backend (auto: DeepGEMM where it is on)
-    if gemm in ("deep_gemm", "flashinfer_trtllm"):
+    if gemm in FP8_GEMM_BACKENDS[1:]:                # a backend other than the default
         kw["fp8_gemm_backend"] = gemm
     if not s.get("enable_dp_attention"):
         kw.pop("dp", None)

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..util.names import ENGINES
+from ..util.names import ENGINES, FP8_GEMM_BACKENDS, release
 from ..util.reading import read_text
 from .records import DataError
 
@@ -107,9 +107,6 @@ def _flag(row: dict, key: str, where: str) -> bool:
     return v == "1"
 
 
-FP8_GEMM_BACKENDS = ("auto", "deep_gemm", "flashinfer_trtllm")     # SGLang's --fp8-gemm-backend
-
-
 def _choice(row: dict, key: str, where: str, choices: tuple[str, ...]) -> str:
     """A column naming one of ``choices``; empty is the first (the default)."""
     v = (row.get(key) or "").strip() or choices[0]
@@ -129,15 +126,11 @@ def _percentiles(row: dict, where: str) -> tuple[float, float]:
     return med, p99
 def _version(row: dict, key: str, where: str) -> str | None:
     """A release number such as 0.5.3 (empty or ``unknown``: None)."""
-    from packaging.version import InvalidVersion, Version
     v = (row.get(key) or "").strip()
-    if v in ("", "unknown"):
-        return None
     try:
-        Version(v)
-    except InvalidVersion:
+        return release(v)
+    except ValueError:
         raise DataError(f"{where}: column {key!r} must be a release such as 0.5.3, got {v[:40]!r}") from None
-    return v
 
 
 def load_external_runs(path: str | Path, source: str | None = None) -> list[ExternalRun]:

@@ -18,7 +18,7 @@ from .sizing import (VLLM_BLOCK, VLLM_FRONT_END, VLLM_GPU_MEMORY_UTILIZATION, VL
 from .sizing import (GIB, MIB, RUNTIME_RESERVE, WEIGHT_BYTES, chunked_prefill_default, cuda_graph_max_bs_default,
                      ep_load_skew, kv_cell_bytes, kv_dtype_default, kv_pool_tokens, mem_fraction_default,
                      reserved_mib, fp8_block_refusal, sglang_refusal, weights_per_gpu)
-from ..util.names import ENGINES
+from ..util.names import ENGINES, FP8_GEMM_BACKENDS, release
 from .topology import LIMITS as TOPOLOGY_LIMITS
 from .topology import Topology, TopologyError
 from .rules import (CUDA_GRAPH_MAX_BS, _check_choice, _check_flag, _check_int, _is_bool,  # noqa: F401
@@ -205,23 +205,16 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
 
 def _engine_version(version) -> str | None:
     """The engine release, checked once here: None, "unknown", or a release number such as 0.5.3."""
-    from packaging.version import InvalidVersion, Version
-    if version is None or version == "unknown":
-        return None
-    if not isinstance(version, str):
-        raise TopologyError(f"scenario: engine_version must be a release such as '0.5.3', got {version!r}"[:300])
     try:
-        Version(version)
-    except InvalidVersion:
+        return release(version)
+    except ValueError:
         raise TopologyError(f"scenario: engine_version must be a release such as '0.5.3', got {version!r}"[:300]) \
             from None
-    return version
 
 
 def _fp8_gemm_backend(g: GPUSpec, weights: str, backend) -> str:
     """SGLang's FP8 GEMM backend, checked: FlashInfer's TRT-LLM FP8 GEMM needs Blackwell (SGLang raises at
     start-up otherwise: fp8_utils.py _dispatch_explicit_backend)."""
-    from .transfer import FP8_GEMM_BACKENDS
     backend = _check_choice("fp8_gemm_backend", backend, FP8_GEMM_BACKENDS)
     if backend == "flashinfer_trtllm" and weights == "fp8" and g.arch != "blackwell":
         raise TopologyError(f"scenario: fp8_gemm_backend=flashinfer_trtllm needs a Blackwell GPU (SGLang: "

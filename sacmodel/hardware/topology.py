@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.lazy import lazy_module
+from ..util.names import FP8_GEMM_BACKENDS
 
 nx = lazy_module("networkx")     # graph algorithms only; a cached scenario's lookups need none
 
@@ -170,7 +171,7 @@ PARAM_RANGES: dict[str, Range] = {
     "load_balance": Range("string", 0, 0, choices=("round_robin",)),
     "moe_a2a": Range("string", 0, 0, choices=("none", "deepep")),
     "deepep_mode": Range("string", 0, 0, choices=("auto", "normal", "low_latency")),
-    "fp8_gemm_backend": Range("string", 0, 0, choices=("auto", "deep_gemm", "flashinfer_trtllm")),
+    "fp8_gemm_backend": Range("string", 0, 0, choices=FP8_GEMM_BACKENDS),
     "two_batch_overlap": Range("dimensionless", 0, 1, integer=True),
     "ep_redundant": Range("dimensionless", 0, 1 << 16, integer=True),
     "moe_dense_tp": Range("dimensionless", 1, 1, integer=True),

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from ..util.names import FP8_GEMM_BACKENDS
 from .gpus import GPUSpec, get_gpu
 
 TESTBED = "sac-testbed"
@@ -159,7 +160,6 @@ KERNEL_SOURCES: dict[tuple[str, str], str] = {
 # FlashInfer's TRT-LLM groupwise GEMM on Blackwell (fp8_utils.py _dispatch_auto_backend at v0.5.9). The Blackwell
 # FP8 class above is DeepGEMM's. FlashInfer's TRT-LLM backend of gemm_fp8_nt_groupwise (FP32 block scales)
 # reaches a plateau at prefill shapes that no fraction of the DeepGEMM class gives:
-FP8_GEMM_BACKENDS = ("auto", "deep_gemm", "flashinfer_trtllm")
 FLASHINFER_FP8_GEMM_RATE = 440e12      # FLOP/s on SM100
 # the spread of its published rates at prefill shapes (M = 1,024-4,096 tokens; sgl-project/sglang#13528): 295 TFLOP/s
 # (M 1,024, N 576, K 7,168: 28.7 us) to 533 (M 4,096, N 576: 63.5 us); the large-N plateau above lies within

@@ -9,6 +9,8 @@ import math
 from pathlib import Path
 
 ENGINES = ("sglang", "vllm")       # serving engines an instance runs (sacmodel.serving.engine)
+# SGLang's --fp8-gemm-backend (server_args fp8_gemm_runner_backend); the first is the default
+FP8_GEMM_BACKENDS = ("auto", "deep_gemm", "flashinfer_trtllm")
 SYSTEMS = ("gpu", "dram", "cxl", "rdma", "cxl-prefetch", "rdma-topk")
 MAIN_SYSTEMS = ("gpu", "dram", "cxl", "rdma")
 BACKENDS = ("dram", "cxl", "rdma")
@@ -100,3 +102,18 @@ def fmt_value(x: float, kind: str, digits: int = 4) -> str:
                 return f"{g(x / scale)} {unit}"
         return f"{g(x * 1e9)} ns"
     return g(x)
+
+
+def release(version) -> str | None:
+    """A serving engine's release such as ``0.5.3`` (packaging's version rule), checked; None where none is
+    stated (None, empty or ``unknown``). Raises ValueError for anything else (the caller names its field)."""
+    from packaging.version import InvalidVersion, Version
+    if version is None or version in ("", "unknown"):
+        return None
+    if not isinstance(version, str):
+        raise ValueError(f"not a release: {version!r}")
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise ValueError(f"not a release: {version!r}") from None
+    return version

@@ -289,6 +289,13 @@ def render_percentiles(rows: list[dict], summary: dict | None) -> list[str]:
                           "p99 ms", "model", "err %"]), ""]
 
 
+def _group_table(by_group: dict) -> str:
+    """Per group of checks, the MAPE and signed mean error of TTFT, TPOT and throughput (:func:`_mape`'s)."""
+    return table([[g, d["runs"], fmt(d["ttft"]), fmt(d.get("ttft_signed")), fmt(d["tpot"]), fmt(d.get("tpot_signed")),
+                   fmt(d["throughput"]), fmt(d.get("throughput_signed"))] for g, d in by_group.items()],
+                 ["group", "runs", "TTFT %", "signed", "TPOT %", "signed", "throughput %", "signed"])
+
+
 def render_vllm(rows: list[dict], mape: dict) -> list[str]:
     """The vLLM servers' checks (``engine="vllm"``), apart from SGLang's: their own MAPE, not in the bands."""
     if not rows:
@@ -299,9 +306,7 @@ def render_vllm(rows: list[dict], mape: dict) -> list[str]:
             f"checks above ({m['runs']} runs, `validation/data/external_checks_vllm.csv`), predicted with "
             f"`scenario(..., engine='vllm')` and fitted on nothing: TTFT {_ms(m, 'ttft')}, TPOT {_ms(m, 'tpot')}, "
             f"throughput {_ms(m, 'throughput')}. They are kept out of the SGLang figures and bands above.", "",
-            table([[g, d["runs"], fmt(d["ttft"]), fmt(d.get("ttft_signed")), fmt(d["tpot"]), fmt(d.get("tpot_signed")),
-                    fmt(d["throughput"]), fmt(d.get("throughput_signed"))] for g, d in mape["vllm_by_group"].items()],
-                  ["group", "runs", "TTFT %", "signed", "TPOT %", "signed", "throughput %", "signed"]), "",
+            _group_table(mape["vllm_by_group"]), "",
             "What they say (the table below): the model's vLLM instance comes out faster than these servers, most "
             "on one H100 with BF16 weights. BF16 prefill is priced at the Hopper BF16 class (0.65 of the peak, "
             "cuBLAS GEMMs at prefill shapes, hardware/transfer.py), while on the same H100 gpustack's SGLang server "
@@ -350,9 +355,7 @@ def render(rep) -> list[str]:
          f"{_ms(m['checks'], 'ttft')}, TPOT {_ms(m['checks'], 'tpot')}, throughput {_ms(m['checks'], 'throughput')}; "
          f"served runs predicted infeasible: {m['checks']['served_but_predicted_infeasible']}. Targets of issue 20: "
          f"TBT and throughput within {TARGET['tpot']:.0f}%, TTFT within {TARGET['ttft']:.0f}%.", "",
-         table([[g, d["runs"], fmt(d["ttft"]), fmt(d.get("ttft_signed")), fmt(d["tpot"]), fmt(d.get("tpot_signed")),
-                 fmt(d["throughput"]), fmt(d.get("throughput_signed"))] for g, d in m["by_group"].items()],
-               ["group", "runs", "TTFT %", "signed", "TPOT %", "signed", "throughput %", "signed"]), "",
+         _group_table(m["by_group"]), "",
          "Server settings the benchmarks changed are modelled as SGLang runs them: InferenceX's B200 servers "
          "take new requests in only every 10 (concurrency < 16, or TP4) or 30 decode iterations "
          "(`--scheduler-recv-interval`, SGLang's recv skipper: an intake after N decode iterations, at once after "

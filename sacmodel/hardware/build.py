@@ -195,11 +195,12 @@ def scenario_dict(gpu: str, *, gpus: int = 8, model: str = "deepseek-v3.2", weig
     }
     from .transfer import calibration_for
     # the release selects the Triton fused MoE's kernels; with DeepEP SGLang runs DeepGEMM's grouped GEMM instead
-    # (fp8.py at a4a3d8239), which no release rule moves
+    # (fp8.py at a4a3d8239), which no release rule moves: its published rate (transfer.deepep_moe_prefill_eff)
     data["calibration"] = calibration_for(g, m, weights=weights, dp=dp, fitted=transfer == "fitted",
                                           fp8_gemm_backend=fp8_gemm_backend,
                                           engine_version=engine_version if moe_a2a == "none" else None,
-                                          page=int(serving["page_tokens"]["value"]))
+                                          page=int(serving["page_tokens"]["value"]), moe_a2a=moe_a2a,
+                                          deepep_mode=deepep_mode)
     return data
 
 

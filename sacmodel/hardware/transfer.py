@@ -20,7 +20,9 @@ kind of thing; :data:`RULES` says which, and so how it transfers:
 - **engine version** (``moe_prefill_eff``, the routed experts' GEMMs in prefill: SGLang's Triton fused MoE under
   TP, a kernel apart from the DeepGEMM dense linears): the class's ``prefill_eff``, except for FP8 weights on
   Hopper under an SGLang release before the fused MoE's TMA down projection and its tuned H200 configurations
-  (:func:`moe_prefill_factor`, the one version rule, read from the run's ``engine_version``).
+  (:func:`moe_prefill_factor`, the one version rule, read from the run's ``engine_version``). Under DeepEP's
+  normal kernels the routed experts run DeepGEMM's grouped contiguous GEMM instead, a published kernel
+  (:func:`deepep_moe_prefill_eff`).
 - **published kernel** (``hbm_eff``: FlashMLA's dense decode against HBM; ``sparse_prefill_eff``: its sparse
   prefill against the BF16 peak; ``prefill_attn_eff``: the dense prefill attention kernels per generation,
   :data:`PREFILL_ATTN_EFF`; ``gqa_decode_eff``: the paged decode attention of GQA models per generation and
@@ -60,7 +62,9 @@ RULES: dict[str, tuple[str, str]] = {
                                                "the BF16 peak on Hopper and Blackwell)"),
     "prefill_attn_eff": ("published kernel", "per GPU generation: PREFILL_ATTN_EFF (FlashAttention-3, FlashMLA)"),
     "moe_prefill_eff": ("engine version", "the class's prefill_eff; FP8 on Hopper under SGLang before "
-                                          "TRITON_MOE_TMA_VERSION: divided by TRITON_MOE_PRE_TMA (moe_prefill_factor)"),
+                                          "TRITON_MOE_TMA_VERSION: divided by TRITON_MOE_PRE_TMA (moe_prefill_factor); "
+                                          "under DeepEP's normal kernels DeepGEMM's grouped GEMM, DEEPGEMM_GROUPED_EFF "
+                                          "(deepep_moe_prefill_eff)"),
     "gqa_decode_eff": ("published kernel", "per GPU generation and page size: PAGED_DECODE_EFF (FlashAttention-3 "
                                            "on Hopper, FlashInfer on Blackwell); GQA models only"),
     "t_hs": ("host CPU", "carried over (HiSparse's per-step Python work)"),
@@ -235,6 +239,37 @@ def moe_prefill_factor(arch: str, weights: str, engine_version: str | None) -> t
     return (1.0 / TRITON_MOE_PRE_TMA, TRITON_MOE_SOURCE) if old else None
 
 
+# Under DeepEP (SGLang's --moe-a2a-backend deepep, --enable-deepep-moe in May 2025) the routed experts are not the
+# Triton fused MoE above: with DeepEP's normal kernels (a prefill) SGLang permutes the tokens DeepEP delivers into
+# DeepGEMM's contiguous layout and runs m_grouped_gemm_fp8_fp8_bf16_nt_contiguous for the gate-up and the down
+# projection (DeepEPMoE.forward_deepgemm_contiguous, sgl-project/sglang#5626, acc816d8a, 2025-05-08, with JIT
+# DeepGEMM on: SGL_ENABLE_JIT_DEEPGEMM=1 in sgl-project/sglang#6017's commands, the default on SM90 later; the
+# same kernel at v0.5.3 a4a3d8239, fp8.py: DeepGEMM's grouped GEMM with DeepEP or Mooncake all-to-all). Its
+# published rate (deepseek-ai/DeepGEMM README at 989c9e3, 2025-04-09, H800 SXM5, whose FP8 tensor cores are the
+# H100 SXM's, 1,979 TFLOP/s dense): 4-8 groups of 4,096-8,192 rows at DeepSeek-V3's expert shapes, 1,346 TFLOP/s
+# for the gate-up (N 4,096, K 7,168) and 1,214 for the down projection (N 7,168, K 2,048). The gate-up has twice
+# the down's FLOPs, so an expert's pair runs at 3 / (2 / 1,346 + 1 / 1,214) = 1,299 TFLOP/s: 0.656 of the peak
+# (the SMs DeepEP's normal kernels hold under two-batch overlap are the step model's gemm_share, apart).
+DEEPGEMM_GROUPED = {"gate_up": 1346e12, "down": 1214e12, "peak": 1979e12}
+DEEPGEMM_GROUPED_EFF = {"hopper": 3.0 / (2.0 / DEEPGEMM_GROUPED["gate_up"] + 1.0 / DEEPGEMM_GROUPED["down"])
+                        / DEEPGEMM_GROUPED["peak"]}
+DEEPGEMM_GROUPED_SOURCE = (
+    "published kernel: DeepGEMM's grouped contiguous FP8 GEMM, which SGLang runs for the routed experts with DeepEP's "
+    "normal kernels (DeepEPMoE.forward_deepgemm_contiguous, sgl-project/sglang#5626), at DeepSeek-V3's expert shapes "
+    "on H800: 1,346 TFLOP/s gate-up (N 4096, K 7168), 1,214 down (N 7168, K 2048), 4-8 groups of 4,096-8,192 rows "
+    "(deepseek-ai/DeepGEMM README at 989c9e3): 1,299 for the pair, of 1,979 = 0.656")
+
+
+def deepep_moe_prefill_eff(arch: str, weights: str, moe_a2a: str, deepep_mode: str) -> tuple[float, str] | None:
+    """(``moe_prefill_eff``, source) of the routed experts' prefill GEMMs under DeepEP's normal kernels
+    (``moe_a2a`` "deepep", ``deepep_mode`` "auto" or "normal": SGLang's prefill batches run them): DeepGEMM's
+    grouped contiguous GEMM at its published rate, :data:`DEEPGEMM_GROUPED_EFF`, for FP8 weights on a generation
+    with a published figure (Hopper). None: no such rule (the Triton fused MoE's, :func:`moe_prefill_factor`)."""
+    if moe_a2a != "deepep" or deepep_mode == "low_latency" or weights != "fp8" or arch not in DEEPGEMM_GROUPED_EFF:
+        return None
+    return DEEPGEMM_GROUPED_EFF[arch], DEEPGEMM_GROUPED_SOURCE
+
+
 # the in-graph kernel floor per GPU generation: a factor on the testbed's (H20, Hopper) t_graph_kernel, fitted on
 # the H200 runs' lowest-concurrency TPOT; Blackwell takes Hopper's
 GRAPH_KERNEL_SCALE: dict[str, float] = {"hopper": 0.603}
@@ -277,7 +312,8 @@ def _efficiencies(gpu: GPUSpec, weights: str, fitted: bool) -> tuple[dict, str]:
 
 
 def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True, fp8_gemm_backend: str = "auto",
-                engine_version: str | None = None) -> dict[str, tuple[float, str]]:
+                engine_version: str | None = None, moe_a2a: str = "none",
+                deepep_mode: str = "auto") -> dict[str, tuple[float, str]]:
     """Each testbed constant's value (SI) on ``gpu`` with ``weights``, with the rule that gave it, and the
     constants a built machine adds (``launch_overlap``, ``prefill_attn_eff``, ``moe_prefill_eff``).
 
@@ -285,7 +321,9 @@ def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True, fp8_gemm_bac
     classes fitted on other machines' runs (:data:`FITTED_CLASSES`, :data:`GRAPH_KERNEL_SCALE`).
     ``fp8_gemm_backend``: SGLang's FP8 GEMM backend (:func:`fp8_gemm_efficiency`; a published kernel figure,
     so it holds under both). ``engine_version``: SGLang's release, for the routed experts' prefill GEMMs
-    (``moe_prefill_eff``, :func:`moe_prefill_factor`; where no rule applies, the class's ``prefill_eff``)."""
+    (``moe_prefill_eff``, :func:`moe_prefill_factor`; where no rule applies, the class's ``prefill_eff``).
+    ``moe_a2a``, ``deepep_mode``: the server's all-to-all backend and DeepEP's mode; under DeepEP's normal kernels
+    the routed experts run DeepGEMM's grouped GEMM (:func:`deepep_moe_prefill_eff`), which no release rule moves."""
     cal = _testbed_calibration()
     same_class = gpu.arch == get_gpu(TESTBED_GPU).arch and weights == TESTBED_WEIGHTS
     eff, eff_source = ({}, "") if same_class else _efficiencies(gpu, weights, fitted)
@@ -317,8 +355,9 @@ def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True, fp8_gemm_bac
         # a built machine carries the routed experts' rate as a constant of its own (calibrate fits it apart)
         moe = moe_prefill_factor(gpu.arch, weights, engine_version)
         value, rule = out["prefill_eff"]
-        out["moe_prefill_eff"] = (value * moe[0], f"{moe[1]}; x {value:.4g}, {rule}") if moe else \
-            (value, f"the class's prefill_eff ({rule})")
+        out["moe_prefill_eff"] = (deepep_moe_prefill_eff(gpu.arch, weights, moe_a2a, deepep_mode)
+                                  or ((value * moe[0], f"{moe[1]}; x {value:.4g}, {rule}") if moe else
+                                      (value, f"the class's prefill_eff ({rule})")))
     out.setdefault("launch_overlap", (1.0, RULES["launch_overlap"][1]))
     if not same_class and gpu.arch in PREFILL_ATTN_EFF:
         out["prefill_attn_eff"] = PREFILL_ATTN_EFF[gpu.arch]
@@ -326,7 +365,8 @@ def transferred(gpu: GPUSpec, weights: str, *, fitted: bool = True, fp8_gemm_bac
 
 
 def calibration_for(gpu: GPUSpec, model, *, weights: str, dp: int, fitted: bool = True,
-                    fp8_gemm_backend: str = "auto", engine_version: str | None = None, page: int = 1) -> dict:
+                    fp8_gemm_backend: str = "auto", engine_version: str | None = None, page: int = 1,
+                    moe_a2a: str = "none", deepep_mode: str = "auto") -> dict:
     """The ``calibration:`` section of a built scenario: every testbed constant transferred, with its source; a
     GQA model's paged decode attention (``gqa_decode_eff``) from :func:`paged_decode_eff` for the server's page
     size ``page`` (tokens)."""
@@ -334,7 +374,8 @@ def calibration_for(gpu: GPUSpec, model, *, weights: str, dp: int, fitted: bool 
     cal = _testbed_calibration()
     out = {}
     for name, (value, rule) in transferred(gpu, weights, fitted=fitted, fp8_gemm_backend=fp8_gemm_backend,
-                                           engine_version=engine_version).items():
+                                           engine_version=engine_version, moe_a2a=moe_a2a,
+                                           deepep_mode=deepep_mode).items():
         raw_unit = cal[name][1].split()[1:] if name in cal and cal[name][1] else []
         out[name] = {"value": _format(value, " ".join(raw_unit)),
                      "source": f"sac-testbed, transferred to {gpu.name.upper()} ({rule})"}

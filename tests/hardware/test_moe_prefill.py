@@ -8,7 +8,7 @@ from sacmodel.data.external import load_external_runs
 from sacmodel.data.records import DataError
 from sacmodel.hardware.build import scenario
 from sacmodel.hardware.topology import TopologyError
-from sacmodel.hardware.transfer import TRITON_MOE_PRE_TMA, moe_prefill_factor
+from sacmodel.hardware.transfer import DEEPGEMM_GROUPED_EFF, TRITON_MOE_PRE_TMA, deepep_moe_prefill_eff, moe_prefill_factor
 from sacmodel.serving.config import resolve
 from sacmodel.serving.engine.stepmodel import Model
 
@@ -87,3 +87,32 @@ def test_an_sglang_release_is_refused_for_a_vllm_server():
     from sacmodel.hardware.topology import TopologyError
     with pytest.raises(TopologyError, match="engine_version names an SGLang release"):
         scenario("h100", gpus=1, model="qwen3-14b", engine="vllm", engine_version="0.5.3")
+
+
+def test_deepgemm_grouped_rate_by_hand():
+    """DeepGEMM's README (H800): gate-up 1,346 TFLOP/s (twice the down's FLOPs), down 1,214: the pair at
+    3 / (2 / 1346 + 1 / 1214) = 1,298.9 TFLOP/s, of the 1,979 FP8 peak 0.6564."""
+    assert DEEPGEMM_GROUPED_EFF["hopper"] == pytest.approx(1298.94 / 1979, rel=1e-4)
+    eff, source = deepep_moe_prefill_eff("hopper", "fp8", "deepep", "auto")
+    assert eff == pytest.approx(0.6564, rel=1e-3) and "sgl-project/sglang#5626" in source
+
+
+@pytest.mark.parametrize("arch, weights, a2a, mode", [
+    ("hopper", "fp8", "none", "auto"), ("hopper", "fp8", "deepep", "low_latency"), ("hopper", "bf16", "deepep", "auto"),
+    ("blackwell", "fp8", "deepep", "normal")])
+def test_the_grouped_rate_holds_only_under_deepeps_normal_kernels_with_fp8_on_hopper(arch, weights, a2a, mode):
+    assert deepep_moe_prefill_eff(arch, weights, a2a, mode) is None
+
+
+def test_a_deepep_prefill_server_prices_its_experts_at_deepgemms_grouped_rate():
+    """EP32 with DeepEP's normal (or auto) kernels: the routed experts at DeepGEMM's grouped rate, the dense GEMMs at
+    the class's prefill_eff; low-latency kernels only and TP servers keep the class's rate (the rule is DeepEP's)."""
+    ep = dict(gpus=32, model="deepseek-v3", dp=32, ep=32, moe_a2a="deepep", mem_fraction=0.85)
+    for mode in ("auto", "normal"):
+        t = scenario("h100", deepep_mode=mode, **ep)
+        assert t.param("moe_prefill_eff") == pytest.approx(DEEPGEMM_GROUPED_EFF["hopper"], rel=1e-5)
+        assert t.param("prefill_eff") == pytest.approx(0.201)
+    ll = scenario("h100", deepep_mode="low_latency", **ep)
+    assert ll.param("moe_prefill_eff") == pytest.approx(ll.param("prefill_eff"), rel=1e-6)
+    tp = scenario("h200", gpus=8, model="deepseek-v3", tp=8)
+    assert tp.param("moe_prefill_eff") == pytest.approx(tp.param("prefill_eff"), rel=1e-6)

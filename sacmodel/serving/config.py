@@ -327,6 +327,8 @@ def static_values(cfg: Config) -> dict[str, float]:
     v["tbo_gemm_share"], v["tbo_gemm_share_prefill"] = (
         tbo_gemm_share(float(gpu.get("sms", 0.0) or 0.0), mode) if on else 1.0 for mode in (decode_mode, prefill_mode))
     v["tbo"] = _setting(t, "two_batch_overlap", 0.0)
+    # a prefill's attention projections in the MoE layers share the overlapped region's SMs too (step.prefill_terms)
+    v["proj_gemm_share"] = v["tbo_gemm_share_prefill"] if v["tbo"] > 0.0 else 1.0
     # GPUs the dense layers' and the shared experts' weights are split over: all (tp) unless the dense layers run
     # data-parallel (--moe-dense-tp-size 1) and, under DeepEP, the shared experts (SGLang builds them with
     # tp_size=1 then: "disable tp for shared experts when enable deepep moe", deepseek_v2.py at 0d477880)

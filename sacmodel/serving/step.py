@@ -296,10 +296,16 @@ def prefill_terms() -> dict[str, sp.Expr]:
     f_mha = sym("f_mha", "FLOP", "dense multi-head attention FLOPs per (query, key) pair per layer on one GPU")
     p_kvb = sym("p_kvb", "dimensionless", "kv_b params per layer on one GPU (decompresses an MLA prefix)")
     admit = sym("admit_on", "dimensionless", "1 for the chunk that admits a request into HiSparse, else 0")
+    # under two-batch overlap the MoE layers' attention projections (DeepGEMM's FP8 GEMMs) run on the SMs DeepEP's
+    # normal kernels leave, as their experts do: SGLang sets DeepGEMM's SM count for the whole overlapped region
+    # (two_batch_overlap.py _model_forward_tbo: configure_deep_gemm_num_sms); the dense layers run before it
+    share = sym("proj_gemm_share", "dimensionless", "share of the SMs the MoE layers' attention projections run on "
+                                                    "in a prefill (sizing.tbo_gemm_share under two-batch overlap, else 1)")
+    slow = 1 + sym("moe_layers", "dimensionless") / c["layers"] * (1 / share - 1)
     return {
         "hisparse_admit": admit * sym("hs_on", "dimensionless") * sym(
             "t_hs_admit", "second", "HiSparse's CPU work to admit a request (per-layer tail copies, GPU syncs)"),
-        "prefill_proj": _roof(c["fu"] * 2 * P * c["layers"] * w, c["wb"] * c["layers"] * w, c["pw"], c["peff"]),
+        "prefill_proj": _roof(c["fu"] * 2 * P * c["layers"] * w * slow, c["wb"] * c["layers"] * w, c["pw"], c["peff"]),
         "prefill_indexer": idx_on * c["layers"] * c["f_ix"] * pairs / (c["p8"] * c["peff"]),
         "prefill_attention": c["layers"] * (mha * f_mha * pairs + (1 - mha) * dense_on * c["f_at"] * absorbed)
         / (c["p16"] * sym("prefill_attn_eff", "dimensionless", "achieved fraction of peak BF16 FLOP/s of the dense "

@@ -33,7 +33,7 @@ V = dict(layers=10.0, w_bytes=1.0, tp=4.0, attn_tp=2.0, peak_bf16=1e15, peak_fp8
          p_kvb=1e7, t_launch=5e-6, N_f=1000.0, nic_bw=1e10, stage_copy_bw=5e9, stage_passes=3.0, N_b=2000.0,
          bk_bw=2e10, t_token=1e-6, t_request=0.2, sparse_prefill_eff=0.625, prefill_attn_eff=0.4, tbo=0.0, a2a_share=0.0,
          ep_skew=1.0, tbo_routed=0.0, a2a_lat_share=0.0,
-         dense_split=4.0, shared_split=4.0, gemm_share=1.0)
+         dense_split=4.0, shared_split=4.0, gemm_share=1.0, proj_gemm_share=1.0)
 
 
 def ev(group, **kw):
@@ -231,6 +231,11 @@ def test_prefill_projections_and_admission_by_hand():
     t = ev("prefill", P=1e5)
     assert t["prefill_proj"] == pytest.approx(2 * 1e5 * 10 * 3e6 / (2e15 * 0.25), rel=1e-12)    # compute bound
     assert ev("prefill", P=1.0)["prefill_proj"] == pytest.approx(10 * 3e6 / 2e12, rel=1e-12)     # weights bound
+    # under two-batch overlap the 8 MoE layers' projections run on half the SMs, the 2 dense layers' on all:
+    # 2 / 10 + 8 / 10 x 2 = 1.8 times the compute; the weights' reads do not move
+    assert ev("prefill", P=1e5, proj_gemm_share=0.5)["prefill_proj"] == pytest.approx(1.8 * t["prefill_proj"],
+                                                                                      rel=1e-12)
+    assert ev("prefill", P=1.0, proj_gemm_share=0.5)["prefill_proj"] == pytest.approx(10 * 3e6 / 2e12, rel=1e-12)
     assert t["hisparse_admit"] == 2e-3
     assert ev("prefill", admit_on=0.0)["hisparse_admit"] == ev("prefill", hs_on=0.0)["hisparse_admit"] == 0.0
 

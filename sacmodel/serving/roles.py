@@ -28,6 +28,7 @@ def role_throughput(scenario, role: str, *, prompt: int, tokens_per_gpu: int | N
     per_host = int(t.node(t.gpus[0]).get("nvlink_domain", len(t.gpus)))
     hosts = max(1, math.ceil(len(t.gpus) / per_host))
     dp = cfg.dp
+    seqs = None
     if role == "prefill":
         if not tokens_per_gpu or tokens_per_gpu < 1:
             raise ValueError("role_throughput: a prefill role needs tokens_per_gpu >= 1")
@@ -49,5 +50,5 @@ def role_throughput(scenario, role: str, *, prompt: int, tokens_per_gpu: int | N
     else:
         raise ValueError(f"role_throughput: role must be 'prefill' or 'decode', got {role!r}")
     return {"role": role, "step_s": step, "shared_s": shared, "own_s": own, "hosts": hosts,
-            "terms": model.shared_terms(n, role == "prefill"),
+            "terms": model.shared_terms(n, role == "prefill", n, seqs),
             "tok_s_per_node": n / step / hosts}

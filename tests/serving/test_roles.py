@@ -105,6 +105,14 @@ def test_the_lmsys_prefills_routed_experts_by_hand():
     assert m.shared_terms(n, True, n, round(n / 2000))["moe"] == pytest.approx(seconds, rel=1e-4)
 
 
+def test_a_roles_parts_add_up_to_its_shared_part():
+    """The parts a role reports are the ones its step adds: a prefill's LM head over its prompts' last tokens
+    (16,384 / 2,000 x 32 = 262 sequences), not over every token."""
+    for r in (role_throughput(_prefill(), "prefill", prompt=2000, tokens_per_gpu=16384),
+              role_throughput(_decode(True), "decode", prompt=2000, batch_per_gpu=256)):
+        assert sum(r["terms"].values()) == pytest.approx(r["shared_s"], rel=1e-9)
+
+
 def test_deepep_auto_runs_normal_kernels_to_prefill_and_low_latency_ones_to_decode():
     """SGLang's --deepep-mode auto (sgl-project/sglang#4767): normal dispatch for batches that prefill, low-latency
     for decode batches; normal mode everywhere runs decode without CUDA graphs (its kernels are not capturable)."""

@@ -325,19 +325,21 @@ def default_constants(topo) -> list[str]:
     return [n for n in machine_constants(topo) if n not in TAKES_OVER.values()]
 
 
-# A constant moves from its transferred value only when the runs tell the two apart: its fitted move exceeds this
+# A constant moves from its transferred value only when the runs tell the two apart: the move they ask exceeds this
 # many of its linearised standard deviations at the runs' repeatability (:data:`NOISE`); else the runs agree with
 # the transferred value and a fit to them would chase their scatter (two runs fitted exactly by two constants)
 MOVED_SD = 2.0
 
 
-def moved_sd(J: np.ndarray, names: list[str], values: dict[str, float], start: dict[str, float]) -> dict[str, float]:
-    """Each fitted constant's move from ``start`` (its transferred value) in its linearised standard deviations at
-    a repeatability of :data:`NOISE` (``J``: the runs' weighted log errors' Jacobian at the fit, columns
-    ``names``)."""
-    sd = _sd(J, NOISE)
-    return {n: abs(MACHINE_CONSTANTS[n].to_x(values[n]) - MACHINE_CONSTANTS[n].to_x(start[n])) / s
-            for n, s in zip(names, sd)}
+def moved_sd(J: np.ndarray, resid: np.ndarray, names: list[str], values: dict[str, float],
+             start: dict[str, float]) -> dict[str, float]:
+    """How far the runs alone ask each fitted constant from ``start`` (its transferred value), in its linearised
+    standard deviations at a repeatability of :data:`NOISE`. ``J``, ``resid``: the runs' weighted log errors and
+    their Jacobian at the fit ``values`` (columns ``names``); what they ask is the fit plus the Gauss-Newton step
+    they still take from it (the prior's pull undone; past a bound that stopped the fit)."""
+    step = np.linalg.lstsq(J, -resid, rcond=None)[0]
+    return {n: abs(MACHINE_CONSTANTS[n].to_x(values[n]) + dx - MACHINE_CONSTANTS[n].to_x(start[n])) / s
+            for n, dx, s in zip(names, step, _sd(J, NOISE))}
 
 
 def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | None = None) -> MachineFit:
@@ -359,7 +361,7 @@ def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | Non
         if max(ratio.values()) > 1:
             fitted = [n for n in fitted if n != max(ratio, key=ratio.get)]
         else:
-            z = moved_sd(jac_at, fitted, values, start)
+            z = moved_sd(jac_at, resid, fitted, values, start)
             weakest = min(z, key=z.get)
             if z[weakest] >= MOVED_SD:
                 break
@@ -380,7 +382,7 @@ def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | Non
     unident = {n: pin_text(topo, runs, n, J=J, names=names, start=start) for n in names if n not in fitted}
     for n, z in kept.items():
         if n in unident:
-            unident[n] = (f"kept at its transferred value: these runs would move it by {z:.1f} sd of their "
+            unident[n] = (f"kept at its transferred value: these runs ask a move of {z:.1f} sd of their "
                           f"repeatability, under {MOVED_SD:g}; {unident[n]}")
     final = apply_constants(topo, {n: values[n] for n in fitted})
     errs = [{m: math.exp(e) - 1 for m, e in zip(_metrics_of(r), log_errors(r, predict_run(final, r)))}

@@ -55,11 +55,11 @@ def test_a_constant_moves_as_far_as_the_runs_outweigh_its_prior(base):
 
 def test_runs_that_agree_with_the_transferred_value_leave_it_there_and_say_so(base):
     t0 = base.param("t_request")
-    # 4 units asked, about 3.6 after the prior: 1.4 sd of a 2.5-unit row, under MOVED_SD (2)
+    # 4 units asked: 1.6 sd of a 2.5-unit row, under MOVED_SD (2)
     assert MOVED_SD == pytest.approx(2.0)
     f = fit_machine(base, [LogLinearRun("r", t0, 4.0)], ["t_request"])
     assert f.fitted == [] and f.values["t_request"] == t0
     assert f.unidentified["t_request"].startswith("kept at its transferred value")
-    # two runs asking 5 units each: rows of 2.5 / sqrt 2 = 1.8 units together, 4.7 units after the prior, 2.7 sd
+    # two runs asking 5 units each: rows of 2.5 / sqrt 2 = 1.8 units together, 2.8 sd
     g = fit_machine(base, [LogLinearRun("a", t0, 5.0), LogLinearRun("b", t0, 5.0)], ["t_request"])
     assert g.fitted == ["t_request"]

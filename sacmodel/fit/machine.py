@@ -382,8 +382,8 @@ def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | Non
     unident = {n: pin_text(topo, runs, n, J=J, names=names, start=start) for n in names if n not in fitted}
     for n, z in kept.items():
         if n in unident:
-            unident[n] = (f"kept at its transferred value: these runs ask a move of {z:.1f} sd of their "
-                          f"repeatability, under {MOVED_SD:g}; {unident[n]}")
+            unident[n] = (f"{unident[n]}; these runs ask a move of only {z:.1f} sd of their repeatability from the "
+                          f"transferred value (under {MOVED_SD:g}), so it is kept there")
     final = apply_constants(topo, {n: values[n] for n in fitted})
     errs = [{m: math.exp(e) - 1 for m, e in zip(_metrics_of(r), log_errors(r, predict_run(final, r)))}
             for r in runs]

@@ -59,7 +59,9 @@ def test_runs_that_agree_with_the_transferred_value_leave_it_there_and_say_so(ba
     assert MOVED_SD == pytest.approx(2.0)
     f = fit_machine(base, [LogLinearRun("r", t0, 4.0)], ["t_request"])
     assert f.fitted == [] and f.values["t_request"] == t0
-    assert f.unidentified["t_request"].startswith("kept at its transferred value")
+    assert f.unidentified["t_request"].endswith("sd of their repeatability from the transferred value (under 2), "
+                                                "so it is kept there")
+    assert "a move of only 1.6 sd" in f.unidentified["t_request"]
     # two runs asking 5 units each: rows of 2.5 / sqrt 2 = 1.8 units together, 2.8 sd
     g = fit_machine(base, [LogLinearRun("a", t0, 5.0), LogLinearRun("b", t0, 5.0)], ["t_request"])
     assert g.fitted == ["t_request"]

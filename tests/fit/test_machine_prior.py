@@ -51,6 +51,8 @@ def test_a_constant_moves_as_far_as_the_runs_outweigh_its_prior(base):
     k = prior ** 2 / (prior ** 2 + data ** 2)
     assert (f.values["t_request"] - t0) / 0.01 == pytest.approx(10.0 * k, rel=0.03)
     assert k < 0.95             # the prior's pull is visible at this width
+    # the prior's row is not one of the runs': the bootstrap and the folds resample the runs' rows alone
+    assert f.jac.shape == (1, 1) and f.resid.shape == (1,)
 
 
 def test_runs_that_agree_with_the_transferred_value_leave_it_there_and_say_so(base):

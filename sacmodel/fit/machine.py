@@ -10,7 +10,10 @@ classes of the step model are renamed only this table changes.
 :func:`fit_machine` decides which constants the given runs identify (from the Jacobian of the log errors of
 TTFT, TPOT and throughput at the transferred values: a constant is identified when its linearised standard
 deviation, at a benchmark repeatability of :data:`NOISE`, stays under :data:`IDENTIFIED_SD` with the constants
-already taken), fits those within their ranges (least squares in log space), gives each a standard deviation
+already taken), fits those within their ranges (least squares in log space, with each constant's transferred
+value as a prior whose width is its physical range, :func:`prior_width`: a maximum a posteriori fit), keeps at its
+transferred value any whose fitted move stays under :data:`MOVED_SD` of its standard deviations at that
+repeatability (:func:`moved_sd`: the runs do not tell it from its transferred value), gives each a standard deviation
 (Gauss-Newton, from the Jacobian at the solution and the residuals' own scatter, never below the repeatability),
 and leaves every other constant at its transferred value, saying which run would pin it. Each fitted constant
 also gets an interval from a bootstrap over runs (:func:`bootstrap`: the runs resampled with replacement,
@@ -322,6 +325,23 @@ def default_constants(topo) -> list[str]:
     return [n for n in machine_constants(topo) if n not in TAKES_OVER.values()]
 
 
+# A constant moves from its transferred value only when the runs tell the two apart: the move they ask exceeds this
+# many of its linearised standard deviations at the runs' repeatability (:data:`NOISE`); else the runs agree with
+# the transferred value and a fit to them would chase their scatter (two runs fitted exactly by two constants)
+MOVED_SD = 2.0
+
+
+def moved_sd(J: np.ndarray, resid: np.ndarray, names: list[str], values: dict[str, float],
+             start: dict[str, float]) -> dict[str, float]:
+    """How far the runs alone ask each fitted constant from ``start`` (its transferred value), in its linearised
+    standard deviations at a repeatability of :data:`NOISE`. ``J``, ``resid``: the runs' weighted log errors and
+    their Jacobian at the fit ``values`` (columns ``names``); what they ask is the fit plus the Gauss-Newton step
+    they still take from it (the prior's pull undone; past a bound that stopped the fit)."""
+    step = np.linalg.lstsq(J, -resid, rcond=None)[0]
+    return {n: abs(MACHINE_CONSTANTS[n].to_x(values[n]) + dx - MACHINE_CONSTANTS[n].to_x(start[n])) / s
+            for n, dx, s in zip(names, step, _sd(J, NOISE))}
+
+
 def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | None = None) -> MachineFit:
     """Fit the constants ``runs`` identify (of ``names``, default all of :data:`MACHINE_CONSTANTS`) on the
     scenario ``topo`` (the machine with its transferred constants); see the module docstring."""
@@ -335,11 +355,18 @@ def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | Non
     values = dict(base)
     sd, at_bound, rms = {}, [], float("nan")
     jac_at = resid = None
+    kept: dict[str, float] = {}     # identified, but the runs do not tell it from its transferred value
     while fitted:      # identified at the solution too, else the least identified one is left transferred
         values, sd, at_bound, rms, ratio, jac_at, resid = _fit(topo, runs, fitted, base, start)
-        if max(ratio.values()) <= 1:
-            break
-        fitted = [n for n in fitted if n != max(ratio, key=ratio.get)]
+        if max(ratio.values()) > 1:
+            fitted = [n for n in fitted if n != max(ratio, key=ratio.get)]
+        else:
+            z = moved_sd(jac_at, resid, fitted, values, start)
+            weakest = min(z, key=z.get)
+            if z[weakest] >= MOVED_SD:
+                break
+            kept[weakest] = z[weakest]
+            fitted = [n for n in fitted if n != weakest]
         values = dict(base)
     if not fitted:
         values, sd, at_bound, jac_at, resid = dict(base), {}, [], None, None
@@ -353,6 +380,10 @@ def fit_machine(topo, runs: list[BenchRun], names=None, *, jac: np.ndarray | Non
             fitted = [alt if x == n else x for x in fitted]
             values, sd, at_bound, rms, ratio, jac_at, resid = _fit(topo, runs, fitted, base, start)
     unident = {n: pin_text(topo, runs, n, J=J, names=names, start=start) for n in names if n not in fitted}
+    for n, z in kept.items():
+        if n in unident:
+            unident[n] = (f"{unident[n]}; these runs ask a move of only {z:.1f} sd of their repeatability from the "
+                          f"transferred value (under {MOVED_SD:g}), so it is kept there")
     final = apply_constants(topo, {n: values[n] for n in fitted})
     errs = [{m: math.exp(e) - 1 for m, e in zip(_metrics_of(r), log_errors(r, predict_run(final, r)))}
             for r in runs]
@@ -492,21 +523,40 @@ def _fit(topo, runs, fitted, base, start):
         lo = _to_x(fitted, {n: ranges[n][0] for n in fitted})
         hi = _to_x(fitted, {n: ranges[n][1] for n in fitted})
         x0 = np.clip(_to_x(fitted, start), lo + 1e-6, hi - 1e-6)
-        res = least_squares(lambda x: _residuals(topo, runs, fitted, x), x0, bounds=(lo, hi),
+        width = prior_width(topo, fitted)
+
+        def posterior(x):       # the runs' weighted log errors, then the transferred values' prior rows
+            return np.concatenate([_residuals(topo, runs, fitted, x), NOISE * (x - x0) / width])
+        res = least_squares(posterior, x0, bounds=(lo, hi),
                             x_scale=np.ones(len(fitted)), diff_step=0.03, ftol=1e-3, xtol=1e-3, max_nfev=15,
                             loss="soft_l1", f_scale=ROBUST)
         values.update(_values(fitted, res.x))
-        r = res.fun
-        n, p = len(r), len(fitted)
+        n, p = len(res.fun) - len(fitted), len(fitted)
+        r, J = res.fun[:n], res.jac[:n]         # the runs' rows: what the bootstrap and the folds resample
         rms = float(np.sqrt(np.mean(r ** 2)))
         sigma = max(NOISE, float(np.sqrt(np.sum(r ** 2) / (n - p))) if n > p else NOISE)
-        sdx = _sd(res.jac, sigma)
+        sdx = _sd(np.vstack([J, sigma / NOISE * res.jac[n:]]), sigma)     # posterior: the runs and the prior
         sd = {nm: float(sx * MACHINE_CONSTANTS[nm].unit / values[nm] if MACHINE_CONSTANTS[nm].unit else sx)
               for nm, sx in zip(fitted, sdx)}
         at_bound = [nm for nm, x, a, b in zip(fitted, res.x, lo, hi) if min(x - a, b - x) < 1e-3]
-        ratio = {nm: float(sx / _tolerance(nm)) for nm, sx in zip(fitted, _sd(res.jac, NOISE))}
-        jac, fun = res.jac, res.fun
+        ratio = {nm: float(sx / _tolerance(nm)) for nm, sx in zip(fitted, _sd(J, NOISE))}
+        jac, fun = J, r
     return values, sd, at_bound, rms, ratio, jac, fun
+
+
+# The transferred value of a constant is a prior: its physical range (constant_range) spans PRIOR_SPAN of the prior's
+# standard deviations in the fitted coordinate (log of a rate, or a time over its unit), so the range is the prior's
+# 95% interval. Two runs cannot pin several constants: a constant moves from its transferred value only as far as
+# the runs, at their repeatability (NOISE), outweigh that prior (a maximum a posteriori fit).
+PRIOR_SPAN = 4.0
+
+
+def prior_width(topo, names) -> np.ndarray:
+    """Each constant's prior standard deviation in the fitted coordinate: its range on ``topo``'s machine
+    (:func:`constant_range`) over :data:`PRIOR_SPAN`."""
+    ranges = _ranges(topo, names)
+    return np.array([(MACHINE_CONSTANTS[n].to_x(ranges[n][1]) - MACHINE_CONSTANTS[n].to_x(ranges[n][0])) / PRIOR_SPAN
+                     for n in names])
 
 
 def cross_validate(topo, runs: list[BenchRun], names=None, J: np.ndarray | None = None,

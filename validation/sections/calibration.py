@@ -252,7 +252,10 @@ def render(rep) -> list[str]:
     L = ["## 11. Your machine in two runs (issue 33)", "",
          "Each group's lowest- and highest-load runs (concurrency x (prompt + output)) are given to the fit of "
          "`sacmodel calibrate` (the constants they identify, each within its physical range, started from the "
-         "testbed's constants carried by the transfer rules alone); the group's other runs are then predicted. "
+         "testbed's constants carried by the transfer rules alone; each transferred value a prior as wide as the "
+         "constant's range, `sacmodel.fit.machine.prior_width`, and kept where the runs ask a move of fewer than "
+         "two of its standard deviations at their repeatability, `moved_sd`); the group's other runs are then "
+         "predicted. "
          "Zero-shot: the rules alone, and as shipped (the shipped Hopper FP8 kernel efficiencies were fitted on "
          "the 15 shared H200 runs, so on those they are in-sample). On the testbed (per system, round 2, served "
          "runs; the run settings as the report predicts them) the fit starts from the constants' a-priori values "

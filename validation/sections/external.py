@@ -308,7 +308,13 @@ def render_tpot_percentiles(rows: list[dict], summary: dict | None) -> list[str]
             f"The TPOT's median and 99th percentile over requests ({summary['runs']} runs whose source publishes "
             "them: InferenceX's benchmarks.json, gpustack's printouts), from the same simulated requests as the "
             f"mean. Over these runs: mean {_ms(summary, 'mean')}, median {_ms(summary, 'median')}, p99 "
-            f"{_ms(summary, 'p99')}.", "",
+            f"{_ms(summary, 'p99')}. In a burst whose pool holds few requests the engine runs lockstep waves: a "
+            "wave's prompts are prefilled one after another and its requests end on the same step, so TPOTs spread "
+            "evenly from the last prefilled to the first. gpustack's R1 32K burst (20 a wave) is met that way; its "
+            "Qwen3-14B 32K burst on one H100 (10 a wave) is not: a median near its mean but 50 ms above the model's "
+            "and a p99 near the model's maximum say the real waves drift apart, which nothing in SGLang's scheduler "
+            "does to equal requests; a few requests ending at EOS would (the client sent no ignore_eos; 9,964 of "
+            "10,000 tokens), which ones is not published (docs/model.md, known gaps).", "",
             table(cells, ["run", "ISL/OSL conc requests", "mean ms", "model", "err %", "median ms", "model", "err %",
                           "p99 ms", "model", "err %"]), ""]
 

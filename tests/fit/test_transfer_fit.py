@@ -199,3 +199,36 @@ def test_the_floor_and_the_moe_rate_are_fitted_on_separate_evidence():
     for k, v in shipped.items():
         lo, hi = EFFICIENCY_BOUNDS[k]
         assert lo <= v <= hi, k
+
+
+def test_a_burst_runs_in_lockstep_waves_until_a_request_ends_early():
+    """32K prompts on one H100 (gsq14-32k's machine and client), 30 of them with 20 output tokens: the pool holds
+    n of them, prefilled one after another, and a wave's requests end on the same step, so the request prefilled
+    first waits for the n - 1 others' prefills and the last for none. If one request of the first wave ends
+    early, its slots admit a prompt of the next wave while the others decode: they wait for that prefill, and
+    the waves no longer end together."""
+    from sacmodel.fit.transfer import external_scenario
+    from sacmodel.serving.config import resolve
+    from sacmodel.serving.engine.workload import Requests
+    from sacmodel.serving.predict import simulate
+    r = next(x for x in load_external_runs(CHECKS) if x.id == "gsq14-32k")
+    cfg = resolve(external_scenario(r), "gpu")
+    n_wave = int(cfg.max_total_tokens // (32000 + 20))
+    assert 2 <= n_wave < 30
+    out = np.full(30, 20)
+
+    def run(o):
+        p = simulate(cfg, Requests(np.zeros(30), np.full(30, 32000), o, np.zeros(30), lead=0), 30)
+        ttft = np.asarray(p.per_request["ttft_ms"])
+        return ttft, ttft + np.asarray(p.per_request["tbt_ms"]) * (o - 1)     # all sent at 0
+    ttft, done = run(out)
+    wave = np.argsort(ttft)[:n_wave]
+    assert np.ptp(done[wave]) < 1e-6 * done[wave].max()                       # they end on the same step
+    assert np.sum(ttft < done[wave].min()) == n_wave                          # no one else started before
+    short = out.copy()
+    short[wave[0]] = 5                                                        # the first prefilled ends early
+    ttft2, done2 = run(short)
+    others = wave[1:]
+    mid = (ttft2 > ttft2[others].max()) & (ttft2 < done2[others].min())
+    assert mid.sum() >= 1                                                     # a prompt prefilled mid-wave
+    assert np.all(done2[others] > done[others])                               # the others waited for it

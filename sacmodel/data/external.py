@@ -9,8 +9,8 @@ release the server ran (empty or ``unknown``: not stated; it selects the kernels
 :func:`sacmodel.hardware.transfer.moe_prefill_factor`), the client's workload (``isl``/``osl`` nominal lengths, each request's
 lengths drawn uniformly in [``range_ratio`` x nominal, nominal], ``concurrency`` in flight at most, ``requests`` in
 all) and the measured means (``ttft_mean_ms``, ``tpot_mean_ms`` = the mean over requests of (E2E - TTFT) / (output -
-1), ``output_tok_s``), and where the source gives them the TTFT's median and 99th percentile over requests
-(``ttft_median_ms``, ``ttft_p99_ms``; empty: not published). The shared file names its columns a little differently (``attn_dp``, ``moe_ep``,
+1), ``output_tok_s``), and where the source gives them the TTFT's and the TPOT's median and 99th percentile over
+requests (``ttft_median_ms``, ``ttft_p99_ms``, ``tpot_median_ms``, ``tpot_p99_ms``; empty: not published). The shared file names its columns a little differently (``attn_dp``, ``moe_ep``,
 ``sglang_version``) and states no client settings: :data:`INFERENCEX_CLIENT` supplies them.
 """
 from __future__ import annotations
@@ -61,6 +61,8 @@ class ExternalRun:
     fp8_gemm_backend: str = "auto"
     ttft_median_ms: float = math.nan
     ttft_p99_ms: float = math.nan
+    tpot_median_ms: float = math.nan
+    tpot_p99_ms: float = math.nan
     engine: str = "sglang"
     engine_version: str | None = None
 
@@ -115,15 +117,18 @@ def _choice(row: dict, key: str, where: str, choices: tuple[str, ...]) -> str:
     return v
 
 
-def _percentiles(row: dict, where: str) -> tuple[float, float]:
-    """(median, p99) TTFT in ms where the row gives them, NaN where it does not."""
-    med, p99 = (_num(row, k, where, float, math.nan) for k in ("ttft_median_ms", "ttft_p99_ms"))
-    for k, v in (("ttft_median_ms", med), ("ttft_p99_ms", p99)):
+def _percentiles(row: dict, where: str, metric: str = "ttft") -> tuple[float, float]:
+    """(median, p99) of ``metric`` (``ttft`` or ``tpot``) in ms where the row gives them, NaN where it does not."""
+    kmed, kp99 = f"{metric}_median_ms", f"{metric}_p99_ms"
+    med, p99 = (_num(row, k, where, float, math.nan) for k in (kmed, kp99))
+    for k, v in ((kmed, med), (kp99, p99)):
         if v <= 0:
             raise DataError(f"{where}: column {k!r} must be positive, got {v:g}")
     if med > p99:
-        raise DataError(f"{where}: column 'ttft_median_ms' ({med:g}) is above 'ttft_p99_ms' ({p99:g})")
+        raise DataError(f"{where}: column {kmed!r} ({med:g}) is above {kp99!r} ({p99:g})")
     return med, p99
+
+
 def _version(row: dict, key: str, where: str) -> str | None:
     """A release number such as 0.5.3 (empty or ``unknown``: None)."""
     v = (row.get(key) or "").strip()
@@ -147,6 +152,7 @@ def load_external_runs(path: str | Path, source: str | None = None) -> list[Exte
         conc = _num(row, "concurrency", where, int)
         c = INFERENCEX_CLIENT
         med, p99 = _percentiles(row, where)
+        tmed, tp99 = _percentiles(row, where, "tpot")
         out.append(ExternalRun(
             id=row.get("id") or f"{path.stem}-{n - 1}", group=row.get("group") or f"{path.stem}",
             gpu=row["gpu"].lower(), gpus=_num(row, "gpus", where, int), model=row["model"].lower(),
@@ -165,7 +171,7 @@ def load_external_runs(path: str | Path, source: str | None = None) -> list[Exte
             scheduler_recv_interval=_num(row, "scheduler_recv_interval", where, int, 0) or None,
             piecewise_cuda_graph=_flag(row, "piecewise_cuda_graph", where),
             fp8_gemm_backend=_choice(row, "fp8_gemm_backend", where, FP8_GEMM_BACKENDS),
-            ttft_median_ms=med, ttft_p99_ms=p99,
+            ttft_median_ms=med, ttft_p99_ms=p99, tpot_median_ms=tmed, tpot_p99_ms=tp99,
             engine=_choice(row, "engine", where, ENGINES) if row.get("engine") else "sglang",
             engine_version=_version(row, "sglang_version" if shared else "engine_version", where)))
     return out

@@ -58,7 +58,7 @@ def external_requests(run: ExternalRun, seed: int = 0):
 
 def predict_external(run: ExternalRun, *, transfer: str = "fitted", values: dict | None = None,
                      topo=None) -> dict:
-    """TTFT mean, median and 99th percentile, TPOT mean (ms; over requests, as the benchmarks report them) and
+    """TTFT and TPOT mean, median and 99th percentile (ms; over requests, as the benchmarks report them) and
     output throughput of the run on its machine, and whether it was served (``limit`` names what failed)."""
     from ..serving.capacity import static_check
     from ..serving.config import resolve
@@ -68,16 +68,20 @@ def predict_external(run: ExternalRun, *, transfer: str = "fitted", values: dict
     cap = static_check(cfg, context=run.isl, output=run.osl, concurrency=1, prompts="distinct")
     if not cap["feasible"]:
         return {"feasible": False, "limit": cap["limit"], "ttft_mean_ms": math.nan, "tpot_mean_ms": math.nan,
-                "output_tok_s": math.nan, "ttft_median_ms": math.nan, "ttft_p99_ms": math.nan}
+                "output_tok_s": math.nan, "ttft_median_ms": math.nan, "ttft_p99_ms": math.nan,
+                "tpot_median_ms": math.nan, "tpot_p99_ms": math.nan}
     reqs = external_requests(run)
     p = simulate(cfg, reqs, run.concurrency)
     tpot = p.per_request["tbt_ms"]
     ok = p.per_request["completed"]
     ttft = p.per_request["ttft_ms"][ok]
     med, p99 = (float(np.percentile(ttft, q)) if ttft.size else math.nan for q in (50, 99))
+    tp = tpot[ok][np.isfinite(tpot[ok])]
+    tmed, tp99 = (float(np.percentile(tp, q)) if tp.size else math.nan for q in (50, 99))
     return {"feasible": p.feasible, "limit": p.limit, "ttft_mean_ms": p.ttft_mean_ms,
             "tpot_mean_ms": float(np.nanmean(tpot[ok])) if ok.any() else math.nan,
-            "output_tok_s": p.output_throughput_tok_s, "ttft_median_ms": med, "ttft_p99_ms": p99}
+            "output_tok_s": p.output_throughput_tok_s, "ttft_median_ms": med, "ttft_p99_ms": p99,
+            "tpot_median_ms": tmed, "tpot_p99_ms": tp99}
 
 
 def errors(run: ExternalRun, pred: dict) -> dict:

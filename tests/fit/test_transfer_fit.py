@@ -73,6 +73,34 @@ def test_published_ttft_percentiles_are_read_and_checked(tmp_path):
             load_external_runs(p)
 
 
+def test_published_tpot_percentiles_are_read_and_checked(tmp_path):
+    """The TPOT's median and p99 over requests, where a source prints them (gpustack's 32K burst on one H100:
+    212.59 and 326.36 ms; InferenceX's benchmarks.json in seconds, stored in ms), are read like the TTFT's; a
+    median above the p99 names the file, line and column."""
+    runs = {r.id: r for r in load_external_runs(CHECKS)}
+    assert (runs["gsq14-32k"].tpot_median_ms, runs["gsq14-32k"].tpot_p99_ms) == (212.59, 326.36)
+    assert runs["ix0160"].tpot_median_ms == pytest.approx(21.804) and runs["ix0160"].tpot_p99_ms > 21.804
+    assert math.isnan(runs["tt356-2k"].tpot_median_ms)
+    published = [r for r in runs.values() if math.isfinite(r.tpot_median_ms)]
+    assert len(published) >= 20 and all(r.tpot_median_ms <= r.tpot_p99_ms for r in published)
+    lines = CHECKS.read_text().splitlines()
+    row = next(x for x in lines if x.startswith("gsq14-32k,"))
+    p = tmp_path / "bad.csv"
+    p.write_text(lines[0] + "\n" + row.replace(",212.59,326.36,", ",400,326.36,") + "\n")
+    with pytest.raises(DataError, match=r"bad\.csv:2: column 'tpot_median_ms' .* is above 'tpot_p99_ms'"):
+        load_external_runs(p)
+
+
+def test_predicted_tpot_percentiles_are_the_requests_spread():
+    """A burst of 32K prompts on one H100 runs in waves of the few requests its pool holds, prefilled one after
+    another: the first of a wave waits for the others' prefills, the last does not, so the TPOTs spread; the
+    median and p99 are numpy's percentiles of the same requests' TPOTs as the mean."""
+    r = next(x for x in load_external_runs(CHECKS) if x.id == "gsq14-32k")
+    p = predict_external(r)
+    assert p["tpot_median_ms"] < p["tpot_p99_ms"]
+    assert p["tpot_p99_ms"] > 1.5 * p["tpot_mean_ms"] > 0
+
+
 def test_predicted_percentiles_come_from_the_same_requests_as_the_mean():
     """The median and p99 a check is compared on are numpy's percentiles of the simulated requests' TTFTs, the
     same requests whose mean is the TTFT mean: median <= p99, and the mean lies between the extremes."""
@@ -171,3 +199,36 @@ def test_the_floor_and_the_moe_rate_are_fitted_on_separate_evidence():
     for k, v in shipped.items():
         lo, hi = EFFICIENCY_BOUNDS[k]
         assert lo <= v <= hi, k
+
+
+def test_a_burst_runs_in_lockstep_waves_until_a_request_ends_early():
+    """32K prompts on one H100 (gsq14-32k's machine and client), 30 of them with 20 output tokens: the pool holds
+    n of them, prefilled one after another, and a wave's requests end on the same step, so the request prefilled
+    first waits for the n - 1 others' prefills and the last for none. If one request of the first wave ends
+    early, its slots admit a prompt of the next wave while the others decode: they wait for that prefill, and
+    the waves no longer end together."""
+    from sacmodel.fit.transfer import external_scenario
+    from sacmodel.serving.config import resolve
+    from sacmodel.serving.engine.workload import Requests
+    from sacmodel.serving.predict import simulate
+    r = next(x for x in load_external_runs(CHECKS) if x.id == "gsq14-32k")
+    cfg = resolve(external_scenario(r), "gpu")
+    n_wave = int(cfg.max_total_tokens // (32000 + 20))
+    assert 2 <= n_wave < 30
+    out = np.full(30, 20)
+
+    def run(o):
+        p = simulate(cfg, Requests(np.zeros(30), np.full(30, 32000), o, np.zeros(30), lead=0), 30)
+        ttft = np.asarray(p.per_request["ttft_ms"])
+        return ttft, ttft + np.asarray(p.per_request["tbt_ms"]) * (o - 1)     # all sent at 0
+    ttft, done = run(out)
+    wave = np.argsort(ttft)[:n_wave]
+    assert np.ptp(done[wave]) < 1e-6 * done[wave].max()                       # they end on the same step
+    assert np.sum(ttft < done[wave].min()) == n_wave                          # no one else started before
+    short = out.copy()
+    short[wave[0]] = 5                                                        # the first prefilled ends early
+    ttft2, done2 = run(short)
+    others = wave[1:]
+    mid = (ttft2 > ttft2[others].max()) & (ttft2 < done2[others].min())
+    assert mid.sum() >= 1                                                     # a prompt prefilled mid-wave
+    assert np.all(done2[others] > done[others])                               # the others waited for it

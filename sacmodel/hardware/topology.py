@@ -132,7 +132,8 @@ PARAM_DIMENSIONS = {
     "load_balance": "string", "weights": "string", "max_prefill_tokens": "tokens", "engine": "string",
     "moe_a2a": "string", "deepep_mode": "string", "two_batch_overlap": "dimensionless",
     "ep_redundant": "dimensionless", "moe_dense_tp": "dimensionless", "ep_load_skew": "dimensionless", "ep_load_skew_prefill": "dimensionless",
-    "vllm_tokenizer_wait": "time", "vllm_output_message": "time", "vllm_output_request": "time",
+    "vllm_tokenizer_wait": "time", "vllm_output_message": "time", "vllm_output_request": "time", "vllm_intake_request": "time",
+    "vllm_stream_chunk": "time",
     "fp8_gemm_backend": "string",
 }
 # Parameters of earlier versions, and what replaced them (a scenario naming one gets this in its error)

@@ -16,8 +16,9 @@ part                 what it follows in the server
 ``vllm``             ``engine="vllm"``: vLLM V1's scheduler in place of ``scheduler``'s batches (decodes and
                      prefill chunks mixed under one token budget; preemption by recompute) and its
                      block manager in place of ``memory``'s
-``vllm_front``       ``engine="vllm"``: vLLM's API server in place of ``frontend``: the tokenizer thread's
-                     batches and the output handler's time per message and per request
+``vllm_front``       ``engine="vllm"``: vLLM's API server in place of ``frontend``: one event loop for each
+                     request's intake and the outputs (per message and per request), the tokenizer
+                     thread's batches
 ``staging``          prefill to decode: staging, the RDMA pool's prefix copy, cold-staging backups
 ``cost``             the iteration's time: shared part plus the slowest rank, in jumps of identical steps
 ``distinct``         identical tokens of requests of one prompt (the MoE reads their experts once)
@@ -150,7 +151,7 @@ class Engine:
         or a wait for the next event. False when nothing is due (the engine idles until a request comes)."""
         fe, dispatch, memory, staging, t = self.frontend, self.dispatch, self.memory, self.staging, self.t
         self.horizon = horizon
-        if fe.msgs or fe.intake:
+        if fe.msgs or fe.intake or fe.tokq:
             fe.run(t, dispatch.push, self.client.deliver)
         if self.recv_n > 1:
             receives = self.recv_count >= self.recv_n

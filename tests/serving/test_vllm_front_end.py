@@ -132,3 +132,59 @@ def test_the_engine_core_takes_a_request_in_between_its_steps(monkeypatch):
             eng.step()
         waits[engine] = starts[-1] - t0
     assert waits["vllm"] < 0.75 * waits["sglang"]          # one decode step against two
+
+
+def test_a_burst_leaves_the_event_loop_together_and_holds_up_the_outputs():
+    """vLLM's chat path takes each request in on the API server's event loop (serving_chat.py at 003fe593), the
+    loop the outputs also need. 40 requests at 0 with 10 ms of intake each: one pass of 400 ms, after which all
+    40 go to the tokenizer (0.05 ms each): a full batch of 32 at once, done at 401.6 ms; the last 8 wait for the
+    2 ms window: 403.6 + 0.4 = 404.0 ms. A first token produced at 5 ms waits for that pass: 400 + 0.1 (message)
+    + 0.1 (request) = 400.2 ms. A request coming at 100 ms (after the token) is taken in in the next pass, after
+    the token: 400.2 + 10 = 410.2 ms, then its own 2 ms window and 0.05 ms: 412.25 ms."""
+    fe = VLLMFrontEnd(2 * MS, 0.1 * MS, 0.1 * MS, intake=10 * MS)
+    for i in range(40):
+        fe.arrive(0.0, i, 0.05 * MS)
+    fe.produce(5 * MS, 1, [(99, False)], requests=1)
+    fe.arrive(100 * MS, 40, 0.05 * MS)
+    d, got = _run(fe)
+    assert [d[i] for i in (0, 31, 32, 39, 40)] == pytest.approx([401.6 * MS, 401.6 * MS, 404.0 * MS, 404.0 * MS,
+                                                                 412.25 * MS])
+    assert got == [([(99, False)], pytest.approx(400.2 * MS))]
+
+
+def test_a_message_produced_before_a_request_came_goes_first_in_the_pass():
+    """First come, first served within a pass: a token produced at 1 ms and a request at 2 ms, both waiting for a
+    pass that starts at 10 ms (a first request at 0 with 10 ms of intake): the token goes out at 10 + 0.3 ms,
+    before the second request's 10 ms; produced at 3 ms, after the request came, it waits for it: 20 + 0.3 ms.
+    The request leaves at the pass's end, 20.3 ms, in both."""
+    for produced, want in ((1 * MS, 10.3 * MS), (3 * MS, 20.3 * MS)):
+        fe = VLLMFrontEnd(0.0, 0.3 * MS, 0.0, intake=10 * MS)
+        fe.arrive(0.0, 0, 0.0)
+        fe.arrive(2 * MS, 1, 0.0)
+        fe.produce(produced, 1, [(7, False)], requests=1)
+        d, got = _run(fe)
+        assert got[0][1] == pytest.approx(want)
+        assert d[1] == pytest.approx(20.3 * MS)           # the pass's requests leave at its end either way
+
+
+def _burst_ttfts(monkeypatch, intake, n=50):
+    terms = tuple(VLLM_FRONT_END[k][0] for k in VLLM_FRONT_TERMS)
+    monkeypatch.setattr(loop, "vllm_front_end", lambda topo: terms[:3] + (intake,) + terms[4:])
+    cfg = resolve(sacmodel.scenario("h100", gpus=1, model="qwen3-14b", weights="bf16", engine="vllm"), "gpu")
+    eng = open_engine(cfg, max_output=4)
+    for _ in range(n):
+        eng.submit(0.0, 128, 4)
+    while eng.due() < math.inf:
+        eng.step()
+    r = eng.result()
+    return [float(r.first[i] - r.release[i]) for i in range(n)]
+
+
+def test_a_bursts_first_tokens_wait_for_the_whole_bursts_intake(monkeypatch):
+    """A law of the pass: n requests sent at once leave the event loop together, so every TTFT of the burst is at
+    least n x vllm_intake_request, and 1 ms more intake per request delays every one of them by n ms (the engine
+    core is idle until the pass ends, so all that follows moves by as much)."""
+    n = 50
+    base, more = _burst_ttfts(monkeypatch, 4 * MS, n), _burst_ttfts(monkeypatch, 5 * MS, n)
+    assert min(base) >= n * 4 * MS
+    assert [b - a for a, b in zip(base, more)] == pytest.approx([n * MS] * n, abs=1e-9)

@@ -140,8 +140,9 @@ class VLLMFrontEnd(FrontEnd):
 
     def _pass(self, s: float, deliver: Callable[[list, float], None]) -> None:
         """One pass of the event loop from ``s`` over all it has ready (asyncio runs every ready callback once
-        per pass; what becomes ready meanwhile waits for the next pass): the messages produced by ``s`` and the
-        requests that came by ``s``, in the order they came. A request takes several steps (the body and the
+        per pass; what becomes ready meanwhile waits for the next pass: CPython's ``BaseEventLoop._run_once``
+        runs the ``len(self._ready)`` callbacks queued when the pass began): the messages produced by ``s`` and
+        the requests that came by ``s``, in the order they came. A request takes several steps (the body and the
         chat template, then its set-up once tokenized), each waiting for everyone's step before it, so the
         requests of a pass leave it together, at its end, for the tokenizer's queue."""
         intake, msgs = self.intake, self.msgs
@@ -155,12 +156,16 @@ class VLLMFrontEnd(FrontEnd):
                 if msgs[0] is blk:
                     break
             blocks.append(msgs.popleft())
-        t = s + len(taken) * self.intake_work
-        for blk in blocks:                        # their outputs: in the order produced (all before the pass)
+        t, c, n = s, self.intake_work, 0
+        for blk in blocks:                        # first come, first served: a message after the requests
+            while n < k and taken[n][0] <= blk[4]:      # that came before it was produced
+                t += c
+                n += 1
             t += blk[3]
             if blk[2]:
                 self.payloads -= 1
                 deliver(blk[2], t)
+        t += (k - n) * c
         self.loop_free = t
         for _, i, work in taken:
             bisect.insort(self.tokq, (t, i, work))

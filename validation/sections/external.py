@@ -317,8 +317,8 @@ def render_vllm(rows: list[dict], mape: dict) -> list[str]:
             "API server, not the GPU: vLLM's chat path runs each request's intake (body, pydantic validation, chat "
             "template, request set-up) on the API server's one event loop, the loop the outputs need too, and a "
             "burst leaves it together (`vllm_intake_request`, 12 ms a request from vllm-project/vllm#21139, not "
-            "fitted: 12 s for 1,000; `engine/vllm_front.py`). What is left, about 6 ms a request, has no source "
-            "yet; SGLang's servers took the same bursts in 3.4-4.1 s.", "",
+            "fitted: 12 s for 1,000; `engine/vllm_front.py`). What is left of their delay (the 128 rows below) has no "
+            "source yet; SGLang's servers took the same bursts in 3.4-4.1 s.", "",
             _table(rows), "",
             "Sources: " + "; ".join(sorted({f"{r['id']}: {r['source']}" for r in rows})), ""]
 

@@ -73,8 +73,8 @@ VLLM_FRONT_END: dict[str, tuple[float, str, str]] = {
     "vllm_intake_request": (12e-3, "12 ms", "vllm-project/vllm#21139: V1 frontend preprocessing per request "
                             "almost always > 12 ms (12.4-14.3 ms at 96 concurrent requests), on the API server's "
                             "event loop (serving_chat.py at 003fe593)"),
-    "vllm_stream_chunk": (7.5e-6, "7.5 us", "vllm-project/vllm#52875: 7.50 us to render one streamed frame "
-                          "(pydantic models + model_dump_json), per request output"),
+    "vllm_stream_chunk": (7.5e-6, "7.5 us", "vllm-project/vllm#52875: 7.50 us to render one streamed "
+                          "completions frame (pydantic models + model_dump_json), per request output"),
 }
 VLLM_TOKENIZER_BATCH = 32        # AsyncMicrobatchTokenizer max_batch_size (vllm/utils/async_utils.py at 007e04ac)
 

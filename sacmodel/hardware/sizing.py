@@ -59,8 +59,9 @@ VLLM_GRAPH_TOKENS = 512
 #   vllm_intake_request: the loop's time to take one request in, vllm-project/vllm#21139 (V1 frontend, 96
 #   concurrent requests): the preprocessing time per request, "almost always > 12 ms" (12.4-14.3 ms logged);
 #   its lower end, as the work (queueing only adds). Bound: the logged 15 ms. Transfer: per request on one API
-#   server process (vllm serve's default, --api-server-count 1), whatever the GPU or model; the PR's prompts
-#   and frontend are not stated, so the chat template's share is not separated from the rest.
+#   server process, whatever the GPU or model; with --api-server-count k (vllm_api_servers) each of the k
+#   processes takes its share of the requests; the PR's prompts and frontend are not stated, so the chat
+#   template's share is not separated from the rest (completions requests take the same figure).
 #   vllm_stream_chunk: one streamed chunk of one request (the pydantic response models and model_dump_json),
 #   vllm-project/vllm#52875: 7.50 us per frame (Python 3.12, pydantic 2.13), added to each request output.
 VLLM_FRONT_END: dict[str, tuple[float, str, str]] = {
@@ -75,6 +76,8 @@ VLLM_FRONT_END: dict[str, tuple[float, str, str]] = {
                             "event loop (serving_chat.py at 003fe593)"),
     "vllm_stream_chunk": (7.5e-6, "7.5 us", "vllm-project/vllm#52875: 7.50 us to render one streamed "
                           "completions frame (pydantic models + model_dump_json), per request output"),
+    "vllm_api_servers": (1, "1", "vllm-project/vllm vllm/entrypoints/cli/serve.py (v0.11): --api-server-count "
+                         "default 1, one API server process"),
 }
 VLLM_TOKENIZER_BATCH = 32        # AsyncMicrobatchTokenizer max_batch_size (vllm/utils/async_utils.py at 007e04ac)
 

@@ -235,6 +235,13 @@ def vllm_front_end(topo: Topology) -> tuple[float, ...]:
     return tuple(_setting(topo, name, VLLM_FRONT_END[name][0]) for name in VLLM_FRONT_TERMS)
 
 
+def vllm_api_servers(topo: Topology) -> int:
+    """vLLM's API server processes (``vllm serve --api-server-count``): the scenario's ``vllm_api_servers``,
+    else vLLM's default, 1."""
+    from ..hardware.sizing import VLLM_FRONT_END
+    return int(_setting(topo, "vllm_api_servers", VLLM_FRONT_END["vllm_api_servers"][0]))
+
+
 def _setting_int(topo: Topology, name: str) -> int | None:
     return int(topo.param(name)) if topo.has_param(name) else None
 

@@ -16,7 +16,7 @@ from sacmodel.serving.config import VLLM_FRONT_TERMS, resolve
 from sacmodel.serving.engine import loop
 from sacmodel.serving.engine.frontend import FrontEnd
 from sacmodel.serving.engine.loop import open_engine
-from sacmodel.serving.engine.vllm_front import VLLMFrontEnd
+from sacmodel.serving.engine.vllm_front import VLLMFrontEnd, VLLMServers
 
 MS = 1e-3
 
@@ -188,3 +188,49 @@ def test_a_bursts_first_tokens_wait_for_the_whole_bursts_intake(monkeypatch):
     base, more = _burst_ttfts(monkeypatch, 4 * MS, n), _burst_ttfts(monkeypatch, 5 * MS, n)
     assert min(base) >= n * 4 * MS
     assert [b - a for a, b in zip(base, more)] == pytest.approx([n * MS] * n, abs=1e-9)
+
+
+def test_api_servers_split_a_burst_and_each_takes_its_share_in():
+    """--api-server-count 2: request i goes to server i mod 2, each with its own event loop and tokenizer thread.
+    40 requests at 0 with 10 ms of intake each: two passes of 20 x 10 = 200 ms side by side; each tokenizer then
+    waits its 2 ms window for its 20 prompts (fewer than 32) and takes 20 x 0.05 ms: all go on at 203.0 ms (one
+    server: 401.6 and 404.0 ms). Request 7's first token, produced at 5 ms, waits for its own server's pass:
+    200 + 0.1 + 0.1 ms."""
+    fe = VLLMServers(2, 2 * MS, 0.1 * MS, 0.1 * MS, 10 * MS)
+    for i in range(40):
+        fe.arrive(0.0, i, 0.05 * MS)
+    fe.produce(5 * MS, 1, [(7, False)], requests=1)
+    d, got = _run(fe)
+    assert sorted(set(round(v / MS, 9) for v in d.values())) == pytest.approx([203.0])
+    assert got == [([(7, False)], pytest.approx(200.2 * MS))]
+    assert not fe.busy() and fe.payloads == 0
+
+
+def _ttfts(monkeypatch, servers, n, intake=4 * MS, prompt=16):
+    terms = tuple(VLLM_FRONT_END[k][0] for k in VLLM_FRONT_TERMS)
+    monkeypatch.setattr(loop, "vllm_front_end", lambda topo: terms[:3] + (intake,) + terms[4:])
+    monkeypatch.setattr(loop, "vllm_api_servers", lambda topo: servers)
+    cfg = resolve(sacmodel.scenario("h100", gpus=1, model="qwen3-14b", weights="bf16", engine="vllm"), "gpu")
+    eng = open_engine(cfg, max_output=4)
+    for _ in range(n):
+        eng.submit(0.0, prompt, 4)
+    while eng.due() < math.inf:
+        eng.step()
+    r = eng.result()
+    return [float(r.first[i] - r.release[i]) for i in range(n)]
+
+
+def test_more_api_servers_leave_a_lone_request_alone_and_shorten_a_bursts_intake(monkeypatch):
+    """Laws of --api-server-count k: a lone request meets one event loop whatever k is (same TTFT). A burst of 32
+    short prompts: one server takes them in in one pass of 32 x 4 ms and tokenizes them in one full batch; four
+    take 8 each (8 x 4 ms) and each waits its tokenizer's 2 ms window. The engine core gets the same 32 at once
+    either way and returns their first tokens in one step; each server then processes its own 8 of them, where
+    one server processes all 32. So every first token comes 24 x 4 - 2 + 24 x (vllm_output_request +
+    vllm_stream_chunk) ms sooner with four, up to the tokenizing itself (24 prompts of 16 tokens, 0.2 ms)."""
+    assert _ttfts(monkeypatch, 4, 1) == pytest.approx(_ttfts(monkeypatch, 1, 1), abs=1e-12)
+    one, four = _ttfts(monkeypatch, 1, 32), _ttfts(monkeypatch, 4, 32)
+    per_output = VLLM_FRONT_END["vllm_output_request"][0] + VLLM_FRONT_END["vllm_stream_chunk"][0]
+    want = 24 * 4 * MS - 2 * MS + 24 * per_output
+    assert [a - b for a, b in zip(one, four)] == pytest.approx([want] * 32, abs=0.3 * MS)
+    sizing = sacmodel.scenario("h100", gpus=1, model="qwen3-14b", weights="bf16", engine="vllm").serving
+    assert sizing["vllm_api_servers"].value == 1       # vllm serve's default: one API server

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..capacity import host_pool_tokens
-from ..config import Config, vllm_front_end
+from ..config import Config, vllm_api_servers, vllm_front_end
 from .client import Client
 from .cost import IterationCost
 from .distinct import DistinctTokens
@@ -50,7 +50,7 @@ from .staging import Staging
 from .stats import Stats, Timeline
 from .stepmodel import Model
 from .vllm import VLLMMemory, VLLMRanks
-from .vllm_front import VLLMFrontEnd
+from .vllm_front import VLLMFrontEnd, VLLMServers
 from .workload import RequestTable, Requests
 
 
@@ -105,7 +105,8 @@ class Engine:
         self.cfg, self.model = cfg, model
         self.table = table = RequestTable(cfg, reqs)
         self.vllm = cfg.engine == "vllm"
-        self.frontend = VLLMFrontEnd(*vllm_front_end(cfg.topo)) if self.vllm else FrontEnd()
+        self.frontend = FrontEnd() if not self.vllm else VLLMFrontEnd(*vllm_front_end(cfg.topo)) \
+            if vllm_api_servers(cfg.topo) == 1 else VLLMServers(vllm_api_servers(cfg.topo), *vllm_front_end(cfg.topo))
         self.client = Client(table, concurrency, self.frontend, model.v["t_token"])
         self.memory = _memory(cfg, table, reqs.prefix_pages)
         self.staging = Staging(cfg, table, model, reqs.cold_staging)

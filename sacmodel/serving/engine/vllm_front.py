@@ -169,3 +169,68 @@ class VLLMFrontEnd(FrontEnd):
         self.loop_free = t
         for _, i, work in taken:
             bisect.insort(self.tokq, (t, i, work))
+
+
+class VLLMServers:
+    """``vllm serve --api-server-count k``: k API server processes in front of one engine core, each with its own
+    event loop and tokenizer thread (:class:`VLLMFrontEnd`). Their uvicorn workers share the listening socket,
+    so requests spread over them: request i goes to server i mod k. The engine core sends each server the
+    outputs of its own requests, one message a step (vllm/v1/engine/core.py at ac3cb2e2: outputs by
+    ``client_index``), so every server pays the per-message cost and its share of the per-request cost.
+
+    ``intake``, ``msgs``, ``tokq`` and ``payloads`` are the servers' together (what waits anywhere)."""
+
+    def __init__(self, servers: int, *terms: float):
+        self.k = servers
+        self.servers = [VLLMFrontEnd(*terms) for _ in range(servers)]
+
+    @property
+    def intake(self) -> list:
+        return [x for s in self.servers for x in s.intake]
+
+    @property
+    def tokq(self) -> list:
+        return [x for s in self.servers for x in s.tokq]
+
+    @property
+    def msgs(self) -> list:
+        return [x for s in self.servers for x in s.msgs]
+
+    @property
+    def payloads(self) -> int:
+        return sum(s.payloads for s in self.servers)
+
+    def arrive(self, t: float, i: int, work: float) -> None:
+        self.servers[i % self.k].arrive(t, i, work)
+
+    def produce(self, t: float, count: int, payload: list | None = None, requests: int = 0,
+                since: float | None = None) -> None:
+        """As :meth:`VLLMFrontEnd.produce`, each server taking the payload of its own requests and an equal share
+        of the request outputs (spread as the requests are)."""
+        if not payload:
+            for s in self.servers:
+                s.produce(t, count, None, requests / self.k, since)
+            return
+        parts: dict[int, list] = {}
+        for p in payload:
+            parts.setdefault(p[0] % self.k, []).append(p)
+        for j, part in parts.items():
+            self.servers[j].produce(t, count, part, requests * len(part) / len(payload), since)
+
+    def busy(self) -> bool:
+        return any(s.busy() for s in self.servers)
+
+    def next_turn(self) -> float:
+        return min(s.next_turn() for s in self.servers)
+
+    def next_busy_turn(self) -> float:
+        return min(s.next_busy_turn() for s in self.servers)
+
+    def run(self, until: float, dispatch: Callable[[int, float], None],
+            deliver: Callable[[list, float], None]) -> None:
+        """Run each server up to ``until``, again while a delivery has brought one of them a request due by then."""
+        while True:
+            for s in self.servers:
+                s.run(until, dispatch, deliver)
+            if not any(t <= until and t < math.inf for t in (s.next_turn() for s in self.servers)):
+                return

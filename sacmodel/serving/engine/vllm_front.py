@@ -175,8 +175,9 @@ class VLLMServers:
     """``vllm serve --api-server-count k``: k API server processes in front of one engine core, each with its own
     event loop and tokenizer thread (:class:`VLLMFrontEnd`). Their uvicorn workers share the listening socket,
     so requests spread over them: request i goes to server i mod k. The engine core sends each server the
-    outputs of its own requests, one message a step (vllm/v1/engine/core.py at ac3cb2e2: outputs by
-    ``client_index``), so every server pays the per-message cost and its share of the per-request cost.
+    outputs of its own requests, one message a step (the scheduler's ``update_from_output`` groups a step's
+    outputs by each request's ``client_index``, one ``EngineCoreOutputs`` per API server), so every server
+    pays the per-message cost and its share of the per-request cost.
 
     ``intake``, ``msgs``, ``tokq`` and ``payloads`` are the servers' together (what waits anywhere)."""
 

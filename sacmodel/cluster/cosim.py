@@ -148,7 +148,8 @@ class CoSim:
             k, r = cands[c]
             eng = self.servers[k].engine
             ranks = range(eng.cfg.dp) if r is None else (r,)
-            wait = sum(len(eng.ranks.waiting[j]) for j in ranks) + eng.dispatch.count + len(eng.frontend.intake)
+            wait = sum(len(eng.ranks.waiting[j]) for j in ranks) + eng.dispatch.count + len(eng.frontend.intake) \
+                + len(eng.frontend.tokq)
             use = sum(eng.memory.used[j] for j in ranks) / (len(ranks) * eng.memory.max_total)
             return wait, min(1.0, use)
         return of

@@ -48,6 +48,22 @@ VLLM_GRAPH_TOKENS = 512
 #   pushed to each request's stream). Its cost: vllm-project/vllm#6913 measured the same per-step work in V0's
 #   _process_model_outputs at 0.2 ms for a batch of 1 and 3.4 ms for 32 (Llama3-70B, 4 x H100): 0.103 ms per
 #   request and 0.097 ms per message.
+# - one event loop for both (vllm/entrypoints/openai/serving_chat.py at 003fe593, create_chat_completion and
+#   chat_completion_stream_generator; async_llm.py output_handler): uvicorn's single asyncio loop parses each
+#   request, validates it (pydantic ChatCompletionRequest), renders the chat template (_preprocess_chat ->
+#   apply_hf_chat_template, synchronous), sets the request up (SamplingParams, Processor.process_inputs,
+#   EngineCoreRequest, the zmq send to the engine core), and on the same loop the output handler processes
+#   every engine step and each request's stream generator builds and writes its SSE chunk. Only the encode call
+#   leaves the loop (the tokenizer thread). So a burst's intake and the outputs queue behind one another; the
+#   engine core (its own process) never waits for them and keeps stepping.
+#   vllm_intake_request: the loop's time to take one request in, vllm-project/vllm#21139 (V1 frontend, 96
+#   concurrent requests): the preprocessing time per request, "almost always > 12 ms" (12.4-14.3 ms logged);
+#   its lower end, as the work (queueing only adds). Bound: the logged 15 ms. Transfer: per request on one API
+#   server process, whatever the GPU or model; with --api-server-count k (vllm_api_servers) each of the k
+#   processes takes its share of the requests; the PR's prompts and frontend are not stated, so the chat
+#   template's share is not separated from the rest (completions requests take the same figure).
+#   vllm_stream_chunk: one streamed chunk of one request (the pydantic response models and model_dump_json),
+#   vllm-project/vllm#52875: 7.50 us per frame (Python 3.12, pydantic 2.13), added to each request output.
 VLLM_FRONT_END: dict[str, tuple[float, str, str]] = {
     "vllm_tokenizer_wait": (2e-3, "2 ms", "vllm-project/vllm vllm/utils/async_utils.py at 007e04ac: "
                             "AsyncMicrobatchTokenizer batch_wait_timeout_s 0.002 (max_batch_size 32, one thread)"),
@@ -55,6 +71,13 @@ VLLM_FRONT_END: dict[str, tuple[float, str, str]] = {
                             "batch 1 and 3.4 ms at batch 32 (Llama3-70B, 4 x H100), less the per-request part"),
     "vllm_output_request": (0.103e-3, "0.103 ms", "vllm-project/vllm#6913: (3.4 - 0.2) ms / 31 requests, the "
                             "per-request part of one step's output processing (detokenise, RequestOutput)"),
+    "vllm_intake_request": (12e-3, "12 ms", "vllm-project/vllm#21139: V1 frontend preprocessing per request "
+                            "almost always > 12 ms (12.4-14.3 ms at 96 concurrent requests), on the API server's "
+                            "event loop (serving_chat.py at 003fe593)"),
+    "vllm_stream_chunk": (7.5e-6, "7.5 us", "vllm-project/vllm#52875: 7.50 us to render one streamed "
+                          "completions frame (pydantic models + model_dump_json), per request output"),
+    "vllm_api_servers": (1, "1", "vllm-project/vllm vllm/entrypoints/cli/serve.py (v0.11): --api-server-count "
+                         "default 1, one API server process"),
 }
 VLLM_TOKENIZER_BATCH = 32        # AsyncMicrobatchTokenizer max_batch_size (vllm/utils/async_utils.py at 007e04ac)
 

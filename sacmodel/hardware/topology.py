@@ -132,7 +132,8 @@ PARAM_DIMENSIONS = {
     "load_balance": "string", "weights": "string", "max_prefill_tokens": "tokens", "engine": "string",
     "moe_a2a": "string", "deepep_mode": "string", "two_batch_overlap": "dimensionless",
     "ep_redundant": "dimensionless", "moe_dense_tp": "dimensionless", "ep_load_skew": "dimensionless", "ep_load_skew_prefill": "dimensionless",
-    "vllm_tokenizer_wait": "time", "vllm_output_message": "time", "vllm_output_request": "time",
+    "vllm_tokenizer_wait": "time", "vllm_output_message": "time", "vllm_output_request": "time", "vllm_intake_request": "time",
+    "vllm_stream_chunk": "time", "vllm_api_servers": "dimensionless",
     "fp8_gemm_backend": "string",
 }
 # Parameters of earlier versions, and what replaced them (a scenario naming one gets this in its error)
@@ -173,6 +174,7 @@ PARAM_RANGES: dict[str, Range] = {
     "deepep_mode": Range("string", 0, 0, choices=("auto", "normal", "low_latency")),
     "fp8_gemm_backend": Range("string", 0, 0, choices=FP8_GEMM_BACKENDS),
     "two_batch_overlap": Range("dimensionless", 0, 1, integer=True),
+    "vllm_api_servers": Range("dimensionless", 1, 1024, integer=True),
     "ep_redundant": Range("dimensionless", 0, 1 << 16, integer=True),
     "moe_dense_tp": Range("dimensionless", 1, 1, integer=True),
     # the busiest GPU's routed-expert tokens over the mean: 1 (uniform) up to every token on one GPU of a large group

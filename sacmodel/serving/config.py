@@ -222,13 +222,24 @@ def as_engine(cfg: Config, engine: str) -> Config:
                    limits={"setting": None, "profiled": pool})
 
 
-def vllm_front_end(topo: Topology) -> tuple[float, float, float]:
-    """vLLM's API-server terms (s): the tokenizer's batch wait, the output handler's time per engine-core message
-    and per request in it: the scenario's ``vllm_tokenizer_wait``, ``vllm_output_message``,
-    ``vllm_output_request``, else vLLM's own (:data:`sacmodel.hardware.sizing.VLLM_FRONT_END`, with sources)."""
+VLLM_FRONT_TERMS = ("vllm_tokenizer_wait", "vllm_output_message", "vllm_output_request", "vllm_intake_request",
+                    "vllm_stream_chunk")
+
+
+def vllm_front_end(topo: Topology) -> tuple[float, ...]:
+    """vLLM's API-server terms (s), in :class:`~sacmodel.serving.engine.vllm_front.VLLMFrontEnd`'s order: the
+    tokenizer's batch wait, the output handler's time per engine-core message and per request in it, the event
+    loop's time to take a request in, and to stream one chunk of a request: the scenario's settings of those
+    names, else vLLM's own (:data:`sacmodel.hardware.sizing.VLLM_FRONT_END`, with sources)."""
     from ..hardware.sizing import VLLM_FRONT_END
-    return tuple(_setting(topo, name, VLLM_FRONT_END[name][0])
-                 for name in ("vllm_tokenizer_wait", "vllm_output_message", "vllm_output_request"))
+    return tuple(_setting(topo, name, VLLM_FRONT_END[name][0]) for name in VLLM_FRONT_TERMS)
+
+
+def vllm_api_servers(topo: Topology) -> int:
+    """vLLM's API server processes (``vllm serve --api-server-count``): the scenario's ``vllm_api_servers``,
+    else vLLM's default, 1."""
+    from ..hardware.sizing import VLLM_FRONT_END
+    return int(_setting(topo, "vllm_api_servers", VLLM_FRONT_END["vllm_api_servers"][0]))
 
 
 def _setting_int(topo: Topology, name: str) -> int | None:

@@ -12,11 +12,11 @@ import pytest
 
 import sacmodel
 from sacmodel.hardware.sizing import VLLM_FRONT_END
-from sacmodel.serving.config import resolve
+from sacmodel.serving.config import VLLM_FRONT_TERMS, resolve
 from sacmodel.serving.engine import loop
 from sacmodel.serving.engine.frontend import FrontEnd
 from sacmodel.serving.engine.loop import open_engine
-from sacmodel.serving.engine.vllm_front import VLLMFrontEnd
+from sacmodel.serving.engine.vllm_front import VLLMFrontEnd, VLLMServers
 
 MS = 1e-3
 
@@ -69,10 +69,11 @@ def test_tokenizing_does_not_hold_up_the_outputs():
 
 
 def test_outputs_fall_behind_when_a_steps_outputs_take_longer_than_the_step():
-    """0.1 ms a message, 0.1 ms a request. Ten steps from 0 to 10 ms with 50 requests each: 10 x (0.1 + 5) =
-    51 ms of work, so the next first token (produced at 10 ms) is handed on at 51 + 0.2 ms. With 5 requests a
-    step (6 ms of work) the loop keeps up: 10 + 0.2 ms."""
-    for per_step, want in ((50, 51.2 * MS), (5, 10.2 * MS)):
+    """0.1 ms a message, 0.1 ms a request. Ten steps from 0 to 10 ms with 50 requests each: the first message
+    comes at 1 ms (the end of the first step) and 10 x (0.1 + 5) = 51 ms of work follows, so the next first
+    token (produced at 10 ms) is handed on at 1 + 51 + 0.2 ms. With 5 requests a step (6 ms of work) the loop
+    keeps up: 10 + 0.2 ms."""
+    for per_step, want in ((50, 52.2 * MS), (5, 10.2 * MS)):
         fe = VLLMFrontEnd(0.0, 0.1 * MS, 0.1 * MS)
         fe.produce(10 * MS, 10, requests=10 * per_step, since=0.0)
         fe.produce(10 * MS, 1, [(3, False)], requests=1)
@@ -107,10 +108,13 @@ def test_each_front_end_term_adds_itself_to_a_lone_requests_ttft(monkeypatch):
     assert _lone_ttft(monkeypatch, (0.0, 0.0, 0.5 * MS)) - base == pytest.approx(0.5 * MS, abs=1e-9)
 
 
-def test_the_engine_core_takes_a_request_in_between_its_steps():
+def test_the_engine_core_takes_a_request_in_between_its_steps(monkeypatch):
     """A request reaching a busy vLLM engine core mid-step is scheduled in the next step, which starts when
     the running one ends (run_busy_loop drains its input queue before each step); SGLang's overlap loop has
-    already taken requests in for that step when it launched it, so the request waits one step more."""
+    already taken requests in for that step when it launched it, so the request waits one step more. (The API
+    server's intake is set to nothing here: the request reaches the engine core as it reaches the server.)"""
+    terms = tuple(VLLM_FRONT_END[n][0] for n in VLLM_FRONT_TERMS)
+    monkeypatch.setattr(loop, "vllm_front_end", lambda topo: terms[:3] + (0.0,) + terms[4:])
     waits = {}
     for engine in ("vllm", "sglang"):
         cfg = resolve(sacmodel.scenario("h100", gpus=2, model="qwen3-32b", weights="bf16", engine=engine), "gpu")
@@ -128,3 +132,105 @@ def test_the_engine_core_takes_a_request_in_between_its_steps():
             eng.step()
         waits[engine] = starts[-1] - t0
     assert waits["vllm"] < 0.75 * waits["sglang"]          # one decode step against two
+
+
+def test_a_burst_leaves_the_event_loop_together_and_holds_up_the_outputs():
+    """vLLM's chat path takes each request in on the API server's event loop (serving_chat.py at 003fe593), the
+    loop the outputs also need. 40 requests at 0 with 10 ms of intake each: one pass of 400 ms, after which all
+    40 go to the tokenizer (0.05 ms each): a full batch of 32 at once, done at 401.6 ms; the last 8 wait for the
+    2 ms window: 403.6 + 0.4 = 404.0 ms. A first token produced at 5 ms waits for that pass: 400 + 0.1 (message)
+    + 0.1 (request) = 400.2 ms. A request coming at 100 ms (after the token) is taken in in the next pass, after
+    the token: 400.2 + 10 = 410.2 ms, then its own 2 ms window and 0.05 ms: 412.25 ms."""
+    fe = VLLMFrontEnd(2 * MS, 0.1 * MS, 0.1 * MS, intake=10 * MS)
+    for i in range(40):
+        fe.arrive(0.0, i, 0.05 * MS)
+    fe.produce(5 * MS, 1, [(99, False)], requests=1)
+    fe.arrive(100 * MS, 40, 0.05 * MS)
+    d, got = _run(fe)
+    assert [d[i] for i in (0, 31, 32, 39, 40)] == pytest.approx([401.6 * MS, 401.6 * MS, 404.0 * MS, 404.0 * MS,
+                                                                 412.25 * MS])
+    assert got == [([(99, False)], pytest.approx(400.2 * MS))]
+
+
+def test_a_message_produced_before_a_request_came_goes_first_in_the_pass():
+    """First come, first served within a pass: a token produced at 1 ms and a request at 2 ms, both waiting for a
+    pass that starts at 10 ms (a first request at 0 with 10 ms of intake): the token goes out at 10 + 0.3 ms,
+    before the second request's 10 ms; produced at 3 ms, after the request came, it waits for it: 20 + 0.3 ms.
+    The request leaves at the pass's end, 20.3 ms, in both."""
+    for produced, want in ((1 * MS, 10.3 * MS), (3 * MS, 20.3 * MS)):
+        fe = VLLMFrontEnd(0.0, 0.3 * MS, 0.0, intake=10 * MS)
+        fe.arrive(0.0, 0, 0.0)
+        fe.arrive(2 * MS, 1, 0.0)
+        fe.produce(produced, 1, [(7, False)], requests=1)
+        d, got = _run(fe)
+        assert got[0][1] == pytest.approx(want)
+        assert d[1] == pytest.approx(20.3 * MS)           # the pass's requests leave at its end either way
+
+
+def _burst_ttfts(monkeypatch, intake, n=50):
+    terms = tuple(VLLM_FRONT_END[k][0] for k in VLLM_FRONT_TERMS)
+    monkeypatch.setattr(loop, "vllm_front_end", lambda topo: terms[:3] + (intake,) + terms[4:])
+    cfg = resolve(sacmodel.scenario("h100", gpus=1, model="qwen3-14b", weights="bf16", engine="vllm"), "gpu")
+    eng = open_engine(cfg, max_output=4)
+    for _ in range(n):
+        eng.submit(0.0, 128, 4)
+    while eng.due() < math.inf:
+        eng.step()
+    r = eng.result()
+    return [float(r.first[i] - r.release[i]) for i in range(n)]
+
+
+def test_a_bursts_first_tokens_wait_for_the_whole_bursts_intake(monkeypatch):
+    """A law of the pass: n requests sent at once leave the event loop together, so every TTFT of the burst is at
+    least n x vllm_intake_request, and 1 ms more intake per request delays every one of them by n ms (the engine
+    core is idle until the pass ends, so all that follows moves by as much)."""
+    n = 50
+    base, more = _burst_ttfts(monkeypatch, 4 * MS, n), _burst_ttfts(monkeypatch, 5 * MS, n)
+    assert min(base) >= n * 4 * MS
+    assert [b - a for a, b in zip(base, more)] == pytest.approx([n * MS] * n, abs=1e-9)
+
+
+def test_api_servers_split_a_burst_and_each_takes_its_share_in():
+    """--api-server-count 2: request i goes to server i mod 2, each with its own event loop and tokenizer thread.
+    40 requests at 0 with 10 ms of intake each: two passes of 20 x 10 = 200 ms side by side; each tokenizer then
+    waits its 2 ms window for its 20 prompts (fewer than 32) and takes 20 x 0.05 ms: all go on at 203.0 ms (one
+    server: 401.6 and 404.0 ms). Request 7's first token, produced at 5 ms, waits for its own server's pass:
+    200 + 0.1 + 0.1 ms."""
+    fe = VLLMServers(2, 2 * MS, 0.1 * MS, 0.1 * MS, 10 * MS)
+    for i in range(40):
+        fe.arrive(0.0, i, 0.05 * MS)
+    fe.produce(5 * MS, 1, [(7, False)], requests=1)
+    d, got = _run(fe)
+    assert sorted(set(round(v / MS, 9) for v in d.values())) == pytest.approx([203.0])
+    assert got == [([(7, False)], pytest.approx(200.2 * MS))]
+    assert not fe.busy() and fe.payloads == 0
+
+
+def _ttfts(monkeypatch, servers, n, intake=4 * MS, prompt=16):
+    terms = tuple(VLLM_FRONT_END[k][0] for k in VLLM_FRONT_TERMS)
+    monkeypatch.setattr(loop, "vllm_front_end", lambda topo: terms[:3] + (intake,) + terms[4:])
+    monkeypatch.setattr(loop, "vllm_api_servers", lambda topo: servers)
+    cfg = resolve(sacmodel.scenario("h100", gpus=1, model="qwen3-14b", weights="bf16", engine="vllm"), "gpu")
+    eng = open_engine(cfg, max_output=4)
+    for _ in range(n):
+        eng.submit(0.0, prompt, 4)
+    while eng.due() < math.inf:
+        eng.step()
+    r = eng.result()
+    return [float(r.first[i] - r.release[i]) for i in range(n)]
+
+
+def test_more_api_servers_leave_a_lone_request_alone_and_shorten_a_bursts_intake(monkeypatch):
+    """Laws of --api-server-count k: a lone request meets one event loop whatever k is (same TTFT). A burst of 32
+    short prompts: one server takes them in in one pass of 32 x 4 ms and tokenizes them in one full batch; four
+    take 8 each (8 x 4 ms) and each waits its tokenizer's 2 ms window. The engine core gets the same 32 at once
+    either way and returns their first tokens in one step; each server then processes its own 8 of them, where
+    one server processes all 32. So every first token comes 24 x 4 - 2 + 24 x (vllm_output_request +
+    vllm_stream_chunk) ms sooner with four, up to the tokenizing itself (24 prompts of 16 tokens, 0.2 ms)."""
+    assert _ttfts(monkeypatch, 4, 1) == pytest.approx(_ttfts(monkeypatch, 1, 1), abs=1e-12)
+    one, four = _ttfts(monkeypatch, 1, 32), _ttfts(monkeypatch, 4, 32)
+    per_output = VLLM_FRONT_END["vllm_output_request"][0] + VLLM_FRONT_END["vllm_stream_chunk"][0]
+    want = 24 * 4 * MS - 2 * MS + 24 * per_output
+    assert [a - b for a, b in zip(one, four)] == pytest.approx([want] * 32, abs=0.3 * MS)
+    sizing = sacmodel.scenario("h100", gpus=1, model="qwen3-14b", weights="bf16", engine="vllm").serving
+    assert sizing["vllm_api_servers"].value == 1       # vllm serve's default: one API server

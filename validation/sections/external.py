@@ -344,9 +344,11 @@ def render_vllm(rows: list[dict], mape: dict) -> list[str]:
             "tok/s): the whole forward pass runs well below the GEMMs' own rate, and no published whole-model BF16 "
             "rate was found to set the class by (these runs are checks, not a fit). The 128-token bursts of 1,000 "
             "chat requests reach their first token 18-21 s late on all three models, 14B to 671B alike, so it is the "
-            "API server, not the GPU: vLLM's OpenAI chat path (chat template, tokenisation, request set-up) took "
-            "each request in about 20 ms, one after another, where the model carries only vLLM's tokenizer batching "
-            "and output handling (VLLM_FRONT_END); SGLang's servers took the same bursts in 3.4-4.1 s.", "",
+            "API server, not the GPU: vLLM's chat path runs each request's intake (body, pydantic validation, chat "
+            "template, request set-up) on the API server's one event loop, the loop the outputs need too, and a "
+            "burst leaves it together (`vllm_intake_request`, 12 ms a request from vllm-project/vllm#21139, not "
+            "fitted: 12 s for 1,000; `engine/vllm_front.py`). What is left of their delay (the 128 rows below) has no "
+            "source yet; SGLang's servers took the same bursts in 3.4-4.1 s.", "",
             _table(rows), "",
             "Sources: " + "; ".join(sorted({f"{r['id']}: {r['source']}" for r in rows})), ""]
 

@@ -147,8 +147,8 @@ def markdown(r: dict) -> list[str]:
           f"`validation/sections/routers.py`). Source: llm-d/llm-d-kv-cache-manager `{b.source}` (a378f5b3). "
           "Cells: p90 TTFT in s, published / predicted. The published pods run vLLM, and so do the model's "
           "(vLLM V1's scheduler: mixed prefill-decode batches under max_num_batched_tokens 8192, max_num_seqs "
-          "1024, 16-token blocks; `sacmodel/serving/engine/vllm.py`; its API server's tokenizer thread and output "
-          "handler, `vllm_front.py`). The client is inference-perf's, which waits for every request of a stage to "
+          "1024, 16-token blocks; `sacmodel/serving/engine/vllm.py`; its API server's event loop (each request's "
+          "intake and the output handler) and tokenizer thread, `vllm_front.py`). The client is inference-perf's, which waits for every request of a stage to "
           "finish before it starts the next (`stage_barrier`, 2 s; kubernetes-sigs/inference-perf d4215cec): "
           "each stage starts with empty queues.", "",
           "| QPS | " + " | ".join(b.configs) + " |", "|---|" + "---|" * len(b.configs)]

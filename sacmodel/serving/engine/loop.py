@@ -16,8 +16,9 @@ part                 what it follows in the server
 ``vllm``             ``engine="vllm"``: vLLM V1's scheduler in place of ``scheduler``'s batches (decodes and
                      prefill chunks mixed under one token budget; preemption by recompute) and its
                      block manager in place of ``memory``'s
-``vllm_front``       ``engine="vllm"``: vLLM's API server in place of ``frontend``: the tokenizer thread's
-                     batches and the output handler's time per message and per request
+``vllm_front``       ``engine="vllm"``: vLLM's API server in place of ``frontend``: one event loop for each
+                     request's intake and the outputs (per message and per request), the tokenizer
+                     thread's batches
 ``staging``          prefill to decode: staging, the RDMA pool's prefix copy, cold-staging backups
 ``cost``             the iteration's time: shared part plus the slowest rank, in jumps of identical steps
 ``distinct``         identical tokens of requests of one prompt (the MoE reads their experts once)
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..capacity import host_pool_tokens
-from ..config import Config, vllm_front_end
+from ..config import Config, vllm_api_servers, vllm_front_end
 from .client import Client
 from .cost import IterationCost
 from .distinct import DistinctTokens
@@ -49,7 +50,7 @@ from .staging import Staging
 from .stats import Stats, Timeline
 from .stepmodel import Model
 from .vllm import VLLMMemory, VLLMRanks
-from .vllm_front import VLLMFrontEnd
+from .vllm_front import VLLMFrontEnd, VLLMServers
 from .workload import RequestTable, Requests
 
 
@@ -104,7 +105,8 @@ class Engine:
         self.cfg, self.model = cfg, model
         self.table = table = RequestTable(cfg, reqs)
         self.vllm = cfg.engine == "vllm"
-        self.frontend = VLLMFrontEnd(*vllm_front_end(cfg.topo)) if self.vllm else FrontEnd()
+        self.frontend = FrontEnd() if not self.vllm else VLLMFrontEnd(*vllm_front_end(cfg.topo)) \
+            if vllm_api_servers(cfg.topo) == 1 else VLLMServers(vllm_api_servers(cfg.topo), *vllm_front_end(cfg.topo))
         self.client = Client(table, concurrency, self.frontend, model.v["t_token"])
         self.memory = _memory(cfg, table, reqs.prefix_pages)
         self.staging = Staging(cfg, table, model, reqs.cold_staging)
@@ -150,7 +152,7 @@ class Engine:
         or a wait for the next event. False when nothing is due (the engine idles until a request comes)."""
         fe, dispatch, memory, staging, t = self.frontend, self.dispatch, self.memory, self.staging, self.t
         self.horizon = horizon
-        if fe.msgs or fe.intake:
+        if fe.msgs or fe.intake or fe.tokq:
             fe.run(t, dispatch.push, self.client.deliver)
         if self.recv_n > 1:
             receives = self.recv_count >= self.recv_n

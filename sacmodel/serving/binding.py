@@ -51,10 +51,7 @@ def elasticities(fn, names: tuple, values: dict, symbols) -> tuple[float, dict[s
     out = {}
     if t <= 0:
         return t, out
-    for s in symbols:
-        if s not in names:
-            continue
-        i = names.index(s)
+    for s, i in _positions(names, symbols):
         x = args[i]
         if not x or not math.isfinite(x):
             continue
@@ -64,6 +61,19 @@ def elasticities(fn, names: tuple, values: dict, symbols) -> tuple[float, dict[s
         if up > 0 and down > 0:
             out[s] = (math.log(up) - math.log(down)) / (2 * math.log(1 + REL))
     return t, out
+
+
+_POSITIONS: dict = {}
+
+
+def _positions(names: tuple, symbols: tuple) -> list[tuple[str, int]]:
+    """(symbol, its index in ``names``) of the ``symbols`` among ``names``, in ``symbols`` order; kept, since
+    every prediction asks it of the same few terms."""
+    key = (names, symbols)
+    out = _POSITIONS.get(key)
+    if out is None:
+        out = _POSITIONS[key] = [(s, names.index(s)) for s in symbols if s in names]
+    return out
 
 
 def term_binding(fn, names: tuple, values: dict, routes: dict, labels: dict) -> dict | None:

@@ -222,17 +222,21 @@ class HostPool:
     def steps_fit(self, r: int) -> int:
         """Decode steps rank ``r`` can run before a backup finds its host pool full."""
         b = self.running[r]
-        free = self.capacity - self.static[r] - self.decoded(r)
+        free = self.capacity - self.static[r] - float(b * self.clock[r] - self.sum_join[r])    # decoded(r)
         return int(free // b) + 1 if b and free >= 0 else (1 << 30 if not b else 0)
 
     def check(self, ranks: list[int], now: float) -> bool:
         """The decoding ``ranks``' next step backs its tokens up: False (and a crash) where a pool is full."""
+        static, running, clock, sum_join, peak = self.static, self.running, self.clock, self.sum_join, self.peak
         for r in ranks:
-            used = self.static[r] + self.decoded(r)
+            used = static[r] + float(running[r] * clock[r] - sum_join[r])       # + decoded(r), inlined
             if used > self.capacity:
-                self._crash(now, r, self.running[r], used - self.running[r])
+                self.peak = peak
+                self._crash(now, r, running[r], used - running[r])
                 return False
-            self.peak = max(self.peak, used)
+            if used > peak:
+                peak = used
+        self.peak = peak
         return True
 
     def free(self, r: int, requests) -> None:

@@ -76,7 +76,12 @@ class Dispatch:
 
     def next_time(self) -> float:
         """When the earliest request still in an inbox reached it (inf: none)."""
-        return min((box[0][0] for box in self.inbox if box), default=math.inf)
+        t = math.inf
+        if self.count:
+            for box in self.inbox:
+                if box and box[0][0] < t:
+                    t = box[0][0]
+        return t
 
 
 class Ranks:

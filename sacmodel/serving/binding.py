@@ -43,9 +43,10 @@ CONSTANT_NAMES = {"t_hs": "HiSparse CPU work per step (t_hs)", "t_hs_req": "HiSp
 REL = 1e-4
 
 
-def elasticities(fn, names: tuple, values: dict, symbols) -> tuple[float, dict[str, float]]:
+def elasticities(fn, names: tuple, values: dict, symbols, uses=None) -> tuple[float, dict[str, float]]:
     """The term's time t = fn(values in ``names`` order) (s) and d ln(t) / d ln(x) for each of ``symbols``
-    among ``names`` (central differences of 0.01%)."""
+    among ``names`` (central differences of 0.01%). ``uses``: the names the term contains (None: all); it does
+    not change with the others, whose elasticity is 0 without evaluating it."""
     args = [values[n] for n in names]
     t = float(fn(*args))
     out = {}
@@ -54,6 +55,9 @@ def elasticities(fn, names: tuple, values: dict, symbols) -> tuple[float, dict[s
     for s, i in _positions(names, symbols):
         x = args[i]
         if not x or not math.isfinite(x):
+            continue
+        if uses is not None and s not in uses:
+            out[s] = 0.0
             continue
         hi, lo = list(args), list(args)
         hi[i], lo[i] = x * (1 + REL), x / (1 + REL)
@@ -76,10 +80,10 @@ def _positions(names: tuple, symbols: tuple) -> list[tuple[str, int]]:
     return out
 
 
-def term_binding(fn, names: tuple, values: dict, routes: dict, labels: dict) -> dict | None:
+def term_binding(fn, names: tuple, values: dict, routes: dict, labels: dict, uses=None) -> dict | None:
     """What binds one term: its most elastic rate or constant (``routes``: route symbol -> (:class:`Share` of
     the busiest flow, the element adding most to its round trip); ``labels``: names of the GPU's resources)."""
-    t, el = elasticities(fn, names, values, (*RATES, *CONSTANTS, *EFFICIENCIES))
+    t, el = elasticities(fn, names, values, (*RATES, *CONSTANTS, *EFFICIENCIES), uses)
     if t <= 0 or not el:
         return None
     rate = max((s for s in RATES if s in el), key=lambda s: abs(el[s]), default=None)
@@ -191,7 +195,7 @@ def _entries(group: str, values: dict, seconds: dict, routes: dict, labels: dict
     for term, fn in c.funcs.items():
         sec = seconds.get(term, 0.0)
         if sec > 1e-12:
-            b = term_binding(fn, c.names, values, routes, labels)
+            b = term_binding(fn, c.names, values, routes, labels, c.uses[term])
             if b:
                 yield prefix + term, {"part": part, **b, "seconds": sec}
 

@@ -153,6 +153,17 @@ class IterationCost:
             out[r] = own
         return out
 
+    def _rank_misses(self, ranks: Ranks, decoding: list[int], jump: int) -> tuple[list, float, list | None]:
+        """Entries per layer each decoding rank loads per step over the next ``jump`` steps (from its miss
+        accumulator), their sum, and when each rank's swap-ins end on a shared route (None: not shared)."""
+        acc_at, clock, base = ranks.acc_at, ranks.clock, ranks.base
+        Ms = []
+        for r in decoding:
+            ar, o = acc_at[r], clock[r] - base[r]
+            Ms.append((ar[o + jump] - ar[o]) / jump)
+        fair = fair_share_finish(Ms, self.share_unit.__getitem__) if self.route_shared else None
+        return Ms, sum(Ms), fair
+
     def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,
                        n_distinct: int, now: float, horizon: float) -> tuple[float, int, float, tuple | None]:
         """Seconds per iteration over ``jump`` identical iterations: the shared part over the iteration's
@@ -161,8 +172,7 @@ class IterationCost:
         arrival or front-end turn). Returns (step time, jump, shared part, the slowest decoding rank's state
         (batch, mean context, misses, has long requests))."""
         running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
-        acc_at, base, n_long, model = ranks.acc_at, ranks.base, ranks.n_long, self.model
-        newest_at, swaps, own = ranks.newest_at, ranks.swaps, self._own
+        n_long, model, newest_at, swaps, own = ranks.n_long, self.model, ranks.newest_at, ranks.swaps, self._own
         floor, shared, left, eager = self._fixed_parts(ranks, admits, decoding, n_tok, n_distinct)
         mixed = self.mixed_parts
         active = len(decoding)
@@ -173,12 +183,7 @@ class IterationCost:
             part, best, top = floor, None, -1.0
             half = (jump - 1) / 2.0
             if swaps:
-                Ms = []
-                for r in decoding:
-                    ar, o = acc_at[r], clock[r] - base[r]
-                    Ms.append((ar[o + jump] - ar[o]) / jump)
-                misses = sum(Ms)
-                fair = fair_share_finish(Ms, self.share_unit.__getitem__) if self.route_shared else None
+                Ms, misses, fair = self._rank_misses(ranks, decoding, jump)
             else:
                 Ms, misses, fair = None, 0.0, None   # nothing loaded: the accumulators stay at zero
             for i, r in enumerate(decoding):

@@ -223,7 +223,7 @@ def _step_binding(cfg: Config, model, stats: dict, breakdown: dict, labels: dict
 def _chunks(cfg: Config, reqs) -> tuple[int, list[tuple[int, int, bool]]]:
     """The first request's prompt length and its prefill chunks (tokens, tokens before, first chunk)."""
     from .engine.workload import RequestTable
-    table = RequestTable(cfg, reqs)
+    table = RequestTable(cfg, reqs.head(1))
     L, todo = table.L[0], table.todo[0]
     done, out = L - todo, []
     while todo > 0:

@@ -90,7 +90,7 @@ class CurveCache(OrderedDict):
         self.nbytes = 0
 
     def get(self, key, default=None):
-        x = super().get(key, _MISSING)
+        x = OrderedDict.get(self, key, _MISSING)
         if x is _MISSING:
             return default
         self.move_to_end(key)

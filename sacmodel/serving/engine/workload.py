@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -45,6 +45,14 @@ class Requests:
 
     def __len__(self) -> int:
         return len(self.arrival)
+
+    def head(self, n: int) -> "Requests":
+        """The first ``n`` requests."""
+        def cut(x):
+            return None if x is None else x[:n]
+        return replace(self, arrival=self.arrival[:n], context=self.context[:n], output=self.output[:n],
+                       cached=self.cached[:n], prompt=cut(self.prompt), tail=cut(self.tail), delay=cut(self.delay),
+                       lead=min(self.lead, n))
 
 
 class RequestTable:

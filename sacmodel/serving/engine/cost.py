@@ -141,10 +141,15 @@ class IterationCost:
             if x > sync:
                 sync = x
         prefilled = ranks.prefilled     # a request is admitted into HiSparse with its first chunk (``admit_on``)
-        for r, batch in admits:
-            x = t_hs_admit * sum(1 for i, _ in batch if not prefilled[i])
-            if x > sync:
-                sync = x
+        if t_hs_admit:
+            for r, batch in admits:
+                starting = 0
+                for i, _ in batch:
+                    if not prefilled[i]:
+                        starting += 1
+                x = t_hs_admit * starting
+                if x > sync:
+                    sync = x
         out = [sync + (self.idle_launch if launch else 0.0)] * self.dp
         own = sync + launch
         for r in decoding:

@@ -219,11 +219,18 @@ class HostPool:
         self.peak = max(self.peak, used + need)
         return True
 
-    def steps_fit(self, r: int) -> int:
-        """Decode steps rank ``r`` can run before a backup finds its host pool full."""
-        b = self.running[r]
-        free = self.capacity - self.static[r] - float(b * self.clock[r] - self.sum_join[r])    # decoded(r)
-        return int(free // b) + 1 if b and free >= 0 else (1 << 30 if not b else 0)
+    def fewest_steps(self, ranks: list[int]) -> int:
+        """The fewest decode steps any of the ``ranks`` can run before a backup finds its host pool full (it
+        runs for every decoding rank before each jump)."""
+        static, running, clock, sum_join, cap = self.static, self.running, self.clock, self.sum_join, self.capacity
+        fewest = None
+        for r in ranks:
+            b = running[r]
+            free = cap - static[r] - float(b * clock[r] - sum_join[r])
+            n = int(free // b) + 1 if b and free >= 0 else (1 << 30 if not b else 0)
+            if fewest is None or n < fewest:
+                fewest = n
+        return fewest
 
     def check(self, ranks: list[int], now: float) -> bool:
         """The decoding ``ranks``' next step backs its tokens up: False (and a crash) where a pool is full."""

@@ -344,7 +344,7 @@ class Ranks:
         if self.paged:                               # until the first pool fills up
             jump = min(jump, self.memory.fewest_steps(decoding))
         if self.host is not None:                    # until a host pool fills up
-            jump = min(jump, min(self.host.steps_fit(r) for r in decoding))
+            jump = min(jump, self.host.fewest_steps(decoding))
         return max(1, jump)
 
     def advance(self, decoding: list[int], jump: int, ended: list) -> int:

@@ -26,6 +26,7 @@ class Emission:
 
     def __init__(self, frontend: FrontEnd, rank_of: list[int], out: list[int]):
         self.frontend, self.rank_of, self.out = frontend, rank_of, out
+        self.counts = frontend.PRICES_REQUESTS      # whether the front end's time depends on request outputs
         self.unsent: list[int] = []
         self.unsent_last: dict[int, list] = {}      # rank -> (request, True): last tokens not yet sent
 
@@ -45,7 +46,8 @@ class Emission:
         # in time order: the front end's queue is first in, first out
         for r in _in_time_order(by_rank, delays):
             msg = by_rank[r]
-            produce(when + (delays[r] if delays else 0.0), 1, msg, requests=len({i for i, _ in msg}))
+            produce(when + (delays[r] if delays else 0.0), 1, msg,
+                    requests=len({i for i, _ in msg}) if self.counts else 0)
         self.unsent.clear()
 
     def decode_tokens(self, when: float, decoding: list[int], jump: int, ended: list, tokens: int = 0,
@@ -76,6 +78,7 @@ class Emission:
 
 def _in_time_order(ranks, delays: list[float] | None) -> list[int]:
     """The ``ranks`` by their send delay, then by rank (no delays: by rank)."""
-    if len(ranks) == 1:
-        return list(ranks)
-    return sorted(ranks, key=lambda r: (delays[r], r)) if delays else sorted(ranks)
+    order = sorted(ranks)
+    if delays and len(order) > 1:
+        order.sort(key=delays.__getitem__)          # a stable sort: ranks of equal delays stay in order
+    return order

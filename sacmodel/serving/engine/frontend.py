@@ -22,6 +22,8 @@ from typing import Callable
 class FrontEnd:
     """The front end's event loop as a queue of intakes and a FIFO of output messages (times in s)."""
 
+    PRICES_REQUESTS = False         # a message's request outputs do not change its time (``produce``)
+
     def __init__(self):
         self.free = 0.0                 # when the loop has finished its current turn
         self.intake: list[tuple[float, int, float]] = []     # (arrival, request, work), by arrival

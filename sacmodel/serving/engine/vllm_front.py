@@ -36,6 +36,8 @@ class VLLMFrontEnd(FrontEnd):
     ``msgs`` blocks are [produced, messages, payload, work (s), since (s)]: ``since`` is when the block's first
     message was produced (a jump of identical decode steps produces its messages over [since, produced])."""
 
+    PRICES_REQUESTS = True          # its output handler's time per request output
+
     def __init__(self, tokenizer_wait: float, per_message: float, per_request: float,
                  batch: int = VLLM_TOKENIZER_BATCH):
         super().__init__()

@@ -207,16 +207,18 @@ class HostPool:
         need = float(tb.L[i])
         if pid is not None and tb.hit[i]:
             need = float(tb.todo[i])                              # its own tail; the prefix is in the entry
-            if pid not in self.entries[r]:
-                self.entries[r].add(pid)
+            entries = self.entries[r]
+            if pid not in entries:
+                entries.add(pid)
                 self.static[r] += tb.L[i] - tb.todo[i]
-        used = self.static[r] + self.decoded(r)
+        used = self.static[r] + float(self.running[r] * self.clock[r] - self.sum_join[r])      # + decoded(r)
         if used + need > self.capacity:
             self._crash(now, r, need, used)
             return False
         self.static[r] += need
         self.own[i] = need
-        self.peak = max(self.peak, used + need)
+        if used + need > self.peak:
+            self.peak = used + need
         return True
 
     def fewest_steps(self, ranks: list[int]) -> int:

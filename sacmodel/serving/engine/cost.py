@@ -189,23 +189,23 @@ class IterationCost:
             half = (jump - 1) / 2.0
             if swaps:
                 Ms, misses, fair = self._rank_misses(ranks, decoding, jump)
-            else:
-                Ms, misses, fair = None, 0.0, None   # nothing loaded: the accumulators stay at zero
-            for i, r in enumerate(decoding):
+            else:                                   # nothing loaded: the accumulators stay at zero
+                Ms, misses, fair = [0.0] * active, 0.0, None
+            split = fair is not None
+            for r, M, f in zip(decoding, Ms, fair if split else Ms):
                 b = running[r]
                 ck = clock[r]
                 Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
-                M = Ms[i] if Ms else 0.0
                 lg = n_long[r] > 0
                 co = cache.get(b + b + lg)
                 if co is None:
                     co = cache[b + b + lg] = model.rank_coeffs(b, active, lg)
                 a, c, g, k, d, h = co
-                if fair is not None and lg:          # the route split by demand, within the rank's own limit
+                if split and lg:                    # the route split by demand (f), within the rank's own limit
                     u = own.get(b)
                     q = (u if u is not None else self.own_unit(b)) * M
-                    if fair[i] > q:
-                        q = fair[i]
+                    if f > q:
+                        q = f
                 else:
                     q = g * M
                 nb = newest_at[r]

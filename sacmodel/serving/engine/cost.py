@@ -136,8 +136,8 @@ class IterationCost:
         t_hs, t_hs_req, t_hs_admit = self.t_hs, self.t_hs_req, self.t_hs_admit    # 0 without HiSparse
         running = ranks.running
         sync = 0.0                      # the slowest rank's preparation, which every rank waits for
-        for r in decoding:
-            x = t_hs + t_hs_req * running[r]
+        if decoding:                    # the largest batch's (t_hs_req >= 0: the time grows with the batch)
+            x = t_hs + t_hs_req * max(map(running.__getitem__, decoding))
             if x > sync:
                 sync = x
         prefilled = ranks.prefilled     # a request is admitted into HiSparse with its first chunk (``admit_on``)

@@ -48,6 +48,23 @@ def elasticities(fn, names: tuple, values: dict, symbols, uses=None) -> tuple[fl
     among ``names`` (central differences of 0.01%). ``uses``: the names the term contains (None: all); it does
     not change with the others, whose elasticity is 0 without evaluating it."""
     args = [values[n] for n in names]
+    key = (fn, symbols, uses, *args)
+    known = _ELASTICITIES.get(key)
+    if known is not None:                   # the same term at the same values: a prediction asks it again
+        return known
+    if len(_ELASTICITIES) >= ELASTICITIES_KEPT:
+        _ELASTICITIES.clear()
+    _ELASTICITIES[key] = t, out = _elasticities(fn, args, names, symbols, uses)
+    return t, out
+
+
+ELASTICITIES_KEPT = 4096
+"""Terms whose elasticities are kept (by function and argument values): the first token's prefill and shared
+terms, the launches and the copies repeat from one prediction of a configuration to the next."""
+_ELASTICITIES: dict = {}
+
+
+def _elasticities(fn, args: list, names: tuple, symbols, uses) -> tuple[float, dict[str, float]]:
     t = float(fn(*args))
     out = {}
     if t <= 0:

@@ -39,6 +39,8 @@ class IterationCost:
         # HiSparse's CPU work before a launch (0 without it) and an IDLE batch's launch: constant over a run
         self.t_hs, self.t_hs_req, self.t_hs_admit = v["t_hs"], v["t_hs_req"], v["t_hs_admit"]
         self.idle_launch = model.launch_cpu(self.t_eager_idle)
+        # the CPU's launch time of each launch_time an iteration can have (a graph replay, eager, piecewise graph)
+        self.launch_cpu = {x: model.launch_cpu(x) for x in (0.0, self.t_eager, self.t_eager_pcg)}
         self.route_shared = model.route_shared
         # seconds per entry per layer at the shared route's fair share among k copies (index k); a rank alone
         # on the route with b requests: the slope of its rank coefficients with one active rank
@@ -132,7 +134,7 @@ class IterationCost:
         serialised with the GPU, or its admission work with a request's first chunk), since every rank waits for
         the others at the gather of the batch shapes that data-parallel attention runs on the CPU group after
         each rank has prepared its batch (SGLang's ``prepare_mlp_sync_batch``)."""
-        launch = self.model.launch_cpu(self.launch_time(ranks, admits, decoding))
+        launch = self.launch_cpu[self.launch_time(ranks, admits, decoding)]
         t_hs, t_hs_req, t_hs_admit = self.t_hs, self.t_hs_req, self.t_hs_admit    # 0 without HiSparse
         running = ranks.running
         sync = 0.0                      # the slowest rank's preparation, which every rank waits for

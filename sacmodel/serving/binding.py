@@ -230,7 +230,8 @@ def _step_binding(cfg: Config, model, stats: dict, breakdown: dict, labels: dict
     tok, distinct = stats.get("decode_tokens", 0.0) / n, stats.get("decode_distinct", 0.0) / n
     sv = model.shared_values(tok, False, distinct, tok)
     c = steps.compiled("shared")
-    terms = {k: f(*c.args(sv)) for k, f in c.funcs.items()}
+    args = c.args(sv)
+    terms = {k: f(*args) for k, f in c.funcs.items()}
     total = sum(terms.values())
     scale = breakdown.get("step_shared_ms", 0.0) / 1e3 / total if total > 0 else 0.0
     out.update(_entries("shared", sv, {k: x * scale for k, x in terms.items()}, routes, labels, "step"))
@@ -239,9 +240,9 @@ def _step_binding(cfg: Config, model, stats: dict, breakdown: dict, labels: dict
 
 def _chunks(cfg: Config, reqs) -> tuple[int, list[tuple[int, int, bool]]]:
     """The first request's prompt length and its prefill chunks (tokens, tokens before, first chunk)."""
-    from .engine.workload import RequestTable
-    table = RequestTable(cfg, reqs.head(1))
-    L, todo = table.L[0], table.todo[0]
+    from .engine.workload import prompt_todo
+    L = int(reqs.context[0])
+    todo = prompt_todo(L, int(reqs.cached[0]), cfg.page, None if reqs.tail is None else int(reqs.tail[0]))
     done, out = L - todo, []
     while todo > 0:
         P = min(cfg.prefill_chunk, todo)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,13 +46,13 @@ class Requests:
     def __len__(self) -> int:
         return len(self.arrival)
 
-    def head(self, n: int) -> "Requests":
-        """The first ``n`` requests."""
-        def cut(x):
-            return None if x is None else x[:n]
-        return replace(self, arrival=self.arrival[:n], context=self.context[:n], output=self.output[:n],
-                       cached=self.cached[:n], prompt=cut(self.prompt), tail=cut(self.tail), delay=cut(self.delay),
-                       lead=min(self.lead, n))
+
+def prompt_todo(L: int, cached: int, page: int, tail: int | None = None) -> int:
+    """Prompt tokens a request of ``L`` tokens prefills: all of them, or after a prefix hit of ``cached`` tokens
+    what the page-aligned match leaves (``tail``, if given): :class:`RequestTable`'s rule for one request."""
+    if cached > 0:
+        return L - (min(int(cached), L - 1) // page) * page if tail is None else min(int(tail), L)
+    return L
 
 
 class RequestTable:
@@ -117,10 +117,7 @@ class RequestTable:
     def set_cached(self, i: int, cached: float, tail: int | None = None) -> None:
         """Request ``i`` found ``cached`` prompt tokens in the prefix cache (set when it is admitted)."""
         L, page = self.L[i], self.page
-        if cached > 0:
-            todo = L - (min(int(cached), L - 1) // page) * page if tail is None else min(int(tail), L)
-        else:
-            todo = L
+        todo = prompt_todo(L, cached, page, tail)
         self.todo[i] = todo
         self.hit[i] = cached > 0
         self.hold[i] = self._alloc if self.long[i] else float(-(-(todo + self.out[i]) // page) * page)

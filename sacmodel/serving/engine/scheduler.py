@@ -379,7 +379,7 @@ class Ranks:
             if swaps:
                 cl = curve[i]
                 if cl is not None:
-                    acc_at[joined[i] + life[i] - base] -= cl[-1]
+                    acc_at[joined[i] + life[i] - base] -= cl.item(-1)
                 curve[i] = None                  # its curve is no longer held
             sum_l -= L[i]
             sum_join -= joined[i]

@@ -43,20 +43,38 @@ CONSTANT_NAMES = {"t_hs": "HiSparse CPU work per step (t_hs)", "t_hs_req": "HiSp
 REL = 1e-4
 
 
-def elasticities(fn, names: tuple, values: dict, symbols) -> tuple[float, dict[str, float]]:
+def elasticities(fn, names: tuple, values: dict, symbols, uses=None) -> tuple[float, dict[str, float]]:
     """The term's time t = fn(values in ``names`` order) (s) and d ln(t) / d ln(x) for each of ``symbols``
-    among ``names`` (central differences of 0.01%)."""
+    among ``names`` (central differences of 0.01%). ``uses``: the names the term contains (None: all); it does
+    not change with the others, whose elasticity is 0 without evaluating it."""
     args = [values[n] for n in names]
+    key = (fn, symbols, uses, *args)
+    known = _ELASTICITIES.get(key)
+    if known is not None:                   # the same term at the same values: a prediction asks it again
+        return known
+    if len(_ELASTICITIES) >= ELASTICITIES_KEPT:
+        _ELASTICITIES.clear()
+    _ELASTICITIES[key] = t, out = _elasticities(fn, args, names, symbols, uses)
+    return t, out
+
+
+ELASTICITIES_KEPT = 4096
+"""Terms whose elasticities are kept (by function and argument values): the first token's prefill and shared
+terms, the launches and the copies repeat from one prediction of a configuration to the next."""
+_ELASTICITIES: dict = {}
+
+
+def _elasticities(fn, args: list, names: tuple, symbols, uses) -> tuple[float, dict[str, float]]:
     t = float(fn(*args))
     out = {}
     if t <= 0:
         return t, out
-    for s in symbols:
-        if s not in names:
-            continue
-        i = names.index(s)
+    for s, i in _positions(names, symbols):
         x = args[i]
         if not x or not math.isfinite(x):
+            continue
+        if uses is not None and s not in uses:
+            out[s] = 0.0
             continue
         hi, lo = list(args), list(args)
         hi[i], lo[i] = x * (1 + REL), x / (1 + REL)
@@ -66,10 +84,23 @@ def elasticities(fn, names: tuple, values: dict, symbols) -> tuple[float, dict[s
     return t, out
 
 
-def term_binding(fn, names: tuple, values: dict, routes: dict, labels: dict) -> dict | None:
+_POSITIONS: dict = {}
+
+
+def _positions(names: tuple, symbols: tuple) -> list[tuple[str, int]]:
+    """(symbol, its index in ``names``) of the ``symbols`` among ``names``, in ``symbols`` order; kept, since
+    every prediction asks it of the same few terms."""
+    key = (names, symbols)
+    out = _POSITIONS.get(key)
+    if out is None:
+        out = _POSITIONS[key] = [(s, names.index(s)) for s in symbols if s in names]
+    return out
+
+
+def term_binding(fn, names: tuple, values: dict, routes: dict, labels: dict, uses=None) -> dict | None:
     """What binds one term: its most elastic rate or constant (``routes``: route symbol -> (:class:`Share` of
     the busiest flow, the element adding most to its round trip); ``labels``: names of the GPU's resources)."""
-    t, el = elasticities(fn, names, values, (*RATES, *CONSTANTS, *EFFICIENCIES))
+    t, el = elasticities(fn, names, values, (*RATES, *CONSTANTS, *EFFICIENCIES), uses)
     if t <= 0 or not el:
         return None
     rate = max((s for s in RATES if s in el), key=lambda s: abs(el[s]), default=None)
@@ -181,7 +212,7 @@ def _entries(group: str, values: dict, seconds: dict, routes: dict, labels: dict
     for term, fn in c.funcs.items():
         sec = seconds.get(term, 0.0)
         if sec > 1e-12:
-            b = term_binding(fn, c.names, values, routes, labels)
+            b = term_binding(fn, c.names, values, routes, labels, c.uses[term])
             if b:
                 yield prefix + term, {"part": part, **b, "seconds": sec}
 
@@ -199,7 +230,8 @@ def _step_binding(cfg: Config, model, stats: dict, breakdown: dict, labels: dict
     tok, distinct = stats.get("decode_tokens", 0.0) / n, stats.get("decode_distinct", 0.0) / n
     sv = model.shared_values(tok, False, distinct, tok)
     c = steps.compiled("shared")
-    terms = {k: f(*c.args(sv)) for k, f in c.funcs.items()}
+    args = c.args(sv)
+    terms = {k: f(*args) for k, f in c.funcs.items()}
     total = sum(terms.values())
     scale = breakdown.get("step_shared_ms", 0.0) / 1e3 / total if total > 0 else 0.0
     out.update(_entries("shared", sv, {k: x * scale for k, x in terms.items()}, routes, labels, "step"))
@@ -208,9 +240,9 @@ def _step_binding(cfg: Config, model, stats: dict, breakdown: dict, labels: dict
 
 def _chunks(cfg: Config, reqs) -> tuple[int, list[tuple[int, int, bool]]]:
     """The first request's prompt length and its prefill chunks (tokens, tokens before, first chunk)."""
-    from .engine.workload import RequestTable
-    table = RequestTable(cfg, reqs)
-    L, todo = table.L[0], table.todo[0]
+    from .engine.workload import prompt_todo
+    L = int(reqs.context[0])
+    todo = prompt_todo(L, int(reqs.cached[0]), cfg.page, None if reqs.tail is None else int(reqs.tail[0]))
     done, out = L - todo, []
     while todo > 0:
         P = min(cfg.prefill_chunk, todo)

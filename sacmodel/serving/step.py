@@ -384,19 +384,21 @@ _SOURCES = ("costs.py", "step.py")            # the modules whose code builds th
 class Compiled:
     """A group of expressions as numeric functions (scalar calls) with their argument order ``names``.
 
-    ``funcs[term](*args)`` and ``total(*args)`` take the values of ``names`` in order (:meth:`args`).
+    ``funcs[term](*args)`` and ``total(*args)`` take the values of ``names`` in order (:meth:`args`);
+    ``uses[term]``: the names its expression contains (a term does not change with the others).
     """
 
-    def __init__(self, group: str, names: tuple[str, ...], funcs: dict, total):
-        self.group, self.names, self.funcs, self.total = group, names, funcs, total
+    def __init__(self, group: str, names: tuple[str, ...], funcs: dict, total, uses: dict):
+        self.group, self.names, self.funcs, self.total, self.uses = group, names, funcs, total, uses
 
     @classmethod
     def lambdified(cls, group: str) -> "Compiled":
         exprs = BUILDERS[group]()
         names = _arg_names(exprs)
         syms = [sp.Symbol(n, positive=True) for n in names]
+        uses = {k: frozenset(x.name for x in e.free_symbols) for k, e in exprs.items()}
         return cls(group, names, {k: sp.lambdify(syms, e, modules="math") for k, e in exprs.items()},
-                   sp.lambdify(syms, sum(exprs.values()), modules="math"))
+                   sp.lambdify(syms, sum(exprs.values()), modules="math"), uses)
 
     @property
     def exprs(self) -> dict:
@@ -434,8 +436,9 @@ def compiled(group: str) -> Compiled:
     g = _generated()
     if g is None:
         return Compiled.lambdified(group)
-    names, terms = g.GROUPS[group]
-    return Compiled(group, names, {k: getattr(g, f"{group}__{k}") for k in terms}, getattr(g, f"{group}__total"))
+    names, terms, uses = g.GROUPS[group]
+    return Compiled(group, names, {k: getattr(g, f"{group}__{k}") for k in terms}, getattr(g, f"{group}__total"),
+                    {k: frozenset(u) for k, u in zip(terms, uses)})
 
 
 def generate(path: str | Path = GENERATED) -> Path:
@@ -450,7 +453,8 @@ def generate(path: str | Path = GENERATED) -> Path:
     defs, used = [], set()
     for group in BUILDERS:
         c = Compiled.lambdified(group)
-        lines.append(f"    {group!r}: ({c.names!r}, {tuple(c.funcs)!r}),")
+        uses = tuple(tuple(sorted(c.uses[k])) for k in c.funcs)
+        lines.append(f"    {group!r}: ({c.names!r}, {tuple(c.funcs)!r}, {uses!r}),")
         for term, f in [*c.funcs.items(), ("total", c.total)]:
             unknown = {n for n in f.__code__.co_names if not hasattr(builtins, n) and not hasattr(math, n)}
             if unknown:

@@ -44,8 +44,9 @@ class Client:
 
     def send(self, now: float) -> None:
         """Send every request whose time has come and that the concurrency cap lets through."""
-        if self.stopped:
-            return
+        if self.stopped or (self.next_lead >= self.lead and (self.next_req >= self.n or
+                                                               self.in_flight >= self.concurrency)):
+            return                      # the usual case: every slot is taken, or nothing is left to send
         limit = now + 1e-12
         while self.next_lead < self.lead and self.arrival[self.next_lead] <= limit:
             self._go(self.next_lead, self.arrival[self.next_lead])       # a user joins on its kept slot

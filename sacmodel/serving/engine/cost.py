@@ -34,7 +34,13 @@ class IterationCost:
         self._prefill: dict = {}
         self._by_active: dict[int, dict] = {}      # rank coefficients by active ranks, then batch and long requests
         self._shared, self._left = model._shared_cache, model._left_cache
-        self._hs = model.v["hs_on"] * model.v["t_hs"], model.v["hs_on"] * model.v["t_hs_req"]
+        v = model.v
+        self._hs = v["hs_on"] * v["t_hs"], v["hs_on"] * v["t_hs_req"]
+        # HiSparse's CPU work before a launch (0 without it) and an IDLE batch's launch: constant over a run
+        self.t_hs, self.t_hs_req, self.t_hs_admit = v["t_hs"], v["t_hs_req"], v["t_hs_admit"]
+        self.idle_launch = model.launch_cpu(self.t_eager_idle)
+        # the CPU's launch time of each launch_time an iteration can have (a graph replay, eager, piecewise graph)
+        self.launch_cpu = {x: model.launch_cpu(x) for x in (0.0, self.t_eager, self.t_eager_pcg)}
         self.route_shared = model.route_shared
         # seconds per entry per layer at the shared route's fair share among k copies (index k); a rank alone
         # on the route with b requests: the slope of its rank coefficients with one active rank
@@ -115,7 +121,10 @@ class IterationCost:
         if admits:
             return self._prefill_launch(sum(take for _, batch in admits for _, take in batch))
         running, graph_bs = ranks.running, self.graph_bs
-        return self.t_eager if any(running[r] > graph_bs for r in decoding) else 0.0
+        for r in decoding:
+            if running[r] > graph_bs:
+                return self.t_eager
+        return 0.0
 
     def send_delays(self, ranks: Ranks, admits: list, decoding: list[int]) -> list[float]:
         """Seconds after the scheduling each rank has launched its part of the iteration, when it hands the last
@@ -125,21 +134,42 @@ class IterationCost:
         serialised with the GPU, or its admission work with a request's first chunk), since every rank waits for
         the others at the gather of the batch shapes that data-parallel attention runs on the CPU group after
         each rank has prepared its batch (SGLang's ``prepare_mlp_sync_batch``)."""
-        model = self.model
-        launch = model.launch_cpu(self.launch_time(ranks, admits, decoding))
-        v, running = model.v, ranks.running          # HiSparse's t_hs, t_hs_req, t_hs_admit: 0 without it
+        launch = self.launch_cpu[self.launch_time(ranks, admits, decoding)]
+        t_hs, t_hs_req, t_hs_admit = self.t_hs, self.t_hs_req, self.t_hs_admit    # 0 without HiSparse
+        running = ranks.running
         sync = 0.0                      # the slowest rank's preparation, which every rank waits for
-        for r in decoding:
-            sync = max(sync, v["t_hs"] + v["t_hs_req"] * running[r])
+        if decoding:                    # the largest batch's (t_hs_req >= 0: the time grows with the batch)
+            x = t_hs + t_hs_req * max(map(running.__getitem__, decoding))
+            if x > sync:
+                sync = x
         prefilled = ranks.prefilled     # a request is admitted into HiSparse with its first chunk (``admit_on``)
-        for r, batch in admits:
-            sync = max(sync, v["t_hs_admit"] * sum(1 for i, _ in batch if not prefilled[i]))
-        out = [sync + (model.launch_cpu(self.t_eager_idle) if launch else 0.0)] * self.dp
+        if t_hs_admit:
+            for r, batch in admits:
+                starting = 0
+                for i, _ in batch:
+                    if not prefilled[i]:
+                        starting += 1
+                x = t_hs_admit * starting
+                if x > sync:
+                    sync = x
+        out = [sync + (self.idle_launch if launch else 0.0)] * self.dp
+        own = sync + launch
         for r in decoding:
-            out[r] = sync + launch
+            out[r] = own
         for r, _ in admits:
-            out[r] = sync + launch
+            out[r] = own
         return out
+
+    def _rank_misses(self, ranks: Ranks, decoding: list[int], jump: int) -> tuple[list, float, list | None]:
+        """Entries per layer each decoding rank loads per step over the next ``jump`` steps (from its miss
+        accumulator), their sum, and when each rank's swap-ins end on a shared route (None: not shared)."""
+        acc_at, clock, base = ranks.acc_at, ranks.clock, ranks.base
+        Ms = []
+        for r in decoding:
+            ar, o = acc_at[r], clock[r] - base[r]
+            Ms.append((ar[o + jump] - ar[o]) / jump)
+        fair = fair_share_finish(Ms, self.share_unit.__getitem__) if self.route_shared else None
+        return Ms, sum(Ms), fair
 
     def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,
                        n_distinct: int, now: float, horizon: float) -> tuple[float, int, float, tuple | None]:
@@ -149,8 +179,7 @@ class IterationCost:
         arrival or front-end turn). Returns (step time, jump, shared part, the slowest decoding rank's state
         (batch, mean context, misses, has long requests))."""
         running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
-        acc_at, base, n_long, model = ranks.acc_at, ranks.base, ranks.n_long, self.model
-        newest_at, swaps = ranks.newest_at, ranks.swaps
+        n_long, model, newest_at, swaps, own = ranks.n_long, self.model, ranks.newest_at, ranks.swaps, self._own
         floor, shared, left, eager = self._fixed_parts(ranks, admits, decoding, n_tok, n_distinct)
         mixed = self.mixed_parts
         active = len(decoding)
@@ -161,28 +190,24 @@ class IterationCost:
             part, best, top = floor, None, -1.0
             half = (jump - 1) / 2.0
             if swaps:
-                Ms = []
-                for r in decoding:
-                    ar, o = acc_at[r], clock[r] - base[r]
-                    Ms.append((ar[o + jump] - ar[o]) / jump)
-                misses = sum(Ms)
-                fair = fair_share_finish(Ms, self.share_unit.__getitem__) if self.route_shared else None
-            else:
-                Ms, misses, fair = None, 0.0, None   # nothing loaded: the accumulators stay at zero
-            for i, r in enumerate(decoding):
+                Ms, misses, fair = self._rank_misses(ranks, decoding, jump)
+            else:                                   # nothing loaded: the accumulators stay at zero
+                Ms, misses, fair = [0.0] * active, 0.0, None
+            split = fair is not None
+            for r, M, f in zip(decoding, Ms, fair if split else Ms):
                 b = running[r]
                 ck = clock[r]
                 Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
-                M = Ms[i] if Ms else 0.0
                 lg = n_long[r] > 0
                 co = cache.get(b + b + lg)
                 if co is None:
                     co = cache[b + b + lg] = model.rank_coeffs(b, active, lg)
                 a, c, g, k, d, h = co
-                if fair is not None and lg:          # the route split by demand, within the rank's own limit
-                    q = self.own_unit(b) * M
-                    if fair[i] > q:
-                        q = fair[i]
+                if split and lg:                    # the route split by demand (f), within the rank's own limit
+                    u = own.get(b)
+                    q = (u if u is not None else self.own_unit(b)) * M
+                    if f > q:
+                        q = f
                 else:
                     q = g * M
                 nb = newest_at[r]

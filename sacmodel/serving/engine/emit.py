@@ -26,6 +26,7 @@ class Emission:
 
     def __init__(self, frontend: FrontEnd, rank_of: list[int], out: list[int]):
         self.frontend, self.rank_of, self.out = frontend, rank_of, out
+        self.counts = frontend.PRICES_REQUESTS      # whether the front end's time depends on request outputs
         self.unsent: list[int] = []
         self.unsent_last: dict[int, list] = {}      # rank -> (request, True): last tokens not yet sent
 
@@ -33,15 +34,20 @@ class Emission:
         """Send the first tokens in ``unsent`` at ``when`` (a request of one output token ends with it), rank r's
         ``delays[r]`` s later (the work before the launch of its next batch)."""
         by_rank: dict[int, list] = {}
+        rank_of, out, produce = self.rank_of, self.out, self.frontend.produce
         for i in self.unsent:
-            by_rank.setdefault(self.rank_of[i], []).append((i, False))
-            if self.out[i] <= 1:
-                by_rank[self.rank_of[i]].append((i, True))
-        def delay(r: int) -> float:
-            return delays[r] if delays else 0.0
+            r = rank_of[i]
+            msg = by_rank.get(r)
+            if msg is None:
+                msg = by_rank[r] = []
+            msg.append((i, False))
+            if out[i] <= 1:
+                msg.append((i, True))
         # in time order: the front end's queue is first in, first out
-        for r in sorted(by_rank, key=lambda r: (delay(r), r)):
-            self.frontend.produce(when + delay(r), 1, by_rank[r], requests=len({i for i, _ in by_rank[r]}))
+        for r in _in_time_order(by_rank, delays):
+            msg = by_rank[r]
+            produce(when + (delays[r] if delays else 0.0), 1, msg,
+                    requests=len({i for i, _ in msg}) if self.counts else 0)
         self.unsent.clear()
 
     def decode_tokens(self, when: float, decoding: list[int], jump: int, ended: list, tokens: int = 0,
@@ -49,16 +55,30 @@ class Emission:
         """The messages of ``jump`` decode steps of the ``decoding`` ranks, run from ``since`` to ``when`` and
         carrying ``tokens`` request outputs; the last tokens of ``ended`` (request, True) pairs wait for their
         rank's next launch (:meth:`last_tokens`)."""
-        self.frontend.produce(when, jump * len(decoding) - len({self.rank_of[e[0]] for e in ended}),
-                              requests=tokens, since=since)
-        for e in ended:
-            self.unsent_last.setdefault(self.rank_of[e[0]], []).append(e)
+        rank_of = self.rank_of
+        self.frontend.produce(when, jump * len(decoding) - len({rank_of[e[0]] for e in ended}) if ended else
+                              jump * len(decoding), requests=tokens, since=since)
+        if ended:
+            last = self.unsent_last
+            for e in ended:
+                r = rank_of[e[0]]
+                if r in last:
+                    last[r].append(e)
+                else:
+                    last[r] = [e]
 
     def last_tokens(self, when: float, delays: list[float] | None = None) -> None:
         """Send the last tokens held back by :meth:`decode_tokens` at ``when``, rank r's ``delays[r]`` s later
         (its work before the launch of its next batch), one message per rank, in time order."""
-        def delay(r: int) -> float:
-            return delays[r] if delays else 0.0
-        for r in sorted(self.unsent_last, key=lambda r: (delay(r), r)):
-            self.frontend.produce(when + delay(r), 1, self.unsent_last[r])
-        self.unsent_last.clear()
+        last, produce = self.unsent_last, self.frontend.produce
+        for r in _in_time_order(last, delays):
+            produce(when + (delays[r] if delays else 0.0), 1, last[r])
+        last.clear()
+
+
+def _in_time_order(ranks, delays: list[float] | None) -> list[int]:
+    """The ``ranks`` by their send delay, then by rank (no delays: by rank)."""
+    order = sorted(ranks)
+    if delays and len(order) > 1:
+        order.sort(key=delays.__getitem__)          # a stable sort: ranks of equal delays stay in order
+    return order

@@ -23,6 +23,7 @@ class FrontEnd:
     """The front end's event loop as a queue of intakes and a FIFO of output messages (times in s)."""
 
     tokq: tuple = ()                    # requests past the loop waiting for a tokenizer thread (vLLM's)
+    PRICES_REQUESTS = False             # a message's request outputs do not change its time (``produce``)
 
     def __init__(self):
         self.free = 0.0                 # when the loop has finished its current turn

@@ -264,8 +264,10 @@ class Engine:
                 jump = max(1, min(jump, self.recv_n - self.recv_count))
         distinct = self.distinct
         n_distinct = distinct.count_except(admits) + n_new if distinct.on else n_tok
-        inbox = self.dispatch.next_time() if self.recv_n <= 1 else math.inf   # else taken in at the intake only
-        horizon = min(inbox, self.client.next_send(), self.frontend.next_busy_turn(), self.horizon)
+        horizon = math.inf              # where a jump must end by (a single iteration is not cut)
+        if jump > 1:
+            inbox = self.dispatch.next_time() if self.recv_n <= 1 else math.inf   # else taken in at the intake only
+            horizon = min(inbox, self.client.next_send(), self.frontend.next_busy_turn(), self.horizon)
         T, jump, shared, slowest = self.cost.iteration_time(ranks, admits, decoding, jump, n_tok, n_distinct,
                                                             self.t, horizon)
         if self.pool is not None:      # a pool shared with other hosts: its devices may slow this host down

@@ -207,32 +207,45 @@ class HostPool:
         need = float(tb.L[i])
         if pid is not None and tb.hit[i]:
             need = float(tb.todo[i])                              # its own tail; the prefix is in the entry
-            if pid not in self.entries[r]:
-                self.entries[r].add(pid)
+            entries = self.entries[r]
+            if pid not in entries:
+                entries.add(pid)
                 self.static[r] += tb.L[i] - tb.todo[i]
-        used = self.static[r] + self.decoded(r)
+        used = self.static[r] + float(self.running[r] * self.clock[r] - self.sum_join[r])      # + decoded(r)
         if used + need > self.capacity:
             self._crash(now, r, need, used)
             return False
         self.static[r] += need
         self.own[i] = need
-        self.peak = max(self.peak, used + need)
+        if used + need > self.peak:
+            self.peak = used + need
         return True
 
-    def steps_fit(self, r: int) -> int:
-        """Decode steps rank ``r`` can run before a backup finds its host pool full."""
-        b = self.running[r]
-        free = self.capacity - self.static[r] - self.decoded(r)
-        return int(free // b) + 1 if b and free >= 0 else (1 << 30 if not b else 0)
+    def fewest_steps(self, ranks: list[int]) -> int:
+        """The fewest decode steps any of the ``ranks`` can run before a backup finds its host pool full (it
+        runs for every decoding rank before each jump)."""
+        static, running, clock, sum_join, cap = self.static, self.running, self.clock, self.sum_join, self.capacity
+        fewest = None
+        for r in ranks:
+            b = running[r]
+            free = cap - static[r] - float(b * clock[r] - sum_join[r])
+            n = int(free // b) + 1 if b and free >= 0 else (1 << 30 if not b else 0)
+            if fewest is None or n < fewest:
+                fewest = n
+        return fewest
 
     def check(self, ranks: list[int], now: float) -> bool:
         """The decoding ``ranks``' next step backs its tokens up: False (and a crash) where a pool is full."""
+        static, running, clock, sum_join, peak = self.static, self.running, self.clock, self.sum_join, self.peak
         for r in ranks:
-            used = self.static[r] + self.decoded(r)
+            used = static[r] + float(running[r] * clock[r] - sum_join[r])       # + decoded(r), inlined
             if used > self.capacity:
-                self._crash(now, r, self.running[r], used - self.running[r])
+                self.peak = peak
+                self._crash(now, r, running[r], used - running[r])
                 return False
-            self.peak = max(self.peak, used)
+            if used > peak:
+                peak = used
+        self.peak = peak
         return True
 
     def free(self, r: int, requests) -> None:

@@ -90,7 +90,7 @@ class CurveCache(OrderedDict):
         self.nbytes = 0
 
     def get(self, key, default=None):
-        x = super().get(key, _MISSING)
+        x = OrderedDict.get(self, key, _MISSING)
         if x is _MISSING:
             return default
         self.move_to_end(key)
@@ -127,6 +127,9 @@ class MissCurves:
         self.model, self.max_out = model, max_out
         self._by_context = CurveCache()
         self._by_shape = CurveCache()
+        # the last shape asked and its curve: most requests of a run share their shape, and a repeated lookup
+        # would only move the same entry to the end of the cache, where it already is
+        self._last: tuple = (None, None)
 
     def of_context(self, c: int) -> np.ndarray:
         x = self._by_context.get(c)
@@ -137,11 +140,15 @@ class MissCurves:
     def over_life(self, shape: tuple[int, int]) -> np.ndarray | None:
         """C[0..steps] of a request of ``shape`` (prompt length, decode steps); None when it loads nothing
         (its share of the rank's miss sums is 0 throughout)."""
+        last = self._last
+        if shape == last[0]:
+            return last[1]
         x = self._by_shape.get(shape, _MISSING)
-        if x is not _MISSING:
-            return x
-        if shape[1] > self.max_out:            # a request longer than any so far (a cluster adds them as they come)
-            self.max_out = max(shape[1], 2 * self.max_out)
-            self._by_context.clear()
-        x = self.of_context(shape[0])[:shape[1] + 1]
-        return self._by_shape.put(shape, x if x.any() else None)
+        if x is _MISSING:
+            if shape[1] > self.max_out:        # a request longer than any so far (a cluster adds them as they come)
+                self.max_out = max(shape[1], 2 * self.max_out)
+                self._by_context.clear()
+            x = self.of_context(shape[0])[:shape[1] + 1]
+            x = self._by_shape.put(shape, x if x.any() else None)
+        self._last = (shape, x)
+        return x

@@ -76,7 +76,12 @@ class Dispatch:
 
     def next_time(self) -> float:
         """When the earliest request still in an inbox reached it (inf: none)."""
-        return min((box[0][0] for box in self.inbox if box), default=math.inf)
+        t = math.inf
+        if self.count:
+            for box in self.inbox:
+                if box and box[0][0] < t:
+                    t = box[0][0]
+        return t
 
 
 class Ranks:
@@ -111,6 +116,7 @@ class Ranks:
         self.newest = [0] * dp                # clock of the latest join
         # the miss curve of a request of the latest join (its busiest): (curve, its last index, join clock)
         self.newest_at: list[tuple | None] = [None] * dp
+        self._last_view: tuple = (None, None)         # (curve, what _view gave for it)
         self.acc = [np.zeros(max(4096, 4 * table.max_out)) for _ in range(dp)]
         self.acc_at = [memoryview(a) for a in self.acc]    # the same memory, read as Python floats (quicker)
         self.base = [0] * dp                  # the clock of each accumulator's first entry
@@ -284,7 +290,7 @@ class Ranks:
             if cl is not None:
                 seg = a[o:o + shape[i][1] + 1]
                 seg += cl
-            self.newest_at[r] = (memoryview(cl), len(cl) - 1, j) if cl is not None and len(cl) > 1 else None
+            self.newest_at[r] = self._view(cl) + (j,) if cl is not None and len(cl) > 1 else None
             return
         shapes: dict[tuple[int, int], list] = {}         # shape -> [count, one request of it]
         longest = 0
@@ -308,8 +314,14 @@ class Ranks:
                 seg += cl if cnt == 1 else cnt * cl
                 if busiest is None or cl[1] > busiest[1]:
                     busiest = cl
-        self.newest_at[r] = (memoryview(busiest), len(busiest) - 1, j) if busiest is not None and len(busiest) > 1 \
-            else None
+        self.newest_at[r] = self._view(busiest) + (j,) if busiest is not None and len(busiest) > 1 else None
+
+    def _view(self, cl: np.ndarray) -> tuple:
+        """(the curve read as Python floats, its last index); the last one made is kept, since most joining
+        requests share their curve."""
+        if cl is not self._last_view[0]:
+            self._last_view = (cl, (memoryview(cl), len(cl) - 1))
+        return self._last_view[1]
 
     def _grow(self, r: int, size: int) -> np.ndarray:
         """Rank ``r``'s miss accumulator, holding clocks from the rank's clock up to ``size``. Entries before the
@@ -339,7 +351,7 @@ class Ranks:
         if self.paged:                               # until the first pool fills up
             jump = min(jump, self.memory.fewest_steps(decoding))
         if self.host is not None:                    # until a host pool fills up
-            jump = min(jump, min(self.host.steps_fit(r) for r in decoding))
+            jump = min(jump, self.host.fewest_steps(decoding))
         return max(1, jump)
 
     def advance(self, decoding: list[int], jump: int, ended: list) -> int:
@@ -367,7 +379,7 @@ class Ranks:
             if swaps:
                 cl = curve[i]
                 if cl is not None:
-                    acc_at[joined[i] + life[i] - base] -= cl[-1]
+                    acc_at[joined[i] + life[i] - base] -= cl.item(-1)
                 curve[i] = None                  # its curve is no longer held
             sum_l -= L[i]
             sum_join -= joined[i]

@@ -59,18 +59,21 @@ class Staging:
 
     def ready(self, it: int) -> list[tuple[int, list[int]]]:
         """(rank, requests) acknowledged at iteration ``it``, in order: a later one waits for an earlier one."""
-        out, staged = [], self.staged
-        for r in sorted(self.holding):
+        out, staged, holding = [], self.staged, self.holding
+        for r in sorted(holding) if len(holding) > 1 else list(holding):
             st = staged[r]
             if st[0][0] <= it:
-                k = 1
-                while k < len(st) and st[k][0] <= it:
+                k, n = 1, len(st)
+                while k < n and st[k][0] <= it:
                     k += 1
-                out.append((r, [i for _, i in st[:k]]))
-                del st[:k]
+                if k == n:              # all of them (the usual case)
+                    out.append((r, [i for _, i in st]))
+                    st.clear()
+                    holding.discard(r)
+                else:
+                    out.append((r, [i for _, i in st[:k]]))
+                    del st[:k]
                 self.count -= k
-                if not st:
-                    self.holding.discard(r)
         return out
 
     def copy_time(self, joined: list[tuple[int, list[int]]]) -> float:

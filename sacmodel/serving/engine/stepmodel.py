@@ -90,6 +90,7 @@ class Model:
         self.t_launch, self.t_graph = float(self.v["t_launch"]), float(self.v["t_graph_kernel"])
         self.launch_overlap = float(self.v["launch_overlap"])
         self._rank_cache: dict = {}
+        self._rank_values_cache: dict = {}
         self._shared_cache: dict = {}
         self._miss_cache = CurveCache()
         signature = (tuple(kv for kv in self.v.items() if kv[0] not in PARTS_FREE), self.k, bool(cfg.hisparse),
@@ -136,9 +137,15 @@ class Model:
         return f * excess * tl / (tl - tg) + (1.0 - f) * excess
 
     def _rank_values(self, b: int, active: int, swap: bool) -> dict:
-        bw, lat = swap_route(self.cfg, active)
-        return dict(self.v, b=float(b), sw_bw=bw, sw_lat=lat, M_max=0.0,
-                    swap_on=1.0 if swap and self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
+        """Symbol values of a rank's decode part but its context and misses (read-only: kept by arguments)."""
+        key = (b, active, swap)
+        v = self._rank_values_cache.get(key)
+        if v is None:
+            bw, lat = swap_route(self.cfg, active)
+            v = self._rank_values_cache[key] = dict(
+                self.v, b=float(b), sw_bw=bw, sw_lat=lat, M_max=0.0,
+                swap_on=1.0 if swap and self.cfg.hisparse and self.cfg.system != "rdma-topk" else 0.0)
+        return v
 
     # rank part = a + c L + max(g M, h M_max) for b requests (exact: piecewise linear in L, M and M_max), less
     # d (k - L) below the top-k

@@ -44,6 +44,8 @@ class VLLMFrontEnd(FrontEnd):
     since (s)]: ``since`` is when the block's first message was produced (a jump of identical decode steps
     produces its messages one a step, the first at ``since``, the last at ``produced``)."""
 
+    PRICES_REQUESTS = True          # its output handler's time per request output
+
     def __init__(self, tokenizer_wait: float, per_message: float, per_request: float, intake: float = 0.0,
                  stream_chunk: float = 0.0, batch: int = VLLM_TOKENIZER_BATCH):
         super().__init__()
@@ -180,6 +182,8 @@ class VLLMServers:
     pays the per-message cost and its share of the per-request cost.
 
     ``intake``, ``msgs``, ``tokq`` and ``payloads`` are the servers' together (what waits anywhere)."""
+
+    PRICES_REQUESTS = True          # each server's output handler prices its requests' outputs
 
     def __init__(self, servers: int, *terms: float):
         self.k = servers

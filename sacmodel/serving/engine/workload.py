@@ -47,6 +47,14 @@ class Requests:
         return len(self.arrival)
 
 
+def prompt_todo(L: int, cached: int, page: int, tail: int | None = None) -> int:
+    """Prompt tokens a request of ``L`` tokens prefills: all of them, or after a prefix hit of ``cached`` tokens
+    what the page-aligned match leaves (``tail``, if given): :class:`RequestTable`'s rule for one request."""
+    if cached > 0:
+        return L - (min(int(cached), L - 1) // page) * page if tail is None else min(int(tail), L)
+    return L
+
+
 class RequestTable:
     """What the scheduler knows of each request, as Python lists (quicker than numpy items in the loop).
 
@@ -109,10 +117,7 @@ class RequestTable:
     def set_cached(self, i: int, cached: float, tail: int | None = None) -> None:
         """Request ``i`` found ``cached`` prompt tokens in the prefix cache (set when it is admitted)."""
         L, page = self.L[i], self.page
-        if cached > 0:
-            todo = L - (min(int(cached), L - 1) // page) * page if tail is None else min(int(tail), L)
-        else:
-            todo = L
+        todo = prompt_todo(L, cached, page, tail)
         self.todo[i] = todo
         self.hit[i] = cached > 0
         self.hold[i] = self._alloc if self.long[i] else float(-(-(todo + self.out[i]) // page) * page)

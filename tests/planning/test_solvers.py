@@ -86,6 +86,16 @@ def test_breakeven_numeric_in_context_and_no_crossing():
         breakeven("sac-testbed", "cxl", "rdma", metric="speed", vary="context", lo=1, hi=5, output=1)
 
 
+def test_breakeven_of_two_equal_systems_finds_no_crossing():
+    """The unloaded TTFT of cxl and rdma is one closed form (the prefix copy comes after the first token): it
+    used to report a 'crossing' at every grid point and 'None is better below'."""
+    be = breakeven("sac-testbed", "cxl", "rdma", metric="ttft", vary="context", lo=8192, hi=131072, output=1024,
+                   points=8)
+    assert be.curve["cxl"] == be.curve["rdma"]            # the premise: equal at every point
+    assert not be.found and be.values == [] and be.winner is None and be.winner_below is None
+    assert "equal throughout" in be.message
+
+
 def test_breakeven_loaded_hardware_parameter():
     be = breakeven("sac-testbed", "cxl", "dram", metric="tbt_mean_ms", vary="link:gpu.latency", lo=1e-7,
                    hi=2e-5, ratio=1.1, points=12, context=131072, output=256, concurrency=64)

@@ -27,6 +27,7 @@ requests, and the engine is given each request's own lengths); the summary means
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -119,6 +120,7 @@ class BenchRun:
     input_lens: np.ndarray | None = field(default=None, repr=False)
     output_lens: np.ndarray | None = field(default=None, repr=False)
     ttfts_s: np.ndarray | None = field(default=None, repr=False)
+    digest: str = field(default="", repr=False, compare=False)     # of the record as written (a copy has the same)
 
     def label(self) -> str:
         return f"{self.source} (prompt {self.isl}, output {self.osl}, concurrency {self.concurrency})"
@@ -201,7 +203,9 @@ def load_bench_file(path: str | Path) -> list[BenchRun]:
             rec = BenchRecord.model_validate(obj)
         except ValidationError as exc:
             raise DataError(f"{w}: {first_error(exc)}") from None
-        out.append(_run(rec, w, _harness(obj)))
+        run = _run(rec, w, _harness(obj))
+        run.digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+        out.append(run)
     return out
 
 
@@ -251,10 +255,19 @@ def _detailed(rec: BenchRecord, where: str, harness: str, rate: float) -> BenchR
 
 
 def load_bench_runs(paths) -> list[BenchRun]:
-    """The runs of several benchmark result files, in order."""
-    out = []
+    """The runs of several benchmark result files, in order. A run given twice (a file named twice, a line
+    appended twice: every field equal) is refused: it would count double in the fit and be held out against
+    itself in the leave-one-run-out check."""
+    out, seen = [], {}
     for p in paths:
-        out += load_bench_file(p)
+        for run in load_bench_file(p):
+            if run.digest in seen:
+                first = seen[run.digest]
+                raise DataError(f"{run.source}: " + ("named twice" if first == run.source else
+                                                      f"the same run as {first} (every field equal)") +
+                                "; give each run once")
+            seen[run.digest] = run.source
+            out.append(run)
     return out
 
 

@@ -74,6 +74,7 @@ def test_a_testbed_run_file_is_not_a_bench_file(tmp_path):
      r"per-request arrays differ in length"),
     (json.dumps({**SGL, "completed": "160"}), r"t\.jsonl:1: completed: "),
     ("[1, 2]", r"t\.jsonl:1: expected a JSON object"),
+    (json.dumps({**SGL, "request_rate": -1}), r"t\.jsonl:1: request_rate: Input should be greater than 0, got -1"),
     ("", r"no benchmark runs"),
 ])
 def test_hostile_files_are_one_line_naming_the_field(tmp_path, text, msg):

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..hardware.build import follow_parallelism
 from ..hardware.params import set_param
 from ..hardware.scenarios import as_topology
 from ..hardware.topology import Topology, with_pool_size  # noqa: F401  (re-exported)
@@ -116,8 +117,10 @@ def _with_value(topo: Topology, vary: str, value: float) -> tuple[Topology, dict
         n = int(round(value))
         if n > len(t.gpus):
             raise SolverError(f"dp={n} but the scenario has {len(t.gpus)} GPUs")
+        was = int(t.param("dp"))
         set_param(t, "dp", n)
         set_param(t, "tp", n)
+        follow_parallelism(t, was)      # what SGLang derives from tp and dp follows them, as --dp builds it
     else:
         set_param(t, vary, value)
     return t, kw

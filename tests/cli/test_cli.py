@@ -111,6 +111,18 @@ def test_winner_map_command(capsys, tmp_path):
     assert d["winner"][0] == ["cxl-prefetch"] * 12
 
 
+def test_winner_map_names_equal_systems_together(capsys):
+    """Equal values are no win: 'best system: cxl at 4 points' became 'cxl=rdma equal at 4 points'."""
+    rc, text, _ = run(capsys, "winner-map", "--unloaded", "--systems", "cxl,rdma", "--metric", "ttft", "--x",
+                      "context=8K:64K:2", "--y", "output=64:1K:2", "--json")
+    d = json.loads(text)
+    assert rc == 0 and d["counts"] == {"cxl": 0, "rdma": 0} and d["equal"] == 4
+    assert d["winner"] == [["cxl=rdma"] * 2] * 2
+    rc, text, _ = run(capsys, "winner-map", "--unloaded", "--systems", "cxl,rdma", "--metric", "ttft", "--x",
+                      "context=8K:64K:2", "--y", "output=64:1K:2")
+    assert "best system: cxl at 0 points, rdma at 0 points, cxl=rdma equal at 4 points" in text
+
+
 @pytest.mark.parametrize("args,msg", [
     pytest.param(["calibrate", "--params", "warp_factor", "--dry-run"], "cannot fit 'warp_factor'",
                  marks=needs_shared),  # calibrate reads the shared runs before it looks at the parameters

@@ -96,6 +96,18 @@ def test_breakeven_of_two_equal_systems_finds_no_crossing():
     assert "equal throughout" in be.message
 
 
+def test_winner_map_marks_systems_with_equal_values():
+    """The unloaded TTFT of the pools is one closed form; the map gave the point to the first system listed
+    ('best system: dram at 9 points'). gpu skips the pool's admission: it wins alone."""
+    wm = winner_map("sac-testbed", ["cxl", "rdma", "gpu"], "ttft", ("context", [8192, 65536]),
+                    ("output", [64, 1024]))
+    v = wm["values"]
+    assert (v[0] == v[1]).all() and (v[2] < v[0]).all()          # the premise
+    assert wm["tied"][2].all() and not wm["tied"][:2].any() and (wm["winner"] == 2).all()
+    wm = winner_map("sac-testbed", ["cxl", "rdma"], "ttft", ("context", [8192, 65536]), ("output", [64, 1024]))
+    assert wm["tied"].all()
+
+
 def test_breakeven_loaded_hardware_parameter():
     be = breakeven("sac-testbed", "cxl", "dram", metric="tbt_mean_ms", vary="link:gpu.latency", lo=1e-7,
                    hi=2e-5, ratio=1.1, points=12, context=131072, output=256, concurrency=64)

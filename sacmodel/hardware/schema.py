@@ -9,6 +9,7 @@ this module, pydantic, YAML and pint load only for a scenario file not seen befo
 """
 from __future__ import annotations
 
+import re
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
@@ -211,6 +212,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                         None, None, f"key {key!r} given twice, first on line {first}: YAML would keep only the "
                         "last; remove one", key_node.start_mark)
         return super().construct_mapping(node, deep)
+
+
+# PyYAML (YAML 1.1) reads 1e-4, 2.5e3 and 1e300 as text: its floats need a dot and a signed exponent. YAML 1.2
+# and every other reader take them as numbers, as does a user who writes a price per GB or a count so
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                       re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                                       list("-+0123456789"))
 
 
 def read_yaml(path: Path, err=TopologyError, what: str = "scenario file") -> Any:

@@ -59,10 +59,11 @@ class BenchRecord(BaseModel):
     model_config = STRICT
     completed: RunCount
     failed: Optional[Annotated[int, Field(ge=0, le=LIMITS["run_requests"])]] = None
-    duration: Positive
+    duration: Optional[Positive] = None          # not used; some writers leave it out
     mean_ttft_ms: Positive
     mean_tpot_ms: Optional[Measured] = None
     output_throughput: Positive
+    mean_e2e_latency_ms: Optional[Measured] = None
     total_input_tokens: Optional[Annotated[int, Field(ge=1, le=LIMITS["count"])]] = None
     total_output_tokens: Optional[Annotated[int, Field(ge=1, le=LIMITS["count"])]] = None
     request_rate: Optional[Union[Annotated[float, Field(gt=0)], Literal["inf"]]] = None
@@ -121,6 +122,8 @@ class BenchRun:
     output_lens: np.ndarray | None = field(default=None, repr=False)
     ttfts_s: np.ndarray | None = field(default=None, repr=False)
     digest: str = field(default="", repr=False, compare=False)     # of the record as written (a copy has the same)
+    completed: int | None = None    # requests that succeeded
+    e2e_mean_ms: float | None = None
 
     def label(self) -> str:
         return f"{self.source} (prompt {self.isl}, output {self.osl}, concurrency {self.concurrency})"
@@ -205,6 +208,7 @@ def load_bench_file(path: str | Path) -> list[BenchRun]:
             raise DataError(f"{w}: {first_error(exc)}") from None
         run = _run(rec, w, _harness(obj))
         run.digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+        run.completed, run.e2e_mean_ms = rec.completed, rec.mean_e2e_latency_ms
         out.append(run)
     return out
 

@@ -539,23 +539,20 @@ def scenario_yaml(**kw) -> str:
 
 def follow_parallelism(topo: Topology, was_dp: int) -> None:
     """Re-derive, for the scenario's present ``tp`` and ``dp`` (``was_dp`` before the change), the serving
-    settings SGLang derives from them at launch: its defaults (their source says so) ``cuda_graph_max_bs`` (by
-    tp), the per-rank ``prefill_chunk`` and ``mem_fraction`` (its reserve grows with dp), and a given
-    ``chunked_prefill_size``, which SGLang divides among the DP attention ranks. A planner that sets tp and dp on
-    a built machine (``plan --vary dp``, ``predict --set dp=N``) then runs what ``--dp N`` builds; a given
-    ``mem_fraction`` and a hand-written scenario's settings are kept. Edits ``topo`` in place (copy it first)."""
+    settings SGLang derives from them at launch: the per-rank ``prefill_chunk`` (chunked_prefill_size, given or
+    its default, divided among the DP attention ranks) and, where the scenario took SGLang's default (its
+    source says so), ``cuda_graph_max_bs`` (by tp) and ``mem_fraction`` (its reserve grows with dp); a given
+    ``mem_fraction`` is kept. The planners that set tp and dp (``plan --vary dp``, ``predict --set dp=N``,
+    ``pareto --dp``) then run what ``--dp N`` builds. Edits ``topo`` in place (copy it first)."""
     s = topo.serving
     gpu = topo.graph.nodes[topo.gpus[0]] if topo.gpus else {}
     mib = gpu.get("memory_reported", gpu.get("hbm_capacity", 0)) / MIB
     default = lambda k: k in s and str(s[k].source).startswith(SGLANG)  # noqa: E731
     tp, dp = int(topo.param("tp")), int(topo.param("dp"))
-    if "prefill_chunk" in s and str(s["prefill_chunk"].source).startswith("given") and dp != was_dp:
-        total = int(s["prefill_chunk"].value) * was_dp
-        if total < dp:
-            raise TopologyError(f"{topo.name}: chunked_prefill={total} is below dp={dp}: SGLang divides it among "
-                                "the DP attention ranks, and each needs at least one token")
-        s["prefill_chunk"].value = float(total // dp)
-        s["prefill_chunk"].source = "given" + (f" (chunked_prefill_size {total} / dp={dp})" if dp > 1 else "")
+    if "prefill_chunk" in s and not default("prefill_chunk") and dp != was_dp:
+        total = int(s["prefill_chunk"].value) * was_dp            # the launch value, before SGLang divides it
+        s["prefill_chunk"].value = float(max(1, total // dp))
+        s["prefill_chunk"].source = f"chunked_prefill_size {total}" + (f" / dp={dp}" if dp > 1 else "")
     if not mib or not any(default(k) for k in ("cuda_graph_max_bs", "prefill_chunk", "mem_fraction")):
         topo._routes.clear()
         return

@@ -21,15 +21,16 @@ def test_varying_dp_on_a_built_machine_runs_what_dp_builds():
 
 
 def test_a_given_setting_follows_dp_as_sglang_takes_it():
-    """A given mem_fraction stays; a given chunked_prefill_size is divided among the DP ranks (as --dp does);
-    a hand-written scenario's per-rank settings (the testbed's) stay as written."""
+    """A given mem_fraction stays; the chunked_prefill_size (given, or a hand-written scenario's per-rank value
+    times its dp) is divided among the DP ranks at launch, as --dp and pareto's with_dp take it."""
+    from sacmodel.planning.pareto import with_dp
     given, _ = _with_value(sacmodel.scenario("h200", mem_fraction=0.8, chunked_prefill=4096), "dp", 8)
     built = sacmodel.scenario("h200", mem_fraction=0.8, chunked_prefill=4096, dp=8)
     assert given.serving["mem_fraction"].value == 0.8 and given.serving["prefill_chunk"].value == 512
     assert built.serving["prefill_chunk"].value == 512
     back, _ = _with_value(built, "dp", 2)
     assert back.serving["prefill_chunk"].value == 2048
-    testbed = sacmodel.load_topology("sac-testbed")
+    testbed = sacmodel.load_topology("sac-testbed")      # 1024 a rank at dp 8: chunked_prefill_size 8192
     t, _ = _with_value(testbed, "dp", 4)
-    assert {k: t.serving[k].value for k in DERIVED if k in t.serving} == \
-        {k: testbed.serving[k].value for k in DERIVED if k in testbed.serving}
+    assert t.serving["prefill_chunk"].value == 2048 == with_dp(testbed, 4).serving["prefill_chunk"].value
+    assert t.serving["mem_fraction"].value == testbed.serving["mem_fraction"].value       # given: kept

@@ -34,3 +34,18 @@ def test_a_given_setting_follows_dp_as_sglang_takes_it():
     t, _ = _with_value(testbed, "dp", 4)
     assert t.serving["prefill_chunk"].value == 2048 == with_dp(testbed, 4).serving["prefill_chunk"].value
     assert t.serving["mem_fraction"].value == testbed.serving["mem_fraction"].value       # given: kept
+
+
+def test_a_dp_sglang_would_not_launch_is_refused_and_a_plan_records_it():
+    """dp = 7 GPUs of FP8 DeepSeek splits its 2048-wide experts into 292.6 columns, which SGLang's FP8 loader
+    refuses (as a scenario built with --tp 7 is): plan --vary dp called dp 6 and 7 feasible."""
+    from sacmodel.planning.common import RefusedValue
+    from sacmodel.planning.plan import plan
+    with pytest.raises(RefusedValue, match=r"dp=7 \(GPUs\): SGLang refuses FP8 block-quantised experts"):
+        _with_value(sacmodel.scenario("h200"), "dp", 7)
+    _with_value(sacmodel.scenario("h200", gpus=16, weights="bf16"), "dp", 7)   # BF16 experts split freely
+    res = plan(sacmodel.scenario("h200"), "gpu", workload=dict(context=1024, output=16, concurrency=4),
+               slo={"tbt_mean_ms": 1e6}, vary="dp", min_value=6, max_value=8)
+    tried = {r["value"]: r for r in res.tried}
+    assert [tried[v]["feasible"] for v in (6, 7)] == [False, False] and "128-wide blocks" in tried[7]["limit"]
+    assert res.found and res.value == 8

@@ -12,7 +12,7 @@ import sys
 
 from .. import __version__
 from . import catalog, data, serving
-from .common import LIMITS_TEXT, Parser, _formatter, add_scenario, one_line
+from .common import LIMITS_TEXT, Parser, _formatter, add_scenario, one_line, refuse_output_over_input
 
 
 
@@ -53,6 +53,7 @@ def main(argv=None) -> int:
     except SystemExit as exc:          # --help, --version (0) and bad options (2), as a return value
         return exc.code if isinstance(exc.code, int) else 2
     try:
+        refuse_output_over_input(ap, a)
         from .machine import apply_machine
         apply_machine(a)
         a.func(a)

@@ -163,6 +163,38 @@ def one_line(text: str) -> str:
     return "".join(c if " " <= c != "\x7f" and c not in "\x85\u2028\u2029" else repr(c)[1:-1] for c in text)
 
 
+OUTPUT_TYPES = ("out_file", "plot_file")        # the argparse types of the options a command writes to
+
+
+def refuse_output_over_input(parser: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """Refuse (ValueError) an output option (--csv, --plot, --out) naming a file the same command reads (a
+    trace, a scenario, a benchmark file, a config.json): the output would replace the user's input, even with
+    --force, which is for overwriting an earlier output."""
+    import os
+    sub = next((x.choices.get(getattr(a, "command", None)) for x in parser._actions
+                if isinstance(x, argparse._SubParsersAction)), None)
+    if sub is None:
+        return
+    outs, ins = [], []
+    for act in sub._actions:
+        v = getattr(a, act.dest, None)
+        vals = [x for x in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(x, str) and x != "-"]
+        name = act.option_strings[0] if act.option_strings else (act.metavar or act.dest).upper()
+        is_out = getattr(act.type, "__name__", "") in OUTPUT_TYPES
+        (outs if is_out else ins).extend((name, x) for x in vals)
+    for oname, o in outs:
+        for iname, i in ins:
+            if (oname, iname) == ("--out", "--scenario"):
+                continue        # calibrate's own refusal says more: leave out --out to update it in place
+            try:
+                same = os.path.isfile(i) and os.path.exists(o) and os.path.samefile(o, i)
+            except OSError:
+                continue
+            if same:
+                raise ValueError(f"{oname} {o}: is the file {iname} reads ({i}); nothing written: write the "
+                                 "output to another file")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors: 'sacmodel predict: error: ... (see sacmodel predict --help)', status 2."""
 

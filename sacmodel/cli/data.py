@@ -2,6 +2,7 @@
 free constants) and ``trace-stats`` (summary of a request trace)."""
 from __future__ import annotations
 
+import re
 import sys
 
 from ..util.names import SYSTEMS
@@ -114,6 +115,22 @@ def _bench_machine(a) -> dict:
     return machine
 
 
+def _built(scenario, machine: dict, a):
+    """``scenario(**machine)``; a refusal of a setting the server log gave names the log and its argument."""
+    from ..data.bench import SERVER_ARGS
+    from ..hardware.topology import TopologyError
+    try:
+        return scenario(**machine)
+    except TopologyError as exc:
+        flags = getattr(a, "machine_flags", None) or {}
+        logged = [(arg, kw) for arg, kw in SERVER_ARGS.items() if kw in machine and kw not in flags]
+        if not a.server_log or not logged:
+            raise
+        named = [(arg, kw) for arg, kw in logged if re.search(rf"\b{kw}\b", str(exc))] or logged
+        args = ", ".join(f"{arg}={machine[kw]!r}" for arg, kw in named)
+        raise TopologyError(f"{a.server_log}: server_args {args}: {exc}") from None
+
+
 def _calibrate_bench(a):
     """``calibrate`` on SGLang bench_serving / vLLM bench serve results: fit the constants the runs identify
     (:mod:`sacmodel.fit.machine`) and write a scenario of the machine with them and their provenance."""
@@ -149,7 +166,7 @@ def _calibrate_bench(a):
     for r in runs:
         if not same_model(r.model, machine["model"]):
             raise DataError(f"{r.source}: a run of {r.model}, not of {machine['model']} (--model); nothing written")
-    topo = scenario(**machine)
+    topo = _built(scenario, machine, a)
     names = names or default_constants(topo)
     with status(f"calibrate: {len(runs)} benchmark runs"):
         J = jacobian(topo, runs, names, transferred_values(topo, names))

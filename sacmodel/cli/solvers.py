@@ -220,6 +220,9 @@ def _at_concurrency(wl: dict, *axes) -> str:
 
 
 def cmd_winner_map(a):
+    from collections import Counter
+
+    import numpy as np
     from sacmodel.planning.sweep import winner_map
     m = _metric_for(a)
     (xn, xv), (yn, yv) = grid_axis(a.x, "--x"), grid_axis(a.y, "--y")
@@ -230,8 +233,15 @@ def cmd_winner_map(a):
         raise ValueError("give --context or vary context on --x/--y")
     wm = winner_map(_scenario(a), a.systems, m, (xn, xv), (yn, yv), values=bool(a.csv), **wl)
     systems = a.systems
-    name = lambda i: systems[i] if i >= 0 else None  # noqa: E731
-    counts = {s: int((wm["winner"] == i).sum()) for i, s in enumerate(systems)}
+    equal = wm["tied"].sum(axis=0) > 1                   # points where two or more systems share the best value
+
+    def name(i, j):
+        """The best system at grid point (i, j); 'cxl=rdma' where they are equal; None where none is feasible."""
+        if wm["winner"][i, j] < 0:
+            return None
+        return "=".join(s for k, s in enumerate(systems) if wm["tied"][k, i, j]) if equal[i, j] \
+            else systems[wm["winner"][i, j]]
+    counts = {s: int(((wm["winner"] == k) & ~equal).sum()) for k, s in enumerate(systems)}
     none = int((wm["winner"] < 0).sum())
     model = _model_line(a, wl)
     from ..plots.serving import metric_axis
@@ -244,19 +254,22 @@ def cmd_winner_map(a):
         plot_winner_map(wm["x"], wm["y"], wm["winner"], systems, a.plot, xn, yn, title=title)
     if a.csv:
         write_csv(a.csv, [xn, yn, "best", *[f"{m}_{s}" for s in systems]],
-                  [[_whole(x), _whole(y), name(wm["winner"][i, j]), *wm["values"][:, i, j]]
+                  [[_whole(x), _whole(y), name(i, j), *wm["values"][:, i, j]]
                    for i, x in enumerate(wm["x"]) for j, y in enumerate(wm["y"])])
     if a.json:
         print_json({"metric": m, "model": "unloaded" if a.unloaded else "loaded", "workload": wl, "x_name": xn,
                     "y_name": yn, "x": wm["x"], "y": wm["y"],
-                    "winner": [[name(i) for i in row] for row in wm["winner"]], "counts": counts,
-                    "none_feasible": none, "predictions": wm["predictions"]})
+                    "winner": [[name(i, j) for j in range(len(wm["y"]))] for i in range(len(wm["x"]))],
+                    "counts": counts, "equal": int(equal.sum()), "none_feasible": none,
+                    "predictions": wm["predictions"]})
         return
     if a.csv == "-":
         return
     print(f"{title}: {xn} x {yn}, {wm['winner'].size} points")
     print(model)
     print("best system: " + ", ".join(f"{s} at {n} points" for s, n in counts.items())
+          + "".join(f", {g} equal at {n} points" for g, n in Counter(
+              name(i, j) for i, j in zip(*np.nonzero(equal))).items())
           + (f", none feasible at {none}" if none else ""))
     print(_tally(wm["predictions"]))
     if a.plot:

@@ -27,6 +27,7 @@ requests, and the engine is given each request's own lengths); the summary means
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -58,10 +59,11 @@ class BenchRecord(BaseModel):
     model_config = STRICT
     completed: RunCount
     failed: Optional[Annotated[int, Field(ge=0, le=LIMITS["run_requests"])]] = None
-    duration: Positive
+    duration: Optional[Positive] = None          # not used; some writers leave it out
     mean_ttft_ms: Positive
     mean_tpot_ms: Optional[Measured] = None
     output_throughput: Positive
+    mean_e2e_latency_ms: Optional[Measured] = None
     total_input_tokens: Optional[Annotated[int, Field(ge=1, le=LIMITS["count"])]] = None
     total_output_tokens: Optional[Annotated[int, Field(ge=1, le=LIMITS["count"])]] = None
     request_rate: Optional[Union[Annotated[float, Field(gt=0)], Literal["inf"]]] = None
@@ -119,6 +121,9 @@ class BenchRun:
     input_lens: np.ndarray | None = field(default=None, repr=False)
     output_lens: np.ndarray | None = field(default=None, repr=False)
     ttfts_s: np.ndarray | None = field(default=None, repr=False)
+    digest: str = field(default="", repr=False, compare=False)     # of the record as written (a copy has the same)
+    completed: int | None = None    # requests that succeeded
+    e2e_mean_ms: float | None = None
 
     def label(self) -> str:
         return f"{self.source} (prompt {self.isl}, output {self.osl}, concurrency {self.concurrency})"
@@ -201,7 +206,10 @@ def load_bench_file(path: str | Path) -> list[BenchRun]:
             rec = BenchRecord.model_validate(obj)
         except ValidationError as exc:
             raise DataError(f"{w}: {first_error(exc)}") from None
-        out.append(_run(rec, w, _harness(obj)))
+        run = _run(rec, w, _harness(obj))
+        run.digest = hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+        run.completed, run.e2e_mean_ms = rec.completed, rec.mean_e2e_latency_ms
+        out.append(run)
     return out
 
 
@@ -251,10 +259,19 @@ def _detailed(rec: BenchRecord, where: str, harness: str, rate: float) -> BenchR
 
 
 def load_bench_runs(paths) -> list[BenchRun]:
-    """The runs of several benchmark result files, in order."""
-    out = []
+    """The runs of several benchmark result files, in order. A run given twice (a file named twice, a line
+    appended twice: every field equal) is refused: it would count double in the fit and be held out against
+    itself in the leave-one-run-out check."""
+    out, seen = [], {}
     for p in paths:
-        out += load_bench_file(p)
+        for run in load_bench_file(p):
+            if run.digest in seen:
+                first = seen[run.digest]
+                raise DataError(f"{run.source}: " + ("named twice" if first == run.source else
+                                                      f"the same run as {first} (every field equal)") +
+                                "; give each run once")
+            seen[run.digest] = run.source
+            out.append(run)
     return out
 
 

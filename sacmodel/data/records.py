@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -59,7 +60,9 @@ Positive = Annotated[float, Field(ge=LIMITS["measured_min"], le=LIMITS["measured
 def first_error(exc: ValidationError) -> str:
     """``field.path: message`` of the first error of a pydantic validation."""
     e = exc.errors()[0]
-    loc = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in e["loc"]).lstrip(".")
+    # a union's member tags ('constrained-float', "literal['inf']") are not fields: left out of the path
+    loc = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in e["loc"]
+                  if isinstance(x, int) or re.fullmatch(r"\w+", x)).lstrip(".")
     if e["type"] == "missing":
         return f"missing field {loc!r}"
     msg = e["msg"].removeprefix("Value error, ")

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from ..util.reading import check_input, read_text
-from .records import LIMITS, BenchServingRun, DataError, E2ERun, ManifestRow, first_error, read_json
+from .records import LIMITS, DataError, E2ERun, ManifestRow, first_error, read_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -140,18 +140,24 @@ def _buffer_slots(stem: str, man: ManifestRow | None, cfg) -> int | None:
 
 
 def load_run(path: str | Path, system: str | None = None, round_: int = 2) -> Run:
-    """A run in the testbed's ``e2e_bench_fast`` format or an SGLang ``bench_serving`` result file.
+    """A run in the testbed's ``e2e_bench_fast`` format or an SGLang ``bench_serving`` / vLLM ``bench serve``
+    result file of one run (:func:`load_runs` reads a JSONL file of several).
 
     ``round_=1`` reads the testbed's cache-filling round (cold prefill) instead of the measured round 2.
-    The file is validated (:mod:`sacmodel.data.records`): finite non-negative metrics, whole counts, at most as
-    many successes as requests; errors name the file and field.
+    The file is validated (:mod:`sacmodel.data.records`, :mod:`sacmodel.data.bench`): finite non-negative
+    metrics, whole counts, at most as many successes as requests; errors name the file and field.
     """
-    path = Path(path)
+    runs = _load_file(Path(path), system, round_)
+    if len(runs) != 1:
+        raise DataError(f"{path}: holds {len(runs)} benchmark runs; read them with load_runs")
+    return runs[0]
+
+
+def _load_file(path: Path, system: str | None, round_: int) -> list[Run]:
+    """The runs of one file: one testbed run, or every run of a benchmark result file."""
+    from .bench import looks_like_bench
     if round_ not in (1, 2):
         raise DataError(f"round must be 1 or 2, not {round_!r}")
-    d = _json(path)
-    if not isinstance(d, dict):
-        raise DataError(f"{path}: expected a JSON object at the top level, got {type(d).__name__}")
     rows, man_dir = _manifest(path.parent)
     man = rows.get(path.name)
     name_sys, name_n = system_from_name(path.stem)
@@ -163,27 +169,35 @@ def load_run(path: str | Path, system: str | None = None, round_: int = 2) -> Ru
     devices = (man.cxl_devices or None) if man and man.cxl_devices is not None else \
         (name_n if sysname == "cxl" else None)
     nics = (man.rdma_nics or None) if man and man.rdma_nics is not None else (name_n if sysname == "rdma" else None)
+    if looks_like_bench(path):
+        runs = _bench_runs(path, sysname, devices, nics, man)
+    else:
+        runs = [_testbed_file(path, sysname, devices, nics, man, round_)]
+    for run in runs:
+        if max(run.context, run.output) > LIMITS["request_tokens"]:
+            raise DataError(f"{path}: a request of {run.context} + {run.output} tokens is over the "
+                            f"{LIMITS['request_tokens']}-token limit")
+        if run.num_success is not None and run.num_success > run.requests:
+            raise DataError(f"{path}: num_success {run.num_success} is above the {run.requests} requests")
+        if man is not None:
+            run.split = man.split or None
+            run.max_total_tokens, run.max_running_requests = man.max_total_tokens, man.max_running_requests
+            if man.server_log and man_dir is not None:
+                run.server_log = (man_dir / man.server_log).resolve()
+    return runs
+
+
+def _testbed_file(path: Path, sysname, devices, nics, man: ManifestRow | None, round_: int) -> Run:
+    d = _json(path)
+    if not isinstance(d, dict):
+        raise DataError(f"{path}: expected a JSON object at the top level, got {type(d).__name__}")
+    if "round2" not in d:
+        raise DataError(f"{path}: neither a testbed run (no 'round2') nor a bench_serving result "
+                        "(no 'mean_ttft_ms', 'output_throughput' and 'completed')")
     try:
-        if "round2" in d:
-            run = _testbed_run(path, d, sysname, devices, nics, man, round_)
-        elif "mean_ttft_ms" in d:
-            run = _bench_serving_run(path, d, sysname, devices, nics, man)
-        else:
-            raise DataError(f"{path}: neither a testbed run (no 'round2') nor a bench_serving result "
-                            "(no 'mean_ttft_ms')")
+        return _testbed_run(path, d, sysname, devices, nics, man, round_)
     except ValidationError as exc:
         raise DataError(f"{path}: {first_error(exc)}") from None
-    if max(run.context, run.output) > LIMITS["request_tokens"]:
-        raise DataError(f"{path}: a request of {run.context} + {run.output} tokens is over the "
-                        f"{LIMITS['request_tokens']}-token limit")
-    if run.num_success is not None and run.num_success > run.requests:
-        raise DataError(f"{path}: num_success {run.num_success} is above the {run.requests} requests")
-    if man is not None:
-        run.split = man.split or None
-        run.max_total_tokens, run.max_running_requests = man.max_total_tokens, man.max_running_requests
-        if man.server_log and man_dir is not None:
-            run.server_log = (man_dir / man.server_log).resolve()
-    return run
 
 
 def _testbed_run(path: Path, d: dict, sysname, devices, nics, man: ManifestRow | None, round_: int) -> Run:
@@ -238,19 +252,36 @@ def _metrics(m) -> dict[str, float]:
     return {k: float(getattr(m, k)) for k in METRICS if getattr(m, k) is not None}
 
 
-def _bench_serving_run(path: Path, d: dict, sysname, devices, nics, man: ManifestRow | None) -> Run:
-    b = BenchServingRun.model_validate(d)
-    n = b.completed
-    ctx = b.random_input_len or round(b.total_input_tokens / n)
-    out_len = b.random_output_len or round(b.total_output_tokens / n)
-    if ctx < 1 or out_len < 1:
-        raise DataError(f"{path}: the mean input and output lengths must be at least one token")
-    tbt = b.mean_tpot_ms if b.mean_tpot_ms is not None else b.mean_itl_ms
-    metrics = {"ttft_mean_ms": b.mean_ttft_ms, "tbt_mean_ms": tbt, "output_throughput_tok_s": b.output_throughput}
-    if b.mean_e2e_latency_ms:
-        metrics["e2e_mean_ms"] = b.mean_e2e_latency_ms
-    return Run(path.name, sysname, ctx, out_len, b.max_concurrency or n, b.num_prompts or n, devices, nics,
-               _buffer_slots(path.stem, man, None), n, metrics)
+def _bench_runs(path: Path, sysname, devices, nics, man: ManifestRow | None) -> list[Run]:
+    """Every run of an SGLang ``bench_serving`` (JSONL, ``request_rate: Infinity``) or vLLM ``bench serve``
+    result file (:func:`sacmodel.data.bench.load_bench_file`) as the validation compares it: the random
+    dataset's lengths uniform in [ratio x nominal, nominal] as a mean prompt and drawn outputs, or each
+    request's own output length. A run at a finite request rate (Poisson arrivals) is refused: the comparison
+    replays closed-loop runs, every request sent at once."""
+    from .bench import load_bench_file
+    bench = load_bench_file(path)
+    out = []
+    for b in bench:
+        if math.isfinite(b.request_rate):
+            raise DataError(f"{b.source}: request_rate {b.request_rate:g}/s: validate replays runs that send "
+                            "every request at once (request_rate inf), not Poisson arrivals")
+        ctx, out_len, lo, hi, outputs = b.isl, b.osl, None, None, None
+        if b.per_request:
+            outputs = b.output_lens
+            lo, hi = int(outputs.min()), int(outputs.max())
+        elif b.range_ratio < 1:
+            ctx = round((max(1, int(b.isl * b.range_ratio)) + b.isl) / 2)
+            lo, hi = max(1, int(b.osl * b.range_ratio)), b.osl
+            out_len = round((lo + hi) / 2)
+        metrics = {"ttft_mean_ms": b.ttft_mean_ms, "tbt_mean_ms": b.tpot_mean_ms,
+                   "output_throughput_tok_s": b.output_tok_s}
+        if b.e2e_mean_ms:
+            metrics["e2e_mean_ms"] = b.e2e_mean_ms
+        name = path.name if len(bench) == 1 else f"{path.name}:{b.source.rsplit(':', 1)[1]}"
+        out.append(Run(name, sysname, ctx, out_len, b.concurrency, b.requests, devices, nics,
+                       _buffer_slots(path.stem, man, None), b.completed, metrics, output_min=lo, output_max=hi,
+                       outputs=outputs))
+    return out
 
 
 def _files(paths, pattern: str = "*.json") -> list[Path]:
@@ -278,7 +309,7 @@ def load_runs(paths=None, split: str | None = None, system: str | None = None, r
     split (``calibration-1``, ``release-2``); ``round_=1``: the cold rounds."""
     if paths is None:
         paths = [shared_data_dir() / "sac-testbed" / "runs"]
-    runs = [load_run(f, system, round_) for f in _files(paths)]
+    runs = [r for f in _files(paths) for r in _load_file(f, system, round_)]
     if split is not None:
         known = sorted({r.split for r in runs if r.split} | set(SPLITS))
         if split not in known:

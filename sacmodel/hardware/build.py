@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from types import SimpleNamespace
 from typing import Any
 
 from .gpus import GPUSpec, get_gpu
@@ -535,3 +536,38 @@ def scenario_yaml(**kw) -> str:
     head = ("# Built by sacmodel.scenario(" + ", ".join(f"{k}={v!r}" for k, v in kw.items()) + ").\n"
             "# Edit any number; keep its source up to date. Load with --scenario FILE.\n")
     return head + yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+
+
+def follow_parallelism(topo: Topology, was_dp: int) -> None:
+    """Re-derive, for the scenario's present ``tp`` and ``dp`` (``was_dp`` before the change), the serving
+    settings SGLang derives from them at launch: the per-rank ``prefill_chunk`` (chunked_prefill_size, given or
+    its default, divided among the DP attention ranks) and, where the scenario took SGLang's default (its
+    source says so), ``cuda_graph_max_bs`` (by tp) and ``mem_fraction`` (its reserve grows with dp); a given
+    ``mem_fraction`` is kept. The planners that set tp and dp (``plan --vary dp``, ``predict --set dp=N``,
+    ``pareto --dp``) then run what ``--dp N`` builds. Edits ``topo`` in place (copy it first)."""
+    s = topo.serving
+    gpu = topo.graph.nodes[topo.gpus[0]] if topo.gpus else {}
+    mib = gpu.get("memory_reported", gpu.get("hbm_capacity", 0)) / MIB
+    default = lambda k: k in s and str(s[k].source).startswith(SGLANG)  # noqa: E731
+    tp, dp = int(topo.param("tp")), int(topo.param("dp"))
+    if "prefill_chunk" in s and not default("prefill_chunk") and dp != was_dp:
+        total = int(s["prefill_chunk"].value) * was_dp            # the launch value, before SGLang divides it
+        s["prefill_chunk"].value = float(max(1, total // dp))
+        s["prefill_chunk"].source = f"chunked_prefill_size {total}" + (f" / dp={dp}" if dp > 1 else "")
+    if not mib or not any(default(k) for k in ("cuda_graph_max_bs", "prefill_chunk", "mem_fraction")):
+        topo._routes.clear()
+        return
+    chunk0 = chunked_prefill_default(mib)
+    if default("cuda_graph_max_bs"):
+        s["cuda_graph_max_bs"].value = float(cuda_graph_max_bs_default(mib, tp))
+        s["cuda_graph_max_bs"].source = f"{SGLANG} for {mib:.0f} MiB and tp={tp}"
+    if default("prefill_chunk"):
+        s["prefill_chunk"].value = float(chunk0 // dp)
+        s["prefill_chunk"].source = (f"{SGLANG}: chunked_prefill_size {chunk0} for {mib:.0f} MiB"
+                                     + (f", divided by dp={dp} under DP attention" if dp > 1 else ""))
+    if default("mem_fraction"):
+        chunk = chunk0 if default("prefill_chunk") else int(topo.param("prefill_chunk")) * dp
+        gpu_mem = SimpleNamespace(memory_mib=int(round(mib)), name="gpu")       # what _mem_fraction reads
+        fixed = _mem_fraction(gpu_mem, None, tp=tp, dp=dp, chunk=chunk, cgmb=int(topo.param("cuda_graph_max_bs")))
+        s["mem_fraction"].value, s["mem_fraction"].source = float(fixed["value"]), fixed["source"]
+    topo._routes.clear()

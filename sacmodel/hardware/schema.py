@@ -9,6 +9,7 @@ this module, pydantic, YAML and pint load only for a scenario file not seen befo
 """
 from __future__ import annotations
 
+import re
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
@@ -189,6 +190,37 @@ def _check_yaml_depth(text: str, where: str, err) -> None:
             depth -= 1
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping. YAML keeps the last silently, so a
+    second ``tp:`` (or a second ``serving:`` block) added by hand would replace the first without a word. A key
+    from a merge (``<<: *base``) may still be overridden."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                    seen.setdefault(key, key_node.start_mark.line + 1)
+                except TypeError:           # an unhashable key: the base constructor names it
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice, first on line {first}: YAML would keep only the "
+                        "last; remove one", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+# PyYAML (YAML 1.1) reads 1e-4, 2.5e3 and 1e300 as text: its floats need a dot and a signed exponent. YAML 1.2
+# and every other reader take them as numbers, as does a user who writes a price per GB or a count so
+_UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                       re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                                       list("-+0123456789"))
+
+
 def read_yaml(path: Path, err=TopologyError, what: str = "scenario file") -> Any:
     """``yaml.safe_load`` of a regular file read through :mod:`sacmodel.util.reading` (the size limit held while
     reading; a directory, FIFO or device refused); errors name the file (a ``what``) and line."""
@@ -196,7 +228,7 @@ def read_yaml(path: Path, err=TopologyError, what: str = "scenario file") -> Any
     text = _read_text(path, limit=LIMITS["file_bytes"], what=what, err=err)
     try:
         _check_yaml_depth(text, where, err)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f": line {mark.line + 1}, column {mark.column + 1}" if mark else ""

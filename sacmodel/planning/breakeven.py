@@ -110,6 +110,8 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     return res
 
 
+# two systems whose metric differs by no more than this (relative) at every grid point are equal: no crossing
+EQUAL_RTOL = 1e-12
 # The engine's crossing is refined to this relative width (or to one whole number of a rounded quantity): the
 # draws' own spread moves it by more (the README's example crosses at 16,072-16,162 tokens over seeds 0-3, 0.3%)
 LOADED_RTOL = 1e-3
@@ -179,6 +181,14 @@ def _conclude(res: BreakEven, topo, sides: _Sides, asked, xs, fa, fb, ok, roots)
     a, b, metric, vary, ratio, f = res.a, res.b, res.metric, res.vary, res.ratio, sides.f
     at = lambda x: fmt_value(x, kind_of(vary))  # noqa: E731
     res.range_note = _range_note(topo, vary, *asked, res.searched, at)
+    scale = np.maximum(np.abs(fa[ok]), np.abs(ratio * fb[ok]))
+    if (np.abs(fa[ok] - ratio * fb[ok]) <= EQUAL_RTOL * scale).all():
+        # the same value at every point (e.g. the unloaded TTFT of two pools, which differ only after the first
+        # token): no crossing and no winner, rather than a 'crossing' at every grid point
+        rel = "equal" if ratio == 1 else f"in the ratio {ratio:g} : 1"
+        res.message = (f"no crossing for {vary} in [{at(res.lo)}, {at(res.hi)}]: {metric} of {a} and {b} are {rel} "
+                       "throughout (neither is better)")
+        return
     if not roots:
         w = {_better(metric, x, y, ratio, a, b) for x, y in zip(fa[ok], fb[ok])}
         res.winner = w.pop() if len(w) == 1 else None

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..hardware.build import follow_parallelism
 from ..hardware.params import set_param
 from ..hardware.scenarios import as_topology
 from ..hardware.topology import Topology, with_pool_size  # noqa: F401  (re-exported)
@@ -99,6 +100,22 @@ def _metric_kind(metric: str) -> str:
     raise SolverError(f"unknown metric {metric!r}; unloaded: {', '.join(UNLOADED)}; loaded: {', '.join(LOADED)}")
 
 
+class RefusedValue(SolverError):
+    """A value of the varied quantity the server would not launch with; the message says why."""
+
+
+def _refused(t: Topology, n: int) -> None:
+    """Refuse dp = n GPUs where SGLang's FP8 weight loader does (experts split into shares of partial
+    128-wide blocks), as a scenario built with --tp n is refused."""
+    from ..hardware.models import model_of
+    from ..hardware.sizing import fp8_block_refusal
+    weights = t.serving["weights"].raw if "weights" in t.serving else None
+    ep = int(t.param("ep")) if t.has_param("ep") else 1
+    why = fp8_block_refusal(model_of(t), tp=n, ep=ep, weights=weights)
+    if why:
+        raise RefusedValue(f"dp={n} (GPUs): {why}")
+
+
 def _with_value(topo: Topology, vary: str, value: float) -> tuple[Topology, dict]:
     """Scenario and predict kwargs for one value of the varied quantity."""
     kw = {}
@@ -116,8 +133,11 @@ def _with_value(topo: Topology, vary: str, value: float) -> tuple[Topology, dict
         n = int(round(value))
         if n > len(t.gpus):
             raise SolverError(f"dp={n} but the scenario has {len(t.gpus)} GPUs")
+        was = int(t.param("dp"))
         set_param(t, "dp", n)
         set_param(t, "tp", n)
+        follow_parallelism(t, was)      # what SGLang derives from tp and dp follows them, as --dp builds it
+        _refused(t, n)
     else:
         set_param(t, vary, value)
     return t, kw

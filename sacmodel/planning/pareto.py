@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..hardware.sizing import mem_fraction_default
+from ..hardware.build import follow_parallelism
 from ..hardware.topology import Param, Topology
 from ..serving.config import resolve, system_uses
 from ..serving.predict import predict
@@ -160,17 +160,9 @@ def with_dp(scenario, dp: int) -> Topology:
     dp = int(dp)
     if dp == cfg.dp:
         return t
-    chunk = cfg.prefill_chunk * cfg.dp                  # the launch value, before SGLang divides it
     _set(t, "tp", cfg.tp, "kept: the GPUs of the server")
     _set(t, "dp", dp, "pareto: attention groups varied")
-    _set(t, "prefill_chunk", max(1, chunk // dp), f"chunked_prefill_size {chunk} / dp={dp}")
-    mf = t.serving.get("mem_fraction")
-    if mf is not None and mf.source.startswith("SGLang"):
-        gpu = t.node(t.gpus[0])
-        mib = gpu.get("memory_reported", gpu["hbm_capacity"]) / 2 ** 20
-        _set(t, "mem_fraction", mem_fraction_default(mib, tp=cfg.tp, dp=dp, chunk=chunk,
-                                                     cuda_graph_max_bs=cfg.graph_bs),
-             f"SGLang default for tp={cfg.tp}, dp={dp}")
+    follow_parallelism(t, cfg.dp)       # the per-rank chunk and SGLang's default mem_fraction follow dp
     t._routes.clear()
     return t
 

@@ -14,7 +14,7 @@ from ..serving.systems import check_system
 from ..util.names import HIGHER_IS_BETTER, LIMITS, LOADED
 from ..util.progress import status, track
 from .closed_forms import _check_vary
-from .common import SolverError, _positive_tokens, _topology, _with_value, latency_slo, queues, with_pool_size
+from .common import RefusedValue, SolverError, _positive_tokens, _topology, _with_value, latency_slo, queues, with_pool_size
 from .pricing import GB, check_parts, gpu_part, per_gb_or_device, prices, usd  # noqa: F401  (prices re-exported)
 from .search import Tally
 
@@ -171,7 +171,12 @@ def _scan_plan(res, topo, system, workload, slo, vary, span, pricing, counts):
     prev = None
     for v in track(np.arange(min_value, max_value + step / 2, step), f"plan {system}: {vary}"):
         v = int(v) if float(v).is_integer() else float(v)
-        t, kw = _with_value(topo, vary, v)
+        try:
+            t, kw = _with_value(topo, vary, v)
+        except RefusedValue as exc:            # the server would not start: tried, not served
+            res.tried.append({"value": v, "meets": False, "feasible": False, "limit": str(exc),
+                              "success_fraction": 0.0, "overloaded": False, "queued": False, **{m: None for m in slo}})
+            continue
         p = _counted(counts, t, system, **{**workload, **kw})
         over = overloaded(t, system, {**workload, **kw}, p, counts)
         ok = _meets(p, slo) and not over

@@ -34,14 +34,13 @@ class PriceError(SolverError):
 
 def prices(path: str | Path | None = None) -> dict[str, dict]:
     """The price table (part -> {usd_per_hour, source}), checked: known keys, no key twice, finite positive
-    prices. ``path`` None: the built-in table."""
+    prices (a key given twice: :func:`~sacmodel.hardware.schema.read_yaml`). ``path`` None: the built-in table."""
     from ..hardware.schema import read_yaml
     p = Path(path) if path else PRICE_FILE
     data = read_yaml(p, err=PriceError, what="price table")     # regular file, size and depth limits
     parts = data.get("parts") if isinstance(data, dict) else None
     if not isinstance(parts, dict) or not parts:
         raise PriceError(f"{p}: a price table maps 'parts:' to entries like 'gpu: {{usd_per_hour: 2.0}}'")
-    _no_duplicates(p)
     for k, v in parts.items():
         if k not in KNOWN:
             raise PriceError(f"{p}: parts.{k}: unknown part; known: {', '.join(KNOWN)}")
@@ -51,28 +50,6 @@ def prices(path: str | Path | None = None) -> dict[str, dict]:
             raise PriceError(f"{p}: parts.{k}.usd_per_hour must be a number above 0 and at most "
                              f"{MAX_USD_PER_HOUR:g}, got {usd!r}")
     return parts
-
-
-def _no_duplicates(p: Path) -> None:
-    """YAML keeps the last of a key given twice; a price table refuses it (which did the user mean?)."""
-    import yaml
-
-    from ..util.reading import read_text
-    text = read_text(p, limit=1 << 20, what="price table", err=PriceError)
-    stack = [yaml.compose(text)]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, yaml.MappingNode):
-            seen: dict = {}
-            for key, value in node.value:
-                k = getattr(key, "value", None)
-                if isinstance(k, str) and k in seen:
-                    raise PriceError(f"{p}: line {key.start_mark.line + 1}: {k!r} given twice (first on line "
-                                     f"{seen[k]}); give each part once")
-                seen[k] = key.start_mark.line + 1
-                stack.append(value)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
 
 
 def gpu_model(topo) -> str | None:

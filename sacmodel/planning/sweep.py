@@ -134,7 +134,8 @@ def winner_map(scenario, systems, metric: str, x: tuple[str, np.ndarray], y: tup
     workload (give ``concurrency``): every system at every other point of each axis (and the last), then at a
     point between them only where those around it disagree on the winner or the analytic steady state names
     another (elsewhere the winner is decided; ``values=True`` runs every point). ``winner`` holds indices
-    into ``systems``, -1 where no system is feasible; ``values`` the metric per system (nan where infeasible or
+    into ``systems``, -1 where no system is feasible (the first of equal ones: ``tied`` [system, x, y] marks the
+    systems whose value equals the winner's); ``values`` the metric per system (nan where infeasible or
     not run); ``predictions`` the predictions run by method (also added to ``counts``).
     """
     if isinstance(systems, str) or not systems:
@@ -162,8 +163,18 @@ def winner_map(scenario, systems, metric: str, x: tuple[str, np.ndarray], y: tup
         best = _best(arr, metric)
     for (i, j), w in decided.items():
         best[i, j] = w
-    return {"x": xv, "y": yv, "winner": best, "systems": list(systems), "values": arr, "kind": kind,
-            "predictions": counts.to_dict()}
+    return {"x": xv, "y": yv, "winner": best, "tied": _tied(arr, best), "systems": list(systems), "values": arr,
+            "kind": kind, "predictions": counts.to_dict()}
+
+
+def _tied(arr: np.ndarray, best: np.ndarray) -> np.ndarray:
+    """Per point and system, whether its value equals the winner's (to 1e-12, relative): the winner and every
+    system tied with it (e.g. the unloaded TTFT of the pools, one closed form). A point with one such system has
+    a single winner."""
+    pick = np.take_along_axis(arr, np.maximum(best, 0)[None], axis=0)
+    with np.errstate(invalid="ignore"):
+        same = np.abs(arr - pick) <= 1e-12 * np.abs(pick)
+    return same & np.isfinite(arr) & (best >= 0)[None]
 
 
 def _best(arr: np.ndarray, metric: str) -> np.ndarray:

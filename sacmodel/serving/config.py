@@ -135,7 +135,8 @@ def resolve(scenario, system: str, *, cxl_devices=None, device_buffer=None, rdma
             if not have:                              # name the file (or scenario), as the reader does
                 where = topo.name if topo.path is None or is_builtin(topo.path) else topo.path
                 raise ConfigError(f"{where}: system {system!r} reads a {pool} pool, which the scenario does not "
-                                  f"have ({name}={n}); add its pool or choose another system")
+                                  f"have (no pools.{pool}); add one (--pool {pool} on a machine built with --gpu, "
+                                  f"pool={pool!r} in sacmodel.scenario()) or choose another system")
             topo = with_pool_size(topo, pool, n)     # planned additions, cloned from the first member
         return n
     buf = positive(device_buffer, "device_buffer", int(_setting(topo, "device_buffer", 4096)))

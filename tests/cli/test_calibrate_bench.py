@@ -96,3 +96,15 @@ def test_launch_arguments_from_a_server_log(capsys, tmp_path, results):
     topo = load_topology(out)
     assert topo.model_name == "deepseek-r1" and len(topo.gpus) == 8
     assert topo.serving["mem_fraction"].value == 0.82 and topo.serving["prefill_chunk"].value == 32768
+
+
+@pytest.mark.parametrize("args, named", [("mem_fraction_static=1.5", "server_args mem_fraction_static=1.5: "),
+                                         ("tp_size=3", "server_args tp_size=3: ")])
+def test_a_server_log_setting_the_machine_refuses_is_named_with_its_log(capsys, tmp_path, results, args, named):
+    """A launch argument from --server-log that the machine refuses said 'scenario: mem_fraction must be in
+    (0, 1)': a name the log does not use, and not the log."""
+    log = tmp_path / "server.log"
+    log.write_text(f"server_args=ServerArgs(model_path='deepseek-ai/DeepSeek-R1', tp_size=8, {args})\n"
+                   .replace("tp_size=8, tp_size=3", "tp_size=3"))
+    rc, o, e = run(capsys, "calibrate", str(results), "--server-log", str(log), "--gpu", "h200", "--dry-run")
+    assert rc == 2 and e.startswith(f"sacmodel: error: {log}: {named}") and len(e.strip().splitlines()) == 1, e

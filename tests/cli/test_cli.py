@@ -1,4 +1,5 @@
 import json
+import math
 import subprocess
 import sys
 
@@ -99,6 +100,29 @@ def test_validate_reads_sglang_bench_serving_results(capsys, tmp_path):
     assert r["output"] == 512 and abs(r["error_pct"]["tbt_mean_ms"]) < 50
 
 
+def test_validate_reads_the_jsonl_bench_serving_writes(capsys, tmp_path):
+    """SGLang's --output-file appends one run per line and writes an unset request_rate as Infinity: calibrate
+    read such a file, validate refused it ('Infinity is not a number JSON allows'). The random dataset's
+    lengths are uniform in [ratio x L, L]: the comparison takes their mean prompt and draws the outputs."""
+    run1 = {"backend": "sglang", "dataset_name": "random", "request_rate": math.inf, "max_concurrency": 4,
+            "random_input_len": 1024, "random_output_len": 256, "random_range_ratio": 0.5, "completed": 16,
+            "duration": 20.0, "mean_ttft_ms": 250.0, "mean_tpot_ms": 10.0, "output_throughput": 350.0}
+    run2 = {**run1, "max_concurrency": 16, "completed": 64, "mean_ttft_ms": 400.0, "mean_tpot_ms": 14.0}
+    p = tmp_path / "results.jsonl"
+    p.write_text(json.dumps(run1) + "\n" + json.dumps(run2) + "\n")
+    assert "Infinity" in p.read_text()
+    rc, out, err = run(capsys, "validate", str(p), "--system", "gpu", "--gpu", "h200", "--model", "deepseek-r1",
+                       "--json")
+    assert rc == 0, err
+    runs = json.loads(out)["runs"]
+    assert [r["file"] for r in runs] == ["results.jsonl:1", "results.jsonl:2"]
+    assert [r["context"] for r in runs] == [768, 768] and [r["concurrency"] for r in runs] == [4, 16]   # (512+1024)/2
+    assert runs[0]["measured"]["ttft_mean_ms"] == 250.0 and runs[1]["measured"]["tbt_mean_ms"] == 14.0
+    p.write_text(json.dumps({**run1, "request_rate": 2.0}) + "\n")
+    rc, out, err = run(capsys, "validate", str(p), "--system", "gpu", "--gpu", "h200", "--model", "deepseek-r1")
+    assert rc == 2 and "results.jsonl:1: request_rate 2/s" in err and len(err.strip().splitlines()) == 1
+
+
 def test_winner_map_command(capsys, tmp_path):
     out = tmp_path / "m.png"
     rc, text, _ = run(capsys, "winner-map", "--unloaded", "--systems", "cxl,cxl-prefetch", "--metric", "e2e", "--x",
@@ -109,6 +133,18 @@ def test_winner_map_command(capsys, tmp_path):
     # a long one amortises the up-front copy; at 8K the copy is cheap whatever the output
     assert d["winner"][-1][0] == "cxl" and d["winner"][-1][-1] == "cxl-prefetch"
     assert d["winner"][0] == ["cxl-prefetch"] * 12
+
+
+def test_winner_map_names_equal_systems_together(capsys):
+    """Equal values are no win: 'best system: cxl at 4 points' became 'cxl=rdma equal at 4 points'."""
+    rc, text, _ = run(capsys, "winner-map", "--unloaded", "--systems", "cxl,rdma", "--metric", "ttft", "--x",
+                      "context=8K:64K:2", "--y", "output=64:1K:2", "--json")
+    d = json.loads(text)
+    assert rc == 0 and d["counts"] == {"cxl": 0, "rdma": 0} and d["equal"] == 4
+    assert d["winner"] == [["cxl=rdma"] * 2] * 2
+    rc, text, _ = run(capsys, "winner-map", "--unloaded", "--systems", "cxl,rdma", "--metric", "ttft", "--x",
+                      "context=8K:64K:2", "--y", "output=64:1K:2")
+    assert "best system: cxl at 0 points, rdma at 0 points, cxl=rdma equal at 4 points" in text
 
 
 @pytest.mark.parametrize("args,msg", [

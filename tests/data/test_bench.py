@@ -74,6 +74,7 @@ def test_a_testbed_run_file_is_not_a_bench_file(tmp_path):
      r"per-request arrays differ in length"),
     (json.dumps({**SGL, "completed": "160"}), r"t\.jsonl:1: completed: "),
     ("[1, 2]", r"t\.jsonl:1: expected a JSON object"),
+    (json.dumps({**SGL, "request_rate": -1}), r"t\.jsonl:1: request_rate: Input should be greater than 0, got -1"),
     ("", r"no benchmark runs"),
 ])
 def test_hostile_files_are_one_line_naming_the_field(tmp_path, text, msg):
@@ -82,6 +83,19 @@ def test_hostile_files_are_one_line_naming_the_field(tmp_path, text, msg):
     with pytest.raises(DataError, match=msg) as e:
         load_bench_file(p)
     assert "\n" not in str(e.value)
+
+
+def test_a_run_given_twice_is_refused_naming_both_places(tmp_path):
+    """The same record twice (a line appended twice, or one file named twice) was fitted as two runs: a
+    leave-one-run-out error of 0.0% that tested the run on itself."""
+    from sacmodel.data.bench import load_bench_runs
+    p = jsonl(tmp_path / "r.jsonl", SGL, {**SGL, "max_concurrency": 64}, SGL)
+    with pytest.raises(DataError, match=r"r\.jsonl:3: the same run as .*r\.jsonl:1 \(every field equal\)"):
+        load_bench_runs([p])
+    q = jsonl(tmp_path / "q.jsonl", SGL)
+    with pytest.raises(DataError, match=r"q\.jsonl:1: named twice; give each run once"):
+        load_bench_runs([q, tmp_path / "q.jsonl"])
+    assert len(load_bench_runs([q, jsonl(tmp_path / "s.jsonl", {**SGL, "mean_ttft_ms": 311.0})])) == 2
 
 
 def test_a_100_mb_file_is_refused_by_its_size(tmp_path):

@@ -79,6 +79,23 @@ def test_malformed_yaml_names_line(tmp_path):
         load_topology(p)
 
 
+def test_key_given_twice_is_refused_with_both_lines(tmp_path):
+    """A second `serving:` block (or a second `tp:`) added by hand used to replace the first silently: the
+    scenario lost every serving setting and the error blamed a missing 'dp'. A merge key may still be
+    overridden."""
+    text = (TOPOLOGY_DIR / "sac-testbed.yaml").read_text()
+    p = write(tmp_path, text + "serving: {}\n")
+    last = text.count("\n") + 1
+    first = text.splitlines().index("serving:") + 1
+    with pytest.raises(TopologyError, match=rf"line {last}, column 1: .*'serving' given twice, first on line "
+                                            rf"{first}"):
+        load_topology(p)
+    from sacmodel.hardware.schema import read_yaml
+    assert read_yaml(write(tmp_path, "b: &b {x: 1}\nc:\n  <<: *b\n  x: 2\n", "m.yaml"))["c"] == {"x": 2}
+    with pytest.raises(TopologyError, match="'x' given twice"):
+        read_yaml(write(tmp_path, "a: {x: 1, x: 2}\n", "f.yaml"))
+
+
 def test_yaml_is_safe_loaded(tmp_path):
     p = write(tmp_path, "schema_version: !!python/object/apply:os.system ['echo hacked']\n")
     with pytest.raises(TopologyError, match="malformed YAML"):

@@ -66,6 +66,16 @@ def test_bad_tables_are_refused_naming_file_and_key(tmp_path, capsys, text, name
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
+def test_prices_in_scientific_notation_are_numbers(tmp_path):
+    """PyYAML reads 2e-4 and 1e3 as text (YAML 1.1 floats need a dot and a signed exponent): a per-GB price
+    written so was refused with "must be a number ..., got '2e-4'"."""
+    p = tmp_path / "sci.yaml"
+    p.write_text("parts:\n  gpu: {usd_per_hour: 2.5e0}\n  dram_gb: {usd_per_hour: 2e-4}\n"
+                 "  cxl_gb: {usd_per_hour: 1E-3}\n")
+    assert {k: v["usd_per_hour"] for k, v in prices(p).items()} == {"gpu": 2.5, "dram_gb": 2e-4, "cxl_gb": 1e-3}
+    assert configuration_cost("sac-testbed", "dram", price_table=p)["total"] == pytest.approx(8 * 2.5 + 2000 * 2e-4)
+
+
 def test_a_gpu_only_table_prices_a_gpu_plan_and_names_every_missing_part_of_a_cxl_plan(tmp_path, capsys):
     p = table(tmp_path, {"gpu": 3.0})
     wl = dict(context=8192, output=16, concurrency=2, requests=4)

@@ -86,6 +86,28 @@ def test_breakeven_numeric_in_context_and_no_crossing():
         breakeven("sac-testbed", "cxl", "rdma", metric="speed", vary="context", lo=1, hi=5, output=1)
 
 
+def test_breakeven_of_two_equal_systems_finds_no_crossing():
+    """The unloaded TTFT of cxl and rdma is one closed form (the prefix copy comes after the first token): it
+    used to report a 'crossing' at every grid point and 'None is better below'."""
+    be = breakeven("sac-testbed", "cxl", "rdma", metric="ttft", vary="context", lo=8192, hi=131072, output=1024,
+                   points=8)
+    assert be.curve["cxl"] == be.curve["rdma"]            # the premise: equal at every point
+    assert not be.found and be.values == [] and be.winner is None and be.winner_below is None
+    assert "equal throughout" in be.message
+
+
+def test_winner_map_marks_systems_with_equal_values():
+    """The unloaded TTFT of the pools is one closed form; the map gave the point to the first system listed
+    ('best system: dram at 9 points'). gpu skips the pool's admission: it wins alone."""
+    wm = winner_map("sac-testbed", ["cxl", "rdma", "gpu"], "ttft", ("context", [8192, 65536]),
+                    ("output", [64, 1024]))
+    v = wm["values"]
+    assert (v[0] == v[1]).all() and (v[2] < v[0]).all()          # the premise
+    assert wm["tied"][2].all() and not wm["tied"][:2].any() and (wm["winner"] == 2).all()
+    wm = winner_map("sac-testbed", ["cxl", "rdma"], "ttft", ("context", [8192, 65536]), ("output", [64, 1024]))
+    assert wm["tied"].all()
+
+
 def test_breakeven_loaded_hardware_parameter():
     be = breakeven("sac-testbed", "cxl", "dram", metric="tbt_mean_ms", vary="link:gpu.latency", lo=1e-7,
                    hi=2e-5, ratio=1.1, points=12, context=131072, output=256, concurrency=64)

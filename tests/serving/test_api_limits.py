@@ -69,3 +69,16 @@ def test_a_pool_larger_than_1024_members_is_refused_as_the_cli_and_scenario_file
     from sacmodel.serving.predict import ConfigError, predict
     with pytest.raises(ConfigError, match="a pool has at most 1024 members"):
         predict("sac-testbed", system, context=8192, output=16, concurrency=2, requests=4, **kw)
+
+
+@pytest.mark.parametrize("system, pool", [("cxl", "cxl"), ("rdma", "rdma")])
+def test_a_missing_pool_names_how_to_add_it(system, pool):
+    """A built machine has no CXL or RDMA pool: the error said '(cxl_devices=1); add its pool', naming a count
+    the user never gave and no way to add one. The fix it names must be accepted."""
+    import sacmodel
+    from sacmodel.serving.config import ConfigError
+    with pytest.raises(ConfigError, match=rf"no pools\.{pool}\); add one \(--pool {pool} .*pool='{pool}' in "
+                                          r"sacmodel\.scenario\(\)\)") as e:
+        sacmodel.predict(sacmodel.scenario("h200"), system, context=4096, output=16, concurrency=1)
+    assert "_devices=" not in str(e.value) and "_nics=" not in str(e.value)
+    assert pool in sacmodel.scenario("h200", pool=pool).pools

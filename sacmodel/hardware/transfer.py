@@ -139,21 +139,49 @@ _HOPPER_FP8 = {"prefill_eff": 0.201, "moe_eff": 0.749}
 # than on H200, whose FP8 peaks differ by 4500 / 1979 = 2.27: the same shapes reach 2.15 / 2.27 = 0.947 of Hopper's
 # fraction of the peak
 B200_GEMM_RATIO = 2.15 / (4500 / 1979)
+_BLACKWELL_FP8 = {"prefill_eff": _HOPPER_FP8["prefill_eff"] * B200_GEMM_RATIO, "moe_eff": _HOPPER_FP8["moe_eff"]}
+# A BF16 prefill is the FP8 class's whole forward with its GEMMs at the BF16 rate: the fitted FP8 fraction is a
+# whole-forward rate (DeepGEMM's block-scale GEMMs, activation quantisation, the prefill's small kernels), so the
+# BF16 class takes the same generation's FP8 absolute rate times the measured ratio of BF16 to FP8 GEMM rates at
+# prefill shapes, and an FP8 prefill is never priced slower than a BF16 one. The ratio: aiconfigurator's measured
+# GEMM tables (ai-dynamo/aiconfigurator 095f58a5, aic-core/src/aiconfigurator_core/systems/data/<gpu>/gemm/sglang/
+# 0.5.9/gemm_perf.parquet, SGLang 0.5.9's kernels: gemm_dtype "bfloat16" against "fp8_block", DeepGEMM), the
+# median over the 1,020 shapes with M = 1,024 / 2,048 / 4,096 / 8,192 tokens and N, K >= 1,024 of
+# (FP8 time / BF16 time): h200_sxm 0.631 (interquartile 0.545-0.750; h100_sxm 0.641), b200_sxm 0.826 (0.625-1.245:
+# DeepGEMM's SM100 kernels are slow at M = 1,024). The generations' datasheet peaks: FP8 = 2 x BF16.
+BF16_FP8_GEMM_RATIO: dict[str, float] = {"hopper": 0.631, "blackwell": 0.826}
+FP8_OVER_BF16_PEAK = 2.0
+
+
+def bf16_class(fp8: dict[str, float], arch: str) -> dict[str, float]:
+    """The BF16 kernel class of GPU generation ``arch`` from its FP8 class ``fp8``: ``prefill_eff`` (a fraction of
+    the BF16 peak) = the FP8 fraction x FP8_OVER_BF16_PEAK x :data:`BF16_FP8_GEMM_RATIO` (the same absolute
+    whole-forward rate, at the BF16 GEMMs' share of the FP8 GEMMs' speed)."""
+    return {"prefill_eff": fp8["prefill_eff"] * FP8_OVER_BF16_PEAK * BF16_FP8_GEMM_RATIO[arch]}
+
+
 KERNEL_EFFICIENCY: dict[tuple[str, str], dict[str, float]] = {
     ("hopper", "fp8"): dict(_HOPPER_FP8),
-    ("hopper", "bf16"): {"prefill_eff": 0.65},
-    ("blackwell", "fp8"): {"prefill_eff": _HOPPER_FP8["prefill_eff"] * B200_GEMM_RATIO,
-                           "moe_eff": _HOPPER_FP8["moe_eff"]},
+    ("hopper", "bf16"): bf16_class(_HOPPER_FP8, "hopper"),
+    ("blackwell", "fp8"): dict(_BLACKWELL_FP8),
+    ("blackwell", "bf16"): bf16_class(_BLACKWELL_FP8, "blackwell"),
 }
-FITTED_CLASSES = {("hopper", "fp8"), ("blackwell", "fp8")}
+# the BF16 classes follow the fitted FP8 ones, so they are fitted too (the report's "before" carries the testbed's)
+FITTED_CLASSES = {("hopper", "fp8"), ("blackwell", "fp8"), ("hopper", "bf16"), ("blackwell", "bf16")}
 KERNEL_EFFICIENCY_SOURCE = ("fitted: kernel efficiencies of FP8 DeepSeek-R1 on 8 x H200 (SGLang 0.5.9, TP8), the 15 "
                             "runs of shared/data/external/h200-deepseek-r1-sglang-tp8.csv, in stages: the kernel floor "
                             "on the TPOT of the lowest concurrency, moe_eff on that of the highest, prefill_eff on what "
                             "an 8K prompt adds to the TTFT of a 1K one (sacmodel.fit.transfer.fit_kernel_efficiency)")
 KERNEL_SOURCES: dict[tuple[str, str], str] = {
     ("hopper", "fp8"): KERNEL_EFFICIENCY_SOURCE,
-    ("hopper", "bf16"): "published: torch BF16 GEMMs on H100 at DeepSeek-V3's N=2112, K=7168 reach 620 TFLOP/s at "
-                        "M=1024 and 716 at 4096 (vllm-project/vllm#23280), of 989 = 0.63-0.72: 0.65",
+    ("hopper", "bf16"): "prefill_eff: the Hopper FP8 fit x 2 (FP8 over BF16 peak) x 0.631, the median ratio of BF16 "
+                        "to DeepGEMM FP8 block-scale GEMM rates at prefill shapes (M 1K-8K, N, K >= 1K) in "
+                        "aiconfigurator's measured H200 tables (ai-dynamo/aiconfigurator 095f58a5, systems/data/"
+                        "h200_sxm/gemm/sglang/0.5.9): the FP8 whole-forward rate at BF16 GEMM speed (a lone torch "
+                        "BF16 GEMM reaches 0.63-0.72 of the peak, vllm-project/vllm#23280; a whole forward less)",
+    ("blackwell", "bf16"): "prefill_eff: the Blackwell FP8 class x 2 (FP8 over BF16 peak) x 0.826, the median ratio of "
+                           "BF16 to DeepGEMM FP8 block-scale GEMM rates at prefill shapes in aiconfigurator's measured "
+                           "B200 tables (ai-dynamo/aiconfigurator 095f58a5, systems/data/b200_sxm/gemm/sglang/0.5.9)",
     ("blackwell", "fp8"): "prefill_eff: the Hopper FP8 fit x 0.947, aiconfigurator's measured DeepGEMM FP8 GEMMs at "
                           "prefill shapes 1.9-2.4x faster on B200 than H200 (ai-dynamo/aiconfigurator systems data) over "
                           "the peak ratio 2.27; moe_eff: [assumed: Hopper FP8's fraction of HBM; no published Blackwell "

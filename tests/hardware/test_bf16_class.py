@@ -1,28 +1,43 @@
-"""The BF16 kernel classes (issue 32 item 4): a BF16 prefill is the same generation's fitted FP8 whole-forward rate
-at the BF16 GEMMs' measured share of the FP8 GEMMs' speed, so no GPU prefills BF16 faster than FP8."""
+"""The BF16 kernel classes (issue 32 item 4): a BF16 prefill is the same generation's fitted FP8 whole forward with
+its GEMMs at the measured BF16 rate and the rest kept, so no GPU prefills BF16 faster than FP8."""
 import pytest
 
 import sacmodel
 from sacmodel.hardware.gpus import CATALOG, get_gpu
-from sacmodel.hardware.transfer import (BF16_FP8_GEMM_RATIO, FITTED_CLASSES, KERNEL_EFFICIENCY, KERNEL_SOURCES,
-                                        transferred)
+from sacmodel.hardware.transfer import (FITTED_CLASSES, KERNEL_EFFICIENCY, KERNEL_SOURCES, PREFILL_GEMM_RATE,
+                                        bf16_class, transferred)
 
 
 def test_the_bf16_classes_by_hand():
-    """Hopper: 0.201 (the FP8 fit) x 2 (1,979 over 989 TFLOP/s) x 0.631 (aiconfigurator's H200 tables, SGLang 0.5.9:
-    median BF16 over DeepGEMM FP8 block GEMM rate at M 1K-8K, N, K >= 1K) = 0.2537 of the BF16 peak, 251 TFLOP/s on
-    an H100; Blackwell: 0.201 x 2.15 / (4,500 / 1,979) x 2 x 0.826 (the B200 tables) = 0.3140, 706 TFLOP/s on a
-    B200. A class moved without its source fails here."""
-    assert BF16_FP8_GEMM_RATIO == {"hopper": 0.631, "blackwell": 0.826}
-    assert KERNEL_EFFICIENCY[("hopper", "bf16")]["prefill_eff"] == pytest.approx(0.201 * 2 * 0.631, rel=1e-12)
-    assert KERNEL_EFFICIENCY[("hopper", "bf16")]["prefill_eff"] == pytest.approx(0.2537, abs=1e-4)
-    b = KERNEL_EFFICIENCY[("blackwell", "bf16")]["prefill_eff"]
-    assert b == pytest.approx(0.201 * 2.15 / (4500 / 1979) * 2 * 0.826, rel=1e-12)
-    assert b * 2250 == pytest.approx(706, abs=1)
-    for arch in ("hopper", "blackwell"):
+    """Hopper: the FP8 fit's 0.201 x 1,979 = 397.8 TFLOP/s whole forward; its GEMMs at aiconfigurator's H200 median
+    1,083 TFLOP/s (DeepGEMM FP8 block) swapped for 679 (BF16): 1 / (1/397.8 - 1/1083 + 1/679) = 326.4 TFLOP/s, 0.330
+    of the H100's 989. Blackwell: 0.201 x 2.15 / (4,500 / 1,979) x 4,500 = 855.2 TFLOP/s; B200 medians 1,680 and
+    1,387: 772.2 TFLOP/s, 0.343 of 2,250. A class moved without its source fails here."""
+    assert PREFILL_GEMM_RATE == {"hopper": {"fp8": 1083e12, "bf16": 679e12},
+                                 "blackwell": {"fp8": 1680e12, "bf16": 1387e12}}
+    hopper = KERNEL_EFFICIENCY[("hopper", "bf16")]["prefill_eff"]
+    assert hopper * 989 == pytest.approx(1 / (1 / (0.201 * 1979) - 1 / 1083 + 1 / 679), rel=1e-9)
+    assert hopper == pytest.approx(0.3301, abs=1e-4)
+    blackwell = KERNEL_EFFICIENCY[("blackwell", "bf16")]["prefill_eff"]
+    w8 = 0.201 * 2.15 / (4500 / 1979) * 4500
+    assert w8 == pytest.approx(855.2, abs=0.1)
+    assert blackwell * 2250 == pytest.approx(1 / (1 / w8 - 1 / 1680 + 1 / 1387), rel=1e-9)
+    assert blackwell * 2250 == pytest.approx(772.2, abs=0.1)
+    for arch, gpu in (("hopper", "h200"), ("blackwell", "b200")):
         src = KERNEL_SOURCES[(arch, "bf16")]
-        assert "aiconfigurator" in src and f"{BF16_FP8_GEMM_RATIO[arch]}" in src
+        assert "aiconfigurator" in src and f"{gpu}_sxm" in src
         assert (arch, "bf16") in FITTED_CLASSES                  # they follow a fitted class
+
+
+def test_equal_gemm_rates_keep_the_fp8_whole_forward(monkeypatch):
+    """The rule's limit: were BF16 GEMMs as fast as FP8's, a BF16 prefill would take the FP8 forward's absolute
+    rate; a slower BF16 GEMM only lowers it."""
+    h200 = get_gpu("h200")
+    fp8 = {"prefill_eff": 0.201}
+    slower = bf16_class(fp8, "h200")["prefill_eff"] * h200.flops_bf16
+    monkeypatch.setitem(PREFILL_GEMM_RATE, "hopper", {"fp8": 1083e12, "bf16": 1083e12})
+    assert bf16_class(fp8, "h200")["prefill_eff"] * h200.flops_bf16 == pytest.approx(0.201 * h200.flops_fp8)
+    assert slower < 0.201 * h200.flops_fp8
 
 
 @pytest.mark.parametrize("name", sorted(CATALOG))

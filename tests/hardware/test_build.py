@@ -158,7 +158,7 @@ def test_transfer_rules_by_hand():
     H20 is a Hopper part; an H200 and a B200 alike), times the Hopper factor once fitted; host CPU constants
     carry over unchanged; a built machine overlaps its launches (t_launch = 82.6 ms / 1,403 kernels,
     sgl-project/sglang#12160) and takes the public harnesses' request path; Hopper FP8 efficiencies come from
-    the fitted table, Hopper BF16 from it at the published BF16/FP8 GEMM ratio, dense prefill attention from
+    the fitted table, Hopper BF16 from it with its GEMMs at the measured BF16 rate, dense prefill attention from
     published figures."""
     base = load_topology("sac-testbed")
     rules = transferred(get_gpu("h200"), "fp8", fitted=False)

@@ -139,21 +139,59 @@ _HOPPER_FP8 = {"prefill_eff": 0.201, "moe_eff": 0.749}
 # than on H200, whose FP8 peaks differ by 4500 / 1979 = 2.27: the same shapes reach 2.15 / 2.27 = 0.947 of Hopper's
 # fraction of the peak
 B200_GEMM_RATIO = 2.15 / (4500 / 1979)
+_BLACKWELL_FP8 = {"prefill_eff": _HOPPER_FP8["prefill_eff"] * B200_GEMM_RATIO, "moe_eff": _HOPPER_FP8["moe_eff"]}
+# A BF16 prefill is the FP8 class's whole forward with its GEMMs at the BF16 rate. The fitted FP8 fraction is a
+# whole-forward rate W8 (DeepGEMM's block-scale GEMMs and everything else a prefill runs: norms, activations,
+# RoPE, the small kernels), so per FLOP an FP8 prefill takes 1/W8 = 1/G8 (its GEMMs at their measured rate G8) +
+# a remainder that does not depend on the weights' format. A BF16 prefill takes its GEMMs at their measured rate
+# G16 and the same remainder: 1/W16 = 1/W8 - 1/G8 + 1/G16, so W16 <= W8 wherever G16 <= G8, and an FP8 prefill is
+# never priced slower than a BF16 one. (FP8's activation quantisation kernels are in the remainder too, so this
+# prices BF16 on the slow side by their share [not separated: no published split].) G8, G16: aiconfigurator's
+# measured GEMM tables (ai-dynamo/aiconfigurator 095f58a5, aic-core/src/aiconfigurator_core/systems/data/<gpu>/
+# gemm/sglang/0.5.9/gemm_perf.parquet, SGLang 0.5.9's kernels: gemm_dtype "fp8_block", DeepGEMM, and
+# "bfloat16"), the median rate over the 1,020 shapes with M = 1,024 / 2,048 / 4,096 / 8,192 tokens and N, K >=
+# 1,024: h200_sxm (the GPU of the Hopper FP8 fit) 1,083 and 679 TFLOP/s (median per-shape ratio 0.631; h100_sxm
+# 1,141 and 716), b200_sxm 1,680 and 1,387 (DeepGEMM's SM100 kernels are slow at M = 1,024).
+PREFILL_GEMM_RATE: dict[str, dict[str, float]] = {"hopper": {"fp8": 1083e12, "bf16": 679e12},
+                                                  "blackwell": {"fp8": 1680e12, "bf16": 1387e12}}
+
+
+def bf16_class(fp8: dict[str, float], gpu_name: str) -> dict[str, float]:
+    """The BF16 kernel class of ``gpu_name``'s generation from its FP8 class ``fp8``: ``prefill_eff`` (a fraction
+    of the BF16 peak) whose absolute rate W16 keeps the FP8 whole forward's format-independent remainder and
+    swaps its GEMMs' rate for BF16's (:data:`PREFILL_GEMM_RATE`): 1/W16 = 1/W8 - 1/G8 + 1/G16, W8 = the FP8
+    fraction x the FP8 peak (FLOP/s)."""
+    g = get_gpu(gpu_name)
+    rates = PREFILL_GEMM_RATE[g.arch]
+    w8 = fp8["prefill_eff"] * g.flops_fp8
+    w16 = 1.0 / (1.0 / w8 - 1.0 / rates["fp8"] + 1.0 / rates["bf16"])
+    return {"prefill_eff": w16 / g.flops_bf16}
+
+
 KERNEL_EFFICIENCY: dict[tuple[str, str], dict[str, float]] = {
     ("hopper", "fp8"): dict(_HOPPER_FP8),
-    ("hopper", "bf16"): {"prefill_eff": 0.65},
-    ("blackwell", "fp8"): {"prefill_eff": _HOPPER_FP8["prefill_eff"] * B200_GEMM_RATIO,
-                           "moe_eff": _HOPPER_FP8["moe_eff"]},
+    ("hopper", "bf16"): bf16_class(_HOPPER_FP8, "h200"),
+    ("blackwell", "fp8"): dict(_BLACKWELL_FP8),
+    ("blackwell", "bf16"): bf16_class(_BLACKWELL_FP8, "b200"),
 }
-FITTED_CLASSES = {("hopper", "fp8"), ("blackwell", "fp8")}
+# the BF16 classes follow the fitted FP8 ones, so they are fitted too (the report's "before" carries the testbed's)
+FITTED_CLASSES = {("hopper", "fp8"), ("blackwell", "fp8"), ("hopper", "bf16"), ("blackwell", "bf16")}
 KERNEL_EFFICIENCY_SOURCE = ("fitted: kernel efficiencies of FP8 DeepSeek-R1 on 8 x H200 (SGLang 0.5.9, TP8), the 15 "
                             "runs of shared/data/external/h200-deepseek-r1-sglang-tp8.csv, in stages: the kernel floor "
                             "on the TPOT of the lowest concurrency, moe_eff on that of the highest, prefill_eff on what "
                             "an 8K prompt adds to the TTFT of a 1K one (sacmodel.fit.transfer.fit_kernel_efficiency)")
 KERNEL_SOURCES: dict[tuple[str, str], str] = {
     ("hopper", "fp8"): KERNEL_EFFICIENCY_SOURCE,
-    ("hopper", "bf16"): "published: torch BF16 GEMMs on H100 at DeepSeek-V3's N=2112, K=7168 reach 620 TFLOP/s at "
-                        "M=1024 and 716 at 4096 (vllm-project/vllm#23280), of 989 = 0.63-0.72: 0.65",
+    ("hopper", "bf16"): "prefill_eff: the Hopper FP8 fit's whole forward (0.201 of 1,979 TFLOP/s) with its GEMMs at "
+                        "the BF16 rate, the rest kept: 1/W16 = 1/W8 - 1/G8 + 1/G16, G8 1,083 and G16 679 TFLOP/s, the "
+                        "median DeepGEMM FP8 block-scale and BF16 GEMM rates at prefill shapes (M 1K-8K, N, K >= 1K) "
+                        "in aiconfigurator's measured H200 tables (ai-dynamo/aiconfigurator 095f58a5, systems/data/"
+                        "h200_sxm/gemm/sglang/0.5.9); a lone torch BF16 GEMM reaches 0.63-0.72 of the peak "
+                        "(vllm-project/vllm#23280), a whole forward less",
+    ("blackwell", "bf16"): "prefill_eff: the Blackwell FP8 class's whole forward with its GEMMs at the BF16 rate, the "
+                           "rest kept (bf16_class): G8 1,680 and G16 1,387 TFLOP/s, the median DeepGEMM FP8 block-scale "
+                           "and BF16 GEMM rates at prefill shapes in aiconfigurator's measured B200 tables "
+                           "(ai-dynamo/aiconfigurator 095f58a5, systems/data/b200_sxm/gemm/sglang/0.5.9)",
     ("blackwell", "fp8"): "prefill_eff: the Hopper FP8 fit x 0.947, aiconfigurator's measured DeepGEMM FP8 GEMMs at "
                           "prefill shapes 1.9-2.4x faster on B200 than H200 (ai-dynamo/aiconfigurator systems data) over "
                           "the peak ratio 2.27; moe_eff: [assumed: Hopper FP8's fraction of HBM; no published Blackwell "

@@ -62,6 +62,11 @@ class IterationCost:
             u = self._own[b] = self.model.rank_coeffs(b, 1, True)[2]
         return u
 
+    def _coeffs(self, b: int, active: int, lg: bool) -> tuple:
+        """A decoding rank's coefficients (a, c, g, k, d, h) of :meth:`Model.rank_coeffs` and its own unit
+        (:meth:`own_unit`; 0 where its route is not shared or all its requests fit the buffer)."""
+        return self.model.rank_coeffs(b, active, lg) + (self.own_unit(b) if lg and self.route_shared else 0.0,)
+
     def prefill_part(self, admits: list, prefilled: list[int]) -> float:
         """Seconds of the slowest rank's prefill batch (``admits``: [(rank, [(request, tokens)])])."""
         return max(self.prefill_parts(admits, prefilled).values(), default=0.0)
@@ -179,11 +184,11 @@ class IterationCost:
         arrival or front-end turn). Returns (step time, jump, shared part, the slowest decoding rank's state
         (batch, mean context, misses, has long requests))."""
         running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
-        n_long, model, newest_at, swaps, own = ranks.n_long, self.model, ranks.newest_at, ranks.swaps, self._own
+        n_long, model, newest_at, swaps = ranks.n_long, self.model, ranks.newest_at, ranks.swaps
         floor, shared, left, eager = self._fixed_parts(ranks, admits, decoding, n_tok, n_distinct)
         mixed = self.mixed_parts
         active = len(decoding)
-        cache = self._by_active.get(active)          # (b << 1 | has long requests) -> coefficients
+        cache = self._by_active.get(active)          # (b << 1 | has long requests) -> coefficients, own unit
         if cache is None:
             cache = self._by_active[active] = {}
         while True:
@@ -201,11 +206,10 @@ class IterationCost:
                 lg = n_long[r] > 0
                 co = cache.get(b + b + lg)
                 if co is None:
-                    co = cache[b + b + lg] = model.rank_coeffs(b, active, lg)
-                a, c, g, k, d, h = co
+                    co = cache[b + b + lg] = self._coeffs(b, active, lg)
+                a, c, g, k, d, h, u = co
                 if split and lg:                    # the route split by demand (f), within the rank's own limit
-                    u = own.get(b)
-                    q = (u if u is not None else self.own_unit(b)) * M
+                    q = u * M
                     if f > q:
                         q = f
                 else:

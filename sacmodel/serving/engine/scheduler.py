@@ -281,16 +281,17 @@ class Ranks:
         o = j - self.base[r]                             # the accumulator's index of clock j
         if len(ready) == 1:                              # the usual case: one request joins
             i = ready[0]
-            top = j + (life[i] if life[i] > 0 else 0) + 1
-            if top - self.base[r] <= len(self.acc[r]):
-                a = self.acc[r]
-            else:
-                a, o = self._grow(r, top), 0
             cl = curve[i]
-            if cl is not None:
-                seg = a[o:o + shape[i][1] + 1]
-                seg += cl
-            self.newest_at[r] = self._view(cl) + (j,) if cl is not None and len(cl) > 1 else None
+            if cl is None:                               # it loads nothing
+                self.newest_at[r] = None
+                return
+            top = o + (life[i] if life[i] > 0 else 0) + 1
+            a = self.acc[r]
+            if top > len(a):
+                a, o = self._grow(r, top + self.base[r]), 0
+            seg = a[o:o + shape[i][1] + 1]
+            seg += cl
+            self.newest_at[r] = self._view(cl) + (j,) if len(cl) > 1 else None
             return
         shapes: dict[tuple[int, int], list] = {}         # shape -> [count, one request of it]
         longest = 0

@@ -126,7 +126,11 @@ class IterationCost:
         launches of an iteration that runs without a graph (a prefill anywhere, or a decode batch above the
         captured sizes), else 0."""
         if admits:
-            return self._prefill_launch(sum(take for _, batch in admits for _, take in batch))
+            tokens = 0
+            for _, batch in admits:
+                for _, take in batch:
+                    tokens += take
+            return self._prefill_launch(tokens)
         if decoding and max(map(ranks.running.__getitem__, decoding)) > self.graph_bs:
             return self.t_eager
         return 0.0

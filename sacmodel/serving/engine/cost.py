@@ -171,16 +171,6 @@ class IterationCost:
             out[r] = own
         return out
 
-    def _rank_misses(self, ranks: Ranks, decoding: list[int], jump: int) -> list[float]:
-        """Entries per layer each decoding rank loads per step over the next ``jump`` steps (from its miss
-        accumulator)."""
-        acc_at, clock, base = ranks.acc_at, ranks.clock, ranks.base
-        Ms = []
-        for r in decoding:
-            ar, o = acc_at[r], clock[r] - base[r]
-            Ms.append((ar[o + jump] - ar[o]) / jump)
-        return Ms
-
     def _slowest(self, ranks: Ranks, decoding: list[int], jump: int, cache: dict) -> tuple[float, tuple | None]:
         """The slowest decoding rank's part (s) over the next ``jump`` steps, at its mean over them, and its state
         (batch, mean context, misses, has long requests); sets :attr:`misses`. Where the ranks' swap-ins share
@@ -190,8 +180,11 @@ class IterationCost:
         running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
         n_long, newest_at, mixed = ranks.n_long, ranks.newest_at, self.mixed_parts
         active, half = len(decoding), (jump - 1) / 2.0
-        if ranks.swaps:
-            Ms = self._rank_misses(ranks, decoding, jump)
+        if ranks.swaps:                             # entries per layer each rank loads per step over the jump
+            acc_at, base, Ms = ranks.acc_at, ranks.base, []
+            for r in decoding:
+                ar, o = acc_at[r], clock[r] - base[r]
+                Ms.append((ar[o + jump] - ar[o]) / jump)
             self.misses = sum(Ms)
         else:                                       # nothing loaded: the accumulators stay at zero
             Ms, self.misses = [0.0] * active, 0.0

@@ -212,13 +212,14 @@ class HostPool:
                 entries.add(pid)
                 self.static[r] += tb.L[i] - tb.todo[i]
         used = self.static[r] + float(self.running[r] * self.clock[r] - self.sum_join[r])      # + decoded(r)
-        if used + need > self.capacity:
+        total = used + need
+        if total > self.capacity:
             self._crash(now, r, need, used)
             return False
         self.static[r] += need
         self.own[i] = need
-        if used + need > self.peak:
-            self.peak = used + need
+        if total > self.peak:
+            self.peak = total
         return True
 
     def fewest_steps(self, ranks: list[int]) -> int:

@@ -64,15 +64,17 @@ class Dispatch:
     def receive(self, cutoffs: list[float], ranks: "Ranks", now: float) -> None:
         """Each rank ``r`` takes into its waiting queue what reached it by ``cutoffs[r]`` (s), to be scheduled
         from ``now`` (s) on."""
-        waiting, taken_in = ranks.waiting, self.taken_in
+        waiting, taken_in, count = ranks.waiting, self.taken_in, self.count
         for r, box in enumerate(self.inbox):
             if box:
                 limit = cutoffs[r] + 1e-12
+                w = waiting[r]
                 while box and box[0][0] <= limit:
                     i = box.popleft()[1]
-                    waiting[r].append(i)
+                    w.append(i)
                     taken_in[i] = now
-                    self.count -= 1
+                    count -= 1
+        self.count = count
 
     def next_time(self) -> float:
         """When the earliest request still in an inbox reached it (inf: none)."""

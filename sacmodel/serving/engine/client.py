@@ -81,7 +81,8 @@ class Client:
                 self.in_flight -= 1
             elif first[i] != first[i]:                # NaN: its first token (a retracted request's re-prefill
                 first[i] = when                        # sends another, which is not its first)
-        self.send(when)
+        if self.in_flight < self.concurrency or self.next_lead < self.lead:
+            self.send(when)                            # else every slot is still taken: send would return
 
     def next_send(self) -> float:
         """When the next request will be sent if nothing else happens (inf: none can go before a delivery)."""

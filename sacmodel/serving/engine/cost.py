@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 
-from ..costs import fair_share_finish
 from .scheduler import Ranks
 from .stepmodel import Model, batch_mha
 from .workload import RequestTable
@@ -47,6 +46,7 @@ class IterationCost:
         self.share_unit = [model.swap_unit(k) if k else 0.0 for k in range(model.cfg.dp + 1)] \
             if self.route_shared else []
         self._own: dict[int, float] = {}
+        self._launched: tuple = (None, None, 0.0)      # (decoding, admits, eager launches) of the last send_delays
         self.misses = 0.0               # entries per layer the last priced iteration loads (all ranks, per step)
         # vLLM runs a rank's prefill chunks and decode tokens in one forward: its rank part is their sum
         self.mixed = model.cfg.engine == "vllm"
@@ -61,6 +61,11 @@ class IterationCost:
         if u is None:
             u = self._own[b] = self.model.rank_coeffs(b, 1, True)[2]
         return u
+
+    def _coeffs(self, b: int, active: int, lg: bool) -> tuple:
+        """A decoding rank's coefficients (a, c, g, k, d, h) of :meth:`Model.rank_coeffs` and its own unit
+        (:meth:`own_unit`; 0 where its route is not shared or all its requests fit the buffer)."""
+        return self.model.rank_coeffs(b, active, lg) + (self.own_unit(b) if lg and self.route_shared else 0.0,)
 
     def prefill_part(self, admits: list, prefilled: list[int]) -> float:
         """Seconds of the slowest rank's prefill batch (``admits``: [(rank, [(request, tokens)])])."""
@@ -108,7 +113,9 @@ class IterationCost:
         shared = self._shared.get(key)
         if shared is None:
             shared = model.shared(n_tok, False, n_distinct)
-        return 0.0, shared, self._left[key], self.launch_time(ranks, (), decoding)
+        known = self._launched           # send_delays priced this iteration's launches (the same batch lists)
+        eager = known[2] if known[0] is decoding and known[1] is admits else self.launch_time(ranks, (), decoding)
+        return 0.0, shared, self._left[key], eager
 
     def _prefill_launch(self, tokens: int) -> float:
         """Eager launches of an iteration that prefills ``tokens`` tokens (a piecewise CUDA graph up to its cap)."""
@@ -119,11 +126,13 @@ class IterationCost:
         launches of an iteration that runs without a graph (a prefill anywhere, or a decode batch above the
         captured sizes), else 0."""
         if admits:
-            return self._prefill_launch(sum(take for _, batch in admits for _, take in batch))
-        running, graph_bs = ranks.running, self.graph_bs
-        for r in decoding:
-            if running[r] > graph_bs:
-                return self.t_eager
+            tokens = 0
+            for _, batch in admits:
+                for _, take in batch:
+                    tokens += take
+            return self._prefill_launch(tokens)
+        if decoding and max(map(ranks.running.__getitem__, decoding)) > self.graph_bs:
+            return self.t_eager
         return 0.0
 
     def send_delays(self, ranks: Ranks, admits: list, decoding: list[int]) -> list[float]:
@@ -134,7 +143,9 @@ class IterationCost:
         serialised with the GPU, or its admission work with a request's first chunk), since every rank waits for
         the others at the gather of the batch shapes that data-parallel attention runs on the CPU group after
         each rank has prepared its batch (SGLang's ``prepare_mlp_sync_batch``)."""
-        launch = self.launch_cpu[self.launch_time(ranks, admits, decoding)]
+        eager = self.launch_time(ranks, admits, decoding)
+        self._launched = (decoding, admits, eager)
+        launch = self.launch_cpu[eager]
         t_hs, t_hs_req, t_hs_admit = self.t_hs, self.t_hs_req, self.t_hs_admit    # 0 without HiSparse
         running = ranks.running
         sync = 0.0                      # the slowest rank's preparation, which every rank waits for
@@ -160,16 +171,65 @@ class IterationCost:
             out[r] = own
         return out
 
-    def _rank_misses(self, ranks: Ranks, decoding: list[int], jump: int) -> tuple[list, float, list | None]:
-        """Entries per layer each decoding rank loads per step over the next ``jump`` steps (from its miss
-        accumulator), their sum, and when each rank's swap-ins end on a shared route (None: not shared)."""
-        acc_at, clock, base = ranks.acc_at, ranks.clock, ranks.base
-        Ms = []
-        for r in decoding:
-            ar, o = acc_at[r], clock[r] - base[r]
-            Ms.append((ar[o + jump] - ar[o]) / jump)
-        fair = fair_share_finish(Ms, self.share_unit.__getitem__) if self.route_shared else None
-        return Ms, sum(Ms), fair
+    def _slowest(self, ranks: Ranks, decoding: list[int], jump: int, cache: dict) -> tuple[float, tuple | None]:
+        """The slowest decoding rank's part (s) over the next ``jump`` steps, at its mean over them, and its state
+        (batch, mean context, misses, has long requests); sets :attr:`misses`. Where the ranks' swap-ins share
+        a route, the ranks are walked by their demand, each one's finish at its fair share accumulated as
+        :func:`sacmodel.serving.costs.fair_share_finish` does (equal parts: the lower rank is the slowest, as
+        in rank order)."""
+        running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
+        n_long, newest_at, mixed = ranks.n_long, ranks.newest_at, self.mixed_parts
+        active, half = len(decoding), (jump - 1) / 2.0
+        if ranks.swaps:                             # entries per layer each rank loads per step over the jump
+            acc_at, base, Ms = ranks.acc_at, ranks.base, []
+            for r in decoding:
+                ar, o = acc_at[r], clock[r] - base[r]
+                Ms.append((ar[o + jump] - ar[o]) / jump)
+            self.misses = sum(Ms)
+        else:                                       # nothing loaded: the accumulators stay at zero
+            Ms, self.misses = [0.0] * active, 0.0
+        split = self.route_shared and ranks.swaps
+        units, copies, f, prev = self.share_unit, active, 0.0, 0.0    # copies still running, the finish so far
+        top, best, slowest = -1.0, None, -1
+        for M, r in sorted(zip(Ms, decoding)) if split else zip(Ms, decoding):
+            if split:
+                if M > prev:
+                    f += (M - prev) * units[copies]
+                    prev = M
+                copies -= 1
+            b = running[r]
+            ck = clock[r]
+            Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
+            lg = n_long[r] > 0
+            co = cache.get(b + b + lg)
+            if co is None:
+                co = cache[b + b + lg] = self._coeffs(b, active, lg)
+            a, c, g, k, d, h, u = co
+            if split and lg:                        # the route split by demand (f), within the rank's own limit
+                q = u * M
+                if f > q:
+                    q = f
+            else:
+                q = g * M
+            nb = newest_at[r]
+            if nb is not None and h:                # the busiest block: the newest request's misses
+                nc, last, born = nb
+                age = ck - born
+                hi = age + jump
+                if hi < last:                       # still young (the usual case): no clamping to its end
+                    s = h * (nc[hi] - nc[age]) / jump
+                else:
+                    s = h * (nc[last] - nc[age if age < last else last]) / jump
+                if s > q:
+                    q = s
+            p = a + c * Lm + q
+            if Lm < k:
+                p -= d * (k - Lm)
+            if mixed is not None:
+                p += mixed.get(r, 0.0)
+            if p > top or (p == top and r < slowest):
+                top, best, slowest = p, (b, Lm, M, lg), r
+        return top, best
 
     def iteration_time(self, ranks: Ranks, admits: list, decoding: list[int], jump: int, n_tok: int,
                        n_distinct: int, now: float, horizon: float) -> tuple[float, int, float, tuple | None]:
@@ -178,56 +238,15 @@ class IterationCost:
         its decode batch at its mean over the jump), shrinking the jump so that it ends by ``horizon`` (the next
         arrival or front-end turn). Returns (step time, jump, shared part, the slowest decoding rank's state
         (batch, mean context, misses, has long requests))."""
-        running, clock, sum_l, sum_join = ranks.running, ranks.clock, ranks.sum_l, ranks.sum_join
-        n_long, model, newest_at, swaps, own = ranks.n_long, self.model, ranks.newest_at, ranks.swaps, self._own
+        model = self.model
         floor, shared, left, eager = self._fixed_parts(ranks, admits, decoding, n_tok, n_distinct)
-        mixed = self.mixed_parts
         active = len(decoding)
-        cache = self._by_active.get(active)          # (b << 1 | has long requests) -> coefficients
+        cache = self._by_active.get(active)          # (b << 1 | has long requests) -> coefficients, own unit
         if cache is None:
             cache = self._by_active[active] = {}
         while True:
-            part, best, top = floor, None, -1.0
-            half = (jump - 1) / 2.0
-            if swaps:
-                Ms, misses, fair = self._rank_misses(ranks, decoding, jump)
-            else:                                   # nothing loaded: the accumulators stay at zero
-                Ms, misses, fair = [0.0] * active, 0.0, None
-            split = fair is not None
-            for r, M, f in zip(decoding, Ms, fair if split else Ms):
-                b = running[r]
-                ck = clock[r]
-                Lm = (sum_l[r] + b * ck - sum_join[r]) / b + 1.0 + half
-                lg = n_long[r] > 0
-                co = cache.get(b + b + lg)
-                if co is None:
-                    co = cache[b + b + lg] = model.rank_coeffs(b, active, lg)
-                a, c, g, k, d, h = co
-                if split and lg:                    # the route split by demand (f), within the rank's own limit
-                    u = own.get(b)
-                    q = (u if u is not None else self.own_unit(b)) * M
-                    if f > q:
-                        q = f
-                else:
-                    q = g * M
-                nb = newest_at[r]
-                if nb is not None and h:            # the busiest block: the newest request's misses
-                    nc, last, born = nb
-                    age = ck - born
-                    hi = age + jump
-                    if hi < last:                   # still young (the usual case): no clamping to its end
-                        s = h * (nc[hi] - nc[age]) / jump
-                    else:
-                        s = h * (nc[last] - nc[age if age < last else last]) / jump
-                    if s > q:
-                        q = s
-                p = a + c * Lm + q
-                if Lm < k:
-                    p -= d * (k - Lm)
-                if mixed is not None:
-                    p += mixed.get(r, 0.0)
-                if p > top:
-                    top, best = p, (b, Lm, M, lg)
+            top, best = self._slowest(ranks, decoding, jump, cache)
+            part = floor
             if top > part:
                 part = top
             T = shared + part
@@ -235,7 +254,6 @@ class IterationCost:
                 T = model.joined(shared, part, left, self._hs[0] + self._hs[1] * best[0] if best else 0.0)
             if eager:                               # launches overlap the GPU work (Model.overlapped)
                 T = model.overlapped(T, eager)
-            self.misses = misses
             if jump == 1 or now + jump * T <= horizon + 1e-12:
                 return T, jump, shared, best
             jump = max(1, min(jump - 1, math.ceil((horizon - now) / T)))

@@ -212,34 +212,37 @@ class HostPool:
                 entries.add(pid)
                 self.static[r] += tb.L[i] - tb.todo[i]
         used = self.static[r] + float(self.running[r] * self.clock[r] - self.sum_join[r])      # + decoded(r)
-        if used + need > self.capacity:
+        total = used + need
+        if total > self.capacity:
             self._crash(now, r, need, used)
             return False
         self.static[r] += need
         self.own[i] = need
-        if used + need > self.peak:
-            self.peak = used + need
+        if total > self.peak:
+            self.peak = total
         return True
 
     def fewest_steps(self, ranks: list[int]) -> int:
         """The fewest decode steps any of the ``ranks`` can run before a backup finds its host pool full (it
         runs for every decoding rank before each jump)."""
         static, running, clock, sum_join, cap = self.static, self.running, self.clock, self.sum_join, self.capacity
-        fewest = None
+        fewest = 1 << 30                # a rank without requests backs nothing up
         for r in ranks:
             b = running[r]
-            free = cap - static[r] - float(b * clock[r] - sum_join[r])
-            n = int(free // b) + 1 if b and free >= 0 else (1 << 30 if not b else 0)
-            if fewest is None or n < fewest:
-                fewest = n
+            if b:
+                free = cap - static[r] - float(b * clock[r] - sum_join[r])
+                n = int(free // b) + 1 if free >= 0 else 0
+                if n < fewest:
+                    fewest = n
         return fewest
 
     def check(self, ranks: list[int], now: float) -> bool:
         """The decoding ``ranks``' next step backs its tokens up: False (and a crash) where a pool is full."""
         static, running, clock, sum_join, peak = self.static, self.running, self.clock, self.sum_join, self.peak
+        cap = self.capacity
         for r in ranks:
             used = static[r] + float(running[r] * clock[r] - sum_join[r])       # + decoded(r), inlined
-            if used > self.capacity:
+            if used > cap:
                 self.peak = peak
                 self._crash(now, r, running[r], used - running[r])
                 return False

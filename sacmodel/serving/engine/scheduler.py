@@ -64,15 +64,17 @@ class Dispatch:
     def receive(self, cutoffs: list[float], ranks: "Ranks", now: float) -> None:
         """Each rank ``r`` takes into its waiting queue what reached it by ``cutoffs[r]`` (s), to be scheduled
         from ``now`` (s) on."""
-        waiting, taken_in = ranks.waiting, self.taken_in
+        waiting, taken_in, count = ranks.waiting, self.taken_in, self.count
         for r, box in enumerate(self.inbox):
             if box:
                 limit = cutoffs[r] + 1e-12
+                w = waiting[r]
                 while box and box[0][0] <= limit:
                     i = box.popleft()[1]
-                    waiting[r].append(i)
+                    w.append(i)
                     taken_in[i] = now
-                    self.count -= 1
+                    count -= 1
+        self.count = count
 
     def next_time(self) -> float:
         """When the earliest request still in an inbox reached it (inf: none)."""
@@ -116,7 +118,7 @@ class Ranks:
         self.newest = [0] * dp                # clock of the latest join
         # the miss curve of a request of the latest join (its busiest): (curve, its last index, join clock)
         self.newest_at: list[tuple | None] = [None] * dp
-        self._last_view: tuple = (None, None)         # (curve, what _view gave for it)
+        self._last_view: tuple = (None, None, 0)      # (curve, its memoryview, its last index): _view
         self.acc = [np.zeros(max(4096, 4 * table.max_out)) for _ in range(dp)]
         self.acc_at = [memoryview(a) for a in self.acc]    # the same memory, read as Python floats (quicker)
         self.base = [0] * dp                  # the clock of each accumulator's first entry
@@ -281,16 +283,20 @@ class Ranks:
         o = j - self.base[r]                             # the accumulator's index of clock j
         if len(ready) == 1:                              # the usual case: one request joins
             i = ready[0]
-            top = j + (life[i] if life[i] > 0 else 0) + 1
-            if top - self.base[r] <= len(self.acc[r]):
-                a = self.acc[r]
-            else:
-                a, o = self._grow(r, top), 0
             cl = curve[i]
-            if cl is not None:
-                seg = a[o:o + shape[i][1] + 1]
-                seg += cl
-            self.newest_at[r] = self._view(cl) + (j,) if cl is not None and len(cl) > 1 else None
+            if cl is None:                               # it loads nothing
+                self.newest_at[r] = None
+                return
+            top = o + (life[i] if life[i] > 0 else 0) + 1
+            a = self.acc[r]
+            if top > len(a):
+                a, o = self._grow(r, top + self.base[r]), 0
+            seg = a[o:o + shape[i][1] + 1]
+            seg += cl
+            view = self._last_view          # _view, inlined: most joining requests share the last curve
+            if view[0] is not cl:
+                view = self._view(cl)
+            self.newest_at[r] = (view[1], view[2], j) if view[2] > 0 else None
             return
         shapes: dict[tuple[int, int], list] = {}         # shape -> [count, one request of it]
         longest = 0
@@ -314,14 +320,15 @@ class Ranks:
                 seg += cl if cnt == 1 else cnt * cl
                 if busiest is None or cl[1] > busiest[1]:
                     busiest = cl
-        self.newest_at[r] = self._view(busiest) + (j,) if busiest is not None and len(busiest) > 1 else None
+        view = self._view(busiest) if busiest is not None else None
+        self.newest_at[r] = (view[1], view[2], j) if view is not None and view[2] > 0 else None
 
     def _view(self, cl: np.ndarray) -> tuple:
-        """(the curve read as Python floats, its last index); the last one made is kept, since most joining
-        requests share their curve."""
+        """(the curve, the curve read as Python floats, its last index); the last one made is kept, since most
+        joining requests share their curve."""
         if cl is not self._last_view[0]:
-            self._last_view = (cl, (memoryview(cl), len(cl) - 1))
-        return self._last_view[1]
+            self._last_view = (cl, memoryview(cl), len(cl) - 1)
+        return self._last_view
 
     def _grow(self, r: int, size: int) -> np.ndarray:
         """Rank ``r``'s miss accumulator, holding clocks from the rank's clock up to ``size``. Entries before the

@@ -66,8 +66,8 @@ class Staging:
                 k, n = 1, len(st)
                 while k < n and st[k][0] <= it:
                     k += 1
-                if k == n:              # all of them (the usual case)
-                    out.append((r, [i for _, i in st]))
+                if k == n:              # all of them (the usual case, often one)
+                    out.append((r, [st[0][1]] if n == 1 else [i for _, i in st]))
                     st.clear()
                     holding.discard(r)
                 else:

@@ -80,28 +80,34 @@ def _errors(run, pred, derived_tput: float | None) -> dict:
     return {m: 100 * (pred[m] / meas[m] - 1) if pred["feasible"] and meas[m] > 0 else math.nan for m in METRICS}
 
 
-def two_run_group(name: str, ext: list, throughput_measured: bool) -> dict:
-    """Zero-shot (rules only, and as shipped) and two-run predictions of one group's runs not fitted."""
+def two_run_group(name: str, ext: list, throughput_measured: bool, start: str = "rules") -> dict:
+    """Zero-shot (rules only, and as shipped) and two-run predictions of one group's runs not fitted. The fit
+    starts from ``start``: "shipped" is where ``sacmodel calibrate`` starts (the scenario as built, its kernel
+    classes fitted on shared/data/external), "rules" the testbed's constants carried by the rules alone (for
+    the shared runs, on which the shipped classes are in-sample)."""
     from sacmodel.fit.machine import apply_constants, fit_machine, predict_bench
     from sacmodel.hardware.build import scenario
-    runs = [OwnSettings(b, r) for b, r in zip(bench_runs(ext, throughput_measured), ext)]
+    transfer = "fitted" if start == "shipped" else "rules"
+    runs = [OwnSettings(b, r, transfer) for b, r in zip(bench_runs(ext, throughput_measured), ext)]
     load = [r.concurrency * (r.isl + r.osl) for r in ext]
     lo, hi = int(np.argmin(load)), int(np.argmax(load))
     kw = ext[0].scenario_kwargs()
     rules = scenario(ext[0].gpu, transfer="rules", **kw)
     shipped = scenario(ext[0].gpu, **kw)
-    fit = fit_machine(rules, [runs[lo], runs[hi]])
-    cal = apply_constants(rules, {n: fit.values[n] for n in fit.fitted})
+    base = shipped if start == "shipped" else rules
+    fit = fit_machine(base, [runs[lo], runs[hi]])
+    cal = apply_constants(base, {n: fit.values[n] for n in fit.fitted})
     rows = []
     for i, (r, b) in enumerate(zip(ext, runs)):
         if i in (lo, hi):
             continue
         derived = None if throughput_measured else bench_line(r, False)["output_throughput"]
+        rules_own = b if start == "rules" else OwnSettings(b.bench, r, "rules")
         rows.append({"id": r.id, "workload": f"{r.isl}/{r.osl} c{r.concurrency}",
-                     "zero_shot_rules": _errors(b, b.predict(rules), derived),
+                     "zero_shot_rules": _errors(b, rules_own.predict(rules), derived),
                      "zero_shot_shipped": _errors(b, OwnSettings(b.bench, r, "fitted").predict(shipped), derived),
                      "two_run": _errors(b, b.predict(cal), derived)})
-    return {"group": name, "calibrated_on": [ext[lo].id, ext[hi].id],
+    return {"group": name, "start": start, "calibrated_on": [ext[lo].id, ext[hi].id],
             "calibrated_on_workload": [f"{ext[j].isl}/{ext[j].osl} c{ext[j].concurrency}" for j in (lo, hi)],
             "fitted": {n: fit.values[n] for n in fit.fitted}, "sd_rel": fit.sd, "interval": fit.interval, "at_bound": fit.at_bound,
             "unidentified": fit.unidentified, "throughput_measured": throughput_measured, "rows": rows,
@@ -202,10 +208,10 @@ def public_jobs() -> tuple[list[tuple], list[str]]:
     jobs, skipped = [], []
     if SHARED.exists():
         shared = load_external_runs(SHARED)
-        jobs.append(("shared/data/external H200 R1 TP8, all 15 runs", shared, False))
+        jobs.append(("shared/data/external H200 R1 TP8, all 15 runs", shared, False, "rules"))
         for isl, osl in sorted({(r.isl, r.osl) for r in shared}):
             sub = [r for r in shared if (r.isl, r.osl) == (isl, osl)]
-            jobs.append((f"shared/data/external H200 R1 TP8 {isl}/{osl}", sub, False))
+            jobs.append((f"shared/data/external H200 R1 TP8 {isl}/{osl}", sub, False, "rules"))
     if CHECKS.exists():
         checks = load_external_runs(CHECKS)
         machines: dict = {}       # one calibration per machine: a group may hold runs of two (TP8 and TP4)
@@ -213,14 +219,14 @@ def public_jobs() -> tuple[list[tuple], list[str]]:
             machines.setdefault((r.group, r.gpu, tuple(getattr(r, k) for k in MACHINE_KEYS)), []).append(r)
         for (g, gpu, _), sub in sorted(machines.items(), key=lambda x: x[0][0]):
             if len(sub) >= 3:
-                jobs.append((f"check {g} ({sub[0].gpus} x {gpu.upper()}, TP{sub[0].tp})", sub, True))
+                jobs.append((f"check {g} ({sub[0].gpus} x {gpu.upper()}, TP{sub[0].tp})", sub, True, "shipped"))
             else:
                 skipped.append(f"{g} ({sub[0].gpus} x {gpu.upper()}, TP{sub[0].tp}): {len(sub)} runs")
     return jobs, skipped
 
 
-def _public_group(name: str, ext: list, throughput_measured: bool) -> list[dict]:
-    return [two_run_group(name, ext, throughput_measured)]
+def _public_group(name: str, ext: list, throughput_measured: bool, start: str) -> list[dict]:
+    return [two_run_group(name, ext, throughput_measured, start)]
 
 
 def group_jobs() -> tuple[list[tuple], list[str]]:
@@ -251,8 +257,10 @@ def render(rep) -> list[str]:
         return []
     L = ["## 11. Your machine in two runs (issue 33)", "",
          "Each group's lowest- and highest-load runs (concurrency x (prompt + output)) are given to the fit of "
-         "`sacmodel calibrate` (the constants they identify, each within its physical range, started from the "
-         "testbed's constants carried by the transfer rules alone; each transferred value a prior as wide as the "
+         "`sacmodel calibrate` (the constants they identify, each within its physical range, started where "
+         "`calibrate` starts, the machine as built (shipped), for the checks, and from the testbed's constants "
+         "carried by the transfer rules alone for the shared H200 runs, on which the shipped kernel classes are "
+         "in-sample; each transferred value a prior as wide as the "
          "constant's range, `sacmodel.fit.machine.prior_width`, and kept where the runs ask a move of fewer than "
          "two of its standard deviations at their repeatability, `moved_sd`); the group's other runs are then "
          "predicted. "
@@ -271,7 +279,8 @@ def render(rep) -> list[str]:
         for m in METRICS:
             for v in ("zero_shot_rules", "zero_shot_shipped", "two_run"):
                 cells.append(f"{_a(s[v][m]['mape'])} ({_f(s[v][m]['signed'])})")
-        L.append(f"| {g['group']} | {', '.join(g['calibrated_on_workload'])} | {len(g['rows'])} | "
+        start = {"shipped": " (from shipped)", "rules": " (from rules)"}.get(g.get("start"), " (from prior)")
+        L.append(f"| {g['group']} | {', '.join(g['calibrated_on_workload'])}{start} | {len(g['rows'])} | "
                  + " | ".join(cells) + " |")
     if case.get("skipped"):
         L += ["", "Machines with fewer than three runs (two to fit, none left to predict): "

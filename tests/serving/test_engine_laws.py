@@ -212,3 +212,18 @@ def test_curve_cache_counts_unpickled_curves():
     c.put("k", a)
     c.put("view", np.arange(2000.0)[:10])
     assert c.nbytes == 8000 + 16000
+
+
+def test_a_rank_whose_requests_load_nothing_still_reads_its_accumulator_over_their_lives(cxl):
+    # (found by the validation's cluster replays after the engine's second speed pass: a joining request that
+    # loads nothing no longer grew its rank's accumulator, and a later step read past its end.) 1K prompts are
+    # under the top-k, so no request loads an entry; one in flight per rank decodes 12 x 800 steps, past the
+    # 4,096 entries an accumulator starts with; every step still reads zero misses
+    from sacmodel.serving.engine.loop import Engine
+    n = 96
+    reqs = Requests(np.zeros(n), np.full(n, 1024), np.full(n, 801), np.zeros(n))
+    eng = Engine(cxl, reqs, 8, Model(cxl), False, 0)
+    res = eng.run()
+    assert res.completed.all()
+    assert max(eng.ranks.clock) > 9000
+    assert all(not a.any() for a in eng.ranks.acc)

@@ -284,13 +284,13 @@ class Ranks:
         if len(ready) == 1:                              # the usual case: one request joins
             i = ready[0]
             cl = curve[i]
+            top = o + (life[i] if life[i] > 0 else 0) + 1
+            a = self.acc[r]
+            if top > len(a):                             # the rank's steps are read over the request's life
+                a, o = self._grow(r, top + self.base[r]), 0   # even when it loads nothing itself
             if cl is None:                               # it loads nothing
                 self.newest_at[r] = None
                 return
-            top = o + (life[i] if life[i] > 0 else 0) + 1
-            a = self.acc[r]
-            if top > len(a):
-                a, o = self._grow(r, top + self.base[r]), 0
             seg = a[o:o + shape[i][1] + 1]
             seg += cl
             view = self._last_view          # _view, inlined: most joining requests share the last curve

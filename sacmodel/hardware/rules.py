@@ -39,8 +39,11 @@ def check_parallel(m, *, gpus: int, tp: int, dp: int, ep: int, redundant: int = 
     nodes), dp_size and ep_size dividing tp_size, experts to split under EP, whole experts per GPU (routed +
     redundant divisible by ep_size). ``where`` describes the GPUs in the message."""
     if tp != gpus:
+        more = (f"; {gpus // tp} servers of tp={tp} are {gpus // tp} instances: gpus={tp} here, or a cluster of "
+                f"{gpus // tp} instances (replay --instances {gpus // tp})" if tp < gpus and gpus % tp == 0 else "")
         raise TopologyError(f"scenario: tp={tp} must equal gpus={gpus}" + (f" ({where})" if where else "")
-                            + " (one server over all its GPUs: SGLang's tp_size spans every GPU of its --nnodes)")
+                            + " (one server over all its GPUs: SGLang's tp_size spans every GPU of its --nnodes"
+                            + more + ")")
     for name, v in (("dp", dp), ("ep", ep)):
         if tp % v:
             raise TopologyError(f"scenario: {name}={v} must divide tp={tp} (SGLang: {name}_size divides tp_size)")

@@ -261,3 +261,15 @@ def test_built_gqa_machine_carries_its_paged_decode_rate():
     assert vl.param("gqa_decode_eff") >= sg.param("gqa_decode_eff")
     assert scenario("b200", gpus=1, model="qwen3-8b").param("gqa_decode_eff") == pytest.approx(0.70)
     assert not scenario("h200", model="deepseek-r1").has_param("gqa_decode_eff")
+
+
+def test_a_tp_below_the_gpus_names_the_instances_it_means():
+    # a newcomer's --gpus 8 --tp 4 --dp 2 (SGLang's two TP4 replicas): refused by the one-server rule, and the
+    # line says how to ask for it (instances of 4 GPUs, one or a cluster of two)
+    from sacmodel.hardware.topology import TopologyError
+    with pytest.raises(TopologyError, match=r"tp=4 must equal gpus=8 .*2 servers of tp=4 are 2 instances: "
+                                            r"gpus=4 here, or a cluster of 2 instances \(replay --instances 2\)"):
+        scenario("h200", gpus=8, tp=4, dp=2)
+    with pytest.raises(TopologyError) as e:             # no such hint where the sizes do not divide
+        scenario("h200", gpus=8, tp=3, dp=1)
+    assert "instances" not in str(e.value)

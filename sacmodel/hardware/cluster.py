@@ -139,7 +139,7 @@ def parse_capacity(value, field_: str, bytes_per_token: float | None) -> float:
             raise UnitError(f"{field_}: {s!r} is a size in bytes; give tokens ('3M', '200000 token'): bytes are "
                             "not tokens without a model's KV bytes per token")
         if not v >= 1:
-            raise UnitError(f"{field_}: capacity {s!r} holds less than one token")
+            raise UnitError(f"{field_}: {s!r} holds less than one token")
         return v
     raise UnitError(f"{field_}: {s!r} is not a capacity; give tokens ('3M', '200000 token') or bytes ('1 TB')")
 

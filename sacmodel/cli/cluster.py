@@ -149,11 +149,13 @@ def cmd_replay(a):
 
 
 def _cell(col: str, v) -> str:
-    """A cluster plan cell: shares in %, unfinished percentiles as 'unfin.'."""
+    """A cluster plan cell: shares in %, unfinished percentiles as 'unfin.', costs in USD to the cent."""
     if col in ("success_fraction", "hit_rate_total") and isinstance(v, float):
         return f"{100 * v:.1f}"
     if isinstance(v, float) and v == math.inf:
         return "unfin."
+    if col.startswith("cost_usd") and isinstance(v, (int, float)) and math.isfinite(v):
+        return f"{v:,.2f}"
     return plain(v)
 
 

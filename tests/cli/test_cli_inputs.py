@@ -203,3 +203,12 @@ def test_an_error_naming_input_with_line_breaks_stays_on_one_line(capsys, tmp_pa
         assert main(["predict", "--system", "cxl", "--context", "8K", "--scenario", scenario]) == 2
         err = capsys.readouterr().err
         assert len(err.splitlines()) == 1 and err.startswith("sacmodel: error:") and shown in err, err
+
+
+def test_a_cluster_plans_costs_print_to_the_cent():
+    # (a newcomer's find: 'plan --trace' printed 54 in the USD/h column next to 10.80 in its price line)
+    from sacmodel.cli.cluster import _cell
+    assert _cell("cost_usd_per_hour", 54.0) == "54.00"
+    assert _cell("cost_usd_per_million_tokens", 1234.5) == "1,234.50"
+    assert _cell("cost_usd_per_hour", float("inf")) == "unfin."
+    assert _cell("hit_rate_total", 0.5) == "50.0"

@@ -180,20 +180,33 @@ def test_a_request_submitted_to_a_running_engine_holds_whole_pages_as_one_given_
     assert whole.memory.slots == [1024.0] and whole.memory.clip == [7.0]
 
 
-def test_a_ranks_miss_accumulator_keeps_only_what_is_ahead_of_its_clock(cxl):
-    # (found by the long fuzz run: the accumulator grew with the whole run, 8,758 requests of 7,070 tokens went
-    # past 1 GB.) 96 requests of 8K and 800 tokens, one in flight per rank: each rank decodes 12 x 800 steps,
-    # more than the 4,096 entries it starts with; it keeps at most twice what lies ahead of its clock
+def _twelve_long_decodes_per_rank(cfg, prompt: int):
+    """96 requests of ``prompt`` tokens and 800 more, one in flight per rank: each rank decodes 12 x 800 steps,
+    more than the 4,096 entries its miss accumulator starts with; the engine after its run."""
     from sacmodel.serving.engine.loop import Engine
     n = 96
-    reqs = Requests(np.zeros(n), np.full(n, 8192), np.full(n, 801), np.zeros(n))
-    eng = Engine(cxl, reqs, 8, Model(cxl), False, 0)
-    res = eng.run()
-    assert res.completed.all()
-    ranks = eng.ranks
-    assert max(ranks.clock) > 9000 and max(ranks.base) > 0
+    reqs = Requests(np.zeros(n), np.full(n, prompt), np.full(n, 801), np.zeros(n))
+    eng = Engine(cfg, reqs, 8, Model(cfg), False, 0)
+    assert eng.run().completed.all()
+    assert max(eng.ranks.clock) > 9000
+    return eng
+
+
+def test_a_ranks_miss_accumulator_keeps_only_what_is_ahead_of_its_clock(cxl):
+    # (found by the long fuzz run: the accumulator grew with the whole run, 8,758 requests of 7,070 tokens went
+    # past 1 GB.) 8K prompts: it keeps at most twice what lies ahead of its clock
+    ranks = _twelve_long_decodes_per_rank(cxl, 8192).ranks
+    assert max(ranks.base) > 0
     assert all(len(a) <= 2 * 4096 for a in ranks.acc)
     assert all(b <= c for b, c in zip(ranks.base, ranks.clock))
+
+
+def test_a_rank_whose_requests_load_nothing_still_reads_its_accumulator_over_their_lives(cxl):
+    # (found by the validation's cluster replays after the engine's second speed pass: a joining request that
+    # loads nothing no longer grew its rank's accumulator, and a later step read past its end.) 1K prompts are
+    # under the top-k, so no request loads an entry; every step still reads zero misses
+    ranks = _twelve_long_decodes_per_rank(cxl, 1024).ranks
+    assert all(not a.any() for a in ranks.acc)
 
 
 def test_curve_cache_counts_unpickled_curves():
@@ -212,18 +225,3 @@ def test_curve_cache_counts_unpickled_curves():
     c.put("k", a)
     c.put("view", np.arange(2000.0)[:10])
     assert c.nbytes == 8000 + 16000
-
-
-def test_a_rank_whose_requests_load_nothing_still_reads_its_accumulator_over_their_lives(cxl):
-    # (found by the validation's cluster replays after the engine's second speed pass: a joining request that
-    # loads nothing no longer grew its rank's accumulator, and a later step read past its end.) 1K prompts are
-    # under the top-k, so no request loads an entry; one in flight per rank decodes 12 x 800 steps, past the
-    # 4,096 entries an accumulator starts with; every step still reads zero misses
-    from sacmodel.serving.engine.loop import Engine
-    n = 96
-    reqs = Requests(np.zeros(n), np.full(n, 1024), np.full(n, 801), np.zeros(n))
-    eng = Engine(cxl, reqs, 8, Model(cxl), False, 0)
-    res = eng.run()
-    assert res.completed.all()
-    assert max(eng.ranks.clock) > 9000
-    assert all(not a.any() for a in eng.ranks.acc)

@@ -106,9 +106,7 @@ class VLLMFrontEnd(FrontEnd):
         return min(self._batch()[0] if self.tokq else math.inf, self._next_loop())
 
     def next_busy_turn(self) -> float:
-        if self.intake or self.tokq or self.payloads > 0:
-            return self.next_turn()
-        return math.inf
+        return self.next_turn() if self.busy() else math.inf
 
     def run(self, until: float, dispatch: Callable[[int, float], None],
             deliver: Callable[[list, float], None]) -> None:

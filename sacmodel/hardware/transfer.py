@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..util.names import FP8_GEMM_BACKENDS
+from ..util.names import FP8_GEMM_BACKENDS, release
 from .gpus import GPUSpec, get_gpu
 
 TESTBED = "sac-testbed"
@@ -266,14 +266,12 @@ def moe_prefill_factor(arch: str, weights: str, engine_version: str | None) -> t
     """(factor on the class's ``prefill_eff``, source) that gives ``moe_prefill_eff``, the routed experts'
     prefill GEMMs, under SGLang release ``engine_version`` (e.g. "0.5.3"; None or "unknown": the present one):
     1 / :data:`TRITON_MOE_PRE_TMA` for FP8 weights on Hopper before :data:`TRITON_MOE_TMA_VERSION`. None: the
-    class's rate holds. A version that does not parse raises ``ValueError`` naming it."""
-    from packaging.version import InvalidVersion, Version
-    if engine_version in (None, "", "unknown") or arch != "hopper" or weights != "fp8":
+    class's rate holds. A version that does not parse raises ``ValueError`` naming it (:func:`release`, the
+    rule the scenario's edge already checked)."""
+    from packaging.version import Version
+    if release(engine_version) is None or arch != "hopper" or weights != "fp8":
         return None
-    try:
-        old = Version(engine_version) < Version(TRITON_MOE_TMA_VERSION)
-    except InvalidVersion:
-        raise ValueError(f"engine_version must be a release such as 0.5.3, got {engine_version!r}"[:300]) from None
+    old = Version(engine_version) < Version(TRITON_MOE_TMA_VERSION)
     return (1.0 / TRITON_MOE_PRE_TMA, TRITON_MOE_SOURCE) if old else None
 
 

@@ -523,7 +523,7 @@ def _fit(topo, runs, fitted, base, start):
         lo = _to_x(fitted, {n: ranges[n][0] for n in fitted})
         hi = _to_x(fitted, {n: ranges[n][1] for n in fitted})
         x0 = np.clip(_to_x(fitted, start), lo + 1e-6, hi - 1e-6)
-        width = prior_width(topo, fitted)
+        width = (hi - lo) / PRIOR_SPAN                          # prior_width, from the bounds at hand
 
         def posterior(x):       # the runs' weighted log errors, then the transferred values' prior rows
             return np.concatenate([_residuals(topo, runs, fitted, x), NOISE * (x - x0) / width])
@@ -555,8 +555,7 @@ def prior_width(topo, names) -> np.ndarray:
     """Each constant's prior standard deviation in the fitted coordinate: its range on ``topo``'s machine
     (:func:`constant_range`) over :data:`PRIOR_SPAN`."""
     ranges = _ranges(topo, names)
-    return np.array([(MACHINE_CONSTANTS[n].to_x(ranges[n][1]) - MACHINE_CONSTANTS[n].to_x(ranges[n][0])) / PRIOR_SPAN
-                     for n in names])
+    return (_to_x(names, {n: ranges[n][1] for n in names}) - _to_x(names, {n: ranges[n][0] for n in names})) / PRIOR_SPAN
 
 
 def cross_validate(topo, runs: list[BenchRun], names=None, J: np.ndarray | None = None,

@@ -87,8 +87,11 @@ def two_run_group(name: str, ext: list, throughput_measured: bool, start: str = 
     the shared runs, on which the shipped classes are in-sample)."""
     from sacmodel.fit.machine import apply_constants, fit_machine, predict_bench
     from sacmodel.hardware.build import scenario
-    transfer = "fitted" if start == "shipped" else "rules"
-    runs = [OwnSettings(b, r, transfer) for b, r in zip(bench_runs(ext, throughput_measured), ext)]
+    own = {t: [] for t in ("rules", "fitted")}        # each run on its own settings, under either transfer
+    for b, r in zip(bench_runs(ext, throughput_measured), ext):
+        for t, runs_t in own.items():
+            runs_t.append(OwnSettings(b, r, t))
+    runs = own["fitted" if start == "shipped" else "rules"]
     load = [r.concurrency * (r.isl + r.osl) for r in ext]
     lo, hi = int(np.argmin(load)), int(np.argmax(load))
     kw = ext[0].scenario_kwargs()
@@ -102,10 +105,9 @@ def two_run_group(name: str, ext: list, throughput_measured: bool, start: str = 
         if i in (lo, hi):
             continue
         derived = None if throughput_measured else bench_line(r, False)["output_throughput"]
-        rules_own = b if start == "rules" else OwnSettings(b.bench, r, "rules")
         rows.append({"id": r.id, "workload": f"{r.isl}/{r.osl} c{r.concurrency}",
-                     "zero_shot_rules": _errors(b, rules_own.predict(rules), derived),
-                     "zero_shot_shipped": _errors(b, OwnSettings(b.bench, r, "fitted").predict(shipped), derived),
+                     "zero_shot_rules": _errors(b, own["rules"][i].predict(rules), derived),
+                     "zero_shot_shipped": _errors(b, own["fitted"][i].predict(shipped), derived),
                      "two_run": _errors(b, b.predict(cal), derived)})
     return {"group": name, "start": start, "calibrated_on": [ext[lo].id, ext[hi].id],
             "calibrated_on_workload": [f"{ext[j].isl}/{ext[j].osl} c{ext[j].concurrency}" for j in (lo, hi)],

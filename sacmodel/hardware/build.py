@@ -554,9 +554,15 @@ def follow_parallelism(topo: Topology, was_dp: int) -> None:
         total = int(s["prefill_chunk"].value) * was_dp            # the launch value, before SGLang divides it
         s["prefill_chunk"].value = float(max(1, total // dp))
         s["prefill_chunk"].source = f"chunked_prefill_size {total}" + (f" / dp={dp}" if dp > 1 else "")
-    if not mib or not any(default(k) for k in ("cuda_graph_max_bs", "prefill_chunk", "mem_fraction")):
-        topo._routes.clear()
-        return
+    if mib:
+        _follow_defaults(topo, mib, tp, dp, default)
+    topo._routes.clear()
+
+
+def _follow_defaults(topo: Topology, mib: float, tp: int, dp: int, default) -> None:
+    """:func:`follow_parallelism`'s settings that took SGLang's default (``default(name)``) on a GPU of ``mib``
+    MiB, derived again for ``tp`` and ``dp``."""
+    s = topo.serving
     chunk0 = chunked_prefill_default(mib)
     if default("cuda_graph_max_bs"):
         s["cuda_graph_max_bs"].value = float(cuda_graph_max_bs_default(mib, tp))
@@ -570,4 +576,3 @@ def follow_parallelism(topo: Topology, was_dp: int) -> None:
         gpu_mem = SimpleNamespace(memory_mib=int(round(mib)), name="gpu")       # what _mem_fraction reads
         fixed = _mem_fraction(gpu_mem, None, tp=tp, dp=dp, chunk=chunk, cgmb=int(topo.param("cuda_graph_max_bs")))
         s["mem_fraction"].value, s["mem_fraction"].source = float(fixed["value"]), fixed["source"]
-    topo._routes.clear()

@@ -206,33 +206,6 @@ class E2ERun(BaseModel):
     round2: Round
 
 
-class BenchServingRun(BaseModel):
-    """An SGLang ``bench_serving`` result file."""
-    model_config = STRICT
-    completed: RunCount
-    mean_ttft_ms: Measured
-    mean_tpot_ms: Optional[Measured] = None
-    mean_itl_ms: Optional[Measured] = None
-    output_throughput: Measured
-    mean_e2e_latency_ms: Optional[Measured] = None
-    max_concurrency: Optional[RunCount] = None
-    num_prompts: Optional[RunCount] = None
-    random_input_len: Optional[Tokens] = None
-    random_output_len: Optional[Tokens] = None
-    total_input_tokens: Optional[Count] = None
-    total_output_tokens: Optional[Count] = None
-
-    @model_validator(mode="after")
-    def _lengths(self):
-        if self.mean_tpot_ms is None and self.mean_itl_ms is None:
-            raise ValueError("missing field 'mean_tpot_ms' (or 'mean_itl_ms')")
-        if self.random_input_len is None and not self.total_input_tokens:
-            raise ValueError("missing field 'random_input_len' (or 'total_input_tokens')")
-        if self.random_output_len is None and not self.total_output_tokens:
-            raise ValueError("missing field 'random_output_len' (or 'total_output_tokens')")
-        return self
-
-
 def _optional_int(v: str, lo: int = 0) -> Optional[int]:
     v = v.strip()
     if v == "":

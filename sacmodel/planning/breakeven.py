@@ -14,7 +14,7 @@ from ..util.lazy import lazy_module
 from ..util.names import HIGHER_IS_BETTER, LIMITS, fmt_value, kind_of
 from ..util.progress import status, track
 from .closed_forms import _check_vary, evaluate, mean_misses_grid, symbolic
-from .common import DISCRETE, WORKLOAD_SYMBOLS, SolverError, _metric_kind, _positive_tokens, _topology
+from .common import DISCRETE, EQUAL_RTOL, WORKLOAD_SYMBOLS, SolverError, _metric_kind, _positive_tokens, _topology
 from .search import Tally, scan
 from .sweep import _lambdify
 
@@ -110,8 +110,6 @@ def breakeven(scenario, a: str, b: str, *, metric: str, vary: str, lo: float, hi
     return res
 
 
-# two systems whose metric differs by no more than this (relative) at every grid point are equal: no crossing
-EQUAL_RTOL = 1e-12
 # The engine's crossing is refined to this relative width (or to one whole number of a rounded quantity): the
 # draws' own spread moves it by more (the README's example crosses at 16,072-16,162 tokens over seeds 0-3, 0.3%)
 LOADED_RTOL = 1e-3

@@ -100,6 +100,11 @@ def _metric_kind(metric: str) -> str:
     raise SolverError(f"unknown metric {metric!r}; unloaded: {', '.join(UNLOADED)}; loaded: {', '.join(LOADED)}")
 
 
+# two systems whose metric differs by no more than this (relative) are equal: breakeven finds no crossing where they
+# are equal at every grid point, winner_map names them together
+EQUAL_RTOL = 1e-12
+
+
 class RefusedValue(SolverError):
     """A value of the varied quantity the server would not launch with; the message says why."""
 

@@ -16,7 +16,8 @@ from ..util.lazy import lazy_module
 from ..util.names import HIGHER_IS_BETTER, LIMITS, kind_of
 from ..util.progress import track
 from .closed_forms import _check_vary, evaluate, mean_misses_grid, symbolic
-from .common import WORKLOAD_SYMBOLS, SolverError, _finite_array, _metric_kind, _positive_tokens, _topology, _with_value
+from .common import (EQUAL_RTOL, WORKLOAD_SYMBOLS, SolverError, _finite_array, _metric_kind, _positive_tokens, _topology,
+                     _with_value)
 from .search import Tally
 
 sp = lazy_module("sympy")      # loads when an expression is first built (a loaded search needs none)
@@ -168,12 +169,12 @@ def winner_map(scenario, systems, metric: str, x: tuple[str, np.ndarray], y: tup
 
 
 def _tied(arr: np.ndarray, best: np.ndarray) -> np.ndarray:
-    """Per point and system, whether its value equals the winner's (to 1e-12, relative): the winner and every
+    """Per point and system, whether its value equals the winner's (to :data:`EQUAL_RTOL`): the winner and every
     system tied with it (e.g. the unloaded TTFT of the pools, one closed form). A point with one such system has
     a single winner."""
     pick = np.take_along_axis(arr, np.maximum(best, 0)[None], axis=0)
     with np.errstate(invalid="ignore"):
-        same = np.abs(arr - pick) <= 1e-12 * np.abs(pick)
+        same = np.abs(arr - pick) <= EQUAL_RTOL * np.abs(pick)
     return same & np.isfinite(arr) & (best >= 0)[None]
 
 

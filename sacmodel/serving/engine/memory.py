@@ -196,9 +196,8 @@ class HostPool:
     def add(self, i: int) -> None:
         self.own.append(0.0)
 
-    def decoded(self, r: int) -> float:
-        """Decode tokens the running requests of rank ``r`` have backed up (steps run since each joined)."""
-        return float(self.running[r] * self.clock[r] - self.sum_join[r])
+    # A rank's backed-up decode tokens (the steps its running requests ran since each joined) are
+    # running x clock - the sum of their join clocks, computed in place where the pool is checked (a hot path).
 
     def stage(self, r: int, i: int, now: float) -> bool:
         """Request ``i``'s prefill on rank ``r`` is staged: its prompt's slots; False (and a crash) if full."""
@@ -211,7 +210,7 @@ class HostPool:
             if pid not in entries:
                 entries.add(pid)
                 self.static[r] += tb.L[i] - tb.todo[i]
-        used = self.static[r] + float(self.running[r] * self.clock[r] - self.sum_join[r])      # + decoded(r)
+        used = self.static[r] + float(self.running[r] * self.clock[r] - self.sum_join[r])      # + decoded tokens
         total = used + need
         if total > self.capacity:
             self._crash(now, r, need, used)
@@ -241,7 +240,7 @@ class HostPool:
         static, running, clock, sum_join, peak = self.static, self.running, self.clock, self.sum_join, self.peak
         cap = self.capacity
         for r in ranks:
-            used = static[r] + float(running[r] * clock[r] - sum_join[r])       # + decoded(r), inlined
+            used = static[r] + float(running[r] * clock[r] - sum_join[r])       # + decoded tokens
             if used > cap:
                 self.peak = peak
                 self._crash(now, r, running[r], used - running[r])

@@ -97,6 +97,14 @@ def _memory(cfg: Config, table: RequestTable, prefix_pages: int) -> DeviceMemory
                         new_token_ratio_default(cfg.dp > 1))
 
 
+def _front_end(cfg: Config) -> FrontEnd | VLLMFrontEnd | VLLMServers:
+    """SGLang's TokenizerManager loop, or vLLM's API server (one, or ``--api-server-count`` of them)."""
+    if cfg.engine != "vllm":
+        return FrontEnd()
+    servers = vllm_api_servers(cfg.topo)
+    return VLLMFrontEnd(*vllm_front_end(cfg.topo)) if servers == 1 else VLLMServers(servers, *vllm_front_end(cfg.topo))
+
+
 class Engine:
     """One run: the server's parts wired together, and the clock (``t`` in s, ``it`` iterations)."""
 
@@ -105,8 +113,7 @@ class Engine:
         self.cfg, self.model = cfg, model
         self.table = table = RequestTable(cfg, reqs)
         self.vllm = cfg.engine == "vllm"
-        self.frontend = FrontEnd() if not self.vllm else VLLMFrontEnd(*vllm_front_end(cfg.topo)) \
-            if vllm_api_servers(cfg.topo) == 1 else VLLMServers(vllm_api_servers(cfg.topo), *vllm_front_end(cfg.topo))
+        self.frontend = _front_end(cfg)
         self.client = Client(table, concurrency, self.frontend, model.v["t_token"])
         self.memory = _memory(cfg, table, reqs.prefix_pages)
         self.staging = Staging(cfg, table, model, reqs.cold_staging)
